@@ -1,0 +1,39 @@
+// The cost model behind Algorithm::automatic and the hybrid chunk boundaries
+// (documented in docs/cost_model.md).
+#pragma once
+
+#include <vector>
+
+#include "scan/schedule.hpp"
+
+namespace bppsa::detail {
+
+/// Estimated seconds of the two products an element takes part in (one sample).
+struct ElementCost {
+  double mv = 0;  ///< a_i · vector
+  double mm = 0;  ///< a_i · (running product of its chunk)
+};
+
+struct CostModel {
+  double flop_seconds = 1.0 / 2.0e9;  ///< one flop on one core (small, cache-resident products)
+  double product_seconds = 40e-9;     ///< fixed cost of one product call
+  double phase_seconds = 2e-6;        ///< one barrier between phases
+};
+
+template <class T>
+std::vector<ElementCost> element_costs(const std::vector<ElementInfo<T>>& elements, const CostModel& model);
+
+/// Chunk ends for the hybrid scan: chunk 0 (which only does mv work) and the others (mm to
+/// reduce, then mv to push) finish together. Returns at most `chunks` non-empty chunks.
+std::vector<Index> hybrid_partition(const std::vector<ElementCost>& costs, int chunks);
+
+struct Choice {
+  Algorithm algorithm = Algorithm::linear;
+  int chunks = 1;
+  double predicted_seconds = 0;
+};
+
+/// Picks linear, hybrid (with its chunk count) or blelloch for a batch on `threads` workers.
+Choice choose_algorithm(const std::vector<ElementCost>& costs, Index batch, int threads, const CostModel& model);
+
+}  // namespace bppsa::detail

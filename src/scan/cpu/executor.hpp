@@ -1,0 +1,39 @@
+// CPU half of the scan: runs a Schedule with OpenMP threads.
+#pragma once
+
+#include <vector>
+
+#include "scan/schedule.hpp"
+
+namespace bppsa::detail {
+
+/// Buffers a schedule needs, sized once per plan and reused by every run.
+template <class T>
+struct Workspace {
+  std::vector<std::vector<T>> slots;
+  std::vector<std::vector<T>> v_slots;
+  std::vector<Scratch<T>> scratch;  ///< one per thread
+
+  void reserve(const Schedule<T>& schedule, Index batch, int threads);
+  std::size_t bytes() const;
+};
+
+/// The run's data by scan position: elements a_1..a_n, their affine parts (rows × batch,
+/// or null) and the prefixes s_0..s_n (rows × batch, column-major), s_0 = g_N filled in.
+template <class T>
+struct Operands {
+  std::vector<JacobianView<T>> element;
+  std::vector<const T*> element_v;
+  std::vector<T*> prefix;
+  std::vector<Index> prefix_rows;
+};
+
+/// Runs every op of the schedule. Products whose result is shared by the batch are done
+/// once, first; then either each thread runs whole samples through all phases (no barrier,
+/// when the batch divides well among the threads) or each phase is spread over
+/// (task, sample) pairs with a barrier after it. Every value is computed by exactly one
+/// thread in a fixed order, so the result does not depend on the thread count.
+template <class T>
+void execute(const Schedule<T>& schedule, const Operands<T>& operands, Workspace<T>& ws, Index batch, int threads);
+
+}  // namespace bppsa::detail

@@ -1,0 +1,247 @@
+// The scan engine's front end: validation, plan cache, statistics.
+#include "bppsa/scan/scanner.hpp"
+
+#include <omp.h>
+
+#include <chrono>
+
+#include "bppsa/core/error.hpp"
+#include "scan/cost_model.hpp"
+#include "scan/cpu/executor.hpp"
+
+namespace bppsa {
+
+const char* to_string(Algorithm a) {
+  switch (a) {
+    case Algorithm::linear: return "linear";
+    case Algorithm::blelloch: return "blelloch";
+    case Algorithm::hybrid: return "hybrid";
+    case Algorithm::automatic: return "auto";
+  }
+  return "unknown";
+}
+
+Algorithm parse_algorithm(std::string_view name) {
+  for (Algorithm a : {Algorithm::linear, Algorithm::blelloch, Algorithm::hybrid, Algorithm::automatic})
+    if (name == to_string(a)) return a;
+  detail::raise<InvalidArgument>("parse_algorithm", "unknown algorithm '" + std::string(name) +
+                                                        "'; expected linear, blelloch, hybrid or auto");
+}
+
+template <class T>
+void Gradients<T>::resize(const std::vector<Index>& dims, Index batch) {
+  g_.resize(dims.size());
+  for (std::size_t k = 0; k < dims.size(); ++k)
+    if (g_[k].rows() != dims[k] || g_[k].cols() != batch) g_[k].resize(dims[k], batch);
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+/// What a plan depends on, per element. Holding the shared pointers keeps their addresses
+/// from being recycled by a different pattern while the plan is cached.
+template <class T>
+struct ElementSignature {
+  Kind kind;
+  Index rows, cols, count;
+  CsrPatternPtr pattern;
+  std::shared_ptr<const Matrix<T>> shared_dense;
+  bool has_v;
+  bool operator==(const ElementSignature&) const = default;
+};
+
+template <class T>
+bool all_finite(const T* v, Index n) {
+  return Eigen::Map<const Vector<T>>(v, n).allFinite();
+}
+
+template <class T>
+void check_inputs(const Chain<T>& chain, const Matrix<T>& g_last) {
+  const char* op = "scan";
+  const std::string hint = "; find the layer that produced it (or set ScanOptions::check_inputs = false to skip "
+                           "this check and let non-finite values surface in the gradients)";
+  if (!g_last.allFinite()) detail::raise<NonFiniteError>(op, "g_N (the loss gradient) contains NaN or Inf" + hint);
+  const Index n = chain.size();
+  Index bad = n + 1;
+#pragma omp parallel for schedule(dynamic, 64) reduction(min : bad)
+  for (Index k = 1; k <= n; ++k) {
+    const Jacobian<T>& j = chain.jacobian(k);
+    bool ok = all_finite(j.values().data(), static_cast<Index>(j.values().size()));
+    if (j.kind() == Kind::shared_dense_diag) ok = ok && j.layout().shared_dense->allFinite();
+    if (const Matrix<T>* e = chain.injection(k - 1)) ok = ok && e->allFinite();
+    if (!ok) bad = std::min(bad, k);
+  }
+  if (bad > n) return;
+  const Jacobian<T>& j = chain.jacobian(bad);
+  std::string where = "J_" + std::to_string(bad) + "^T (" + j.layout().describe() + ")";
+  for (Index s = 0; s < j.count(); ++s)
+    if (!all_finite(j.sample(s).data(), j.layout().values_per_sample())) {
+      detail::raise<NonFiniteError>(op, where + " contains NaN or Inf in sample " + std::to_string(s) + hint);
+    }
+  if (j.kind() == Kind::shared_dense_diag && !j.layout().shared_dense->allFinite())
+    detail::raise<NonFiniteError>(op, "the shared matrix S of " + where + " contains NaN or Inf" + hint);
+  detail::raise<NonFiniteError>(op, "injection e_" + std::to_string(bad - 1) + " contains NaN or Inf" + hint);
+}
+
+}  // namespace
+
+template <class T>
+struct Scanner<T>::Plan {
+  std::vector<ElementSignature<T>> signature;
+  Index batch = 0;
+  Algorithm requested = Algorithm::automatic;
+  int threads = 0;
+  int chunks = 0;
+  detail::Schedule<T> schedule;
+  detail::Workspace<T> workspace;
+  Algorithm algorithm = Algorithm::linear;
+  int used_chunks = 1;
+};
+
+template <class T>
+Scanner<T>::Scanner(ScanOptions options) : options_(options) {
+  set_options(options);
+}
+template <class T>
+Scanner<T>::~Scanner() = default;
+template <class T>
+Scanner<T>::Scanner(Scanner&&) noexcept = default;
+template <class T>
+Scanner<T>& Scanner<T>::operator=(Scanner&&) noexcept = default;
+
+template <class T>
+void Scanner<T>::set_options(const ScanOptions& options) {
+  if (options.threads < 0)
+    detail::raise<InvalidArgument>("Scanner", "threads must be ≥ 0 (0 = OpenMP's default), got " + std::to_string(options.threads));
+  if (options.chunks < 0)
+    detail::raise<InvalidArgument>("Scanner", "chunks must be ≥ 0 (0 = one per thread), got " + std::to_string(options.chunks));
+  options_ = options;
+}
+
+template <class T>
+const ScanStats& Scanner<T>::run(const Chain<T>& chain, const Matrix<T>& g_last, Gradients<T>& out) {
+  const auto t0 = Clock::now();
+  const char* op = "scan";
+  chain.validate(op);
+  const Index n = chain.size(), batch = chain.batch();
+  if (g_last.rows() != chain.dim(n) || g_last.cols() != batch)
+    detail::raise<ShapeError>(op, "g_N is " + shape_string(g_last.rows(), g_last.cols()) + " but J_" + std::to_string(n) +
+                                      "^T has " + std::to_string(chain.dim(n)) + " columns and the batch is " +
+                                      std::to_string(batch) + ": expected " + shape_string(chain.dim(n), batch));
+  if (options_.check_inputs) check_inputs(chain, g_last);
+  const int threads = options_.threads > 0 ? options_.threads : omp_get_max_threads();
+
+  // Scan positions: a_0 = g_N, a_i = J_{N−i+1}^T with affine part e_{N−i}.
+  std::vector<ElementSignature<T>> signature(static_cast<std::size_t>(n) + 1);
+  std::vector<detail::ElementInfo<T>> elements(static_cast<std::size_t>(n) + 1);
+  for (Index i = 1; i <= n; ++i) {
+    const Layout<T>& l = chain.jacobian(n - i + 1).layout();
+    const bool has_v = chain.injection(n - i) != nullptr;
+    signature[static_cast<std::size_t>(i)] = {l.kind, l.rows, l.cols, l.count, l.pattern, l.shared_dense, has_v};
+    elements[static_cast<std::size_t>(i)] = {&l, has_v};
+  }
+
+  stats_ = ScanStats{};
+  const bool reuse = plan_ && plan_->signature == signature && plan_->batch == batch &&
+                     plan_->requested == options_.algorithm && plan_->threads == threads && plan_->chunks == options_.chunks;
+  if (!reuse) {
+    const auto tp = Clock::now();
+    auto plan = std::make_unique<Plan>();
+    plan->signature = std::move(signature);
+    plan->batch = batch;
+    plan->requested = options_.algorithm;
+    plan->threads = threads;
+    plan->chunks = options_.chunks;
+    const detail::CostModel model;
+    const std::vector<detail::ElementCost> costs = detail::element_costs(elements, model);
+    Algorithm algorithm = options_.algorithm;
+    int chunks = options_.chunks > 0 ? options_.chunks : threads;
+    if (algorithm == Algorithm::automatic) {
+      const detail::Choice choice = detail::choose_algorithm(costs, batch, threads, model);
+      algorithm = choice.algorithm;
+      chunks = choice.chunks;
+    }
+    detail::Builder<T> builder(std::move(elements), batch);
+    plan->used_chunks = algorithm == Algorithm::linear ? 1 : 0;
+    switch (algorithm) {
+      case Algorithm::linear: detail::build_linear(builder); break;
+      case Algorithm::blelloch: detail::build_blelloch(builder); break;
+      case Algorithm::hybrid: {
+        const std::vector<Index> ends = detail::hybrid_partition(costs, chunks);
+        plan->used_chunks = static_cast<int>(ends.size());
+        detail::build_hybrid(builder, ends);
+        break;
+      }
+      case Algorithm::automatic: break;
+    }
+    plan->algorithm = algorithm;
+    plan->schedule = builder.finish();
+    plan->workspace.reserve(plan->schedule, batch, threads);
+    plan_ = std::move(plan);
+    stats_.plan_seconds = since(tp);
+  }
+  stats_.plan_reused = reuse;
+
+  // Operands of this run.
+  detail::Operands<T> operands;
+  operands.element.resize(static_cast<std::size_t>(n) + 1);
+  operands.element_v.assign(static_cast<std::size_t>(n) + 1, nullptr);
+  operands.prefix.resize(static_cast<std::size_t>(n) + 1);
+  operands.prefix_rows.resize(static_cast<std::size_t>(n) + 1);
+  std::vector<Index> dims(static_cast<std::size_t>(n) + 1);
+  for (Index k = 0; k <= n; ++k) dims[static_cast<std::size_t>(k)] = chain.dim(k);
+  out.resize(dims, batch);
+  out.g(n) = g_last;
+  for (Index i = 0; i <= n; ++i) {
+    operands.prefix[static_cast<std::size_t>(i)] = out.g(n - i).data();
+    operands.prefix_rows[static_cast<std::size_t>(i)] = dims[static_cast<std::size_t>(n - i)];
+    if (i == 0) continue;
+    operands.element[static_cast<std::size_t>(i)] = view(chain.jacobian(n - i + 1));
+    if (const Matrix<T>* e = chain.injection(n - i)) operands.element_v[static_cast<std::size_t>(i)] = e->data();
+  }
+
+  detail::execute(plan_->schedule, operands, plan_->workspace, batch, threads);
+
+  for (Index k = n - 1; k >= 0; --k)
+    if (!out.g(k).allFinite())
+      detail::raise<NonFiniteError>(op, "g_" + std::to_string(k) + " is NaN or Inf although g_" + std::to_string(k + 1) +
+                                            " is finite: " +
+                                            (options_.check_inputs ? "the products overflowed; use double precision or "
+                                                                     "rescale the loss"
+                                                                   : "an input holds NaN/Inf (check_inputs is off) or "
+                                                                     "the products overflowed"));
+
+  const ScanStats& planned = plan_->schedule.stats;
+  stats_.algorithm = plan_->algorithm;
+  stats_.threads = threads;
+  stats_.chunks = plan_->used_chunks;
+  stats_.levels = planned.levels;
+  stats_.mm = planned.mm;
+  stats_.mv = planned.mv;
+  stats_.mm_by_kind = planned.mm_by_kind;
+  stats_.mv_by_kind = planned.mv_by_kind;
+  stats_.flops = planned.flops;
+  stats_.workspace_bytes = plan_->workspace.bytes();
+  stats_.seconds = since(t0);
+  return stats_;
+}
+
+template <class T>
+Gradients<T> backward(const Chain<T>& chain, const Matrix<T>& g_last, ScanOptions options, ScanStats* stats) {
+  Scanner<T> scanner(options);
+  Gradients<T> out;
+  const ScanStats& s = scanner.run(chain, g_last, out);
+  if (stats) *stats = s;
+  return out;
+}
+
+template class Gradients<float>;
+template class Gradients<double>;
+template class Scanner<float>;
+template class Scanner<double>;
+template Gradients<float> backward(const Chain<float>&, const Matrix<float>&, ScanOptions, ScanStats*);
+template Gradients<double> backward(const Chain<double>&, const Matrix<double>&, ScanOptions, ScanStats*);
+
+}  // namespace bppsa

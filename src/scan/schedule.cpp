@@ -1,0 +1,210 @@
+// Schedule builder: dependency checks, statistics and workspace slot assignment.
+#include "scan/schedule.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace bppsa::detail {
+namespace {
+
+constexpr std::int32_t kUnwritten = -2;
+
+/// Takes a free slot able to hold `need` values from `list` (smallest that fits, else the
+/// largest, grown); -1 when the list is empty.
+std::int32_t take(std::vector<std::int32_t>& list, std::vector<Index>& sizes, Index need) {
+  if (list.empty()) return -1;
+  std::size_t best = list.size(), largest = 0;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const Index s = sizes[static_cast<std::size_t>(list[i])];
+    if (s >= need && (best == list.size() || s < sizes[static_cast<std::size_t>(list[best])])) best = i;
+    if (s > sizes[static_cast<std::size_t>(list[largest])]) largest = i;
+  }
+  const std::size_t pick = best != list.size() ? best : largest;
+  const std::int32_t slot = list[pick];
+  list.erase(list.begin() + static_cast<std::ptrdiff_t>(pick));
+  sizes[static_cast<std::size_t>(slot)] = std::max(sizes[static_cast<std::size_t>(slot)], need);
+  return slot;
+}
+
+/// Free lists honouring the executor's ordering: a buffer freed inside a task can be reused
+/// later in that task; one freed by another task only from the next phase on.
+struct Pool {
+  std::vector<Index>* sizes;
+  std::vector<std::int32_t> global, task, pending;
+
+  std::int32_t alloc(Index need) {
+    std::int32_t s = take(task, *sizes, need);
+    if (s < 0) s = take(global, *sizes, need);
+    if (s < 0) {
+      s = static_cast<std::int32_t>(sizes->size());
+      sizes->push_back(need);
+    }
+    return s;
+  }
+  void end_task() {
+    pending.insert(pending.end(), task.begin(), task.end());
+    task.clear();
+  }
+  void end_phase() {
+    global.insert(global.end(), pending.begin(), pending.end());
+    pending.clear();
+  }
+};
+
+}  // namespace
+
+template <class T>
+Builder<T>::Builder(std::vector<ElementInfo<T>> elements, Index batch)
+    : elements_(std::move(elements)), batch_(batch) {
+  prefix_stamp_.assign(elements_.size(), Stamp{kUnwritten, -1, 0});
+  prefix_stamp_[0] = Stamp{-1, -1, 0};  // s_0 = g_N is given
+}
+
+template <class T>
+const Layout<T>& Builder<T>::layout(MatRef m) const {
+  return m.node ? schedule_.nodes[static_cast<std::size_t>(m.index)].plan.out : *elements_[static_cast<std::size_t>(m.index)].layout;
+}
+
+template <class T>
+bool Builder<T>::has_v(MatRef m) const {
+  return m.node ? schedule_.nodes[static_cast<std::size_t>(m.index)].has_v : elements_[static_cast<std::size_t>(m.index)].has_v;
+}
+
+template <class T>
+typename Builder<T>::Stamp& Builder<T>::stamp(MatRef m) {
+  return m.node ? node_stamp_[static_cast<std::size_t>(m.index)] : element_stamp_;
+}
+
+template <class T>
+void Builder<T>::require_ready(const Stamp& s, const char* what, Index index) const {
+  if (s.phase == kUnwritten)
+    throw std::logic_error(std::string("bppsa schedule bug: reads ") + what + std::to_string(index) + " before it is written");
+  if (s.phase == phase_ && s.task != task_)
+    throw std::logic_error(std::string("bppsa schedule bug: reads ") + what + std::to_string(index) +
+                           " written by another task of the same phase");
+}
+
+template <class T>
+void Builder<T>::begin_phase() {
+  ++phase_;
+  task_ = -1;
+  schedule_.phases.emplace_back();
+}
+
+template <class T>
+void Builder<T>::begin_task() {
+  ++task_;
+  schedule_.phases.back().tasks.emplace_back();
+}
+
+template <class T>
+MatRef Builder<T>::mm(MatRef a, MatRef b) {
+  require_ready(stamp(a), a.node ? "node " : "element ", a.index);
+  require_ready(stamp(b), b.node ? "node " : "element ", b.index);
+  const Layout<T>& la = layout(a);
+  const Layout<T>& lb = layout(b);
+  Node<T> node{plan_product(la, lb, batch_), has_v(a) || has_v(b)};
+  ScanStats& st = schedule_.stats;
+  st.mm += 1;
+  st.mm_by_kind[static_cast<int>(la.kind)][static_cast<int>(lb.kind)] += 1;
+  st.flops += node.plan.flops_per_sample * static_cast<double>(node.plan.out.count);
+  if (has_v(b)) {  // v = a · v_b (+ v_a)
+    st.mv += 1;
+    st.mv_by_kind[static_cast<int>(la.kind)] += 1;
+    st.flops += (apply_flops(la) + (has_v(a) ? static_cast<double>(la.rows) : 0.0)) * static_cast<double>(batch_);
+  }
+  const Index depth = std::max(stamp(a).depth, stamp(b).depth) + 1;
+  const MatRef out{true, static_cast<std::int32_t>(schedule_.nodes.size())};
+  schedule_.nodes.push_back(std::move(node));
+  node_stamp_.push_back(Stamp{phase_, task_, depth});
+  schedule_.phases.back().tasks.back().ops.push_back(Op{Op::Type::mm, a, b, out.index, 0});
+  return out;
+}
+
+template <class T>
+void Builder<T>::mv(MatRef a, Index in, Index out) {
+  require_ready(stamp(a), a.node ? "node " : "element ", a.index);
+  require_ready(prefix_stamp_[static_cast<std::size_t>(in)], "prefix s_", in);
+  Stamp& dst = prefix_stamp_[static_cast<std::size_t>(out)];
+  if (dst.phase != kUnwritten)
+    throw std::logic_error("bppsa schedule bug: prefix s_" + std::to_string(out) + " written twice");
+  const Layout<T>& la = layout(a);
+  ScanStats& st = schedule_.stats;
+  st.mv += 1;
+  st.mv_by_kind[static_cast<int>(la.kind)] += 1;
+  st.flops += (apply_flops(la) + (has_v(a) ? static_cast<double>(la.rows) : 0.0)) * static_cast<double>(batch_);
+  dst = Stamp{phase_, task_, std::max(stamp(a).depth, prefix_stamp_[static_cast<std::size_t>(in)].depth) + 1};
+  st.levels = std::max(st.levels, dst.depth);
+  schedule_.phases.back().tasks.back().ops.push_back(
+      Op{Op::Type::mv, a, MatRef{}, static_cast<std::int32_t>(out), static_cast<std::int32_t>(in)});
+}
+
+template <class T>
+Schedule<T> Builder<T>::finish() {
+  for (Index i = 1; i <= n(); ++i)
+    if (prefix_stamp_[static_cast<std::size_t>(i)].phase == kUnwritten)
+      throw std::logic_error("bppsa schedule bug: prefix s_" + std::to_string(i) + " is never computed");
+
+  // Last reader of every node, as (phase, task, op) in execution order.
+  struct Where {
+    std::int32_t phase = -1, task = -1, op = -1;
+  };
+  std::vector<Where> last(schedule_.nodes.size());
+  for (std::int32_t p = 0; p < static_cast<std::int32_t>(schedule_.phases.size()); ++p) {
+    const auto& tasks = schedule_.phases[static_cast<std::size_t>(p)].tasks;
+    for (std::int32_t t = 0; t < static_cast<std::int32_t>(tasks.size()); ++t) {
+      const auto& ops = tasks[static_cast<std::size_t>(t)].ops;
+      for (std::int32_t o = 0; o < static_cast<std::int32_t>(ops.size()); ++o) {
+        const Op& op = ops[static_cast<std::size_t>(o)];
+        if (op.a.node) last[static_cast<std::size_t>(op.a.index)] = {p, t, o};
+        if (op.type == Op::Type::mm && op.b.node) last[static_cast<std::size_t>(op.b.index)] = {p, t, o};
+      }
+    }
+  }
+
+  Pool mats{&schedule_.slot_values, {}, {}, {}};
+  Pool vecs{&schedule_.v_slot_values, {}, {}, {}};
+  auto release = [&](const MatRef& m, std::int32_t p, std::int32_t t, std::int32_t o) {
+    if (!m.node) return;
+    const Where& w = last[static_cast<std::size_t>(m.index)];
+    if (w.phase != p || w.task != t || w.op != o) return;
+    const Node<T>& node = schedule_.nodes[static_cast<std::size_t>(m.index)];
+    if (!node.plan.out.shared()) mats.task.push_back(node.slot);  // shared nodes are computed up front: never reused
+    if (node.has_v) vecs.task.push_back(node.v_slot);
+  };
+  for (std::int32_t p = 0; p < static_cast<std::int32_t>(schedule_.phases.size()); ++p) {
+    auto& tasks = schedule_.phases[static_cast<std::size_t>(p)].tasks;
+    for (std::int32_t t = 0; t < static_cast<std::int32_t>(tasks.size()); ++t) {
+      const auto& ops = tasks[static_cast<std::size_t>(t)].ops;
+      for (std::int32_t o = 0; o < static_cast<std::int32_t>(ops.size()); ++o) {
+        const Op& op = ops[static_cast<std::size_t>(o)];
+        if (op.type == Op::Type::mm) {
+          Node<T>& node = schedule_.nodes[static_cast<std::size_t>(op.out)];
+          const Layout<T>& l = node.plan.out;
+          if (l.shared()) {
+            node.slot = static_cast<std::int32_t>(schedule_.slot_values.size());
+            schedule_.slot_values.push_back(l.values_per_sample());
+          } else {
+            node.slot = mats.alloc(l.values_per_sample());
+          }
+          schedule_.slot_shared.resize(schedule_.slot_values.size(), 0);
+          if (l.shared()) schedule_.slot_shared[static_cast<std::size_t>(node.slot)] = 1;
+          if (node.has_v) node.v_slot = vecs.alloc(l.rows);
+          release(op.b, p, t, o);
+        }
+        release(op.a, p, t, o);
+      }
+      mats.end_task();
+      vecs.end_task();
+    }
+    mats.end_phase();
+    vecs.end_phase();
+  }
+  // Nodes nobody reads still need their slot until the end; nothing to do.
+  return std::move(schedule_);
+}
+
+template class Builder<float>;
+template class Builder<double>;
+
+}  // namespace bppsa::detail

@@ -1,0 +1,14 @@
+// Subcommands of the bppsa tool: each registers its options on the app and returns the
+// function that runs it (exit code).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace bppsa::cli {
+
+using Command = std::function<int()>;
+
+Command add_scan_check(CLI::App& app);
+
+}  // namespace bppsa::cli

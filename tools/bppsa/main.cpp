@@ -1,0 +1,28 @@
+// bppsa: command-line entry point. Maps every exception to a message and a non-zero exit.
+#include <iostream>
+
+#include "bppsa/core/error.hpp"
+#include "commands.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"bppsa — back-propagation by parallel scan (BPPSA, Wang, Bai & Pekhimenko, MLSys 2020)"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "bppsa 0.1.0");
+  std::vector<std::pair<CLI::App*, bppsa::cli::Command>> commands;
+  const bppsa::cli::Command scan_check = bppsa::cli::add_scan_check(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (app.got_subcommand("scan-check")) return scan_check();
+  } catch (const bppsa::Error& e) {
+    std::cerr << "bppsa: error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "bppsa: internal error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
