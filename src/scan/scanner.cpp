@@ -218,6 +218,7 @@ const ScanStats& Scanner<T>::run(const Chain<T>& chain, const Matrix<T>& g_last,
   stats_.threads = threads;
   stats_.chunks = plan_->used_chunks;
   stats_.levels = planned.levels;
+  stats_.depth = planned.depth;
   stats_.mm = planned.mm;
   stats_.mv = planned.mv;
   stats_.mm_by_kind = planned.mm_by_kind;

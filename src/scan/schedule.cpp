@@ -2,6 +2,8 @@
 #include "scan/schedule.hpp"
 
 #include <algorithm>
+#include <iterator>
+#include <map>
 #include <stdexcept>
 
 namespace bppsa::detail {
@@ -9,19 +11,17 @@ namespace {
 
 constexpr std::int32_t kUnwritten = -2;
 
-/// Takes a free slot able to hold `need` values from `list` (smallest that fits, else the
-/// largest, grown); -1 when the list is empty.
-std::int32_t take(std::vector<std::int32_t>& list, std::vector<Index>& sizes, Index need) {
+/// Free slots by capacity.
+using FreeList = std::multimap<Index, std::int32_t>;
+
+/// Takes a free slot able to hold `need` values (the smallest that fits, else the largest,
+/// grown); -1 when the list is empty.
+std::int32_t take(FreeList& list, std::vector<Index>& sizes, Index need) {
   if (list.empty()) return -1;
-  std::size_t best = list.size(), largest = 0;
-  for (std::size_t i = 0; i < list.size(); ++i) {
-    const Index s = sizes[static_cast<std::size_t>(list[i])];
-    if (s >= need && (best == list.size() || s < sizes[static_cast<std::size_t>(list[best])])) best = i;
-    if (s > sizes[static_cast<std::size_t>(list[largest])]) largest = i;
-  }
-  const std::size_t pick = best != list.size() ? best : largest;
-  const std::int32_t slot = list[pick];
-  list.erase(list.begin() + static_cast<std::ptrdiff_t>(pick));
+  auto it = list.lower_bound(need);
+  if (it == list.end()) it = std::prev(list.end());
+  const std::int32_t slot = it->second;
+  list.erase(it);
   sizes[static_cast<std::size_t>(slot)] = std::max(sizes[static_cast<std::size_t>(slot)], need);
   return slot;
 }
@@ -30,7 +30,9 @@ std::int32_t take(std::vector<std::int32_t>& list, std::vector<Index>& sizes, In
 /// later in that task; one freed by another task only from the next phase on.
 struct Pool {
   std::vector<Index>* sizes;
-  std::vector<std::int32_t> global, task, pending;
+  FreeList global, task, pending;
+
+  void release(std::int32_t slot) { task.emplace(sizes->at(static_cast<std::size_t>(slot)), slot); }
 
   std::int32_t alloc(Index need) {
     std::int32_t s = take(task, *sizes, need);
@@ -42,11 +44,11 @@ struct Pool {
     return s;
   }
   void end_task() {
-    pending.insert(pending.end(), task.begin(), task.end());
+    pending.merge(task);
     task.clear();
   }
   void end_phase() {
-    global.insert(global.end(), pending.begin(), pending.end());
+    global.merge(pending);
     pending.clear();
   }
 };
@@ -134,7 +136,7 @@ void Builder<T>::mv(MatRef a, Index in, Index out) {
   st.mv_by_kind[static_cast<int>(la.kind)] += 1;
   st.flops += (apply_flops(la) + (has_v(a) ? static_cast<double>(la.rows) : 0.0)) * static_cast<double>(batch_);
   dst = Stamp{phase_, task_, std::max(stamp(a).depth, prefix_stamp_[static_cast<std::size_t>(in)].depth) + 1};
-  st.levels = std::max(st.levels, dst.depth);
+  st.depth = std::max(st.depth, dst.depth);
   schedule_.phases.back().tasks.back().ops.push_back(
       Op{Op::Type::mv, a, MatRef{}, static_cast<std::int32_t>(out), static_cast<std::int32_t>(in)});
 }
@@ -144,6 +146,11 @@ Schedule<T> Builder<T>::finish() {
   for (Index i = 1; i <= n(); ++i)
     if (prefix_stamp_[static_cast<std::size_t>(i)].phase == kUnwritten)
       throw std::logic_error("bppsa schedule bug: prefix s_" + std::to_string(i) + " is never computed");
+  for (const Phase& phase : schedule_.phases) {
+    std::size_t longest = 0;
+    for (const Task& task : phase.tasks) longest = std::max(longest, task.ops.size());
+    schedule_.stats.levels += static_cast<Index>(longest);
+  }
 
   // Last reader of every node, as (phase, task, op) in execution order.
   struct Where {
@@ -169,8 +176,8 @@ Schedule<T> Builder<T>::finish() {
     const Where& w = last[static_cast<std::size_t>(m.index)];
     if (w.phase != p || w.task != t || w.op != o) return;
     const Node<T>& node = schedule_.nodes[static_cast<std::size_t>(m.index)];
-    if (!node.plan.out.shared()) mats.task.push_back(node.slot);  // shared nodes are computed up front: never reused
-    if (node.has_v) vecs.task.push_back(node.v_slot);
+    if (!node.plan.out.shared()) mats.release(node.slot);  // shared nodes are computed up front: never reused
+    if (node.has_v) vecs.release(node.v_slot);
   };
   for (std::int32_t p = 0; p < static_cast<std::int32_t>(schedule_.phases.size()); ++p) {
     auto& tasks = schedule_.phases[static_cast<std::size_t>(p)].tasks;

@@ -111,6 +111,7 @@ int run(const Args& a) {
                         {"tolerance", tol},
                         {"ok", ok},
                         {"levels", st.levels},
+                        {"depth", st.depth},
                         {"mm", st.mm},
                         {"mv", st.mv},
                         {"flops", st.flops},
@@ -135,7 +136,7 @@ int run(const Args& a) {
     o << "  max_rel_err   " << std::scientific << err << " at g_" << worst_k << " against linear (tolerance " << tol
       << ") " << (ok ? "OK" : "FAILED") << std::defaultfloat << "\n";
     o << "  levels        " << st.levels << " on the critical path (linear: " << lst.levels << "; 2⌈log2(N+1)⌉−1 = "
-      << expected_levels << ")\n";
+      << expected_levels << "); dependency depth " << st.depth << "\n";
     o << "  products      " << st.mm << " matrix-matrix, " << st.mv << " matrix-vector per chain; " << std::scientific
       << st.flops << std::defaultfloat << " flops in all\n";
     for (int x = 0; x < kKindCount; ++x)

@@ -50,7 +50,14 @@ struct ScanStats {
   Algorithm algorithm = Algorithm::linear;  ///< the algorithm that ran (automatic resolved)
   int threads = 1;
   int chunks = 1;     ///< hybrid chunks per chain (1 for linear, 0 for blelloch)
-  Index levels = 0;   ///< critical path: the longest chain of dependent products
+  /// Critical path of the schedule as executed: phases run one after another (a barrier
+  /// between them), the products of a task in sequence, tasks of a phase in parallel, so
+  /// levels = Σ over phases of the longest task. Blelloch: 2⌈log2(N+1)⌉ − 1 for large N
+  /// (one product per task); linear: N.
+  Index levels = 0;
+  /// The longest chain of products that depend on each other (≤ levels): what an ideal
+  /// dataflow machine with unbounded workers would wait for.
+  Index depth = 0;
   Index mm = 0;       ///< matrix-matrix products
   Index mv = 0;       ///< matrix-vector products (affine parts of combines included)
   /// mm_by_kind[A][B]: products A · B by the kinds of the later (A) and earlier (B) operand.
