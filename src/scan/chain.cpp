@@ -84,20 +84,23 @@ bool Chain<T>::has_injections() const {
 
 template <class T>
 void Chain<T>::check_element(Index k, const char* op) const {
+  // Runs on every scan for every element: messages are built only on failure.
   const Jacobian<T>& j = jt_[static_cast<std::size_t>(k - 1)];
-  const std::string name = element_name(k) + " (chain element " + std::to_string(k) + " of " + std::to_string(size()) +
-                           ", " + j.layout().describe() + ")";
+  auto name = [&] {
+    return element_name(k) + " (chain element " + std::to_string(k) + " of " + std::to_string(size()) + ", " +
+           j.layout().describe() + ")";
+  };
   if (j.count() != 1 && j.count() != batch_)
-    detail::raise<ShapeError>(op, name + " has " + std::to_string(j.count()) + " samples but the batch has " +
+    detail::raise<ShapeError>(op, name() + " has " + std::to_string(j.count()) + " samples but the batch has " +
                                       std::to_string(batch_) + "; use count 1 (shared) or " + std::to_string(batch_));
-  if (j.kind() == Kind::csr) j.layout().pattern->require_valid(op + (": " + name));
+  if (j.kind() == Kind::csr && !j.layout().pattern->valid()) j.layout().pattern->require_valid(op + (": " + name()));
   if (static_cast<Index>(j.values().size()) != j.layout().values_per_sample() * j.count())
-    detail::raise<InvalidArgument>(op, name + " holds " + std::to_string(j.values().size()) + " values, expected " +
+    detail::raise<InvalidArgument>(op, name() + " holds " + std::to_string(j.values().size()) + " values, expected " +
                                            std::to_string(j.layout().values_per_sample() * j.count()));
   if (k > 1) {
     const Jacobian<T>& prev = jt_[static_cast<std::size_t>(k - 2)];
     if (prev.cols() != j.rows())
-      detail::raise<ShapeError>(op, name + " does not chain with " + element_name(k - 1) + " (" +
+      detail::raise<ShapeError>(op, name() + " does not chain with " + element_name(k - 1) + " (" +
                                         prev.layout().describe() + "): " + element_name(k - 1) + " has " +
                                         std::to_string(prev.cols()) + " columns (d_" + std::to_string(k - 1) + ") but " +
                                         element_name(k) + " has " + std::to_string(j.rows()) + " rows");

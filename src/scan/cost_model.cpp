@@ -31,6 +31,7 @@ std::vector<ElementCost> element_costs(const std::vector<ElementInfo<T>>& elemen
     }
     costs[i].mv = mv * model.flop_seconds + model.product_seconds;
     costs[i].mm = mm * model.flop_seconds + model.product_seconds;
+    costs[i].bytes = static_cast<double>((l.values_per_sample() + l.rows) * static_cast<Index>(sizeof(T)));
   }
   return costs;
 }
@@ -84,14 +85,19 @@ std::vector<Index> hybrid_partition(const std::vector<ElementCost>& costs, int c
 
 Choice choose_algorithm(const std::vector<ElementCost>& costs, Index batch, int threads, const CostModel& model) {
   const Index n = static_cast<Index>(costs.size()) - 1;
-  double sum_mv = 0, sum_mm = 0;
+  double sum_mv = 0, sum_mm = 0, sum_bytes = 0;
   for (std::size_t i = 1; i < costs.size(); ++i) {
     sum_mv += costs[i].mv;
     sum_mm += costs[i].mm;
+    sum_bytes += costs[i].bytes;
   }
+  // Memory traffic bounds every algorithm from below, whatever the thread count: linear
+  // passes over each element once, hybrid twice (reduce, push), Blelloch about three times
+  // (operands and the product it writes).
+  const double one_pass = sum_bytes * static_cast<double>(batch) / model.bytes_per_second;
   // Linear: samples spread over the threads, each chain sequential.
   const double rounds = std::ceil(static_cast<double>(batch) / threads);
-  Choice best{Algorithm::linear, 1, sum_mv * rounds};
+  Choice best{Algorithm::linear, 1, std::max(sum_mv * rounds, one_pass)};
   // Within-chain parallelism only pays with more threads than samples.
   const int per_chain = static_cast<int>(threads / std::max<Index>(batch, 1));
   if (per_chain < 2) return best;
@@ -108,13 +114,14 @@ Choice choose_algorithm(const std::vector<ElementCost>& costs, Index batch, int 
       span_reduce = std::max(span_reduce, r);
       span_push = std::max(span_push, p);
     }
-    const double t = std::max(span0, span_reduce) + static_cast<double>(ends.size() - 1) * costs.back().mv + span_push +
-                     3 * model.phase_seconds;
+    const double t = std::max(std::max(span0, span_reduce) + static_cast<double>(ends.size() - 1) * costs.back().mv +
+                                  span_push + 3 * model.phase_seconds,
+                              2 * one_pass);
     if (t < best.predicted_seconds) best = {Algorithm::hybrid, static_cast<int>(ends.size()), t};
   }
   // Blelloch: all the work spread over the chain's threads, one barrier per level.
   const double levels = 2 * std::ceil(std::log2(static_cast<double>(n) + 1));
-  const double t_blelloch = (sum_mm + 2 * sum_mv) / per_chain + levels * model.phase_seconds;
+  const double t_blelloch = std::max((sum_mm + 2 * sum_mv) / per_chain + levels * model.phase_seconds, 3 * one_pass);
   if (t_blelloch < best.predicted_seconds) best = {Algorithm::blelloch, 0, t_blelloch};
   return best;
 }

@@ -12,14 +12,17 @@ namespace bppsa::detail {
 struct ElementCost {
   double mv = 0;  ///< a_i · vector
   double mm = 0;  ///< a_i · (running product of its chunk)
+  double bytes = 0;  ///< memory one pass over a_i moves (its values, the vector it makes)
 };
 
 struct CostModel {
   double flop_seconds = 1.0 / 2.0e9;  ///< one flop on one core (small, cache-resident products)
   double product_seconds = 40e-9;     ///< fixed cost of one product call
   double phase_seconds = 2e-6;        ///< one barrier between phases
+  double bytes_per_second = 5e9;      ///< memory bandwidth shared by all threads
 };
 
+/// Costs per scan position (index 0, g_N, costs nothing) for one sample.
 template <class T>
 std::vector<ElementCost> element_costs(const std::vector<ElementInfo<T>>& elements, const CostModel& model);
 

@@ -49,7 +49,15 @@ struct ElementSignature {
   CsrPatternPtr pattern;
   std::shared_ptr<const Matrix<T>> shared_dense;
   bool has_v;
-  bool operator==(const ElementSignature&) const = default;
+
+  static ElementSignature of(const Layout<T>& l, bool has_v) {
+    return {l.kind, l.rows, l.cols, l.count, l.pattern, l.shared_dense, has_v};
+  }
+  /// Compares without copying the shared pointers (no reference-count traffic per run).
+  bool matches(const Layout<T>& l, bool v) const {
+    return kind == l.kind && rows == l.rows && cols == l.cols && count == l.count && pattern.get() == l.pattern.get() &&
+           shared_dense.get() == l.shared_dense.get() && has_v == v;
+  }
 };
 
 template <class T>
@@ -58,14 +66,14 @@ bool all_finite(const T* v, Index n) {
 }
 
 template <class T>
-void check_inputs(const Chain<T>& chain, const Matrix<T>& g_last) {
+void check_inputs(const Chain<T>& chain, const Matrix<T>& g_last, int threads) {
   const char* op = "scan";
   const std::string hint = "; find the layer that produced it (or set ScanOptions::check_inputs = false to skip "
                            "this check and let non-finite values surface in the gradients)";
   if (!g_last.allFinite()) detail::raise<NonFiniteError>(op, "g_N (the loss gradient) contains NaN or Inf" + hint);
   const Index n = chain.size();
   Index bad = n + 1;
-#pragma omp parallel for schedule(dynamic, 64) reduction(min : bad)
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 64) reduction(min : bad)
   for (Index k = 1; k <= n; ++k) {
     const Jacobian<T>& j = chain.jacobian(k);
     bool ok = all_finite(j.values().data(), static_cast<Index>(j.values().size()));
@@ -96,6 +104,8 @@ struct Scanner<T>::Plan {
   int chunks = 0;
   detail::Schedule<T> schedule;
   detail::Workspace<T> workspace;
+  detail::Operands<T> operands;
+  std::vector<Index> dims;
   Algorithm algorithm = Algorithm::linear;
   int used_chunks = 1;
 };
@@ -130,26 +140,27 @@ const ScanStats& Scanner<T>::run(const Chain<T>& chain, const Matrix<T>& g_last,
     detail::raise<ShapeError>(op, "g_N is " + shape_string(g_last.rows(), g_last.cols()) + " but J_" + std::to_string(n) +
                                       "^T has " + std::to_string(chain.dim(n)) + " columns and the batch is " +
                                       std::to_string(batch) + ": expected " + shape_string(chain.dim(n), batch));
-  if (options_.check_inputs) check_inputs(chain, g_last);
   const int threads = options_.threads > 0 ? options_.threads : omp_get_max_threads();
+  if (options_.check_inputs) check_inputs(chain, g_last, threads);
 
   // Scan positions: a_0 = g_N, a_i = J_{N−i+1}^T with affine part e_{N−i}.
-  std::vector<ElementSignature<T>> signature(static_cast<std::size_t>(n) + 1);
-  std::vector<detail::ElementInfo<T>> elements(static_cast<std::size_t>(n) + 1);
-  for (Index i = 1; i <= n; ++i) {
-    const Layout<T>& l = chain.jacobian(n - i + 1).layout();
-    const bool has_v = chain.injection(n - i) != nullptr;
-    signature[static_cast<std::size_t>(i)] = {l.kind, l.rows, l.cols, l.count, l.pattern, l.shared_dense, has_v};
-    elements[static_cast<std::size_t>(i)] = {&l, has_v};
-  }
+  auto layout_at = [&](Index i) -> const Layout<T>& { return chain.jacobian(n - i + 1).layout(); };
+  auto has_v_at = [&](Index i) { return chain.injection(n - i) != nullptr; };
+  bool reuse = plan_ && static_cast<Index>(plan_->signature.size()) == n + 1 && plan_->batch == batch &&
+               plan_->requested == options_.algorithm && plan_->threads == threads && plan_->chunks == options_.chunks;
+  for (Index i = 1; reuse && i <= n; ++i)
+    reuse = plan_->signature[static_cast<std::size_t>(i)].matches(layout_at(i), has_v_at(i));
 
   stats_ = ScanStats{};
-  const bool reuse = plan_ && plan_->signature == signature && plan_->batch == batch &&
-                     plan_->requested == options_.algorithm && plan_->threads == threads && plan_->chunks == options_.chunks;
   if (!reuse) {
     const auto tp = Clock::now();
     auto plan = std::make_unique<Plan>();
-    plan->signature = std::move(signature);
+    std::vector<detail::ElementInfo<T>> elements(static_cast<std::size_t>(n) + 1);
+    plan->signature.resize(static_cast<std::size_t>(n) + 1);
+    for (Index i = 1; i <= n; ++i) {
+      elements[static_cast<std::size_t>(i)] = {&layout_at(i), has_v_at(i)};
+      plan->signature[static_cast<std::size_t>(i)] = ElementSignature<T>::of(layout_at(i), has_v_at(i));
+    }
     plan->batch = batch;
     plan->requested = options_.algorithm;
     plan->threads = threads;
@@ -184,13 +195,14 @@ const ScanStats& Scanner<T>::run(const Chain<T>& chain, const Matrix<T>& g_last,
   }
   stats_.plan_reused = reuse;
 
-  // Operands of this run.
-  detail::Operands<T> operands;
+  // Operands of this run (vectors kept in the plan: no allocation once warm).
+  detail::Operands<T>& operands = plan_->operands;
   operands.element.resize(static_cast<std::size_t>(n) + 1);
   operands.element_v.assign(static_cast<std::size_t>(n) + 1, nullptr);
   operands.prefix.resize(static_cast<std::size_t>(n) + 1);
   operands.prefix_rows.resize(static_cast<std::size_t>(n) + 1);
-  std::vector<Index> dims(static_cast<std::size_t>(n) + 1);
+  std::vector<Index>& dims = plan_->dims;
+  dims.resize(static_cast<std::size_t>(n) + 1);
   for (Index k = 0; k <= n; ++k) dims[static_cast<std::size_t>(k)] = chain.dim(k);
   out.resize(dims, batch);
   out.g(n) = g_last;
