@@ -216,6 +216,8 @@ const ScanStats& Scanner<T>::run(const Chain<T>& chain, const Matrix<T>& g_last,
 
   detail::execute(plan_->schedule, operands, plan_->workspace, batch, threads);
 
+  if (!options_.check_inputs && !g_last.allFinite())
+    detail::raise<NonFiniteError>(op, "g_N (the loss gradient) contains NaN or Inf; check the loss");
   for (Index k = n - 1; k >= 0; --k)
     if (!out.g(k).allFinite())
       detail::raise<NonFiniteError>(op, "g_" + std::to_string(k) + " is NaN or Inf although g_" + std::to_string(k + 1) +

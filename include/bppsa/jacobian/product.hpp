@@ -53,8 +53,8 @@ template <class T>
 Jacobian<T> multiply(const Jacobian<T>& a, const Jacobian<T>& b);
 
 /// Columns [b0, b1) of Y = A · X (+ Y when accumulate): X is A.cols × B, Y is A.rows × B,
-/// both column-major with leading dimensions ldx, ldy. Column b uses sample b of A; a
-/// shared dense A does the whole column block as one GEMM.
+/// both column-major with leading dimensions ldx, ldy. Column b uses sample b of A. Each
+/// column's arithmetic is the same whatever the block [b0, b1) it is part of.
 template <class T>
 void apply(const JacobianView<T>& a, Index b0, Index b1, const T* x, Index ldx, T* y, Index ldy,
            bool accumulate, Scratch<T>& scratch);

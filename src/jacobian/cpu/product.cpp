@@ -268,20 +268,16 @@ void apply(const JacobianView<T>& a, Index b0, Index b1, const T* x, Index ldx, 
     put(Y, X);
     return;
   }
-  if (l.shared()) {
-    const T* v = a.values;
-    switch (l.kind) {
-      case Kind::diagonal: put(Y, CVec<T>(v, m).asDiagonal() * X); break;
-      case Kind::dense: put(Y, CMap<T>(v, m, k) * X); break;
-      case Kind::csr: put(Y, sparse(*l.pattern, v) * X); break;
-      case Kind::shared_dense_diag: {
-        MMap<T> tmp(scratch_values(scratch, k * nb), k, nb);
-        tmp.noalias() = CVec<T>(v, k).asDiagonal() * X;
-        put(Y, *l.shared_dense * tmp);
-        break;
-      }
-      default: break;
-    }
+  // Shared diagonal and CSR operands take the whole column block at once: their kernels
+  // compute every column in the same order whatever the block width. Dense products go
+  // column by column (below) even when shared, because Eigen's GEMM and GEMV round
+  // differently, and the executor's block width depends on the thread count.
+  if (l.shared() && l.kind == Kind::diagonal) {
+    put(Y, CVec<T>(a.values, m).asDiagonal() * X);
+    return;
+  }
+  if (l.shared() && l.kind == Kind::csr) {
+    put(Y, sparse(*l.pattern, a.values) * X);
     return;
   }
   for (Index j = 0; j < nb; ++j) {
