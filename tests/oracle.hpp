@@ -97,7 +97,8 @@ std::vector<Md> naive_backward(const Chain<T>& chain, const bppsa::Matrix<T>& g_
         out(r, b) = acc;
       }
     }
-    if (const bppsa::Matrix<T>* e = chain.injection(reverse_order ? n - step : step - 1)) out += e->template cast<double>();
+    if (const bppsa::Matrix<T>* e = chain.injection(reverse_order ? n - step : step - 1))
+      out += e->template cast<double>();
     g[static_cast<std::size_t>(step) - 1] = std::move(out);
   }
   return g;
@@ -142,8 +143,8 @@ template <class T>
     for (Index b = 0; b < r.cols(); ++b)
       for (Index i = 0; i < r.rows(); ++i)
         if (double(got.g(k)(i, b)) != r(i, b))
-          return ::testing::AssertionFailure() << "g_" << k << "(" << i << ", " << b << ") = " << got.g(k)(i, b)
-                                               << ", expected " << r(i, b);
+          return ::testing::AssertionFailure()
+                 << "g_" << k << "(" << i << ", " << b << ") = " << got.g(k)(i, b) << ", expected " << r(i, b);
   }
   return ::testing::AssertionSuccess();
 }
@@ -156,8 +157,8 @@ template <class T>
     if (a.g(k).rows() != b.g(k).rows() || a.g(k).cols() != b.g(k).cols())
       return ::testing::AssertionFailure() << "g_" << k << " shapes differ";
     if (std::memcmp(a.g(k).data(), b.g(k).data(), sizeof(T) * static_cast<std::size_t>(a.g(k).size())) != 0)
-      return ::testing::AssertionFailure() << "g_" << k << " differs (max |diff| "
-                                           << (a.g(k) - b.g(k)).cwiseAbs().maxCoeff() << ")";
+      return ::testing::AssertionFailure()
+             << "g_" << k << " differs (max |diff| " << (a.g(k) - b.g(k)).cwiseAbs().maxCoeff() << ")";
   }
   return ::testing::AssertionSuccess();
 }
@@ -228,14 +229,17 @@ Chain<T> signed_permutation_chain(Index n, Index dim, Index batch, Rng& rng) {
         for (Index s = 0; s < count; ++s)
           for (Index r = 0; r < dim; ++r)
             for (Index q = rp[r]; q < rp[r + 1]; ++q)
-              j.sample(s)[static_cast<std::size_t>(q)] = ci[q] == p[static_cast<std::size_t>(r)] ? T(random_sign(rng)) : T(0);
+              j.sample(s)[static_cast<std::size_t>(q)] =
+                  ci[q] == p[static_cast<std::size_t>(r)] ? T(random_sign(rng)) : T(0);
         break;
       }
       case 2:
         j = Jacobian<T>::diagonal(dim, count);
         for (T& x : j.values()) x = T(random_sign(rng));
         break;
-      case 3: j = Jacobian<T>::identity(dim); break;
+      case 3:
+        j = Jacobian<T>::identity(dim);
+        break;
       default: {
         const auto p = random_permutation(dim, rng);
         auto sm = std::make_shared<bppsa::Matrix<T>>(bppsa::Matrix<T>::Zero(dim, dim));
@@ -268,10 +272,17 @@ template <class T>
 Jacobian<T> small_int_jacobian(Kind kind, Index rows, Index cols, Index count, Rng& rng, Index lo = -2, Index hi = 2) {
   Jacobian<T> j;
   switch (kind) {
-    case Kind::identity: return Jacobian<T>::identity(rows);
-    case Kind::diagonal: j = Jacobian<T>::diagonal(rows, count); break;
-    case Kind::dense: j = Jacobian<T>::dense(rows, cols, count); break;
-    case Kind::csr: j = Jacobian<T>::csr(random_pattern(rows, cols, rng), count); break;
+    case Kind::identity:
+      return Jacobian<T>::identity(rows);
+    case Kind::diagonal:
+      j = Jacobian<T>::diagonal(rows, count);
+      break;
+    case Kind::dense:
+      j = Jacobian<T>::dense(rows, cols, count);
+      break;
+    case Kind::csr:
+      j = Jacobian<T>::csr(random_pattern(rows, cols, rng), count);
+      break;
     case Kind::shared_dense_diag:
       j = Jacobian<T>::shared_dense_diag(
           std::make_shared<const bppsa::Matrix<T>>(small_int_matrix<T>(rows, cols, rng, -1, 1)), count);
@@ -310,9 +321,9 @@ struct AlgoCase {
 /// and automatic.
 inline std::vector<AlgoCase> all_algorithms() {
   using bppsa::Algorithm;
-  return {{Algorithm::linear, 0, "linear"},     {Algorithm::blelloch, 0, "blelloch"},
-          {Algorithm::hybrid, 2, "hybrid/2"},   {Algorithm::hybrid, 3, "hybrid/3"},
-          {Algorithm::hybrid, 7, "hybrid/7"},   {Algorithm::hybrid, 64, "hybrid/64"},
+  return {{Algorithm::linear, 0, "linear"},      {Algorithm::blelloch, 0, "blelloch"},
+          {Algorithm::hybrid, 2, "hybrid/2"},    {Algorithm::hybrid, 3, "hybrid/3"},
+          {Algorithm::hybrid, 7, "hybrid/7"},    {Algorithm::hybrid, 64, "hybrid/64"},
           {Algorithm::hybrid, 0, "hybrid/auto"}, {Algorithm::automatic, 0, "auto"}};
 }
 

@@ -26,7 +26,8 @@ std::string message_of(F&& f) {
   return {};
 }
 
-#define EXPECT_CONTAINS(haystack, needle) EXPECT_NE((haystack).find(needle), std::string::npos) << "message: " << (haystack)
+#define EXPECT_CONTAINS(haystack, needle) \
+  EXPECT_NE((haystack).find(needle), std::string::npos) << "message: " << (haystack)
 
 Chain<double> square_chain(Index n, Index d, Index batch, Rng& rng) {
   Chain<double> c(batch);
@@ -52,7 +53,8 @@ TEST(Errors, InPlaceReplacementMismatchIsCaughtByRun) {
   Chain<double> c = square_chain(5, 4, 2, rng);
   c.jacobian(3) = Jacobian<double>::dense(4, 5, 1);  // its columns no longer fit J_4^T's rows
   for (const auto& alg : oracle::all_algorithms()) {
-    const std::string m = message_of<ShapeError>([&] { backward(c, Matrix<double>::Ones(4, 2).eval(), oracle::options_for(alg)); });
+    const std::string m =
+        message_of<ShapeError>([&] { backward(c, Matrix<double>::Ones(4, 2).eval(), oracle::options_for(alg)); });
     EXPECT_CONTAINS(m, "J_4^T");
     EXPECT_CONTAINS(m, "J_3^T");
     EXPECT_CONTAINS(m, shape_string(4, 5));
@@ -73,7 +75,8 @@ TEST(Errors, EmptyChainIsInvalidArgument) {
   Chain<double> c(2);
   Scanner<double> scanner;
   Gradients<double> out;
-  EXPECT_CONTAINS(message_of<InvalidArgument>([&] { scanner.run(c, Matrix<double>::Ones(3, 2).eval(), out); }), "empty");
+  EXPECT_CONTAINS(message_of<InvalidArgument>([&] { scanner.run(c, Matrix<double>::Ones(3, 2).eval(), out); }),
+                  "empty");
   EXPECT_THROW(backward(c, Matrix<double>::Ones(3, 2).eval()), InvalidArgument);
   EXPECT_THROW(Chain<double>(0), InvalidArgument);
 }
@@ -84,14 +87,10 @@ struct BadCsr {
 };
 
 std::vector<BadCsr> bad_patterns() {  // all 3 × 4
-  return {{"unsorted columns", {0, 2, 3, 4}, {2, 1, 0, 3}},
-          {"duplicate column", {0, 2, 3, 4}, {1, 1, 0, 3}},
-          {"column out of range", {0, 1, 2, 3}, {0, 4, 1}},
-          {"negative column", {0, 1, 2, 3}, {0, -1, 1}},
-          {"row_ptr too short", {0, 1, 2}, {0, 1}},
-          {"row_ptr not starting at 0", {1, 1, 2, 3}, {0, 1, 2}},
-          {"row_ptr decreasing", {0, 2, 1, 3}, {0, 1, 2}},
-          {"row_ptr end != nnz", {0, 1, 2, 2}, {0, 1, 2}}};
+  return {{"unsorted columns", {0, 2, 3, 4}, {2, 1, 0, 3}}, {"duplicate column", {0, 2, 3, 4}, {1, 1, 0, 3}},
+          {"column out of range", {0, 1, 2, 3}, {0, 4, 1}}, {"negative column", {0, 1, 2, 3}, {0, -1, 1}},
+          {"row_ptr too short", {0, 1, 2}, {0, 1}},         {"row_ptr not starting at 0", {1, 1, 2, 3}, {0, 1, 2}},
+          {"row_ptr decreasing", {0, 2, 1, 3}, {0, 1, 2}},  {"row_ptr end != nnz", {0, 1, 2, 2}, {0, 1, 2}}};
 }
 
 TEST(Errors, MalformedCsrIsInvalidArgumentNamingElementAndShape) {
@@ -252,8 +251,8 @@ TEST(Errors, FloatOverflowIsNonFiniteError) {
     Chain<double> cd(2);
     for (int k = 0; k < 8; ++k) {  // gain 1e6 per element: 1e48 overflows float, not double
       auto jf = kind == Kind::dense ? Jacobian<float>::dense(3, 3, 2)
-                : kind == Kind::csr  ? Jacobian<float>::csr(make_csr_pattern(3, 3, {0, 1, 2, 3}, {0, 1, 2}), 2)
-                                     : Jacobian<float>::diagonal(3, 2);
+                : kind == Kind::csr ? Jacobian<float>::csr(make_csr_pattern(3, 3, {0, 1, 2, 3}, {0, 1, 2}), 2)
+                                    : Jacobian<float>::diagonal(3, 2);
       if (kind == Kind::dense)
         for (Index s = 0; s < 2; ++s) jf.dense_map(s) = Matrix<float>::Identity(3, 3) * 1e6f;
       else
@@ -263,7 +262,8 @@ TEST(Errors, FloatOverflowIsNonFiniteError) {
       cf.push_back(std::move(jf));
     }
     for (const auto& alg : oracle::all_algorithms()) {
-      const std::string m = message_of<NonFiniteError>([&] { backward(cf, Matrix<float>::Ones(3, 2).eval(), oracle::options_for(alg)); });
+      const std::string m =
+          message_of<NonFiniteError>([&] { backward(cf, Matrix<float>::Ones(3, 2).eval(), oracle::options_for(alg)); });
       EXPECT_CONTAINS(m, "overflow") << alg.name;
       EXPECT_NO_THROW(backward(cd, Matrix<double>::Ones(3, 2).eval(), oracle::options_for(alg))) << alg.name;
     }

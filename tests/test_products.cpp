@@ -34,7 +34,8 @@ std::vector<std::vector<std::int32_t>> structural_product(const CsrPattern& a, c
   for (Index i = 0; i < a.rows(); ++i)
     for (Index p = a.row_ptr()[i]; p < a.row_ptr()[i + 1]; ++p) {
       const Index k = a.col_idx()[p];
-      for (Index q = b.row_ptr()[k]; q < b.row_ptr()[k + 1]; ++q) rows[static_cast<std::size_t>(i)].insert(b.col_idx()[q]);
+      for (Index q = b.row_ptr()[k]; q < b.row_ptr()[k + 1]; ++q)
+        rows[static_cast<std::size_t>(i)].insert(b.col_idx()[q]);
     }
   std::vector<std::vector<std::int32_t>> out;
   for (const auto& r : rows) out.emplace_back(r.begin(), r.end());
@@ -43,7 +44,8 @@ std::vector<std::vector<std::int32_t>> structural_product(const CsrPattern& a, c
 
 std::vector<std::vector<std::int32_t>> rows_of(const CsrPattern& p) {
   std::vector<std::vector<std::int32_t>> out;
-  for (Index i = 0; i < p.rows(); ++i) out.emplace_back(p.col_idx().begin() + p.row_ptr()[i], p.col_idx().begin() + p.row_ptr()[i + 1]);
+  for (Index i = 0; i < p.rows(); ++i)
+    out.emplace_back(p.col_idx().begin() + p.row_ptr()[i], p.col_idx().begin() + p.row_ptr()[i + 1]);
   return out;
 }
 
@@ -69,7 +71,8 @@ void check_product(const Jacobian<T>& a, const Jacobian<T>& b) {
     }
   }
   if (c.kind() == Kind::shared_dense_diag) {
-    EXPECT_EQ(c.layout().shared_dense, a.kind() == Kind::shared_dense_diag ? a.layout().shared_dense : b.layout().shared_dense);
+    EXPECT_EQ(c.layout().shared_dense,
+              a.kind() == Kind::shared_dense_diag ? a.layout().shared_dense : b.layout().shared_dense);
   }
   for (Index s = 0; s < c.count(); ++s) {
     const Md ref = matmul(densify(a, s), densify(b, s));
@@ -161,8 +164,7 @@ TYPED_TEST(Products, SpgemmRectangularEmptyRowsAndEmptyResult) {
   for (T& x : b.values()) x = T(oracle::uniform_int(rng, -3, -1));
   const Jacobian<T> c = multiply(a, b);
   ASSERT_EQ(c.kind(), Kind::csr);
-  EXPECT_EQ(rows_of(*c.layout().pattern),
-            (std::vector<std::vector<std::int32_t>>{{}, {}, {1, 4, 5}, {1, 4, 5}}));
+  EXPECT_EQ(rows_of(*c.layout().pattern), (std::vector<std::vector<std::int32_t>>{{}, {}, {1, 4, 5}, {1, 4, 5}}));
   for (Index s = 0; s < 2; ++s) EXPECT_EQ(densify(c, s), matmul(densify(a, s), densify(b, s)));
 
   // Structurally zero product: nothing of A reaches a non-empty row of B.
@@ -176,7 +178,8 @@ TYPED_TEST(Products, SpgemmRectangularEmptyRowsAndEmptyResult) {
 
   // Thin shapes: (2×9)(9×1)(1×7), the middle product being 2×1.
   check_product(small_int_jacobian<T>(Kind::csr, 2, 9, 1, rng), small_int_jacobian<T>(Kind::csr, 9, 1, 2, rng));
-  const auto ab = multiply(small_int_jacobian<T>(Kind::csr, 2, 9, 1, rng), small_int_jacobian<T>(Kind::csr, 9, 1, 1, rng));
+  const auto ab =
+      multiply(small_int_jacobian<T>(Kind::csr, 2, 9, 1, rng), small_int_jacobian<T>(Kind::csr, 9, 1, 1, rng));
   check_product(ab, small_int_jacobian<T>(Kind::csr, 1, 7, 2, rng));
 }
 
@@ -198,7 +201,8 @@ TEST(Products, PlanFlopsFollowTheDocumentedCounts) {
 
 /// Checks apply() on columns [b0, b1) of a padded batch, with and without accumulate.
 template <class T>
-void check_apply(const Jacobian<T>& a, Index batch, Index b0, Index b1, bool accumulate, Rng& rng, Scratch<T>& scratch) {
+void check_apply(const Jacobian<T>& a, Index batch, Index b0, Index b1, bool accumulate, Rng& rng,
+                 Scratch<T>& scratch) {
   const Index m = a.rows(), k = a.cols(), ldx = k + 2, ldy = m + 1;
   const Matrix<T> x = oracle::small_int_matrix<T>(ldx, batch, rng);
   const Matrix<T> y0 = oracle::small_int_matrix<T>(ldy, batch, rng);
@@ -211,7 +215,8 @@ void check_apply(const Jacobian<T>& a, Index batch, Index b0, Index b1, bool acc
     }
     const Md ax = matmul(densify(a, b), x.col(b).head(k).template cast<double>());
     const Md expect = accumulate ? Md(ax + y0.col(b).head(m).template cast<double>()) : ax;
-    EXPECT_EQ(y.col(b).head(m).template cast<double>(), expect) << "column " << b << (accumulate ? " (accumulate)" : "");
+    EXPECT_EQ(y.col(b).head(m).template cast<double>(), expect)
+        << "column " << b << (accumulate ? " (accumulate)" : "");
     EXPECT_EQ(y.col(b).tail(ldy - m), y0.col(b).tail(ldy - m)) << "padding rows of column " << b << " were written";
   }
 }
@@ -254,7 +259,8 @@ TYPED_TEST(Products, ToDenseAgreesWithTheRawLayoutContract) {
   for (Kind kind : kKinds) {
     const Index r = square_only(kind) ? 5 : 3;
     const auto j = small_int_jacobian<T>(kind, r, 5, kind == Kind::identity ? 1 : 2, rng);
-    for (Index s = 0; s < j.count(); ++s) EXPECT_EQ(j.to_dense(s).template cast<double>(), densify(j, s)) << to_string(kind);
+    for (Index s = 0; s < j.count(); ++s)
+      EXPECT_EQ(j.to_dense(s).template cast<double>(), densify(j, s)) << to_string(kind);
   }
 }
 

@@ -36,7 +36,8 @@ TYPED_TEST(Exact, SignedPermutationChainsEveryNUpTo300) {
     const Matrix<T> g_last = oracle::small_int_matrix<T>(dim, batch, rng);
     SCOPED_TRACE("signed permutations, N = " + std::to_string(n));
     check_exact(chain, g_last);
-    if (n >= 2) order_sensitive += oracle::naive_backward(chain, g_last, true)[0] != oracle::naive_backward(chain, g_last)[0];
+    if (n >= 2)
+      order_sensitive += oracle::naive_backward(chain, g_last, true)[0] != oracle::naive_backward(chain, g_last)[0];
   }
   // Sanity of the data: applying the Jacobians in the wrong order changes g_0 almost always,
   // so an algorithm that swapped operands could not pass the checks above.
@@ -109,9 +110,11 @@ TEST(Exact, DegenerateElements) {
     for (Index k = 0; k < n; ++k) {
       const Index rows = k % 3 == 0 ? 1 : 2, cols = k % 3 == 2 ? 1 : 2;  // dims cycle 1, 2, 2, 1, …
       if (k == n / 2)
-        mixed.push_back(Jacobian<double>::csr(make_csr_pattern(rows, cols, std::vector<std::int32_t>(rows + 1, 0), {}), 3));
+        mixed.push_back(
+            Jacobian<double>::csr(make_csr_pattern(rows, cols, std::vector<std::int32_t>(rows + 1, 0), {}), 3));
       else
-        mixed.push_back(oracle::small_int_jacobian<double>(k % 2 ? Kind::dense : Kind::shared_dense_diag, rows, cols, 3, rng));
+        mixed.push_back(
+            oracle::small_int_jacobian<double>(k % 2 ? Kind::dense : Kind::shared_dense_diag, rows, cols, 3, rng));
     }
     const Matrix<double> g3 = oracle::small_int_matrix<double>(mixed.dim(n), 3, rng);
     SCOPED_TRACE("empty csr and d = 1, N = " + std::to_string(n));
@@ -175,7 +178,8 @@ TEST(Exact, ProductsInsideTheScanKeepOrder) {
     for (int k = 1; k <= 7; ++k) chain.push_back(two_by_two(ms[static_cast<std::size_t>(k) - 1], k % 2 == 0));
     for (int k = 7; k >= 1; --k) expect = oracle::matmul(ms[static_cast<std::size_t>(k) - 1], expect);
     for (const auto& alg : oracle::all_algorithms())
-      EXPECT_EQ(backward(chain, g_last, oracle::options_for(alg, 3)).g(0), expect) << alg.name << " pattern " << pattern;
+      EXPECT_EQ(backward(chain, g_last, oracle::options_for(alg, 3)).g(0), expect)
+          << alg.name << " pattern " << pattern;
   }
 }
 

@@ -57,7 +57,8 @@ TEST_P(EveryKind, PowersOfTwoPlusMinusOne) {
 
 TEST_P(EveryKind, AffineWithSomeInjectionsUnset) {
   for (Index n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16, 17, 31, 32, 33, 64, 100, 255, 513}) {
-    RandomProblem<double> p = random_problem<double>({n, 4, 2, GetParam(), n % 2 == 0, true, static_cast<std::uint64_t>(n)});
+    RandomProblem<double> p =
+        random_problem<double>({n, 4, 2, GetParam(), n % 2 == 0, true, static_cast<std::uint64_t>(n)});
     // Keep e_k only for k ≢ 1 (mod 3): unset injections are zero.
     std::vector<Matrix<double>> e;
     for (Index k = 0; k < n; ++k) e.push_back(*p.chain.injection(k));
@@ -96,8 +97,9 @@ Chain<T> rectangular_chain(Index n, Index batch, Rng& rng) {
   for (Index k = 1; k <= n; ++k) {
     const Index cols = oracle::uniform_int(rng, 1, 7);
     const Index count = oracle::uniform_int(rng, 0, 1) ? 1 : batch;
-    Jacobian<T> j = oracle::uniform_int(rng, 0, 1) ? Jacobian<T>::dense(rows, cols, count)
-                                                   : Jacobian<T>::csr(oracle::random_pattern(rows, cols, rng, 60), count);
+    Jacobian<T> j = oracle::uniform_int(rng, 0, 1)
+                        ? Jacobian<T>::dense(rows, cols, count)
+                        : Jacobian<T>::csr(oracle::random_pattern(rows, cols, rng, 60), count);
     for (T& x : j.values()) x = T(1.6 * u(rng) / std::sqrt(double(cols)));
     chain.push_back(std::move(j));
     rows = cols;
@@ -123,7 +125,8 @@ TEST(ScanOracle, MixedChainsBatchSizesAndThreads) {
   for (Index batch : {1, 2, 5})
     for (int threads : {1, 3})
       for (Index n : {10, 77, 250})
-        check_random<double>({n, 6, batch, ChainKind::mixed, false, n == 77, static_cast<std::uint64_t>(n * batch)}, threads);
+        check_random<double>({n, 6, batch, ChainKind::mixed, false, n == 77, static_cast<std::uint64_t>(n * batch)},
+                             threads);
 }
 
 /// Large N: few algorithms (each a different schedule shape) on cheap elements.

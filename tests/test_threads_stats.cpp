@@ -43,8 +43,8 @@ TEST_P(ThreadCounts, BlellochAndFixedChunkHybridAreBitIdentical) {
   // batch 16 ≥ threads runs sample-major, batch 1 and 3 mostly phase-major.
   for (Index batch : {1, 3, 16})
     for (Index dim : {4, 12}) {  // 12: Eigen's blocked kernels (depth > 8) for shared dense products
-      const RandomProblem<float> p =
-          random_problem<float>({150, dim, batch, GetParam(), batch == 3, dim == 4, static_cast<std::uint64_t>(batch + dim)});
+      const RandomProblem<float> p = random_problem<float>(
+          {150, dim, batch, GetParam(), batch == 3, dim == 4, static_cast<std::uint64_t>(batch + dim)});
       const std::vector<Md> ref = oracle::naive_backward(p.chain, p.g_last);
       for (const ScanOptions& base : {opts(Algorithm::blelloch, 1), opts(Algorithm::hybrid, 1, 4)}) {
         // One Scanner across the thread counts, so a plan or scratch kept from a different
@@ -81,7 +81,8 @@ TEST_P(ThreadCounts, AutoAndThreadChunkedHybridMatchLinear) {
         const ScanStats& st = scanner.run(p.chain, p.g_last, got);
         EXPECT_NE(st.algorithm, Algorithm::automatic) << "stats report the algorithm that ran";
         EXPECT_TRUE(oracle::close_to(got, as_reference(lin), 1e-4))
-            << to_string(a) << " threads " << threads << " batch " << batch << " (ran " << to_string(st.algorithm) << ")";
+            << to_string(a) << " threads " << threads << " batch " << batch << " (ran " << to_string(st.algorithm)
+            << ")";
       }
   }
 }
@@ -94,7 +95,8 @@ TEST(ThreadCounts, SharedDenseElementsOnColumnBlocksOfEveryWidth) {
     for (Index dim : {5, 6, 12})
       for (Index batch : {8, 16}) {
         const RandomProblem<float> p = random_problem<float>({60, dim, batch, kind, true, false, 3});
-        for (const ScanOptions& base : {opts(Algorithm::linear, 1), opts(Algorithm::blelloch, 1), opts(Algorithm::hybrid, 1, 4)}) {
+        for (const ScanOptions& base :
+             {opts(Algorithm::linear, 1), opts(Algorithm::blelloch, 1), opts(Algorithm::hybrid, 1, 4)}) {
           Gradients<float> first;
           Scanner<float>(base).run(p.chain, p.g_last, first);
           for (int threads : {2, 3, 8}) {
@@ -102,8 +104,9 @@ TEST(ThreadCounts, SharedDenseElementsOnColumnBlocksOfEveryWidth) {
             o.threads = threads;
             Gradients<float> got;
             Scanner<float>(o).run(p.chain, p.g_last, got);
-            EXPECT_TRUE(oracle::bit_identical(first, got)) << to_string(kind) << " dim " << dim << " batch " << batch << ", "
-                                                            << to_string(o.algorithm) << ", threads " << threads << " vs 1";
+            EXPECT_TRUE(oracle::bit_identical(first, got))
+                << to_string(kind) << " dim " << dim << " batch " << batch << ", " << to_string(o.algorithm)
+                << ", threads " << threads << " vs 1";
           }
         }
       }
@@ -273,7 +276,8 @@ TEST(PlanReuse, SameStructureNewValuesReusesThePlan) {
       const ScanStats& st = scanner.run(p.chain, p.g_last, out);
       EXPECT_TRUE(st.plan_reused) << alg.name << " round " << round;
       EXPECT_EQ(st.plan_seconds, 0.0);
-      EXPECT_TRUE(oracle::close_to(out, oracle::naive_backward(p.chain, p.g_last), 1e-10)) << alg.name << " round " << round;
+      EXPECT_TRUE(oracle::close_to(out, oracle::naive_backward(p.chain, p.g_last), 1e-10))
+          << alg.name << " round " << round;
     }
   }
 }
@@ -296,8 +300,10 @@ TEST(PlanReuse, StructureChangesReplanAndStayCorrect) {
   run_expect(true, "csr element unchanged");
 
   const CsrPattern& old = *p.chain.jacobian(17).layout().pattern;  // same arrays, new pattern object
-  auto copy = Jacobian<double>::csr(make_csr_pattern(4, 4, std::vector<std::int32_t>(old.row_ptr().begin(), old.row_ptr().end()),
-                                                     std::vector<std::int32_t>(old.col_idx().begin(), old.col_idx().end())), 2);
+  auto copy = Jacobian<double>::csr(
+      make_csr_pattern(4, 4, std::vector<std::int32_t>(old.row_ptr().begin(), old.row_ptr().end()),
+                       std::vector<std::int32_t>(old.col_idx().begin(), old.col_idx().end())),
+      2);
   std::copy(p.chain.jacobian(17).values().begin(), p.chain.jacobian(17).values().end(), copy.values().begin());
   p.chain.jacobian(17) = std::move(copy);
   run_expect(false, "new pattern object");

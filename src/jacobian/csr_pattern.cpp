@@ -12,35 +12,31 @@ std::string check_pattern(Index rows, Index cols, const std::vector<std::int32_t
                           const std::vector<std::int32_t>& col_idx) {
   const std::string shape = shape_string(rows, cols);
   if (rows < 0 || cols < 0) return "negative shape " + shape;
-  if (rows > std::numeric_limits<std::int32_t>::max() ||
-      cols > std::numeric_limits<std::int32_t>::max() ||
+  if (rows > std::numeric_limits<std::int32_t>::max() || cols > std::numeric_limits<std::int32_t>::max() ||
       col_idx.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
-    return "CSR " + shape + " with " + std::to_string(col_idx.size()) +
-           " entries exceeds the 32-bit index range";
+    return "CSR " + shape + " with " + std::to_string(col_idx.size()) + " entries exceeds the 32-bit index range";
   if (row_ptr.size() != static_cast<std::size_t>(rows) + 1)
     return "CSR " + shape + ": row_ptr has " + std::to_string(row_ptr.size()) +
            " entries, expected rows + 1 = " + std::to_string(rows + 1);
   if (row_ptr.front() != 0)
     return "CSR " + shape + ": row_ptr[0] is " + std::to_string(row_ptr.front()) + ", expected 0";
   if (static_cast<std::size_t>(row_ptr.back()) != col_idx.size())
-    return "CSR " + shape + ": row_ptr[rows] is " + std::to_string(row_ptr.back()) +
-           " but there are " + std::to_string(col_idx.size()) + " column indices";
+    return "CSR " + shape + ": row_ptr[rows] is " + std::to_string(row_ptr.back()) + " but there are " +
+           std::to_string(col_idx.size()) + " column indices";
   for (Index r = 0; r < rows; ++r)
     if (row_ptr[r + 1] < row_ptr[r])
-      return "CSR " + shape + ": row_ptr decreases at row " + std::to_string(r) + " (" +
-             std::to_string(row_ptr[r]) + " then " + std::to_string(row_ptr[r + 1]) + ")";
+      return "CSR " + shape + ": row_ptr decreases at row " + std::to_string(r) + " (" + std::to_string(row_ptr[r]) +
+             " then " + std::to_string(row_ptr[r + 1]) + ")";
   for (Index r = 0; r < rows; ++r) {
     const std::int32_t begin = row_ptr[r], end = row_ptr[r + 1];
     for (std::int32_t p = begin; p < end; ++p) {
       const std::int32_t c = col_idx[p];
       if (c < 0 || c >= cols)
-        return "CSR " + shape + ": column index " + std::to_string(c) + " at row " +
-               std::to_string(r) + " (entry " + std::to_string(p) + ") is out of range [0, " +
-               std::to_string(cols) + ")";
+        return "CSR " + shape + ": column index " + std::to_string(c) + " at row " + std::to_string(r) + " (entry " +
+               std::to_string(p) + ") is out of range [0, " + std::to_string(cols) + ")";
       if (p > begin && c <= col_idx[p - 1])
-        return "CSR " + shape + ": column indices of row " + std::to_string(r) +
-               " are not strictly increasing (" + std::to_string(col_idx[p - 1]) + " then " +
-               std::to_string(c) + " at entry " + std::to_string(p) +
+        return "CSR " + shape + ": column indices of row " + std::to_string(r) + " are not strictly increasing (" +
+               std::to_string(col_idx[p - 1]) + " then " + std::to_string(c) + " at entry " + std::to_string(p) +
                "); sort each row and merge duplicates";
     }
   }
@@ -49,8 +45,7 @@ std::string check_pattern(Index rows, Index cols, const std::vector<std::int32_t
 
 }  // namespace
 
-CsrPattern::CsrPattern(Index rows, Index cols, std::vector<std::int32_t> row_ptr,
-                       std::vector<std::int32_t> col_idx)
+CsrPattern::CsrPattern(Index rows, Index cols, std::vector<std::int32_t> row_ptr, std::vector<std::int32_t> col_idx)
     : rows_(rows), cols_(cols), row_ptr_(std::move(row_ptr)), col_idx_(std::move(col_idx)) {
   error_ = check_pattern(rows_, cols_, row_ptr_, col_idx_);
 }

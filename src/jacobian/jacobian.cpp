@@ -7,11 +7,16 @@ namespace bppsa {
 
 const char* to_string(Kind kind) {
   switch (kind) {
-    case Kind::identity: return "identity";
-    case Kind::diagonal: return "diagonal";
-    case Kind::dense: return "dense";
-    case Kind::csr: return "csr";
-    case Kind::shared_dense_diag: return "shared_dense_diag";
+    case Kind::identity:
+      return "identity";
+    case Kind::diagonal:
+      return "diagonal";
+    case Kind::dense:
+      return "dense";
+    case Kind::csr:
+      return "csr";
+    case Kind::shared_dense_diag:
+      return "shared_dense_diag";
   }
   return "unknown";
 }
@@ -19,11 +24,16 @@ const char* to_string(Kind kind) {
 template <class T>
 Index Layout<T>::values_per_sample() const {
   switch (kind) {
-    case Kind::identity: return 0;
-    case Kind::diagonal: return rows;
-    case Kind::dense: return rows * cols;
-    case Kind::csr: return pattern ? pattern->nnz() : 0;
-    case Kind::shared_dense_diag: return cols;
+    case Kind::identity:
+      return 0;
+    case Kind::diagonal:
+      return rows;
+    case Kind::dense:
+      return rows * cols;
+    case Kind::csr:
+      return pattern ? pattern->nnz() : 0;
+    case Kind::shared_dense_diag:
+      return cols;
   }
   return 0;
 }
@@ -42,8 +52,10 @@ Jacobian<T>::Jacobian(Layout<T> layout) : layout_(std::move(layout)) {
   if (layout_.rows < 0 || layout_.cols < 0)
     detail::raise<InvalidArgument>(op, "negative shape " + shape_string(layout_.rows, layout_.cols));
   if (layout_.count < 1)
-    detail::raise<InvalidArgument>(op, "count must be ≥ 1 (1 = shared by the batch, B = one per "
-                                       "sample), got " + std::to_string(layout_.count));
+    detail::raise<InvalidArgument>(op,
+                                   "count must be ≥ 1 (1 = shared by the batch, B = one per "
+                                   "sample), got " +
+                                       std::to_string(layout_.count));
   switch (layout_.kind) {
     case Kind::identity:
     case Kind::diagonal:
@@ -51,7 +63,8 @@ Jacobian<T>::Jacobian(Layout<T> layout) : layout_(std::move(layout)) {
         detail::raise<ShapeError>(op, std::string(to_string(layout_.kind)) + " must be square, got " +
                                           shape_string(layout_.rows, layout_.cols));
       break;
-    case Kind::dense: break;
+    case Kind::dense:
+      break;
     case Kind::csr:
       if (!layout_.pattern) detail::raise<InvalidArgument>(op, "csr Jacobian without a pattern");
       if (layout_.pattern->rows() != layout_.rows || layout_.pattern->cols() != layout_.cols)
@@ -62,7 +75,8 @@ Jacobian<T>::Jacobian(Layout<T> layout) : layout_(std::move(layout)) {
       if (!layout_.shared_dense)
         detail::raise<InvalidArgument>(op, "shared_dense_diag Jacobian without its shared matrix S");
       if (layout_.shared_dense->rows() != layout_.rows || layout_.shared_dense->cols() != layout_.cols)
-        detail::raise<ShapeError>(op, "S is " + shape_string(layout_.shared_dense->rows(), layout_.shared_dense->cols()) +
+        detail::raise<ShapeError>(op, "S is " +
+                                          shape_string(layout_.shared_dense->rows(), layout_.shared_dense->cols()) +
                                           " but the Jacobian is " + shape_string(layout_.rows, layout_.cols));
       break;
   }
@@ -128,11 +142,15 @@ Matrix<T> to_dense(const JacobianView<T>& j, Index s) {
   const T* v = j.sample(s);
   Matrix<T> m = Matrix<T>::Zero(l.rows, l.cols);
   switch (l.kind) {
-    case Kind::identity: m.setIdentity(); break;
+    case Kind::identity:
+      m.setIdentity();
+      break;
     case Kind::diagonal:
       for (Index i = 0; i < l.rows; ++i) m(i, i) = v[i];
       break;
-    case Kind::dense: m = Eigen::Map<const Matrix<T>>(v, l.rows, l.cols); break;
+    case Kind::dense:
+      m = Eigen::Map<const Matrix<T>>(v, l.rows, l.cols);
+      break;
     case Kind::csr: {
       const auto rp = l.pattern->row_ptr();
       const auto ci = l.pattern->col_idx();

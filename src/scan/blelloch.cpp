@@ -19,7 +19,7 @@ namespace bppsa::detail {
 template <class T>
 void build_blelloch(Builder<T>& b) {
   const Index n = b.n();
-  const int levels = static_cast<int>(std::bit_width(static_cast<std::uint64_t>(n))) ;  // ⌈log2(n+1)⌉
+  const int levels = static_cast<int>(std::bit_width(static_cast<std::uint64_t>(n)));  // ⌈log2(n+1)⌉
   const int L = levels - 1;
   std::vector<MatRef> val(static_cast<std::size_t>(n) + 1);
   for (Index i = 1; i <= n; ++i) val[static_cast<std::size_t>(i)] = b.element(i);

@@ -30,7 +30,8 @@ Jacobian<T>& Chain<T>::push_back(Jacobian<T> jt) {
 template <class T>
 Jacobian<T>& Chain<T>::jacobian(Index k) {
   if (k < 1 || k > size())
-    detail::raise<InvalidArgument>("Chain::jacobian", "k = " + std::to_string(k) + " is outside 1.." + std::to_string(size()));
+    detail::raise<InvalidArgument>("Chain::jacobian",
+                                   "k = " + std::to_string(k) + " is outside 1.." + std::to_string(size()));
   return jt_[static_cast<std::size_t>(k - 1)];
 }
 template <class T>
@@ -41,8 +42,8 @@ const Jacobian<T>& Chain<T>::jacobian(Index k) const {
 template <class T>
 Index Chain<T>::dim(Index k) const {
   if (k < 0 || k > size() || empty())
-    detail::raise<InvalidArgument>("Chain::dim", "k = " + std::to_string(k) + " is outside 0.." + std::to_string(size()) +
-                                                     (empty() ? " (the chain is empty)" : ""));
+    detail::raise<InvalidArgument>("Chain::dim", "k = " + std::to_string(k) + " is outside 0.." +
+                                                     std::to_string(size()) + (empty() ? " (the chain is empty)" : ""));
   return k == 0 ? jt_.front().rows() : jt_[static_cast<std::size_t>(k - 1)].cols();
 }
 
@@ -52,9 +53,9 @@ void Chain<T>::set_injection(Index k, Matrix<T> e) {
     detail::raise<InvalidArgument>("Chain::set_injection", "k = " + std::to_string(k) + " is outside 0.." +
                                                                std::to_string(size() - 1) + " (e_k for k < N)");
   if (e.rows() != dim(k) || e.cols() != batch_)
-    detail::raise<ShapeError>("Chain::set_injection", "e_" + std::to_string(k) + " is " + shape_string(e.rows(), e.cols()) +
-                                                          ", expected d_" + std::to_string(k) + " × batch = " +
-                                                          shape_string(dim(k), batch_));
+    detail::raise<ShapeError>("Chain::set_injection",
+                              "e_" + std::to_string(k) + " is " + shape_string(e.rows(), e.cols()) + ", expected d_" +
+                                  std::to_string(k) + " × batch = " + shape_string(dim(k), batch_));
   if (injection_.size() < jt_.size()) injection_.resize(jt_.size());
   injection_[static_cast<std::size_t>(k)] = std::move(e);
 }
@@ -102,8 +103,8 @@ void Chain<T>::check_element(Index k, const char* op) const {
     if (prev.cols() != j.rows())
       detail::raise<ShapeError>(op, name() + " does not chain with " + element_name(k - 1) + " (" +
                                         prev.layout().describe() + "): " + element_name(k - 1) + " has " +
-                                        std::to_string(prev.cols()) + " columns (d_" + std::to_string(k - 1) + ") but " +
-                                        element_name(k) + " has " + std::to_string(j.rows()) + " rows");
+                                        std::to_string(prev.cols()) + " columns (d_" + std::to_string(k - 1) +
+                                        ") but " + element_name(k) + " has " + std::to_string(j.rows()) + " rows");
   }
 }
 

@@ -10,8 +10,8 @@ namespace bppsa::detail {
 
 /// Estimated seconds of the two products an element takes part in (one sample).
 struct ElementCost {
-  double mv = 0;  ///< a_i · vector
-  double mm = 0;  ///< a_i · (running product of its chunk)
+  double mv = 0;     ///< a_i · vector
+  double mm = 0;     ///< a_i · (running product of its chunk)
   double bytes = 0;  ///< memory one pass over a_i moves (its values, the vector it makes)
 };
 

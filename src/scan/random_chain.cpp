@@ -13,20 +13,26 @@ namespace bppsa {
 
 const char* to_string(ChainKind k) {
   switch (k) {
-    case ChainKind::dense: return "dense";
-    case ChainKind::diagonal: return "diag";
-    case ChainKind::csr: return "csr";
-    case ChainKind::shared_dense_diag: return "sdd";
-    case ChainKind::mixed: return "mixed";
+    case ChainKind::dense:
+      return "dense";
+    case ChainKind::diagonal:
+      return "diag";
+    case ChainKind::csr:
+      return "csr";
+    case ChainKind::shared_dense_diag:
+      return "sdd";
+    case ChainKind::mixed:
+      return "mixed";
   }
   return "unknown";
 }
 
 ChainKind parse_chain_kind(std::string_view name) {
-  for (ChainKind k : {ChainKind::dense, ChainKind::diagonal, ChainKind::csr, ChainKind::shared_dense_diag, ChainKind::mixed})
+  for (ChainKind k :
+       {ChainKind::dense, ChainKind::diagonal, ChainKind::csr, ChainKind::shared_dense_diag, ChainKind::mixed})
     if (name == to_string(k)) return k;
-  detail::raise<InvalidArgument>("parse_chain_kind", "unknown chain kind '" + std::string(name) +
-                                                         "'; expected dense, diag, csr, sdd or mixed");
+  detail::raise<InvalidArgument>(
+      "parse_chain_kind", "unknown chain kind '" + std::string(name) + "'; expected dense, diag, csr, sdd or mixed");
 }
 
 namespace {
@@ -62,7 +68,8 @@ class Generator {
       std::vector<std::int32_t> rp{0}, ci;
       for (Index i = 0; i < rows; ++i) {
         const Index centre = rows == 1 ? 0 : i * (cols - 1) / (rows - 1);
-        for (Index j = std::max<Index>(0, centre - 1); j <= std::min(cols - 1, centre + 1); ++j) ci.push_back(static_cast<std::int32_t>(j));
+        for (Index j = std::max<Index>(0, centre - 1); j <= std::min(cols - 1, centre + 1); ++j)
+          ci.push_back(static_cast<std::int32_t>(j));
         rp.push_back(static_cast<std::int32_t>(ci.size()));
       }
       p = make_csr_pattern(rows, cols, std::move(rp), std::move(ci));
@@ -91,7 +98,8 @@ class Generator {
 void fill(Generator& gen, Jacobian<double>& j, Index s) {
   auto v = j.sample(s);
   switch (j.kind()) {
-    case Kind::identity: break;
+    case Kind::identity:
+      break;
     case Kind::diagonal:
       for (double& x : v) x = (gen.uniform(0, 1) < 0.5 ? -1 : 1) * gen.uniform(0.75, 1.0);
       break;
@@ -110,8 +118,8 @@ void fill(Generator& gen, Jacobian<double>& j, Index s) {
       for (Index r = 0; r < j.rows(); ++r) {
         const Index centre = j.rows() == 1 ? 0 : r * (j.cols() - 1) / (j.rows() - 1);
         for (std::int32_t p = rp[r]; p < rp[r + 1]; ++p)
-          v[static_cast<std::size_t>(p)] = ci[p] == centre ? (gen.uniform(0, 1) < 0.5 ? -1 : 1) * gen.uniform(0.7, 1.0)
-                                                           : 0.15 * gen.normal();
+          v[static_cast<std::size_t>(p)] =
+              ci[p] == centre ? (gen.uniform(0, 1) < 0.5 ? -1 : 1) * gen.uniform(0.7, 1.0) : 0.15 * gen.normal();
       }
       break;
     }
@@ -151,7 +159,8 @@ RandomProblem<T> random_problem(const RandomChainSpec& spec) {
   if (mixed) {
     const Index choices[3] = {std::max<Index>(1, spec.dim / 2), spec.dim, spec.dim + spec.dim / 2};
     for (Index k = n - 1; k >= 0; --k)
-      dims[static_cast<std::size_t>(k)] = gen.uniform(0, 1) < 0.1 ? choices[gen.pick(3)] : dims[static_cast<std::size_t>(k) + 1];
+      dims[static_cast<std::size_t>(k)] =
+          gen.uniform(0, 1) < 0.1 ? choices[gen.pick(3)] : dims[static_cast<std::size_t>(k) + 1];
   }
 
   Dd g(dims.back(), batch);
@@ -167,10 +176,18 @@ RandomProblem<T> random_problem(const RandomChainSpec& spec) {
     Kind kind = Kind::dense;
     bool shared = spec.shared;
     switch (spec.kind) {
-      case ChainKind::dense: kind = Kind::dense; break;
-      case ChainKind::diagonal: kind = Kind::diagonal; break;
-      case ChainKind::csr: kind = Kind::csr; break;
-      case ChainKind::shared_dense_diag: kind = Kind::shared_dense_diag; break;
+      case ChainKind::dense:
+        kind = Kind::dense;
+        break;
+      case ChainKind::diagonal:
+        kind = Kind::diagonal;
+        break;
+      case ChainKind::csr:
+        kind = Kind::csr;
+        break;
+      case ChainKind::shared_dense_diag:
+        kind = Kind::shared_dense_diag;
+        break;
       case ChainKind::mixed: {
         static constexpr Kind square[] = {Kind::identity, Kind::diagonal, Kind::diagonal, Kind::dense,
                                           Kind::dense,    Kind::csr,      Kind::csr,      Kind::shared_dense_diag};
@@ -183,11 +200,21 @@ RandomProblem<T> random_problem(const RandomChainSpec& spec) {
     const Index count = shared ? 1 : batch;
     Jacobian<double> j;
     switch (kind) {
-      case Kind::identity: j = Jacobian<double>::identity(rows); break;
-      case Kind::diagonal: j = Jacobian<double>::diagonal(rows, count); break;
-      case Kind::dense: j = Jacobian<double>::dense(rows, cols, count); break;
-      case Kind::csr: j = Jacobian<double>::csr(gen.band(rows, cols), count); break;
-      case Kind::shared_dense_diag: j = Jacobian<double>::shared_dense_diag(gen.shared_s(rows, cols), count); break;
+      case Kind::identity:
+        j = Jacobian<double>::identity(rows);
+        break;
+      case Kind::diagonal:
+        j = Jacobian<double>::diagonal(rows, count);
+        break;
+      case Kind::dense:
+        j = Jacobian<double>::dense(rows, cols, count);
+        break;
+      case Kind::csr:
+        j = Jacobian<double>::csr(gen.band(rows, cols), count);
+        break;
+      case Kind::shared_dense_diag:
+        j = Jacobian<double>::shared_dense_diag(gen.shared_s(rows, cols), count);
+        break;
     }
     for (Index s = 0; s < j.count(); ++s) fill(gen, j, s);
 

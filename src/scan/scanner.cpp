@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "bppsa/core/error.hpp"
+#include "core/finite.hpp"
 #include "scan/cost_model.hpp"
 #include "scan/cpu/executor.hpp"
 
@@ -13,10 +14,14 @@ namespace bppsa {
 
 const char* to_string(Algorithm a) {
   switch (a) {
-    case Algorithm::linear: return "linear";
-    case Algorithm::blelloch: return "blelloch";
-    case Algorithm::hybrid: return "hybrid";
-    case Algorithm::automatic: return "auto";
+    case Algorithm::linear:
+      return "linear";
+    case Algorithm::blelloch:
+      return "blelloch";
+    case Algorithm::hybrid:
+      return "hybrid";
+    case Algorithm::automatic:
+      return "auto";
   }
   return "unknown";
 }
@@ -24,8 +29,8 @@ const char* to_string(Algorithm a) {
 Algorithm parse_algorithm(std::string_view name) {
   for (Algorithm a : {Algorithm::linear, Algorithm::blelloch, Algorithm::hybrid, Algorithm::automatic})
     if (name == to_string(a)) return a;
-  detail::raise<InvalidArgument>("parse_algorithm", "unknown algorithm '" + std::string(name) +
-                                                        "'; expected linear, blelloch, hybrid or auto");
+  detail::raise<InvalidArgument>(
+      "parse_algorithm", "unknown algorithm '" + std::string(name) + "'; expected linear, blelloch, hybrid or auto");
 }
 
 template <class T>
@@ -60,25 +65,28 @@ struct ElementSignature {
   }
 };
 
+using detail::all_finite;
+
 template <class T>
-bool all_finite(const T* v, Index n) {
-  return Eigen::Map<const Vector<T>>(v, n).allFinite();
+bool all_finite(const Matrix<T>& m) {
+  return all_finite(m.data(), m.size());
 }
 
 template <class T>
 void check_inputs(const Chain<T>& chain, const Matrix<T>& g_last, int threads) {
   const char* op = "scan";
-  const std::string hint = "; find the layer that produced it (or set ScanOptions::check_inputs = false to skip "
-                           "this check and let non-finite values surface in the gradients)";
-  if (!g_last.allFinite()) detail::raise<NonFiniteError>(op, "g_N (the loss gradient) contains NaN or Inf" + hint);
+  const std::string hint =
+      "; find the layer that produced it (or set ScanOptions::check_inputs = false to skip "
+      "this check and let non-finite values surface in the gradients)";
+  if (!all_finite(g_last)) detail::raise<NonFiniteError>(op, "g_N (the loss gradient) contains NaN or Inf" + hint);
   const Index n = chain.size();
   Index bad = n + 1;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 64) reduction(min : bad)
   for (Index k = 1; k <= n; ++k) {
     const Jacobian<T>& j = chain.jacobian(k);
     bool ok = all_finite(j.values().data(), static_cast<Index>(j.values().size()));
-    if (j.kind() == Kind::shared_dense_diag) ok = ok && j.layout().shared_dense->allFinite();
-    if (const Matrix<T>* e = chain.injection(k - 1)) ok = ok && e->allFinite();
+    if (j.kind() == Kind::shared_dense_diag) ok = ok && all_finite(*j.layout().shared_dense);
+    if (const Matrix<T>* e = chain.injection(k - 1)) ok = ok && all_finite(*e);
     if (!ok) bad = std::min(bad, k);
   }
   if (bad > n) return;
@@ -88,7 +96,7 @@ void check_inputs(const Chain<T>& chain, const Matrix<T>& g_last, int threads) {
     if (!all_finite(j.sample(s).data(), j.layout().values_per_sample())) {
       detail::raise<NonFiniteError>(op, where + " contains NaN or Inf in sample " + std::to_string(s) + hint);
     }
-  if (j.kind() == Kind::shared_dense_diag && !j.layout().shared_dense->allFinite())
+  if (j.kind() == Kind::shared_dense_diag && !all_finite(*j.layout().shared_dense))
     detail::raise<NonFiniteError>(op, "the shared matrix S of " + where + " contains NaN or Inf" + hint);
   detail::raise<NonFiniteError>(op, "injection e_" + std::to_string(bad - 1) + " contains NaN or Inf" + hint);
 }
@@ -124,9 +132,11 @@ Scanner<T>& Scanner<T>::operator=(Scanner&&) noexcept = default;
 template <class T>
 void Scanner<T>::set_options(const ScanOptions& options) {
   if (options.threads < 0)
-    detail::raise<InvalidArgument>("Scanner", "threads must be ≥ 0 (0 = OpenMP's default), got " + std::to_string(options.threads));
+    detail::raise<InvalidArgument>(
+        "Scanner", "threads must be ≥ 0 (0 = OpenMP's default), got " + std::to_string(options.threads));
   if (options.chunks < 0)
-    detail::raise<InvalidArgument>("Scanner", "chunks must be ≥ 0 (0 = one per thread), got " + std::to_string(options.chunks));
+    detail::raise<InvalidArgument>("Scanner",
+                                   "chunks must be ≥ 0 (0 = one per thread), got " + std::to_string(options.chunks));
   options_ = options;
 }
 
@@ -137,9 +147,10 @@ const ScanStats& Scanner<T>::run(const Chain<T>& chain, const Matrix<T>& g_last,
   chain.validate(op);
   const Index n = chain.size(), batch = chain.batch();
   if (g_last.rows() != chain.dim(n) || g_last.cols() != batch)
-    detail::raise<ShapeError>(op, "g_N is " + shape_string(g_last.rows(), g_last.cols()) + " but J_" + std::to_string(n) +
-                                      "^T has " + std::to_string(chain.dim(n)) + " columns and the batch is " +
-                                      std::to_string(batch) + ": expected " + shape_string(chain.dim(n), batch));
+    detail::raise<ShapeError>(op, "g_N is " + shape_string(g_last.rows(), g_last.cols()) + " but J_" +
+                                      std::to_string(n) + "^T has " + std::to_string(chain.dim(n)) +
+                                      " columns and the batch is " + std::to_string(batch) + ": expected " +
+                                      shape_string(chain.dim(n), batch));
   const int threads = options_.threads > 0 ? options_.threads : omp_get_max_threads();
   if (options_.check_inputs) check_inputs(chain, g_last, threads);
 
@@ -177,15 +188,20 @@ const ScanStats& Scanner<T>::run(const Chain<T>& chain, const Matrix<T>& g_last,
     detail::Builder<T> builder(std::move(elements), batch);
     plan->used_chunks = algorithm == Algorithm::linear ? 1 : 0;
     switch (algorithm) {
-      case Algorithm::linear: detail::build_linear(builder); break;
-      case Algorithm::blelloch: detail::build_blelloch(builder); break;
+      case Algorithm::linear:
+        detail::build_linear(builder);
+        break;
+      case Algorithm::blelloch:
+        detail::build_blelloch(builder);
+        break;
       case Algorithm::hybrid: {
         const std::vector<Index> ends = detail::hybrid_partition(costs, chunks);
         plan->used_chunks = static_cast<int>(ends.size());
         detail::build_hybrid(builder, ends);
         break;
       }
-      case Algorithm::automatic: break;
+      case Algorithm::automatic:
+        break;
     }
     plan->algorithm = algorithm;
     plan->schedule = builder.finish();
@@ -216,16 +232,19 @@ const ScanStats& Scanner<T>::run(const Chain<T>& chain, const Matrix<T>& g_last,
 
   detail::execute(plan_->schedule, operands, plan_->workspace, batch, threads);
 
-  if (!options_.check_inputs && !g_last.allFinite())
+  if (!options_.check_inputs && !all_finite(g_last))
     detail::raise<NonFiniteError>(op, "g_N (the loss gradient) contains NaN or Inf; check the loss");
-  for (Index k = n - 1; k >= 0; --k)
-    if (!out.g(k).allFinite())
-      detail::raise<NonFiniteError>(op, "g_" + std::to_string(k) + " is NaN or Inf although g_" + std::to_string(k + 1) +
-                                            " is finite: " +
-                                            (options_.check_inputs ? "the products overflowed; use double precision or "
-                                                                     "rescale the loss"
-                                                                   : "an input holds NaN/Inf (check_inputs is off) or "
-                                                                     "the products overflowed"));
+  Index bad = -1;  // the highest k with a non-finite g_k: where the trouble entered, going backwards
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(max : bad)
+  for (Index k = 0; k < n; ++k)
+    if (!all_finite(out.g(k))) bad = std::max(bad, k);
+  if (bad >= 0)
+    detail::raise<NonFiniteError>(op, "g_" + std::to_string(bad) + " is NaN or Inf although g_" +
+                                          std::to_string(bad + 1) + " is finite: " +
+                                          (options_.check_inputs ? "the products overflowed; use double precision or "
+                                                                   "rescale the loss"
+                                                                 : "an input holds NaN/Inf (check_inputs is off) or "
+                                                                   "the products overflowed"));
 
   const ScanStats& planned = plan_->schedule.stats;
   stats_.algorithm = plan_->algorithm;

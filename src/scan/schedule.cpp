@@ -56,20 +56,21 @@ struct Pool {
 }  // namespace
 
 template <class T>
-Builder<T>::Builder(std::vector<ElementInfo<T>> elements, Index batch)
-    : elements_(std::move(elements)), batch_(batch) {
+Builder<T>::Builder(std::vector<ElementInfo<T>> elements, Index batch) : elements_(std::move(elements)), batch_(batch) {
   prefix_stamp_.assign(elements_.size(), Stamp{kUnwritten, -1, 0});
   prefix_stamp_[0] = Stamp{-1, -1, 0};  // s_0 = g_N is given
 }
 
 template <class T>
 const Layout<T>& Builder<T>::layout(MatRef m) const {
-  return m.node ? schedule_.nodes[static_cast<std::size_t>(m.index)].plan.out : *elements_[static_cast<std::size_t>(m.index)].layout;
+  return m.node ? schedule_.nodes[static_cast<std::size_t>(m.index)].plan.out
+                : *elements_[static_cast<std::size_t>(m.index)].layout;
 }
 
 template <class T>
 bool Builder<T>::has_v(MatRef m) const {
-  return m.node ? schedule_.nodes[static_cast<std::size_t>(m.index)].has_v : elements_[static_cast<std::size_t>(m.index)].has_v;
+  return m.node ? schedule_.nodes[static_cast<std::size_t>(m.index)].has_v
+                : elements_[static_cast<std::size_t>(m.index)].has_v;
 }
 
 template <class T>
@@ -80,7 +81,8 @@ typename Builder<T>::Stamp& Builder<T>::stamp(MatRef m) {
 template <class T>
 void Builder<T>::require_ready(const Stamp& s, const char* what, Index index) const {
   if (s.phase == kUnwritten)
-    throw std::logic_error(std::string("bppsa schedule bug: reads ") + what + std::to_string(index) + " before it is written");
+    throw std::logic_error(std::string("bppsa schedule bug: reads ") + what + std::to_string(index) +
+                           " before it is written");
   if (s.phase == phase_ && s.task != task_)
     throw std::logic_error(std::string("bppsa schedule bug: reads ") + what + std::to_string(index) +
                            " written by another task of the same phase");

@@ -78,7 +78,7 @@ int run(const Args& a) {
   Scanner<T> scanner(opt);
   Gradients<T> out;
   const double plan_ms = 1e3 * scanner.run(p.chain, p.g_last, out).plan_seconds;  // cold: plans, allocates
-  const ScanStats st = scanner.run(p.chain, p.g_last, out);                         // warm: plan reused
+  const ScanStats st = scanner.run(p.chain, p.g_last, out);                       // warm: plan reused
 
   ScanOptions lin = opt;
   lin.algorithm = Algorithm::linear;
@@ -126,26 +126,28 @@ int run(const Args& a) {
   } else {
     std::ostringstream o;
     o << std::setprecision(3);
-    o << "bppsa scan-check: " << a.kind << (a.shared ? " shared" : "") << (a.affine ? " affine" : "") << " chain, N = " << a.n
-      << ", d = " << a.dim << ", batch " << a.batch << ", " << (std::is_same_v<T, float> ? "float" : "double") << ", "
-      << st.threads << " thread" << (st.threads == 1 ? "" : "s") << ", seed " << a.seed << "\n";
+    o << "bppsa scan-check: " << a.kind << (a.shared ? " shared" : "") << (a.affine ? " affine" : "")
+      << " chain, N = " << a.n << ", d = " << a.dim << ", batch " << a.batch << ", "
+      << (std::is_same_v<T, float> ? "float" : "double") << ", " << st.threads << " thread"
+      << (st.threads == 1 ? "" : "s") << ", seed " << a.seed << "\n";
     o << "  algorithm     " << to_string(st.algorithm);
     if (st.algorithm == Algorithm::hybrid) o << " (" << st.chunks << " chunks per chain)";
     if (opt.algorithm == Algorithm::automatic) o << " (chosen by auto)";
     o << "\n";
     o << "  max_rel_err   " << std::scientific << err << " at g_" << worst_k << " against linear (tolerance " << tol
       << ") " << (ok ? "OK" : "FAILED") << std::defaultfloat << "\n";
-    o << "  levels        " << st.levels << " on the critical path (linear: " << lst.levels << "; 2⌈log2(N+1)⌉−1 = "
-      << expected_levels << "); dependency depth " << st.depth << "\n";
+    o << "  levels        " << st.levels << " on the critical path (linear: " << lst.levels
+      << "; 2⌈log2(N+1)⌉−1 = " << expected_levels << "); dependency depth " << st.depth << "\n";
     o << "  products      " << st.mm << " matrix-matrix, " << st.mv << " matrix-vector per chain; " << std::scientific
       << st.flops << std::defaultfloat << " flops in all\n";
     for (int x = 0; x < kKindCount; ++x)
       for (int y = 0; y < kKindCount; ++y)
         if (st.mm_by_kind[x][y])
-          o << "                  mm " << to_string(static_cast<Kind>(x)) << " · " << to_string(static_cast<Kind>(y)) << ": "
-            << st.mm_by_kind[x][y] << "\n";
+          o << "                  mm " << to_string(static_cast<Kind>(x)) << " · " << to_string(static_cast<Kind>(y))
+            << ": " << st.mm_by_kind[x][y] << "\n";
     for (int x = 0; x < kKindCount; ++x)
-      if (st.mv_by_kind[x]) o << "                  mv " << to_string(static_cast<Kind>(x)) << ": " << st.mv_by_kind[x] << "\n";
+      if (st.mv_by_kind[x])
+        o << "                  mv " << to_string(static_cast<Kind>(x)) << ": " << st.mv_by_kind[x] << "\n";
     o << std::fixed << std::setprecision(2);
     o << "  time          " << 1e3 * st.seconds << " ms (linear " << 1e3 * lst.seconds << " ms; planning " << plan_ms
       << " ms once; chain generated in " << gen_ms << " ms)\n";
@@ -167,20 +169,25 @@ Command add_scan_check(CLI::App& app) {
       "scan-check",
       "Build a random chain of N transposed Jacobians (spectral norm near 1), run an algorithm and sequential BP, "
       "and print the largest relative error of any g_k against BP with the run's statistics.");
-  c->add_option("--n", args->n, "number of Jacobians N")->check(CLI::Range(Index{1}, Index{100000000}))->capture_default_str();
+  c->add_option("--n", args->n, "number of Jacobians N")
+      ->check(CLI::Range(Index{1}, Index{100000000}))
+      ->capture_default_str();
   c->add_option("--dim", args->dim, "dimension d of every g_k (base dimension for mixed)")
       ->check(CLI::Range(Index{1}, Index{1000000}))
       ->capture_default_str();
   c->add_option("--batch", args->batch, "batch size B (independent chains)")
       ->check(CLI::Range(Index{1}, Index{1000000}))
       ->capture_default_str();
-  c->add_option("--kind", args->kind, "Jacobian kind: dense | diag | csr | sdd (shared dense × per-sample diagonal) | mixed")
+  c->add_option("--kind", args->kind,
+                "Jacobian kind: dense | diag | csr | sdd (shared dense × per-sample diagonal) | mixed")
       ->check(CLI::IsMember({"dense", "diag", "csr", "sdd", "mixed"}))
       ->capture_default_str();
   c->add_option("--algo", args->algo, "linear | blelloch | hybrid | auto")
       ->check(CLI::IsMember({"linear", "blelloch", "hybrid", "auto"}))
       ->capture_default_str();
-  c->add_option("--threads", args->threads, "worker threads (0 = all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
+  c->add_option("--threads", args->threads, "worker threads (0 = all cores)")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
   c->add_option("--chunks", args->chunks, "hybrid: chunks per chain (0 = one per thread)")
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
@@ -189,7 +196,8 @@ Command add_scan_check(CLI::App& app) {
   c->add_flag("--affine", args->affine, "per-step gradient injections e_k (per-step losses)");
   c->add_option("--seed", args->seed, "random seed")->capture_default_str();
   c->add_flag("--json", args->json, "print one JSON object");
-  c->add_option("--tolerance", args->tolerance, "fail (exit 3) above this max_rel_err (default 1e-4 float, 1e-10 double)")
+  c->add_option("--tolerance", args->tolerance,
+                "fail (exit 3) above this max_rel_err (default 1e-4 float, 1e-10 double)")
       ->check(CLI::NonNegativeNumber);
   return [args] { return args->use_double ? run<double>(*args) : run<float>(*args); };
 }

@@ -19,8 +19,6 @@ template <class T>
 using Vector = Eigen::Matrix<T, Eigen::Dynamic, 1>;
 
 /// "20×30": shapes in messages.
-inline std::string shape_string(Index rows, Index cols) {
-  return std::to_string(rows) + "×" + std::to_string(cols);
-}
+inline std::string shape_string(Index rows, Index cols) { return std::to_string(rows) + "×" + std::to_string(cols); }
 
 }  // namespace bppsa

@@ -23,8 +23,7 @@ namespace bppsa {
 /// index of the chain the pattern was found in.
 class CsrPattern {
  public:
-  CsrPattern(Index rows, Index cols, std::vector<std::int32_t> row_ptr,
-             std::vector<std::int32_t> col_idx);
+  CsrPattern(Index rows, Index cols, std::vector<std::int32_t> row_ptr, std::vector<std::int32_t> col_idx);
 
   Index rows() const { return rows_; }
   Index cols() const { return cols_; }

@@ -35,7 +35,7 @@ struct Layout {
   Index rows = 0;
   Index cols = 0;
   Index count = 1;
-  CsrPatternPtr pattern;                        ///< kind == csr
+  CsrPatternPtr pattern;                          ///< kind == csr
   std::shared_ptr<const Matrix<T>> shared_dense;  ///< kind == shared_dense_diag: S
 
   Index values_per_sample() const;

@@ -14,7 +14,7 @@ namespace bppsa {
 /// Per-thread temporary storage for the kernels; reuse one per thread across calls.
 template <class T>
 struct Scratch {
-  std::vector<T> values;              ///< row-scaled copies, S·diag temporaries
+  std::vector<T> values;               ///< row-scaled copies, S·diag temporaries
   std::vector<std::int32_t> position;  ///< SpGEMM: column → slot in the current output row
 };
 
@@ -45,8 +45,8 @@ ProductPlan<T> plan_product(const Layout<T>& a, const Layout<T>& b, Index batch)
 /// Writes sample s of A · B into `out` (the values of that sample, laid out as plan.out).
 /// Both views must have the layouts the plan was made from.
 template <class T>
-void multiply(const ProductPlan<T>& plan, const JacobianView<T>& a, const JacobianView<T>& b,
-              Index s, T* out, Scratch<T>& scratch);
+void multiply(const ProductPlan<T>& plan, const JacobianView<T>& a, const JacobianView<T>& b, Index s, T* out,
+              Scratch<T>& scratch);
 
 /// Convenience: the whole batch of A · B as a new Jacobian.
 template <class T>
@@ -56,8 +56,8 @@ Jacobian<T> multiply(const Jacobian<T>& a, const Jacobian<T>& b);
 /// both column-major with leading dimensions ldx, ldy. Column b uses sample b of A. Each
 /// column's arithmetic is the same whatever the block [b0, b1) it is part of.
 template <class T>
-void apply(const JacobianView<T>& a, Index b0, Index b1, const T* x, Index ldx, T* y, Index ldy,
-           bool accumulate, Scratch<T>& scratch);
+void apply(const JacobianView<T>& a, Index b0, Index b1, const T* x, Index ldx, T* y, Index ldy, bool accumulate,
+           Scratch<T>& scratch);
 
 /// Flops of one matrix-vector product with A (one sample).
 template <class T>

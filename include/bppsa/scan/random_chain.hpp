@@ -22,8 +22,8 @@ const char* to_string(ChainKind k);
 ChainKind parse_chain_kind(std::string_view name);
 
 struct RandomChainSpec {
-  Index n = 100;      ///< number of Jacobians N
-  Index dim = 20;     ///< d_k (the base dimension for mixed)
+  Index n = 100;   ///< number of Jacobians N
+  Index dim = 20;  ///< d_k (the base dimension for mixed)
   Index batch = 1;
   ChainKind kind = ChainKind::dense;
   bool shared = false;  ///< one Jacobian per element for the whole batch (not for mixed)

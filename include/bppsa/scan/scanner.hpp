@@ -49,7 +49,7 @@ struct ScanOptions {
 struct ScanStats {
   Algorithm algorithm = Algorithm::linear;  ///< the algorithm that ran (automatic resolved)
   int threads = 1;
-  int chunks = 1;     ///< hybrid chunks per chain (1 for linear, 0 for blelloch)
+  int chunks = 1;  ///< hybrid chunks per chain (1 for linear, 0 for blelloch)
   /// Critical path of the schedule as executed: phases run one after another (a barrier
   /// between them), the products of a task in sequence, tasks of a phase in parallel, so
   /// levels = Σ over phases of the longest task. Blelloch: 2⌈log2(N+1)⌉ − 1 for large N
@@ -58,8 +58,8 @@ struct ScanStats {
   /// The longest chain of products that depend on each other (≤ levels): what an ideal
   /// dataflow machine with unbounded workers would wait for.
   Index depth = 0;
-  Index mm = 0;       ///< matrix-matrix products
-  Index mv = 0;       ///< matrix-vector products (affine parts of combines included)
+  Index mm = 0;  ///< matrix-matrix products
+  Index mv = 0;  ///< matrix-vector products (affine parts of combines included)
   /// mm_by_kind[A][B]: products A · B by the kinds of the later (A) and earlier (B) operand.
   std::array<std::array<Index, kKindCount>, kKindCount> mm_by_kind{};
   std::array<Index, kKindCount> mv_by_kind{};  ///< by the kind of the matrix

@@ -61,11 +61,12 @@ ProductPlan<T> plan_product(const Layout<T>& a, const Layout<T>& b, Index batch)
   const char* op = "multiply";
   if (a.cols != b.rows)
     detail::raise<ShapeError>(op, "A (" + a.describe() + ") · B (" + b.describe() + "): A has " +
-                                      std::to_string(a.cols) + " columns but B has " + std::to_string(b.rows) + " rows");
+                                      std::to_string(a.cols) + " columns but B has " + std::to_string(b.rows) +
+                                      " rows");
   for (const Layout<T>* l : {&a, &b})
     if (l->count != 1 && l->count != batch)
-      detail::raise<ShapeError>(op, l->describe() + " has " + std::to_string(l->count) +
-                                        " samples but the batch has " + std::to_string(batch));
+      detail::raise<ShapeError>(op, l->describe() + " has " + std::to_string(l->count) + " samples but the batch has " +
+                                        std::to_string(batch));
   ProductPlan<T> plan;
   Layout<T>& out = plan.out;
   out.rows = a.rows;
@@ -87,26 +88,53 @@ ProductPlan<T> plan_product(const Layout<T>& a, const Layout<T>& b, Index batch)
   switch (a.kind) {
     case Kind::diagonal:
       switch (b.kind) {
-        case Kind::diagonal: out.kind = Kind::diagonal; f = static_cast<double>(m); break;
-        case Kind::dense: f = mn(m, n); break;
-        case Kind::csr: out.kind = Kind::csr; out.pattern = b.pattern; f = nnz_b; break;
-        case Kind::shared_dense_diag: f = 2 * mn(m, n); break;
-        default: break;
+        case Kind::diagonal:
+          out.kind = Kind::diagonal;
+          f = static_cast<double>(m);
+          break;
+        case Kind::dense:
+          f = mn(m, n);
+          break;
+        case Kind::csr:
+          out.kind = Kind::csr;
+          out.pattern = b.pattern;
+          f = nnz_b;
+          break;
+        case Kind::shared_dense_diag:
+          f = 2 * mn(m, n);
+          break;
+        default:
+          break;
       }
       break;
     case Kind::dense:
       switch (b.kind) {
-        case Kind::diagonal: f = mn(m, n); break;
-        case Kind::dense: f = 2 * mn(m, k) * static_cast<double>(n); break;
-        case Kind::csr: f = 2 * static_cast<double>(m) * nnz_b; break;
-        case Kind::shared_dense_diag: f = 2 * mn(m, k) * static_cast<double>(n) + mn(m, n); break;
-        default: break;
+        case Kind::diagonal:
+          f = mn(m, n);
+          break;
+        case Kind::dense:
+          f = 2 * mn(m, k) * static_cast<double>(n);
+          break;
+        case Kind::csr:
+          f = 2 * static_cast<double>(m) * nnz_b;
+          break;
+        case Kind::shared_dense_diag:
+          f = 2 * mn(m, k) * static_cast<double>(n) + mn(m, n);
+          break;
+        default:
+          break;
       }
       break;
     case Kind::csr:
       switch (b.kind) {
-        case Kind::diagonal: out.kind = Kind::csr; out.pattern = a.pattern; f = nnz_a; break;
-        case Kind::dense: f = 2 * nnz_a * static_cast<double>(n); break;
+        case Kind::diagonal:
+          out.kind = Kind::csr;
+          out.pattern = a.pattern;
+          f = nnz_a;
+          break;
+        case Kind::dense:
+          f = 2 * nnz_a * static_cast<double>(n);
+          break;
         case Kind::csr: {
           auto sym = detail::spgemm_symbolic(*a.pattern, *b.pattern);
           out.kind = Kind::csr;
@@ -114,8 +142,11 @@ ProductPlan<T> plan_product(const Layout<T>& a, const Layout<T>& b, Index batch)
           f = 2 * sym.terms;
           break;
         }
-        case Kind::shared_dense_diag: f = 2 * nnz_a * static_cast<double>(n) + mn(m, n); break;
-        default: break;
+        case Kind::shared_dense_diag:
+          f = 2 * nnz_a * static_cast<double>(n) + mn(m, n);
+          break;
+        default:
+          break;
       }
       break;
     case Kind::shared_dense_diag:
@@ -125,20 +156,28 @@ ProductPlan<T> plan_product(const Layout<T>& a, const Layout<T>& b, Index batch)
           out.shared_dense = a.shared_dense;
           f = static_cast<double>(n);
           break;
-        case Kind::dense: f = mn(k, n) + 2 * mn(m, k) * static_cast<double>(n); break;
-        case Kind::csr: f = nnz_b + 2 * static_cast<double>(m) * nnz_b; break;
-        case Kind::shared_dense_diag: f = mn(k, n) + 2 * mn(m, k) * static_cast<double>(n) + mn(m, n); break;
-        default: break;
+        case Kind::dense:
+          f = mn(k, n) + 2 * mn(m, k) * static_cast<double>(n);
+          break;
+        case Kind::csr:
+          f = nnz_b + 2 * static_cast<double>(m) * nnz_b;
+          break;
+        case Kind::shared_dense_diag:
+          f = mn(k, n) + 2 * mn(m, k) * static_cast<double>(n) + mn(m, n);
+          break;
+        default:
+          break;
       }
       break;
-    default: break;
+    default:
+      break;
   }
   return plan;
 }
 
 template <class T>
-void multiply(const ProductPlan<T>& plan, const JacobianView<T>& a, const JacobianView<T>& b,
-              Index s, T* out, Scratch<T>& scratch) {
+void multiply(const ProductPlan<T>& plan, const JacobianView<T>& a, const JacobianView<T>& b, Index s, T* out,
+              Scratch<T>& scratch) {
   const Layout<T>& la = *a.layout;
   const Layout<T>& lb = *b.layout;
   const T* av = a.sample(s);
@@ -155,8 +194,12 @@ void multiply(const ProductPlan<T>& plan, const JacobianView<T>& a, const Jacobi
     case Kind::diagonal: {
       const CVec<T> da(av, m);
       switch (lb.kind) {
-        case Kind::diagonal: MVec<T>(out, m) = da.cwiseProduct(CVec<T>(bv, m)); break;
-        case Kind::dense: o.noalias() = da.asDiagonal() * CMap<T>(bv, k, n); break;
+        case Kind::diagonal:
+          MVec<T>(out, m) = da.cwiseProduct(CVec<T>(bv, m));
+          break;
+        case Kind::dense:
+          o.noalias() = da.asDiagonal() * CMap<T>(bv, k, n);
+          break;
         case Kind::csr: {
           const auto rp = lb.pattern->row_ptr();
           for (Index i = 0; i < m; ++i)
@@ -167,21 +210,29 @@ void multiply(const ProductPlan<T>& plan, const JacobianView<T>& a, const Jacobi
           o.noalias() = da.asDiagonal() * *lb.shared_dense;
           scale_columns<T>(o, bv);
           break;
-        default: break;
+        default:
+          break;
       }
       break;
     }
     case Kind::dense: {
       const CMap<T> ma(av, m, k);
       switch (lb.kind) {
-        case Kind::diagonal: o.noalias() = ma * CVec<T>(bv, n).asDiagonal(); break;
-        case Kind::dense: gemm<T>(o, ma, CMap<T>(bv, k, n)); break;
-        case Kind::csr: o.noalias() = ma * sparse(*lb.pattern, bv); break;
+        case Kind::diagonal:
+          o.noalias() = ma * CVec<T>(bv, n).asDiagonal();
+          break;
+        case Kind::dense:
+          gemm<T>(o, ma, CMap<T>(bv, k, n));
+          break;
+        case Kind::csr:
+          o.noalias() = ma * sparse(*lb.pattern, bv);
+          break;
         case Kind::shared_dense_diag:
           gemm<T>(o, ma, *lb.shared_dense);
           scale_columns<T>(o, bv);
           break;
-        default: break;
+        default:
+          break;
       }
       break;
     }
@@ -192,7 +243,9 @@ void multiply(const ProductPlan<T>& plan, const JacobianView<T>& a, const Jacobi
           for (Index p = 0; p < la.pattern->nnz(); ++p) out[p] = av[p] * bv[ci[p]];
           break;
         }
-        case Kind::dense: o.noalias() = sparse(*la.pattern, av) * CMap<T>(bv, k, n); break;
+        case Kind::dense:
+          o.noalias() = sparse(*la.pattern, av) * CMap<T>(bv, k, n);
+          break;
         case Kind::csr:
           detail::spgemm_numeric(*la.pattern, av, *lb.pattern, bv, *plan.out.pattern, out, scratch.position);
           break;
@@ -200,7 +253,8 @@ void multiply(const ProductPlan<T>& plan, const JacobianView<T>& a, const Jacobi
           o.noalias() = sparse(*la.pattern, av) * *lb.shared_dense;
           scale_columns<T>(o, bv);
           break;
-        default: break;
+        default:
+          break;
       }
       break;
     }
@@ -208,7 +262,9 @@ void multiply(const ProductPlan<T>& plan, const JacobianView<T>& a, const Jacobi
       const Matrix<T>& sa = *la.shared_dense;
       const CVec<T> da(av, k);
       switch (lb.kind) {
-        case Kind::diagonal: MVec<T>(out, n) = da.cwiseProduct(CVec<T>(bv, n)); break;
+        case Kind::diagonal:
+          MVec<T>(out, n) = da.cwiseProduct(CVec<T>(bv, n));
+          break;
         case Kind::dense: {
           MMap<T> tmp(scratch_values(scratch, k * n), k, n);
           tmp.noalias() = da.asDiagonal() * CMap<T>(bv, k, n);
@@ -231,11 +287,13 @@ void multiply(const ProductPlan<T>& plan, const JacobianView<T>& a, const Jacobi
           scale_columns<T>(o, bv);
           break;
         }
-        default: break;
+        default:
+          break;
       }
       break;
     }
-    default: break;
+    default:
+      break;
   }
 }
 
@@ -250,8 +308,8 @@ Jacobian<T> multiply(const Jacobian<T>& a, const Jacobian<T>& b) {
 }
 
 template <class T>
-void apply(const JacobianView<T>& a, Index b0, Index b1, const T* x, Index ldx, T* y, Index ldy,
-           bool accumulate, Scratch<T>& scratch) {
+void apply(const JacobianView<T>& a, Index b0, Index b1, const T* x, Index ldx, T* y, Index ldy, bool accumulate,
+           Scratch<T>& scratch) {
   const Index nb = b1 - b0;
   if (nb <= 0) return;
   const Layout<T>& l = *a.layout;
@@ -285,16 +343,23 @@ void apply(const JacobianView<T>& a, Index b0, Index b1, const T* x, Index ldx, 
     auto xj = X.col(j);
     auto yj = Y.col(j);
     switch (l.kind) {
-      case Kind::diagonal: put(yj, CVec<T>(v, m).cwiseProduct(xj)); break;
-      case Kind::dense: put(yj, CMap<T>(v, m, k) * xj); break;
-      case Kind::csr: put(yj, sparse(*l.pattern, v) * xj); break;
+      case Kind::diagonal:
+        put(yj, CVec<T>(v, m).cwiseProduct(xj));
+        break;
+      case Kind::dense:
+        put(yj, CMap<T>(v, m, k) * xj);
+        break;
+      case Kind::csr:
+        put(yj, sparse(*l.pattern, v) * xj);
+        break;
       case Kind::shared_dense_diag: {
         MVec<T> tmp(scratch_values(scratch, k), k);
         tmp = CVec<T>(v, k).cwiseProduct(xj);
         put(yj, *l.shared_dense * tmp);
         break;
       }
-      default: break;
+      default:
+        break;
     }
   }
 }
@@ -302,20 +367,25 @@ void apply(const JacobianView<T>& a, Index b0, Index b1, const T* x, Index ldx, 
 template <class T>
 double apply_flops(const Layout<T>& a) {
   switch (a.kind) {
-    case Kind::identity: return 0;
-    case Kind::diagonal: return static_cast<double>(a.rows);
-    case Kind::dense: return 2 * mn(a.rows, a.cols);
-    case Kind::csr: return 2 * static_cast<double>(a.pattern->nnz());
-    case Kind::shared_dense_diag: return static_cast<double>(a.cols) + 2 * mn(a.rows, a.cols);
+    case Kind::identity:
+      return 0;
+    case Kind::diagonal:
+      return static_cast<double>(a.rows);
+    case Kind::dense:
+      return 2 * mn(a.rows, a.cols);
+    case Kind::csr:
+      return 2 * static_cast<double>(a.pattern->nnz());
+    case Kind::shared_dense_diag:
+      return static_cast<double>(a.cols) + 2 * mn(a.rows, a.cols);
   }
   return 0;
 }
 
-#define BPPSA_INSTANTIATE(T)                                                                              \
-  template ProductPlan<T> plan_product(const Layout<T>&, const Layout<T>&, Index);                        \
-  template void multiply(const ProductPlan<T>&, const JacobianView<T>&, const JacobianView<T>&, Index, T*, \
-                         Scratch<T>&);                                                                    \
-  template Jacobian<T> multiply(const Jacobian<T>&, const Jacobian<T>&);                                  \
+#define BPPSA_INSTANTIATE(T)                                                                                \
+  template ProductPlan<T> plan_product(const Layout<T>&, const Layout<T>&, Index);                          \
+  template void multiply(const ProductPlan<T>&, const JacobianView<T>&, const JacobianView<T>&, Index, T*,  \
+                         Scratch<T>&);                                                                      \
+  template Jacobian<T> multiply(const Jacobian<T>&, const Jacobian<T>&);                                    \
   template void apply(const JacobianView<T>&, Index, Index, const T*, Index, T*, Index, bool, Scratch<T>&); \
   template double apply_flops(const Layout<T>&);
 BPPSA_INSTANTIATE(float)

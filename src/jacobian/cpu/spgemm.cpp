@@ -35,8 +35,8 @@ SpGemmSymbolic spgemm_symbolic(const CsrPattern& a, const CsrPattern& b) {
 }
 
 template <class T>
-void spgemm_numeric(const CsrPattern& a, const T* av, const CsrPattern& b, const T* bv,
-                    const CsrPattern& c, T* cv, std::vector<std::int32_t>& position) {
+void spgemm_numeric(const CsrPattern& a, const T* av, const CsrPattern& b, const T* bv, const CsrPattern& c, T* cv,
+                    std::vector<std::int32_t>& position) {
   const auto arp = a.row_ptr(), aci = a.col_idx();
   const auto brp = b.row_ptr(), bci = b.col_idx();
   const auto crp = c.row_ptr(), cci = c.col_idx();
@@ -56,9 +56,9 @@ void spgemm_numeric(const CsrPattern& a, const T* av, const CsrPattern& b, const
   }
 }
 
-template void spgemm_numeric(const CsrPattern&, const float*, const CsrPattern&, const float*,
-                             const CsrPattern&, float*, std::vector<std::int32_t>&);
-template void spgemm_numeric(const CsrPattern&, const double*, const CsrPattern&, const double*,
-                             const CsrPattern&, double*, std::vector<std::int32_t>&);
+template void spgemm_numeric(const CsrPattern&, const float*, const CsrPattern&, const float*, const CsrPattern&,
+                             float*, std::vector<std::int32_t>&);
+template void spgemm_numeric(const CsrPattern&, const double*, const CsrPattern&, const double*, const CsrPattern&,
+                             double*, std::vector<std::int32_t>&);
 
 }  // namespace bppsa::detail

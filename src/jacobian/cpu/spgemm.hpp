@@ -18,7 +18,7 @@ SpGemmSymbolic spgemm_symbolic(const CsrPattern& a, const CsrPattern& b);
 /// Values of C = A · B into C's pattern (from spgemm_symbolic). `position` is scratch of at
 /// least c.cols() entries.
 template <class T>
-void spgemm_numeric(const CsrPattern& a, const T* av, const CsrPattern& b, const T* bv,
-                    const CsrPattern& c, T* cv, std::vector<std::int32_t>& position);
+void spgemm_numeric(const CsrPattern& a, const T* av, const CsrPattern& b, const T* bv, const CsrPattern& c, T* cv,
+                    std::vector<std::int32_t>& position);
 
 }  // namespace bppsa::detail

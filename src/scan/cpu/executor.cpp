@@ -14,7 +14,8 @@ void Workspace<T>::reserve(const Schedule<T>& schedule, Index batch, int threads
   for (std::size_t i = 0; i < slots.size(); ++i)
     slots[i].resize(static_cast<std::size_t>(schedule.slot_values[i] * (schedule.slot_shared[i] ? 1 : batch)));
   v_slots.resize(schedule.v_slot_values.size());
-  for (std::size_t i = 0; i < v_slots.size(); ++i) v_slots[i].resize(static_cast<std::size_t>(schedule.v_slot_values[i] * batch));
+  for (std::size_t i = 0; i < v_slots.size(); ++i)
+    v_slots[i].resize(static_cast<std::size_t>(schedule.v_slot_values[i] * batch));
   scratch.resize(static_cast<std::size_t>(std::max(threads, 1)));
 }
 
@@ -74,8 +75,8 @@ class Runner {
     const Index rows = a.layout->rows;
     if (op.type == Op::Type::mv) {
       const Vec out{o_.prefix[static_cast<std::size_t>(op.out)], rows};
-      apply(a, b0, b1, o_.prefix[static_cast<std::size_t>(op.in)], o_.prefix_rows[static_cast<std::size_t>(op.in)], out.data,
-            out.ld, false, scratch);
+      apply(a, b0, b1, o_.prefix[static_cast<std::size_t>(op.in)], o_.prefix_rows[static_cast<std::size_t>(op.in)],
+            out.data, out.ld, false, scratch);
       if (va.data) add(out, va, rows, b0, b1);
       return;
     }
@@ -165,7 +166,8 @@ void execute(const Schedule<T>& schedule, const Operands<T>& operands, Workspace
         for (Index u = 0; u < units; ++u)
           guarded([&] {
             const Index s = u % batch;
-            for (const Op& op : phase.tasks[static_cast<std::size_t>(u / batch)].ops) runner.run_samples(op, s, s + 1, scratch);
+            for (const Op& op : phase.tasks[static_cast<std::size_t>(u / batch)].ops)
+              runner.run_samples(op, s, s + 1, scratch);
           });
       }
     }

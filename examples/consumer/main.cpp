@@ -1,0 +1,23 @@
+// Uses the installed bppsa package: a 3-layer chain, gradients by Blelloch scan and by BP.
+#include <bppsa/bppsa.hpp>
+#include <iostream>
+
+int main() {
+  using namespace bppsa;
+  const Index batch = 2;
+  Chain<double> chain(batch);
+  // x0 (4) → Linear → x1 (3) → tanh → x2 (3) → Linear → x3 (2); J_k^T is d_{k−1} × d_k.
+  Jacobian<double>& w1 = chain.push_back(Jacobian<double>::dense(4, 3));  // W1^T, shared
+  w1.dense_map(0) << 1, 0, 2, 0, 1, 0, -1, 1, 0, 0, 0, 1;
+  Jacobian<double>& t = chain.push_back(Jacobian<double>::diagonal(3, batch));  // 1 − y², per sample
+  for (double& v : t.values()) v = 0.5;
+  Jacobian<double>& w2 = chain.push_back(Jacobian<double>::dense(3, 2));  // W2^T, shared
+  w2.dense_map(0) << 1, -1, 2, 0, 0, 3;
+  Matrix<double> g3(2, batch);
+  g3 << 1, 0, 0, 1;
+  const Gradients<double> scan = backward(chain, g3, {Algorithm::blelloch, 1, 0, true});
+  const Gradients<double> bp = backward(chain, g3, {Algorithm::linear, 1, 0, true});
+  const double err = (scan.g(0) - bp.g(0)).norm();
+  std::cout << "consumer: g_0 =\n" << scan.g(0) << "\n|blelloch - linear| = " << err << "\n";
+  return err < 1e-12 ? 0 : 1;
+}
