@@ -55,11 +55,11 @@ std::vector<Index> split(const std::vector<ElementCost>& costs, double target) {
   ends.push_back(i);
   while (i < n) {
     ++i;  // a chunk takes at least one element
-    acc = costs[static_cast<std::size_t>(i)].mm + costs[static_cast<std::size_t>(i)].mv;
+    acc = costs[static_cast<std::size_t>(i)].mm;
     while (i < n) {
       const auto& c = costs[static_cast<std::size_t>(i) + 1];
-      if (acc + c.mm + c.mv > target) break;
-      acc += c.mm + c.mv;
+      if (acc + c.mm > target) break;
+      acc += c.mm;
       ++i;
     }
     ends.push_back(i);
@@ -75,7 +75,7 @@ std::vector<Index> hybrid_partition(const std::vector<ElementCost>& costs, int c
   if (chunks == 1) return {n};
   // Binary search the smallest span target that needs at most `chunks` chunks.
   double hi = 0;
-  for (const auto& c : costs) hi += c.mm + c.mv;
+  for (const auto& c : costs) hi += c.mm + c.mv;  // enough for one chunk
   double lo = 0;
   for (int it = 0; it < 60; ++it) {
     const double mid = 0.5 * (lo + hi);

@@ -26,8 +26,11 @@ struct CostModel {
 template <class T>
 std::vector<ElementCost> element_costs(const std::vector<ElementInfo<T>>& elements, const CostModel& model);
 
-/// Chunk ends for the hybrid scan: chunk 0 (which only does mv work) and the others (mm to
-/// reduce, then mv to push) finish together. Returns at most `chunks` non-empty chunks.
+/// Chunk ends for the hybrid scan. Phase 1 runs chunk 0 (plain BP, mv) beside the reductions
+/// of the others (mm); phase 3 runs the others' pushes (mv) in parallel. Balancing chunk 0's
+/// mv work against each other chunk's mm work minimises the span: making chunk 0 longer only
+/// lengthens phase 1, making it shorter lengthens every push. Returns at most `chunks`
+/// non-empty chunks.
 std::vector<Index> hybrid_partition(const std::vector<ElementCost>& costs, int chunks);
 
 struct Choice {

@@ -181,7 +181,9 @@ const ScanStats& Scanner<T>::run(const Chain<T>& chain, const Matrix<T>& g_last,
     Algorithm algorithm = options_.algorithm;
     int chunks = options_.chunks > 0 ? options_.chunks : threads;
     if (algorithm == Algorithm::automatic) {
-      const detail::Choice choice = detail::choose_algorithm(costs, batch, threads, model);
+      // Threads beyond the cores add no arithmetic: plan for the parallelism that exists.
+      const int cores = std::max(1, std::min(threads, omp_get_num_procs()));
+      const detail::Choice choice = detail::choose_algorithm(costs, batch, cores, model);
       algorithm = choice.algorithm;
       chunks = choice.chunks;
     }
