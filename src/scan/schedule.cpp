@@ -148,9 +148,14 @@ Schedule<T> Builder<T>::finish() {
   for (Index i = 1; i <= n(); ++i)
     if (prefix_stamp_[static_cast<std::size_t>(i)].phase == kUnwritten)
       throw std::logic_error("bppsa schedule bug: prefix s_" + std::to_string(i) + " is never computed");
-  for (const Phase& phase : schedule_.phases) {
+  for (Phase& phase : schedule_.phases) {
     std::size_t longest = 0;
-    for (const Task& task : phase.tasks) longest = std::max(longest, task.ops.size());
+    for (const Task& task : phase.tasks) {
+      longest = std::max(longest, task.ops.size());
+      for (const Op& op : task.ops)
+        if (op.type == Op::Type::mm && schedule_.nodes[static_cast<std::size_t>(op.out)].plan.out.shared())
+          phase.has_shared_product = true;
+    }
     schedule_.stats.levels += static_cast<Index>(longest);
   }
 

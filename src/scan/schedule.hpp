@@ -35,6 +35,7 @@ struct Task {
 };
 struct Phase {
   std::vector<Task> tasks;
+  bool has_shared_product = false;  ///< some mm's result is shared by the batch
 };
 
 template <class T>

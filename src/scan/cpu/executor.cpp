@@ -121,10 +121,6 @@ void execute(const Schedule<T>& schedule, const Operands<T>& operands, Workspace
   ws.scratch.resize(std::max(ws.scratch.size(), static_cast<std::size_t>(threads)));
   const Runner<T> runner(schedule, operands, ws, batch);
   const auto& phases = schedule.phases;
-  std::vector<char> phase_has_shared(phases.size(), 0);
-  for (std::size_t p = 0; p < phases.size(); ++p)
-    for (const Task& t : phases[p].tasks)
-      for (const Op& op : t.ops) phase_has_shared[p] |= runner.is_shared_product(op) ? 1 : 0;
   const bool sample_major = threads == 1 || (batch >= threads && (batch % threads == 0 || batch >= 4 * threads));
 
   std::exception_ptr error;
@@ -143,7 +139,7 @@ void execute(const Schedule<T>& schedule, const Operands<T>& operands, Workspace
     const int team = omp_get_num_threads();
     Scratch<T>& scratch = ws.scratch[static_cast<std::size_t>(tid)];
     for (std::size_t p = 0; p < phases.size(); ++p) {
-      if (!phase_has_shared[p]) continue;
+      if (!phases[p].has_shared_product) continue;
       const auto& tasks = phases[p].tasks;
 #pragma omp for schedule(dynamic, 1)
       for (std::size_t t = 0; t < tasks.size(); ++t)
