@@ -10,5 +10,8 @@ namespace bppsa::cli {
 using Command = std::function<int()>;
 
 Command add_scan_check(CLI::App& app);
+Command add_train(CLI::App& app);
+Command add_eval(CLI::App& app);
+Command add_grad(CLI::App& app);
 
 }  // namespace bppsa::cli

@@ -8,8 +8,10 @@ int main(int argc, char** argv) {
   CLI::App app{"bppsa — back-propagation by parallel scan (BPPSA, Wang, Bai & Pekhimenko, MLSys 2020)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "bppsa 0.1.0");
-  std::vector<std::pair<CLI::App*, bppsa::cli::Command>> commands;
   const bppsa::cli::Command scan_check = bppsa::cli::add_scan_check(app);
+  const bppsa::cli::Command train = bppsa::cli::add_train(app);
+  const bppsa::cli::Command eval = bppsa::cli::add_eval(app);
+  const bppsa::cli::Command grad = bppsa::cli::add_grad(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -17,6 +19,9 @@ int main(int argc, char** argv) {
   }
   try {
     if (app.got_subcommand("scan-check")) return scan_check();
+    if (app.got_subcommand("train")) return train();
+    if (app.got_subcommand("eval")) return eval();
+    if (app.got_subcommand("grad")) return grad();
   } catch (const bppsa::Error& e) {
     std::cerr << "bppsa: error: " << e.what() << "\n";
     return 1;

@@ -31,6 +31,19 @@ class NonFiniteError : public Error {
   using Error::Error;
 };
 
+/// A file that cannot be opened, read or written (missing, permissions, disk full).
+class IoError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A file whose contents are malformed or truncated, or that lacks what the caller needs
+/// (a missing tensor, a wrong dtype or shape).
+class FormatError : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 /// Builds "[op] message" and throws E. Kept out of line so call sites stay small.
 template <class E>

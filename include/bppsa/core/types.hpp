@@ -15,6 +15,11 @@ using Index = std::int64_t;
 template <class T>
 using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>;
 
+/// Row-major dense matrix: parameters are stored this way so that their memory layout is
+/// PyTorch's (weight [out, in], C order) and checkpoints copy straight through.
+template <class T>
+using RowMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
 template <class T>
 using Vector = Eigen::Matrix<T, Eigen::Dynamic, 1>;
 

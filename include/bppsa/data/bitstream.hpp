@@ -1,0 +1,19 @@
+// The paper's synthetic bitstream classification task (spec §5).
+#pragma once
+
+#include <cstdint>
+
+#include "bppsa/data/dataset.hpp"
+
+namespace bppsa {
+
+/// `count` samples: label p uniform in {0..9}; `steps` bits i.i.d. Bernoulli(0.05 + 0.1·p),
+/// one input feature per step (0.0 or 1.0). Deterministic in `seed` on every platform.
+SequenceDataset make_bitstream(Index count, Index steps, std::uint64_t seed);
+
+/// The paper's split: 50,000 samples, 32,000 train / 18,000 test (pass smaller totals to
+/// shrink both proportionally: train = round(total · 0.64)).
+std::pair<SequenceDataset, SequenceDataset> bitstream_split(Index steps, std::uint64_t seed,
+                                                            Index total = 50000);
+
+}  // namespace bppsa

@@ -1,0 +1,74 @@
+// IRMAS-format audio (spec §5): folders of WAV files → per-channel MFCC sequences, cached.
+#pragma once
+
+#include <filesystem>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "bppsa/data/dataset.hpp"
+
+namespace bppsa {
+
+/// The paper's feature shapes: n_mfcc coefficients (coefficient 0 dropped), FFT size and hop.
+/// s: 20, 4096, 512 → F 38, T 259;  m: 13, 2048, 256 → F 24, T 517;  l: 7, 1024, 128 → F 12,
+/// T 1034 (F = 2 channels × (n_mfcc − 1); T for a 3-s clip at 44.1 kHz).
+struct MfccPreset {
+  std::string name;
+  int n_mfcc = 20;
+  int n_fft = 4096;
+  int hop = 512;
+  int n_filters = 40;  ///< mel bands
+};
+/// "s", "m" or "l"; InvalidArgument otherwise.
+MfccPreset mfcc_preset(const std::string& name);
+
+/// IRMAS's 11 instrument codes in label order: cel cla flu gac gel org pia sax tru vio voi.
+const std::vector<std::string>& irmas_classes();
+
+/// Decoded audio: interleaved samples in [-1, 1].
+struct Audio {
+  int sample_rate = 0;
+  int channels = 0;
+  std::vector<float> samples;  ///< frames × channels, interleaved
+  Index frames() const { return channels ? static_cast<Index>(samples.size()) / channels : 0; }
+};
+/// Reads a WAV (any format libsndfile reads). IoError / FormatError name the file.
+Audio read_audio(const std::filesystem::path& path);
+
+/// MFCC of one channel: frames T = 1 + ⌊samples / hop⌋ (centred frames, as librosa), each
+/// n_mfcc − 1 coefficients (0 dropped), every coefficient standardised over time (mean 0,
+/// std 1; a coefficient constant over time is only centred). Returned row-major
+/// [T][n_mfcc − 1]. Thread-safe: no shared state, callable from several threads at once.
+/// InvalidArgument for a bad preset or rate, NonFiniteError for NaN/Inf samples.
+std::vector<float> mfcc(std::span<const float> mono, int sample_rate, const MfccPreset& preset);
+
+/// Loads a folder tree of WAV files (*.wav, any case; macOS "._*" resource forks skipped),
+/// in the byte order of their paths relative to `folder`. The class of a file is its parent
+/// folder's name when that is an IRMAS code (the training set's layout), else the first
+/// "[code]" in its file name (IRMAS names files "[cel][cla]0001__1.wav"); neither →
+/// FormatError. Stereo → L and R features concatenated per frame (F = 2(n_mfcc − 1)); mono
+/// is duplicated; more channels → FormatError. All files must share one sample rate. Every
+/// sequence is cut or zero-padded to `steps` (0 = 1 + ⌊3·rate / hop⌋, a 3-s clip at the
+/// files' rate). Features are computed in parallel over files (OpenMP); the result does not
+/// depend on the thread count, and of several broken files the first in order is reported.
+/// Cache: `cache` (default <folder>/.bppsa-mfcc-<preset>.safetensors) holds x F32 [N, steps,
+/// F], y I64 [N] and metadata format "bppsa-mfcc-1" and key, a hash of the preset, `steps`
+/// and every file's relative path, size and mtime. A cache with another key is recomputed
+/// and replaced (atomically); one that cannot be parsed or does not fit is a FormatError
+/// telling the user to delete it.
+SequenceDataset load_irmas(const std::filesystem::path& folder, const MfccPreset& preset, Index steps = 0,
+                           const std::filesystem::path& cache = {});
+
+namespace detail {
+/// Throws InvalidArgument (prefixed by `op`) unless 2 ≤ n_mfcc ≤ n_filters, n_fft ≥ 2 and
+/// 1 ≤ hop ≤ n_fft.
+void check_mfcc_preset(const std::string& op, const MfccPreset& preset);
+/// The MFCC before any post-processing: [T][n_mfcc] row-major, coefficient 0 included, in
+/// aubio's units (10·log10 of the mel-filtered power spectrum, orthonormal DCT-II). mfcc()
+/// is this with coefficient 0 dropped and each coefficient standardised; tests compare it
+/// with a plain oracle.
+std::vector<float> mfcc_unnormalised(std::span<const float> mono, int sample_rate, const MfccPreset& preset);
+}  // namespace detail
+
+}  // namespace bppsa

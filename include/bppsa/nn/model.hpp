@@ -1,0 +1,99 @@
+// Sequence classifier = recurrent stack + Linear head: the PyTorch module
+//   self.rnn = nn.RNN|nn.GRU|nn.LSTM(I, H, num_layers, batch_first=True); self.head = nn.Linear(H, C)
+// with output head(out[:, -1]) (many-to-one) or head(out) at every step (many-to-many, the loss
+// averaged over steps, each step predicting the sequence's label). Parameters carry
+// PyTorch's state_dict names, so checkpoints load with model.load_state_dict.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "bppsa/io/safetensors.hpp"
+#include "bppsa/nn/linear.hpp"
+#include "bppsa/nn/loss.hpp"
+#include "bppsa/nn/recurrent.hpp"
+
+namespace bppsa {
+
+enum class HeadMode { last, every };
+const char* to_string(HeadMode h);
+/// "last", "every"; InvalidArgument otherwise.
+HeadMode parse_head(std::string_view name);
+
+struct ModelConfig {
+  RecurrentConfig rnn;
+  Index classes = 10;
+  HeadMode head = HeadMode::last;
+  LossType loss = LossType::cross_entropy;
+};
+/// "gru I=28 H=64 layers=1 C=10 head=last loss=ce".
+std::string describe(const ModelConfig& c);
+
+/// Time of one training step by phase (seconds). backward includes Jacobian generation.
+struct StepTimes {
+  double forward = 0;
+  double backward = 0;
+  BackwardTimes detail;
+};
+
+/// A named parameter: PyTorch name and shape, row-major values and the last gradient.
+template <class T>
+struct NamedParam {
+  std::string name;
+  std::vector<Index> shape;
+  T* value = nullptr;
+  const T* grad = nullptr;
+  Index size = 0;
+};
+
+template <class T>
+class SequenceClassifier {
+ public:
+  explicit SequenceClassifier(ModelConfig config);
+
+  const ModelConfig& config() const { return config_; }
+  void reset_parameters(std::uint64_t seed);
+
+  /// Forward and loss for a batch: x row-major [batch][steps][input] (batch_first), labels
+  /// [batch]. predictions (optional) receives the argmax of the last step's logits.
+  T evaluate(std::span<const float> x, Index batch, Index steps, std::span<const std::int64_t> labels,
+             std::vector<std::int64_t>* predictions = nullptr);
+  /// Forward, loss and every parameter gradient (parameters()[i].grad).
+  T loss_and_grad(std::span<const float> x, Index batch, Index steps, std::span<const std::int64_t> labels,
+                  const BackwardOptions& options, StepTimes* times = nullptr,
+                  std::vector<std::int64_t>* predictions = nullptr);
+
+  /// Every parameter in PyTorch's state_dict order.
+  std::vector<NamedParam<T>> parameters();
+  Recurrent<T>& rnn() { return rnn_; }
+  Linear<T>& head() { return head_; }
+
+  /// The state_dict as F32 tensors under PyTorch's names (metadata: the model config).
+  TensorFile state_dict() const;
+  /// Loads every parameter (strict: a missing, unexpected or misshaped tensor is an error
+  /// listing what was expected).
+  void load_state_dict(const TensorFile& file);
+
+ private:
+  void forward(std::span<const float> x, Index batch, Index steps, std::span<const std::int64_t> labels);
+  ModelConfig config_;
+  Recurrent<T> rnn_;
+  Linear<T> head_;
+  Matrix<T> x_, logits_, dlogits_, dout_, dh_;
+  std::vector<std::int64_t> col_labels_;
+};
+
+/// Reads the model config from a state_dict's tensor shapes (I, H, C, num_layers) for the
+/// given cell type; ShapeError/FormatError list what the file should hold.
+ModelConfig config_from_state_dict(const TensorFile& file, CellType cell, HeadMode head = HeadMode::last,
+                                   LossType loss = LossType::cross_entropy);
+
+/// The tensor names and shapes a config's state_dict holds, in order.
+std::vector<std::pair<std::string, std::vector<Index>>> expected_state_dict(const ModelConfig& config);
+
+extern template class SequenceClassifier<float>;
+extern template class SequenceClassifier<double>;
+
+}  // namespace bppsa

@@ -1,0 +1,128 @@
+// Recurrent layers with PyTorch semantics (nn.RNN with tanh, nn.GRU, nn.LSTM; batch_first
+// data, any input size, hidden size and num_layers) whose backward pass is a BPPSA scan.
+//
+// Data path of one layer: forward records what the Jacobians need → the transposed state
+// Jacobians J_t^T = (∂s_t/∂s_{t−1})^T are generated directly in their natural kind (RNN:
+// shared W_hh^T × per-step diagonal; GRU, LSTM: dense per sample) → the scan (or sequential
+// BP) gives every state gradient → parameter gradients as batched outer-product sums (GEMMs
+// over all steps at once) and the gradient on the layer's input. Stacked layers run the
+// affine scan: the layer above injects its input gradients into the layer below (spec §1).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bppsa/scan/scanner.hpp"
+
+namespace bppsa {
+
+enum class CellType { rnn, gru, lstm };
+const char* to_string(CellType c);
+/// "rnn", "gru", "lstm"; InvalidArgument otherwise.
+CellType parse_cell(std::string_view name);
+/// Gates per cell: rnn 1, gru 3 (r, z, n), lstm 4 (i, f, g, o) — PyTorch's order.
+Index gate_count(CellType c);
+/// Size of the scanned state: H (rnn, gru) or 2H (lstm: h then c).
+Index state_size(CellType c, Index hidden);
+
+struct RecurrentConfig {
+  CellType cell = CellType::rnn;
+  Index input = 1;
+  Index hidden = 20;
+  Index layers = 1;
+};
+
+/// One layer's parameters under PyTorch's layout: weight_ih [G·H, I_l], weight_hh [G·H, H],
+/// bias_ih, bias_hh [G·H]; gate blocks stacked in PyTorch's order.
+template <class T>
+struct RecurrentLayerParams {
+  RowMatrix<T> w_ih, w_hh;
+  Vector<T> b_ih, b_hh;
+};
+
+/// How the backward pass is computed.
+///  - bp:                      sequential back-propagation through time with vector-Jacobian
+///                             products (no Jacobians formed): the baseline.
+///  - blelloch/hybrid/automatic: Jacobians generated, then the scan engine's algorithm.
+///  - linear:                  Jacobians generated, then the scan engine's sequential scan
+///                             (BP over explicit Jacobians; for testing the generators).
+enum class BackwardMethod { bp, linear, blelloch, hybrid, automatic };
+const char* to_string(BackwardMethod m);
+/// "bp", "linear", "blelloch", "hybrid", "auto"; InvalidArgument otherwise.
+BackwardMethod parse_backward(std::string_view name);
+
+struct BackwardOptions {
+  BackwardMethod method = BackwardMethod::blelloch;
+  int threads = 0;  ///< OpenMP threads for generation, scan and gradients; 0 = default
+  int chunks = 0;   ///< hybrid chunks (0 = automatic)
+};
+
+/// Where the time of a backward pass went (seconds, summed over layers).
+struct BackwardTimes {
+  double jacobians = 0;  ///< Jacobian generation
+  double scan = 0;       ///< scan, or the sequential BP recurrence
+  double params = 0;     ///< pre-activation gradients and parameter-gradient GEMMs
+  double total() const { return jacobians + scan + params; }
+  ScanStats last_scan;   ///< statistics of the last layer's scan (bp: empty)
+};
+
+template <class T>
+class Recurrent {
+ public:
+  explicit Recurrent(RecurrentConfig config);
+  ~Recurrent();
+  Recurrent(Recurrent&&) noexcept;
+  Recurrent& operator=(Recurrent&&) noexcept;
+
+  const RecurrentConfig& config() const { return config_; }
+  Index layers() const { return config_.layers; }
+  RecurrentLayerParams<T>& params(Index layer) { return params_.at(static_cast<std::size_t>(layer)); }
+  const RecurrentLayerParams<T>& params(Index layer) const { return params_.at(static_cast<std::size_t>(layer)); }
+  /// Gradients of the last backward(), same shapes as params().
+  const RecurrentLayerParams<T>& grads(Index layer) const { return grads_.at(static_cast<std::size_t>(layer)); }
+
+  /// PyTorch's default initialisation: every weight and bias U(−1/√H, 1/√H), from `seed`.
+  void reset_parameters(std::uint64_t seed);
+
+  /// Optional initial states s_0 (state_size × batch) per layer for the next forward();
+  /// empty = zeros (PyTorch's default). LSTM: rows 0..H−1 are h_0, H..2H−1 are c_0.
+  void set_initial_state(Index layer, Matrix<T> s0);
+
+  /// Runs all layers over x: features × (steps·batch), time-major columns (column t·B + b
+  /// holds step t of sample b). Records what backward() needs.
+  void forward(const Matrix<T>& x, Index steps, Index batch);
+  Index steps() const { return steps_; }
+  Index batch() const { return batch_; }
+  /// State s_t (state_size × batch; LSTM: h over c) of a layer after forward(), 0 ≤ t ≤ steps.
+  Matrix<T> state(Index layer, Index t) const;
+  /// Top layer's outputs h_1 … h_T: H × (steps·batch), time-major columns.
+  Eigen::Block<const Matrix<T>, Eigen::Dynamic, Eigen::Dynamic, true> output() const;
+
+  /// Backward from ∂ℓ/∂(top-layer outputs), H × (steps·batch) time-major. every_step = false
+  /// means only the last step's block is non-zero (many-to-one): the top layer's scan is
+  /// then linear (no injections). Fills grads(), input_grad() and state0_grad().
+  void backward(const Matrix<T>& grad_out, bool every_step, const BackwardOptions& options,
+                BackwardTimes* times = nullptr);
+  /// ∂ℓ/∂x, same shape as forward()'s x.
+  const Matrix<T>& input_grad() const { return input_grad_; }
+  /// ∂ℓ/∂s_0 of a layer (state_size × batch): g_0 of its scan.
+  const Matrix<T>& state0_grad(Index layer) const;
+  /// The Jacobian chain of a layer as generated by the last scan backward (J_t^T for
+  /// t = 1..steps): for inspection and tests.
+  const Chain<T>& chain(Index layer) const;
+
+ private:
+  struct Impl;
+  RecurrentConfig config_;
+  std::vector<RecurrentLayerParams<T>> params_, grads_;
+  Index steps_ = 0, batch_ = 0;
+  Matrix<T> input_grad_;
+  std::unique_ptr<Impl> impl_;
+};
+
+extern template class Recurrent<float>;
+extern template class Recurrent<double>;
+
+}  // namespace bppsa

@@ -1,0 +1,53 @@
+// Optimizers with PyTorch's update rules (torch.optim.SGD with momentum, torch.optim.Adam).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bppsa/core/types.hpp"
+#include "bppsa/nn/model.hpp"
+
+namespace bppsa {
+
+enum class OptimizerType { sgd, adam };
+const char* to_string(OptimizerType o);
+OptimizerType parse_optimizer(std::string_view name);  ///< "sgd", "adam"
+
+struct OptimizerConfig {
+  OptimizerType type = OptimizerType::adam;
+  double lr = 3e-5;
+  double momentum = 0;      ///< SGD: buf = μ·buf + g (dampening 0), p −= lr·buf
+  double weight_decay = 0;  ///< both: g += wd·p (PyTorch's L2 form)
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  ///< Adam
+};
+
+/// Updates a fixed list of parameters (the model's parameters(), same order every step).
+/// State (momentum buffers, Adam moments, step count) is kept per parameter and can be
+/// saved and restored with state()/load_state() for --resume.
+template <class T>
+class Optimizer {
+ public:
+  explicit Optimizer(OptimizerConfig config);
+  const OptimizerConfig& config() const { return config_; }
+  void step(const std::vector<NamedParam<T>>& params);
+  std::int64_t steps() const { return step_; }
+
+  /// Tensors "<param>.exp_avg", "<param>.exp_avg_sq" (Adam) or "<param>.momentum_buffer" (SGD)
+  /// and metadata "optimizer", "step".
+  TensorFile state(const std::vector<NamedParam<T>>& params) const;
+  /// Restores state(); FormatError if it does not match the parameters or the optimizer type.
+  void load_state(const TensorFile& file, const std::vector<NamedParam<T>>& params);
+
+ private:
+  OptimizerConfig config_;
+  std::int64_t step_ = 0;
+  std::vector<std::vector<T>> m_, v_;
+};
+
+extern template class Optimizer<float>;
+extern template class Optimizer<double>;
+
+}  // namespace bppsa

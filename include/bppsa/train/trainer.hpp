@@ -1,0 +1,62 @@
+// The training loop: seeded epoch shuffles, mini-batches, backward by BP or BPPSA, the
+// optimizer step, and evaluation; progress is reported through a callback.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "bppsa/data/dataset.hpp"
+#include "bppsa/nn/model.hpp"
+#include "bppsa/train/optimizer.hpp"
+
+namespace bppsa {
+
+struct TrainConfig {
+  Index batch = 16;
+  std::uint64_t seed = 4202;  ///< epoch e shuffles with permutation(n, seed + e)
+  BackwardOptions backward;
+  Index eval_batch = 256;
+};
+
+struct EvalReport {
+  double loss = 0;
+  double accuracy = 0;
+  Index samples = 0;
+  double seconds = 0;
+};
+
+struct EpochReport {
+  Index epoch = 0;
+  Index samples = 0;
+  Index steps = 0;  ///< optimizer steps
+  double train_loss = 0;      ///< mean over the epoch's batches, weighted by batch size
+  double train_accuracy = 0;  ///< of the predictions made during training
+  double seconds = 0;         ///< whole epoch (training only)
+  double forward_seconds = 0, backward_seconds = 0, jacobian_seconds = 0, scan_seconds = 0, optimizer_seconds = 0;
+};
+
+/// Called after every optimizer step: batches done, batches in the epoch, running loss.
+using ProgressFn = std::function<void(Index done, Index total, double running_loss)>;
+
+/// Mean loss and accuracy of the model on a data set (batches of `batch`).
+template <class T>
+EvalReport evaluate(SequenceClassifier<T>& model, const SequenceDataset& data, Index batch = 256);
+
+/// One epoch over `train` (all samples, last batch partial). Throws what the model throws
+/// (NonFiniteError when the loss diverges) before any parameter is updated with bad values.
+template <class T>
+EpochReport train_epoch(SequenceClassifier<T>& model, Optimizer<T>& optimizer, const SequenceDataset& train,
+                        Index epoch, const TrainConfig& config, const ProgressFn& progress = {});
+
+/// Checks that the data fits the model (features = input size, labels < classes); ShapeError
+/// / InvalidArgument saying which flag to change.
+void check_data_fits(const ModelConfig& model, const SequenceDataset& data, const std::string& what);
+
+/// Gathers samples `indices` of `data` into x (batch × steps × features) and y.
+void gather_batch(const SequenceDataset& data, std::span<const Index> indices, std::vector<float>& x,
+                  std::vector<std::int64_t>& y);
+
+extern template EvalReport evaluate<float>(SequenceClassifier<float>&, const SequenceDataset&, Index);
+extern template EvalReport evaluate<double>(SequenceClassifier<double>&, const SequenceDataset&, Index);
+
+}  // namespace bppsa

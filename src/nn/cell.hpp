@@ -1,0 +1,63 @@
+// One recurrent cell type = one set of these functions; the CPU half lives in
+// src/nn/cpu/<cell>_cell.cpp (a GPU half would sit in src/nn/cuda/). recurrent.cpp runs
+// the layers and the backward pass and dispatches on CellType.
+#pragma once
+
+#include "bppsa/nn/recurrent.hpp"
+
+namespace bppsa::detail {
+
+/// What forward records for one layer. Column blocks are time-major with B columns each:
+/// states at block t = 0..T (block 0 is s_0), per-step quantities at block t − 1 for t = 1..T.
+template <class T>
+struct LayerRecord {
+  Index steps = 0, batch = 0, hidden = 0;
+  Matrix<T> x;      ///< I × TB: the layer's input
+  Matrix<T> h;      ///< H × (T+1)B
+  Matrix<T> c;      ///< LSTM: H × (T+1)B
+  Matrix<T> gates;  ///< G·H × TB, gates after their nonlinearity (rnn: unused, h is enough)
+  Matrix<T> aux;    ///< GRU: M = W_hn h + b_hn; LSTM: tanh(c_t) (H × TB)
+  Matrix<T> ax;     ///< scratch: W_ih x + b_ih for all steps (G·H × TB)
+};
+
+/// Pre-activation gradients of one layer, G·H × TB: dx multiplies the input side (W_ih,
+/// b_ih), dh the recurrent side (W_hh, b_hh). They differ only for GRU's n gate.
+template <class T>
+struct PreactGrads {
+  Matrix<T> dx, dh;
+};
+
+/// Per cell type. `g` holds state gradients, S × (T+1)B (block t = ∂ℓ/∂s_t, totals).
+template <class T>
+struct CellOps {
+  /// Recurrence over all steps; rec.x, rec.ax and block 0 of rec.h (and rec.c) are set.
+  void (*forward)(const RecurrentLayerParams<T>& p, LayerRecord<T>& rec);
+  /// Creates the chain's elements in their natural kind (values not yet filled).
+  void (*make_chain)(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec,
+                     const std::shared_ptr<Matrix<T>>& w_hh_t, Chain<T>& chain);
+  /// Fills J_t^T for steps t in [t0, t1) (1-based).
+  void (*fill_jacobians)(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, Chain<T>& chain,
+                         Index t0, Index t1);
+  /// Pre-activation gradients for steps [t0, t1) from the state gradients in g.
+  void (*preact)(const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out, Index t0, Index t1);
+  /// The part of g_{t−1} that does not pass through W_hh (GRU: z ⊙ g; LSTM: c-row f ⊙ δc),
+  /// added into `prev` (S × B); rnn: nothing.
+  void (*direct)(const LayerRecord<T>& rec, const Matrix<T>& g, Index t, Eigen::Ref<Matrix<T>> prev);
+};
+
+template <class T>
+const CellOps<T>& cell_ops(CellType c);
+
+template <class T>
+const CellOps<T>& rnn_ops();
+template <class T>
+const CellOps<T>& gru_ops();
+template <class T>
+const CellOps<T>& lstm_ops();
+
+template <class T>
+inline T sigmoid(T v) {
+  return T(1) / (T(1) + std::exp(-v));
+}
+
+}  // namespace bppsa::detail

@@ -1,0 +1,348 @@
+// Recurrent layer stacks: forward over all layers, and the backward pass by sequential BP or
+// by the scan engine (Jacobians generated per cell type, see nn/cell.hpp), followed by the
+// parameter gradients as GEMMs over every step at once.
+#include "bppsa/nn/recurrent.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <random>
+
+#include "bppsa/core/error.hpp"
+#include "core/finite.hpp"
+#include "nn/cell.hpp"
+
+namespace bppsa {
+
+const char* to_string(CellType c) {
+  switch (c) {
+    case CellType::rnn: return "rnn";
+    case CellType::gru: return "gru";
+    case CellType::lstm: return "lstm";
+  }
+  return "?";
+}
+
+CellType parse_cell(std::string_view name) {
+  if (name == "rnn") return CellType::rnn;
+  if (name == "gru") return CellType::gru;
+  if (name == "lstm") return CellType::lstm;
+  detail::raise<InvalidArgument>("model", "unknown recurrent cell '" + std::string(name) + "'; use rnn, gru or lstm");
+}
+
+Index gate_count(CellType c) { return c == CellType::rnn ? 1 : c == CellType::gru ? 3 : 4; }
+Index state_size(CellType c, Index hidden) { return c == CellType::lstm ? 2 * hidden : hidden; }
+
+const char* to_string(BackwardMethod m) {
+  switch (m) {
+    case BackwardMethod::bp: return "bp";
+    case BackwardMethod::linear: return "linear";
+    case BackwardMethod::blelloch: return "blelloch";
+    case BackwardMethod::hybrid: return "hybrid";
+    case BackwardMethod::automatic: return "auto";
+  }
+  return "?";
+}
+
+BackwardMethod parse_backward(std::string_view name) {
+  if (name == "bp") return BackwardMethod::bp;
+  if (name == "linear") return BackwardMethod::linear;
+  if (name == "blelloch") return BackwardMethod::blelloch;
+  if (name == "hybrid") return BackwardMethod::hybrid;
+  if (name == "auto") return BackwardMethod::automatic;
+  detail::raise<InvalidArgument>("backward", "unknown backward method '" + std::string(name) +
+                                                 "'; use bp, blelloch, hybrid, auto or linear");
+}
+
+namespace detail {
+template <class T>
+const CellOps<T>& cell_ops(CellType c) {
+  switch (c) {
+    case CellType::rnn: return rnn_ops<T>();
+    case CellType::gru: return gru_ops<T>();
+    case CellType::lstm: return lstm_ops<T>();
+  }
+  return rnn_ops<T>();
+}
+template const CellOps<float>& cell_ops<float>(CellType);
+template const CellOps<double>& cell_ops<double>(CellType);
+}  // namespace detail
+
+namespace {
+
+Algorithm scan_algorithm(BackwardMethod m) {
+  switch (m) {
+    case BackwardMethod::linear: return Algorithm::linear;
+    case BackwardMethod::blelloch: return Algorithm::blelloch;
+    case BackwardMethod::hybrid: return Algorithm::hybrid;
+    default: return Algorithm::automatic;
+  }
+}
+
+int resolve_threads(int threads) { return threads > 0 ? threads : omp_get_max_threads(); }
+
+}  // namespace
+
+template <class T>
+struct Recurrent<T>::Impl {
+  struct Layer {
+    detail::LayerRecord<T> rec;
+    Matrix<T> s0;  ///< initial state, empty = zeros
+    Matrix<T> g;   ///< state gradients S × (T+1)B
+    Matrix<T> g0;  ///< g_0 = ∂ℓ/∂s_0, S × B
+    detail::PreactGrads<T> pg;
+    std::shared_ptr<Matrix<T>> w_hh_t = std::make_shared<Matrix<T>>();  ///< W_hh^T (RNN's shared S)
+    Chain<T> chain;
+    Index chain_steps = -1, chain_batch = -1;
+    Scanner<T> scanner;
+    Gradients<T> out;
+  };
+  std::vector<Layer> layer;
+  Matrix<T> gx;  ///< gradient on the current layer's input (passes to the layer below)
+  Matrix<T> g_last;
+};
+
+template <class T>
+Recurrent<T>::Recurrent(RecurrentConfig config) : config_(config), impl_(std::make_unique<Impl>()) {
+  if (config.input < 1 || config.hidden < 1 || config.layers < 1)
+    detail::raise<InvalidArgument>("Recurrent", "input size, hidden size and layers must be ≥ 1 (got input " +
+                                                    std::to_string(config.input) + ", hidden " +
+                                                    std::to_string(config.hidden) + ", layers " +
+                                                    std::to_string(config.layers) + ")");
+  const Index gh = gate_count(config.cell) * config.hidden;
+  params_.resize(static_cast<std::size_t>(config.layers));
+  for (Index l = 0; l < config.layers; ++l) {
+    auto& p = params_[static_cast<std::size_t>(l)];
+    p.w_ih = RowMatrix<T>::Zero(gh, l == 0 ? config.input : config.hidden);
+    p.w_hh = RowMatrix<T>::Zero(gh, config.hidden);
+    p.b_ih = Vector<T>::Zero(gh);
+    p.b_hh = Vector<T>::Zero(gh);
+  }
+  grads_ = params_;
+  impl_->layer.resize(static_cast<std::size_t>(config.layers));
+}
+
+template <class T>
+Recurrent<T>::~Recurrent() = default;
+template <class T>
+Recurrent<T>::Recurrent(Recurrent&&) noexcept = default;
+template <class T>
+Recurrent<T>& Recurrent<T>::operator=(Recurrent&&) noexcept = default;
+
+template <class T>
+void Recurrent<T>::reset_parameters(std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const double bound = 1.0 / std::sqrt(static_cast<double>(config_.hidden));
+  // 53 random bits → [0, 1): the same values on every platform.
+  auto draw = [&] { return static_cast<T>((static_cast<double>(rng() >> 11) * 0x1.0p-53 * 2 - 1) * bound); };
+  for (auto& p : params_) {
+    for (Index i = 0; i < p.w_ih.size(); ++i) p.w_ih.data()[i] = draw();
+    for (Index i = 0; i < p.w_hh.size(); ++i) p.w_hh.data()[i] = draw();
+    for (Index i = 0; i < p.b_ih.size(); ++i) p.b_ih[i] = draw();
+    for (Index i = 0; i < p.b_hh.size(); ++i) p.b_hh[i] = draw();
+  }
+}
+
+template <class T>
+void Recurrent<T>::set_initial_state(Index layer, Matrix<T> s0) {
+  if (layer < 0 || layer >= config_.layers)
+    detail::raise<InvalidArgument>("Recurrent::set_initial_state", "layer " + std::to_string(layer) +
+                                                                       " out of range (the model has " +
+                                                                       std::to_string(config_.layers) + ")");
+  impl_->layer[static_cast<std::size_t>(layer)].s0 = std::move(s0);
+}
+
+template <class T>
+void Recurrent<T>::forward(const Matrix<T>& x, Index steps, Index batch) {
+  const char* op = "Recurrent::forward";
+  if (steps < 1 || batch < 1)
+    detail::raise<ShapeError>(op, "need at least one step and one sample (got " + std::to_string(steps) +
+                                      " steps, batch " + std::to_string(batch) + ")");
+  if (x.rows() != config_.input || x.cols() != steps * batch)
+    detail::raise<ShapeError>(op, "input is " + shape_string(x.rows(), x.cols()) + ", expected " +
+                                      shape_string(config_.input, steps * batch) +
+                                      " (input size × steps·batch, time-major columns)");
+  steps_ = steps;
+  batch_ = batch;
+  const Index H = config_.hidden, S = state_size(config_.cell, H), G = gate_count(config_.cell);
+  const auto& ops = detail::cell_ops<T>(config_.cell);
+  for (Index l = 0; l < config_.layers; ++l) {
+    auto& L = impl_->layer[static_cast<std::size_t>(l)];
+    auto& rec = L.rec;
+    const auto& p = params_[static_cast<std::size_t>(l)];
+    rec.steps = steps;
+    rec.batch = batch;
+    rec.hidden = H;
+    if (l == 0)
+      rec.x = x;
+    else
+      rec.x = impl_->layer[static_cast<std::size_t>(l - 1)].rec.h.rightCols(steps * batch);
+    rec.ax.noalias() = p.w_ih * rec.x;
+    rec.ax.colwise() += p.b_ih;
+    rec.h.resize(H, (steps + 1) * batch);
+    if (config_.cell == CellType::lstm) rec.c.resize(H, (steps + 1) * batch);
+    if (config_.cell != CellType::rnn) rec.gates.resize(G * H, steps * batch);
+    if (config_.cell != CellType::rnn) rec.aux.resize(H, steps * batch);
+    if (L.s0.size() != 0) {
+      if (L.s0.rows() != S || L.s0.cols() != batch)
+        detail::raise<ShapeError>(op, "initial state of layer " + std::to_string(l) + " is " +
+                                          shape_string(L.s0.rows(), L.s0.cols()) + ", expected " +
+                                          shape_string(S, batch));
+      rec.h.leftCols(batch) = L.s0.topRows(H);
+      if (config_.cell == CellType::lstm) rec.c.leftCols(batch) = L.s0.bottomRows(H);
+    } else {
+      rec.h.leftCols(batch).setZero();
+      if (config_.cell == CellType::lstm) rec.c.leftCols(batch).setZero();
+    }
+    ops.forward(p, rec);
+  }
+}
+
+template <class T>
+Eigen::Block<const Matrix<T>, Eigen::Dynamic, Eigen::Dynamic, true> Recurrent<T>::output() const {
+  const auto& h = impl_->layer.back().rec.h;
+  return h.rightCols(steps_ * batch_);
+}
+
+template <class T>
+Matrix<T> Recurrent<T>::state(Index layer, Index t) const {
+  if (layer < 0 || layer >= config_.layers || t < 0 || t > steps_)
+    detail::raise<InvalidArgument>("Recurrent::state", "layer " + std::to_string(layer) + ", step " +
+                                                           std::to_string(t) + " out of range");
+  const auto& rec = impl_->layer[static_cast<std::size_t>(layer)].rec;
+  const Index H = config_.hidden;
+  Matrix<T> s(state_size(config_.cell, H), batch_);
+  s.topRows(H) = rec.h.middleCols(t * batch_, batch_);
+  if (config_.cell == CellType::lstm) s.bottomRows(H) = rec.c.middleCols(t * batch_, batch_);
+  return s;
+}
+
+template <class T>
+const Matrix<T>& Recurrent<T>::state0_grad(Index layer) const {
+  return impl_->layer.at(static_cast<std::size_t>(layer)).g0;
+}
+
+template <class T>
+const Chain<T>& Recurrent<T>::chain(Index layer) const {
+  return impl_->layer.at(static_cast<std::size_t>(layer)).chain;
+}
+
+template <class T>
+void Recurrent<T>::backward(const Matrix<T>& grad_out, bool every_step, const BackwardOptions& options,
+                            BackwardTimes* times) {
+  const char* op = "Recurrent::backward";
+  const Index T_ = steps_, B = batch_, H = config_.hidden, S = state_size(config_.cell, H);
+  if (T_ == 0) detail::raise<InvalidArgument>(op, "call forward() before backward()");
+  if (grad_out.rows() != H || grad_out.cols() != T_ * B)
+    detail::raise<ShapeError>(op, "output gradient is " + shape_string(grad_out.rows(), grad_out.cols()) +
+                                      ", expected " + shape_string(H, T_ * B) + " (hidden × steps·batch)");
+  const auto& ops = detail::cell_ops<T>(config_.cell);
+  const int threads = resolve_threads(options.threads);
+  const bool scan = options.method != BackwardMethod::bp;
+  BackwardTimes local;
+  double t_start = omp_get_wtime();
+
+  for (Index l = config_.layers - 1; l >= 0; --l) {
+    auto& L = impl_->layer[static_cast<std::size_t>(l)];
+    auto& rec = L.rec;
+    const auto& p = params_[static_cast<std::size_t>(l)];
+    auto& gp = grads_[static_cast<std::size_t>(l)];
+    // Gradient on this layer's outputs h_1..h_T (H × TB): from the head or the layer above.
+    const Matrix<T>& above = (l == config_.layers - 1) ? grad_out : impl_->gx;
+    const bool inject = every_step || l < config_.layers - 1;
+    const Index G = gate_count(config_.cell) * H;
+    L.g.setZero(S, (T_ + 1) * B);
+    L.g.middleCols(T_ * B, B).topRows(H) = above.middleCols((T_ - 1) * B, B);
+    L.pg.dx.resize(G, T_ * B);
+    if (config_.cell == CellType::gru) L.pg.dh.resize(G, T_ * B);
+    auto& dh = config_.cell == CellType::gru ? L.pg.dh : L.pg.dx;
+
+    if (!scan) {
+      double t0 = omp_get_wtime();
+      Matrix<T> prev(S, B);
+      for (Index t = T_; t >= 1; --t) {
+        ops.preact(rec, L.g, L.pg, t, t + 1);
+        auto gprev = L.g.middleCols((t - 1) * B, B);
+        if (inject && t >= 2)
+          gprev.topRows(H) = above.middleCols((t - 2) * B, B);
+        gprev.topRows(H).noalias() += p.w_hh.transpose() * dh.middleCols((t - 1) * B, B);
+        ops.direct(rec, L.g, t, gprev);
+      }
+      local.scan += omp_get_wtime() - t0;
+      if (!detail::all_finite(L.g.data(), L.g.size()))
+        detail::raise<NonFiniteError>(op, "state gradients of layer " + std::to_string(l) +
+                                              " are not finite (NaN/Inf): the loss or the weights diverged; "
+                                              "lower the learning rate");
+    } else {
+      double t0 = omp_get_wtime();
+      // S = W_hh^T first: make_chain reads the RNN's shared matrix's shape from it.
+      *L.w_hh_t = p.w_hh.transpose();
+      *L.w_hh_t = p.w_hh.transpose();  // in place: the chain's shared S keeps its identity
+      if (L.chain_steps != T_ || L.chain_batch != B) {
+        L.chain = Chain<T>(B);
+        ops.make_chain(p, rec, L.w_hh_t, L.chain);
+        L.chain_steps = T_;
+        L.chain_batch = B;
+      }
+#pragma omp parallel num_threads(threads)
+      {
+        const Index nt = omp_get_num_threads(), id = omp_get_thread_num();
+        const Index t0r = 1 + T_ * id / nt, t1r = 1 + T_ * (id + 1) / nt;
+        ops.fill_jacobians(p, rec, L.chain, t0r, t1r);
+      }
+      if (inject) {
+        for (Index k = 1; k < T_; ++k) {
+          Matrix<T>* e = L.chain.injection(k);
+          if (!e || e->rows() != S || e->cols() != B) {
+            L.chain.set_injection(k, Matrix<T>::Zero(S, B));
+            e = L.chain.injection(k);
+          }
+          e->topRows(H) = above.middleCols((k - 1) * B, B);
+        }
+      } else if (L.chain.has_injections()) {
+        L.chain.clear_injections();
+      }
+      double t1 = omp_get_wtime();
+      local.jacobians += t1 - t0;
+      ScanOptions so;
+      so.algorithm = scan_algorithm(options.method);
+      so.threads = threads;
+      so.chunks = options.chunks;
+      L.scanner.set_options(so);
+      impl_->g_last = L.g.middleCols(T_ * B, B);
+      local.last_scan = L.scanner.run(L.chain, impl_->g_last, L.out);
+      for (Index k = 0; k < T_; ++k) L.g.middleCols(k * B, B) = L.out.g(k);
+      local.scan += omp_get_wtime() - t1;
+    }
+
+    double t2 = omp_get_wtime();
+    if (scan) {
+#pragma omp parallel num_threads(threads)
+      {
+        const Index nt = omp_get_num_threads(), id = omp_get_thread_num();
+        ops.preact(rec, L.g, L.pg, 1 + T_ * id / nt, 1 + T_ * (id + 1) / nt);
+      }
+    }
+    gp.w_ih.noalias() = L.pg.dx * rec.x.transpose();
+    gp.b_ih = L.pg.dx.rowwise().sum();
+    gp.w_hh.noalias() = dh * rec.h.leftCols(T_ * B).transpose();
+    gp.b_hh = dh.rowwise().sum();
+    Matrix<T>& gx = l == 0 ? input_grad_ : impl_->gx;
+    Matrix<T> next = p.w_ih.transpose() * L.pg.dx;
+    gx = std::move(next);
+    L.g0 = L.g.leftCols(B);
+    local.params += omp_get_wtime() - t2;
+  }
+  (void)t_start;
+  if (times) {
+    times->jacobians += local.jacobians;
+    times->scan += local.scan;
+    times->params += local.params;
+    times->last_scan = local.last_scan;
+  }
+}
+
+template class Recurrent<float>;
+template class Recurrent<double>;
+
+}  // namespace bppsa

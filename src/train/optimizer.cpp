@@ -1,0 +1,132 @@
+// SGD (momentum) and Adam, following torch.optim's update rules step for step.
+#include "bppsa/train/optimizer.hpp"
+
+#include <cmath>
+
+#include "bppsa/core/error.hpp"
+
+namespace bppsa {
+
+const char* to_string(OptimizerType o) { return o == OptimizerType::sgd ? "sgd" : "adam"; }
+
+OptimizerType parse_optimizer(std::string_view name) {
+  if (name == "sgd") return OptimizerType::sgd;
+  if (name == "adam") return OptimizerType::adam;
+  detail::raise<InvalidArgument>("optimizer", "unknown optimizer '" + std::string(name) + "'; use sgd or adam");
+}
+
+template <class T>
+Optimizer<T>::Optimizer(OptimizerConfig config) : config_(config) {
+  const char* op = "optimizer";
+  if (!(config.lr > 0) || !std::isfinite(config.lr))
+    detail::raise<InvalidArgument>(op, "learning rate must be a positive number (got " + std::to_string(config.lr) + ")");
+  if (config.momentum < 0 || config.momentum >= 1)
+    detail::raise<InvalidArgument>(op, "momentum must be in [0, 1) (got " + std::to_string(config.momentum) + ")");
+  if (config.beta1 < 0 || config.beta1 >= 1 || config.beta2 < 0 || config.beta2 >= 1 || !(config.eps > 0))
+    detail::raise<InvalidArgument>(op, "Adam needs betas in [0, 1) and eps > 0");
+  if (config.weight_decay < 0) detail::raise<InvalidArgument>(op, "weight decay must be ≥ 0");
+}
+
+template <class T>
+void Optimizer<T>::step(const std::vector<NamedParam<T>>& params) {
+  if (m_.empty()) {
+    m_.resize(params.size());
+    v_.resize(params.size());
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      m_[i].assign(static_cast<std::size_t>(params[i].size), T(0));
+      if (config_.type == OptimizerType::adam) v_[i].assign(static_cast<std::size_t>(params[i].size), T(0));
+    }
+  }
+  if (m_.size() != params.size())
+    detail::raise<InvalidArgument>("optimizer", "parameter list changed between steps");
+  ++step_;
+  const T lr = static_cast<T>(config_.lr), wd = static_cast<T>(config_.weight_decay);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const auto& p = params[i];
+    T* m = m_[i].data();
+    if (config_.type == OptimizerType::sgd) {
+      const T mu = static_cast<T>(config_.momentum);
+      for (Index k = 0; k < p.size; ++k) {
+        const T g = p.grad[k] + wd * p.value[k];
+        if (mu != T(0)) {
+          m[k] = step_ == 1 ? g : mu * m[k] + g;
+          p.value[k] -= lr * m[k];
+        } else {
+          p.value[k] -= lr * g;
+        }
+      }
+    } else {
+      T* v = v_[i].data();
+      const T b1 = static_cast<T>(config_.beta1), b2 = static_cast<T>(config_.beta2);
+      const T bc1 = T(1) - static_cast<T>(std::pow(config_.beta1, static_cast<double>(step_)));
+      const T bc2 = T(1) - static_cast<T>(std::pow(config_.beta2, static_cast<double>(step_)));
+      const T step_size = lr / bc1, bc2_sqrt = std::sqrt(bc2), eps = static_cast<T>(config_.eps);
+      for (Index k = 0; k < p.size; ++k) {
+        const T g = p.grad[k] + wd * p.value[k];
+        m[k] = b1 * m[k] + (T(1) - b1) * g;
+        v[k] = b2 * v[k] + (T(1) - b2) * g * g;
+        p.value[k] -= step_size * m[k] / (std::sqrt(v[k]) / bc2_sqrt + eps);
+      }
+    }
+  }
+}
+
+template <class T>
+TensorFile Optimizer<T>::state(const std::vector<NamedParam<T>>& params) const {
+  TensorFile f;
+  f.metadata["optimizer"] = to_string(config_.type);
+  f.metadata["step"] = std::to_string(step_);
+  if (m_.empty()) return f;
+  auto put = [&](const std::string& name, const std::vector<T>& src, const std::vector<Index>& shape) {
+    std::vector<double> d(src.begin(), src.end());
+    f.tensors[name] = Tensor::from_f64(d, shape);
+  };
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (config_.type == OptimizerType::adam) {
+      put(params[i].name + ".exp_avg", m_[i], params[i].shape);
+      put(params[i].name + ".exp_avg_sq", v_[i], params[i].shape);
+    } else {
+      put(params[i].name + ".momentum_buffer", m_[i], params[i].shape);
+    }
+  }
+  return f;
+}
+
+template <class T>
+void Optimizer<T>::load_state(const TensorFile& file, const std::vector<NamedParam<T>>& params) {
+  const char* op = "optimizer state";
+  auto it = file.metadata.find("optimizer");
+  if (it == file.metadata.end() || it->second != to_string(config_.type))
+    detail::raise<FormatError>(op, file.source + " holds " +
+                                       (it == file.metadata.end() ? std::string("no optimizer") : it->second) +
+                                       " state but this run uses " + to_string(config_.type) +
+                                       "; pass the same --optimizer as the run that saved it");
+  auto st = file.metadata.find("step");
+  try {
+    step_ = st == file.metadata.end() ? 0 : std::stoll(st->second);
+  } catch (const std::exception&) {
+    detail::raise<FormatError>(op, file.source + " has a malformed step count '" + st->second + "'");
+  }
+  m_.clear();
+  v_.clear();
+  if (step_ == 0) return;
+  m_.resize(params.size());
+  v_.resize(params.size());
+  auto get = [&](const std::string& name, const std::vector<Index>& shape, std::vector<T>& dst) {
+    const auto d = file.require(name, shape, op).to_f64(name);
+    dst.assign(d.begin(), d.end());
+  };
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (config_.type == OptimizerType::adam) {
+      get(params[i].name + ".exp_avg", params[i].shape, m_[i]);
+      get(params[i].name + ".exp_avg_sq", params[i].shape, v_[i]);
+    } else {
+      get(params[i].name + ".momentum_buffer", params[i].shape, m_[i]);
+    }
+  }
+}
+
+template class Optimizer<float>;
+template class Optimizer<double>;
+
+}  // namespace bppsa

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""`bppsa grad` against PyTorch autograd: random weights, shapes and lengths for nn.RNN,
+nn.GRU and nn.LSTM with 1 and 2 layers; every parameter gradient and the loss must agree to
+a relative error ≤ 1e-4 (max |a − b| / max |b| per tensor) in float32, for BP and BPPSA.
+Also checks that a `bppsa train --save` checkpoint loads into the PyTorch module with
+load_state_dict(strict=True) and gives the loss bppsa reports for it.
+
+Usage: check_grad.py BPPSA_BINARY WORK_DIR. Exit 77 (CTest: skipped) without torch."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+try:
+    import torch
+    from torch import nn
+except ImportError:
+    print("PyTorch is not installed (Debian: apt-get install python3-torch); skipping")
+    sys.exit(77)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import safetensors_np as st  # noqa: E402
+
+CELLS = {"rnn": nn.RNN, "gru": nn.GRU, "lstm": nn.LSTM}
+
+
+class Model(nn.Module):
+    def __init__(self, cell, i, h, layers, c):
+        super().__init__()
+        self.rnn = CELLS[cell](i, h, layers, batch_first=True)
+        self.head = nn.Linear(h, c)
+
+    def forward(self, x):
+        out, _ = self.rnn(x)
+        return self.head(out[:, -1])
+
+
+def rel_err(a, b):
+    den = float(np.max(np.abs(b))) if b.size else 0.0
+    num = float(np.max(np.abs(a - b))) if b.size else 0.0
+    return num / den if den > 0 else num
+
+
+def run(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        print("FAILED:", " ".join(cmd), "\n", r.stdout, r.stderr)
+        sys.exit(1)
+    return r.stdout
+
+
+def check_case(binary, work, cell, layers, rng, case):
+    i, h, c = int(rng.integers(1, 9)), int(rng.integers(2, 17)), int(rng.integers(2, 12))
+    t, b = int(rng.choice([1, 2, 5, 17, 64, 200])), int(rng.integers(1, 9))
+    torch.manual_seed(1000 + case)
+    model = Model(cell, i, h, layers, c)
+    with torch.no_grad():  # wider than the default init so the nonlinearities matter
+        for p in model.parameters():
+            p.mul_(float(rng.uniform(1.0, 2.5)))
+    x = torch.randn(b, t, i)
+    y = torch.from_numpy(rng.integers(0, c, size=b).astype(np.int64))
+    loss = nn.functional.cross_entropy(model(x), y)
+    model.zero_grad()
+    loss.backward()
+    wpath, xpath = os.path.join(work, f"w{case}.safetensors"), os.path.join(work, f"x{case}.safetensors")
+    st.save(wpath, {k: v.detach().numpy() for k, v in model.state_dict().items()})
+    st.save(xpath, {"x": x.numpy(), "y": y.numpy()})
+    worst = 0.0
+    for backward, extra in (("bp", []), ("blelloch", []), ("hybrid", ["--threads", "2"]), ("auto", [])):
+        gpath = os.path.join(work, f"g{case}_{backward}.safetensors")
+        run([binary, "grad", "--model", cell, "--weights", wpath, "--batch", xpath, "--out", gpath,
+             "--backward", backward] + extra)
+        g, _ = st.load(gpath)
+        errs = {"loss": rel_err(g["loss"].astype(np.float64), np.float64(loss.item()))}
+        for name, p in model.named_parameters():
+            if name not in g:
+                print(f"missing gradient {name} in {gpath}")
+                return False
+            errs[name] = rel_err(g[name].astype(np.float64), p.grad.numpy().astype(np.float64))
+        name, e = max(errs.items(), key=lambda kv: kv[1])
+        worst = max(worst, e)
+        status = "ok" if e <= 1e-4 else "FAIL"
+        print(f"{cell} layers={layers} I={i} H={h} C={c} T={t} B={b} {backward:8s}: max rel err {e:.2e} ({name}) {status}")
+        if e > 1e-4:
+            return False
+    return True
+
+
+def check_checkpoint(binary, work):
+    """A checkpoint from `bppsa train` loads into the PyTorch module (strict) and gives the
+    same loss on a batch as bppsa computes with it."""
+    ck = os.path.join(work, "train.safetensors")
+    run([binary, "train", "--model", "gru", "--hidden", "6", "--layers", "2", "--data", "bitstream",
+         "--steps", "12", "--samples", "200", "--epochs", "1", "--batch", "8", "--lr", "1e-3",
+         "--no-progress", "--save", ck])
+    tensors, meta = st.load(ck)
+    model = Model("gru", 1, 6, 2, 10)
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in tensors.items()}, strict=True)
+    rng = np.random.default_rng(5)
+    x = torch.from_numpy((rng.random((4, 12, 1)) < 0.3).astype(np.float32))
+    y = torch.from_numpy(rng.integers(0, 10, size=4).astype(np.int64))
+    xpath, gpath = os.path.join(work, "xck.safetensors"), os.path.join(work, "gck.safetensors")
+    st.save(xpath, {"x": x.numpy(), "y": y.numpy()})
+    run([binary, "grad", "--model", "gru", "--weights", ck, "--batch", xpath, "--out", gpath, "--backward", "bp"])
+    g, _ = st.load(gpath)
+    with torch.no_grad():
+        ref = nn.functional.cross_entropy(model(x), y).item()
+    e = rel_err(g["loss"].astype(np.float64), np.float64(ref))
+    print(f"checkpoint from bppsa train: strict load_state_dict ok, metadata {meta}, loss rel err {e:.2e}")
+    return e <= 1e-5
+
+
+def main():
+    binary, work = sys.argv[1], sys.argv[2]
+    os.makedirs(work, exist_ok=True)
+    rng = np.random.default_rng(4202)
+    ok, case = True, 0
+    for cell in ("rnn", "gru", "lstm"):
+        for layers in (1, 2):
+            for _ in range(2):
+                ok = check_case(binary, work, cell, layers, rng, case) and ok
+                case += 1
+    ok = check_checkpoint(binary, work) and ok
+    print("ALL OK" if ok else "SOME CHECKS FAILED")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

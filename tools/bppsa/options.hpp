@@ -1,0 +1,51 @@
+// Flags shared by train, eval and grad: the model, the data set and the backward method.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <utility>
+
+#include "bppsa/data/dataset.hpp"
+#include "bppsa/nn/model.hpp"
+
+namespace bppsa::cli {
+
+struct ModelArgs {
+  std::string model = "rnn";
+  Index hidden = 20;
+  Index layers = 1;
+  std::string head = "last";
+  std::string loss = "ce";
+};
+void add_model_options(CLI::App& app, ModelArgs& a);
+
+struct DataArgs {
+  std::string data = "bitstream";
+  Index steps = 1000;       ///< bitstream
+  Index samples = 50000;    ///< bitstream total (train 64 %, test 36 %)
+  std::string dir;          ///< mnist / irmas folder
+  std::string preset = "s"; ///< irmas
+  double test_fraction = 0.2;  ///< irmas
+  Index limit_train = 0, limit_test = 0;
+  std::uint64_t data_seed = 4202;
+};
+void add_data_options(CLI::App& app, DataArgs& a);
+/// Loads and splits the data set; prints a one-line summary unless quiet.
+std::pair<SequenceDataset, SequenceDataset> load_data(const DataArgs& a, bool quiet);
+
+struct BackwardArgs {
+  std::string backward = "blelloch";
+  int threads = 0;
+  int chunks = 0;
+};
+void add_backward_options(CLI::App& app, BackwardArgs& a);
+BackwardOptions to_options(const BackwardArgs& a);
+
+/// ModelConfig from flags, with input size and classes from the data.
+ModelConfig model_config(const ModelArgs& a, Index input, Index classes);
+
+/// Loads a checkpoint's config: the cell from its metadata (or `fallback_cell` when absent),
+/// shapes from its tensors.
+ModelConfig checkpoint_config(const TensorFile& file, const std::string& fallback_cell);
+
+}  // namespace bppsa::cli

@@ -1,0 +1,255 @@
+// `bppsa train`: trains a recurrent classifier with BP or BPPSA, with progress, per-epoch
+// metrics, JSON-lines logs, atomic checkpoints (safetensors, PyTorch names) and --resume.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "bppsa/bppsa.hpp"
+#include "bppsa/io/safetensors.hpp"
+#include "bppsa/train/trainer.hpp"
+#include "commands.hpp"
+#include "options.hpp"
+#include "progress.hpp"
+
+namespace bppsa::cli {
+namespace {
+
+struct Args {
+  ModelArgs model;
+  DataArgs data;
+  BackwardArgs backward;
+  Index epochs = 1;
+  Index batch = 16;
+  double lr = 3e-5;
+  std::string optimizer = "adam";
+  double momentum = 0;
+  double weight_decay = 0;
+  std::uint64_t seed = 4202;
+  std::string save, resume, log;
+  bool no_progress = false;
+  bool check = false;
+  CLI::App* app = nullptr;
+};
+
+std::string optimizer_path(const std::string& checkpoint) {
+  const std::string ext = ".safetensors";
+  if (checkpoint.size() > ext.size() && checkpoint.compare(checkpoint.size() - ext.size(), ext.size(), ext) == 0)
+    return checkpoint.substr(0, checkpoint.size() - ext.size()) + ".optim.safetensors";
+  return checkpoint + ".optim";
+}
+
+std::string meta(const TensorFile& f, const std::string& key, const std::string& fallback = "") {
+  auto it = f.metadata.find(key);
+  return it == f.metadata.end() ? fallback : it->second;
+}
+
+Index meta_index(const TensorFile& f, const std::string& key) {
+  const std::string v = meta(f, key, "0");
+  try {
+    return std::stoll(v);
+  } catch (const std::exception&) {
+    detail::raise<FormatError>("resume", f.source + ": metadata " + key + " = '" + v + "' is not a number");
+  }
+}
+
+/// Largest over tensors of max|a − b| / max|b|, and which tensor.
+double max_relative_error(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b,
+                          const std::vector<NamedParam<float>>& params, std::string* where) {
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    double num = 0, den = 0;
+    for (std::size_t k = 0; k < a[i].size(); ++k) {
+      num = std::max(num, std::abs(static_cast<double>(a[i][k]) - b[i][k]));
+      den = std::max(den, std::abs(static_cast<double>(b[i][k])));
+    }
+    const double e = den > 0 ? num / den : num;
+    if (e >= worst) {
+      worst = e;
+      *where = params[i].name;
+    }
+  }
+  return worst;
+}
+
+std::vector<std::vector<float>> copy_grads(const std::vector<NamedParam<float>>& params) {
+  std::vector<std::vector<float>> g;
+  for (const auto& p : params) g.emplace_back(p.grad, p.grad + p.size);
+  return g;
+}
+
+int run(const Args& a) {
+  const auto [train, test] = load_data(a.data, false);
+  ModelConfig config;
+  std::unique_ptr<SequenceClassifier<float>> model;
+  TensorFile resumed;
+  Index first_epoch = 1;
+  if (!a.resume.empty()) {
+    resumed = read_safetensors(a.resume);
+    config = checkpoint_config(resumed, a.model.model);
+    // Flags given explicitly must agree with the checkpoint.
+    auto conflict = [&](const char* flag, const std::string& given, const std::string& saved) {
+      if (a.app->count(flag) && given != saved)
+        detail::raise<InvalidArgument>("resume", std::string(flag) + " " + given + " conflicts with the checkpoint " +
+                                                     a.resume + " (" + saved + "); drop the flag or start afresh");
+    };
+    conflict("--model", a.model.model, to_string(config.rnn.cell));
+    conflict("--hidden", std::to_string(a.model.hidden), std::to_string(config.rnn.hidden));
+    conflict("--layers", std::to_string(a.model.layers), std::to_string(config.rnn.layers));
+    model = std::make_unique<SequenceClassifier<float>>(config);
+    model->load_state_dict(resumed);
+    first_epoch = meta_index(resumed, "bppsa.epoch") + 1;
+  } else {
+    config = model_config(a.model, train.features, train.classes);
+    model = std::make_unique<SequenceClassifier<float>>(config);
+    model->reset_parameters(a.seed);
+  }
+  check_data_fits(config, train, "the training data");
+  check_data_fits(config, test, "the test data");
+
+  OptimizerConfig oc;
+  oc.type = parse_optimizer(a.optimizer);
+  oc.lr = a.lr;
+  oc.momentum = a.momentum;
+  oc.weight_decay = a.weight_decay;
+  Optimizer<float> optimizer(oc);
+  auto params = model->parameters();
+  if (!a.resume.empty()) {
+    const std::string op_path = optimizer_path(a.resume);
+    if (!std::filesystem::exists(op_path))
+      detail::raise<IoError>("resume", "optimizer state " + op_path + " (saved beside " + a.resume +
+                                           ") is missing; it is needed to continue the run exactly");
+    const TensorFile os = read_safetensors(op_path);
+    if (meta(os, "step") != meta(resumed, "bppsa.step"))
+      detail::raise<FormatError>("resume", op_path + " is from step " + meta(os, "step") + " but " + a.resume +
+                                               " from step " + meta(resumed, "bppsa.step") +
+                                               ": the pair is inconsistent");
+    optimizer.load_state(os, params);
+  }
+
+  TrainConfig tc;
+  tc.batch = a.batch;
+  tc.seed = a.seed;
+  tc.backward = to_options(a.backward);
+
+  std::cerr << "model: " << describe(config) << ", backward " << a.backward.backward << ", " << a.optimizer << " lr " << a.lr
+            << ", batch " << a.batch << (a.resume.empty() ? "" : ", resumed from " + a.resume) << "\n";
+  std::ofstream log;
+  if (!a.log.empty()) {
+    log.open(a.log, a.resume.empty() ? std::ios::trunc : std::ios::app);
+    if (!log) detail::raise<IoError>("train", "cannot open the log file " + a.log + " for writing");
+    log << nlohmann::json{{"event", "start"},     {"model", describe(config)}, {"data", train.name},
+                          {"backward", a.backward.backward}, {"optimizer", a.optimizer}, {"lr", a.lr},
+                          {"batch", a.batch},       {"seed", a.seed},           {"first_epoch", first_epoch}}
+               .dump()
+        << "\n"
+        << std::flush;
+  }
+  if (first_epoch > a.epochs)
+    std::cerr << "the checkpoint already completed epoch " << first_epoch - 1 << " of " << a.epochs
+              << "; nothing to train (raise --epochs)\n";
+
+  for (Index epoch = first_epoch; epoch <= a.epochs; ++epoch) {
+    ProgressBar bar("epoch " + std::to_string(epoch) + "/" + std::to_string(a.epochs), "batch", !a.no_progress);
+    const EpochReport r = train_epoch(*model, optimizer, train, epoch, tc,
+                                      [&](Index done, Index total, double loss) { bar.update(done, total, loss); });
+    bar.finish();
+    const EvalReport e = evaluate(*model, test, 256);
+    std::printf(
+        "epoch %lld/%lld  train loss %.4f acc %5.2f%%  test loss %.4f acc %5.2f%%  %.1f s (forward %.1f, backward %.1f "
+        "of which Jacobians %.1f, optimizer %.2f; eval %.1f s)\n",
+        static_cast<long long>(epoch), static_cast<long long>(a.epochs), r.train_loss, 100 * r.train_accuracy, e.loss,
+        100 * e.accuracy, r.seconds, r.forward_seconds, r.backward_seconds, r.jacobian_seconds, r.optimizer_seconds,
+        e.seconds);
+    std::fflush(stdout);
+    if (log.is_open())
+      log << nlohmann::json{{"event", "epoch"},
+                            {"epoch", epoch},
+                            {"train_loss", r.train_loss},
+                            {"train_accuracy", r.train_accuracy},
+                            {"test_loss", e.loss},
+                            {"test_accuracy", e.accuracy},
+                            {"seconds", r.seconds},
+                            {"forward_seconds", r.forward_seconds},
+                            {"backward_seconds", r.backward_seconds},
+                            {"jacobian_seconds", r.jacobian_seconds},
+                            {"scan_seconds", r.scan_seconds},
+                            {"optimizer_seconds", r.optimizer_seconds},
+                            {"steps", optimizer.steps()},
+                            {"samples", r.samples}}
+                 .dump()
+          << "\n"
+          << std::flush;
+    if (!a.save.empty()) {
+      // Optimizer state first, then the weights: each atomically, so a crash leaves the old
+      // pair or a consistent new weights file with its matching state.
+      TensorFile os = optimizer.state(params);
+      write_safetensors(optimizer_path(a.save), os);
+      TensorFile ck = model->state_dict();
+      ck.metadata["bppsa.epoch"] = std::to_string(epoch);
+      ck.metadata["bppsa.step"] = std::to_string(optimizer.steps());
+      ck.metadata["bppsa.data"] = train.name;
+      ck.metadata["bppsa.backward"] = a.backward.backward;
+      write_safetensors(a.save, ck);
+      std::cerr << "saved " << a.save << " (epoch " << epoch << ")\n";
+    }
+  }
+
+  if (a.check) {
+    // One batch: BPPSA's gradients against sequential BP's, from the same weights.
+    const Index n = std::min<Index>(a.batch, train.size());
+    std::vector<Index> idx(static_cast<std::size_t>(n));
+    for (Index i = 0; i < n; ++i) idx[static_cast<std::size_t>(i)] = i;
+    std::vector<float> x;
+    std::vector<std::int64_t> y;
+    gather_batch(train, idx, x, y);
+    BackwardOptions scan = tc.backward;
+    if (scan.method == BackwardMethod::bp) scan.method = BackwardMethod::blelloch;
+    BackwardOptions bp = tc.backward;
+    bp.method = BackwardMethod::bp;
+    model->loss_and_grad(x, n, train.steps, y, bp);
+    const auto ref = copy_grads(params);
+    model->loss_and_grad(x, n, train.steps, y, scan);
+    const auto got = copy_grads(params);
+    std::string where;
+    const double err = max_relative_error(got, ref, params, &where);
+    std::printf("gradient check (one batch of %lld, T = %lld): %s vs bp, largest relative error %.3g (%s)\n",
+                static_cast<long long>(n), static_cast<long long>(train.steps), to_string(scan.method), err,
+                where.c_str());
+    if (!(err <= 1e-3)) {
+      std::fprintf(stderr, "bppsa: error: gradient check failed (%.3g > 1e-3)\n", err);
+      return 3;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_train(CLI::App& app) {
+  auto a = std::make_shared<Args>();
+  CLI::App* sub = app.add_subcommand("train", "train a recurrent classifier with BP or BPPSA");
+  a->app = sub;
+  add_model_options(*sub, a->model);
+  add_data_options(*sub, a->data);
+  add_backward_options(*sub, a->backward);
+  sub->add_option("--epochs", a->epochs, "epochs in all (a resumed run continues up to this)")
+      ->check(CLI::Range(Index{1}, Index{1000000}))
+      ->capture_default_str();
+  sub->add_option("--batch", a->batch, "batch size")->check(CLI::Range(Index{1}, Index{1} << 24))->capture_default_str();
+  sub->add_option("--lr", a->lr, "learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  sub->add_option("--optimizer", a->optimizer, "adam or sgd")->check(CLI::IsMember({"adam", "sgd"}))->capture_default_str();
+  sub->add_option("--momentum", a->momentum, "SGD momentum")->check(CLI::Range(0.0, 0.999999));
+  sub->add_option("--weight-decay", a->weight_decay, "L2 weight decay")->check(CLI::NonNegativeNumber);
+  sub->add_option("--seed", a->seed, "seed of the initial weights and the epoch shuffles")->capture_default_str();
+  sub->add_option("--save", a->save, "checkpoint written atomically after every epoch (safetensors, PyTorch names; "
+                                     "the optimizer state goes beside it as *.optim.safetensors)");
+  sub->add_option("--resume", a->resume, "continue from a checkpoint written by --save")->check(CLI::ExistingFile);
+  sub->add_option("--log", a->log, "write per-epoch metrics as JSON lines");
+  sub->add_flag("--no-progress", a->no_progress, "no progress bar");
+  sub->add_flag("--check", a->check, "at the end, compare one batch's BPPSA gradients with BP's and print the error");
+  return [a] { return run(*a); };
+}
+
+}  // namespace bppsa::cli
