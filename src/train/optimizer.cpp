@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "bppsa/core/error.hpp"
+#include "core/finite.hpp"
 
 namespace bppsa {
 
@@ -68,6 +69,10 @@ void Optimizer<T>::step(const std::vector<NamedParam<T>>& params) {
         p.value[k] -= step_size * m[k] / (std::sqrt(v[k]) / bc2_sqrt + eps);
       }
     }
+    if (!detail::all_finite(p.value, p.size))
+      detail::raise<NonFiniteError>("optimizer", "parameter '" + p.name + "' is not finite (NaN/Inf) after step " +
+                                                     std::to_string(step_) + ": training diverged; lower the learning "
+                                                     "rate (" + std::to_string(config_.lr) + ")");
   }
 }
 

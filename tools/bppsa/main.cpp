@@ -15,7 +15,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int rc = app.exit(e);  // prints the message (or the help)
+    return rc == 0 ? 0 : 2;     // invalid flags: exit 2
   }
   try {
     if (app.got_subcommand("scan-check")) return scan_check();
