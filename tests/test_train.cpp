@@ -1,0 +1,138 @@
+// The training loop: BP and BPPSA runs from the same seed follow the same loss curve, runs
+// are reproducible, evaluation counts correctly, and data that does not fit is refused.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "bppsa/bppsa.hpp"
+
+namespace {
+
+using namespace bppsa;
+
+SequenceDataset toy_data(Index n, Index steps, Index features, std::uint64_t seed) {
+  // Label = which of 4 quarters of the features carries the largest mean: learnable.
+  SequenceDataset d;
+  d.steps = steps;
+  d.features = features;
+  d.classes = 4;
+  d.name = "toy";
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (Index i = 0; i < n; ++i) {
+    const std::int64_t label = static_cast<std::int64_t>(rng() % 4);
+    for (Index t = 0; t < steps; ++t)
+      for (Index f = 0; f < features; ++f) d.x.push_back(nd(rng) + (f % 4 == label ? 1.0f : 0.0f));
+    d.y.push_back(label);
+  }
+  return d;
+}
+
+struct Curve {
+  std::vector<double> losses;
+  std::vector<std::vector<float>> weights;
+};
+
+Curve train_curve(CellType cell, Index layers, HeadMode head, BackwardMethod method, int threads = 2) {
+  const SequenceDataset data = toy_data(96, 9, 4, 11);
+  ModelConfig mc;
+  mc.rnn = {cell, 4, 6, layers};
+  mc.classes = 4;
+  mc.head = head;
+  SequenceClassifier<float> model(mc);
+  model.reset_parameters(4202);
+  OptimizerConfig oc;
+  oc.lr = 1e-2;
+  Optimizer<float> opt(oc);
+  TrainConfig tc;
+  tc.batch = 10;  // 96 samples: the last batch is partial
+  tc.backward.method = method;
+  tc.backward.threads = threads;
+  Curve c;
+  for (Index e = 1; e <= 3; ++e) c.losses.push_back(train_epoch(model, opt, data, e, tc).train_loss);
+  for (const auto& p : model.parameters()) c.weights.emplace_back(p.value, p.value + p.size);
+  return c;
+}
+
+class SameCurve : public ::testing::TestWithParam<std::tuple<CellType, Index, HeadMode>> {};
+
+TEST_P(SameCurve, BpAndBppsaFollowTheSameLossCurve) {
+  const auto [cell, layers, head] = GetParam();
+  const Curve bp = train_curve(cell, layers, head, BackwardMethod::bp);
+  for (BackwardMethod m : {BackwardMethod::blelloch, BackwardMethod::hybrid, BackwardMethod::automatic}) {
+    const Curve s = train_curve(cell, layers, head, m);
+    for (std::size_t e = 0; e < bp.losses.size(); ++e)
+      EXPECT_NEAR(s.losses[e], bp.losses[e], 1e-4 * std::abs(bp.losses[e])) << to_string(m) << " epoch " << e + 1;
+    for (std::size_t i = 0; i < bp.weights.size(); ++i)
+      for (std::size_t k = 0; k < bp.weights[i].size(); ++k)
+        ASSERT_NEAR(s.weights[i][k], bp.weights[i][k], 1e-3 * (1 + std::abs(bp.weights[i][k])))
+            << to_string(m) << " parameter " << i << " entry " << k;
+  }
+  EXPECT_LT(bp.losses.back(), bp.losses.front()) << "the toy task should be learnt";
+}
+
+INSTANTIATE_TEST_SUITE_P(Train, SameCurve,
+                         ::testing::Combine(::testing::Values(CellType::rnn, CellType::gru, CellType::lstm),
+                                            ::testing::Values(Index{1}, Index{2}),
+                                            ::testing::Values(HeadMode::last, HeadMode::every)));
+
+TEST(Train, ReproducibleAndThreadIndependent) {
+  const Curve a = train_curve(CellType::gru, 2, HeadMode::last, BackwardMethod::blelloch, 1);
+  const Curve b = train_curve(CellType::gru, 2, HeadMode::last, BackwardMethod::blelloch, 3);
+  EXPECT_EQ(a.losses, b.losses);
+  EXPECT_EQ(a.weights, b.weights);
+}
+
+TEST(Train, EvaluateCountsCorrectPredictions) {
+  const SequenceDataset data = toy_data(37, 5, 4, 3);
+  ModelConfig mc;
+  mc.rnn = {CellType::lstm, 4, 5, 1};
+  mc.classes = 4;
+  SequenceClassifier<float> model(mc);
+  model.reset_parameters(1);
+  // Oracle: one sample at a time.
+  Index correct = 0;
+  double loss = 0;
+  for (Index i = 0; i < data.size(); ++i) {
+    std::vector<std::int64_t> pred;
+    const std::vector<std::int64_t> y{data.y[static_cast<std::size_t>(i)]};
+    loss += model.evaluate(data.sample(i), 1, data.steps, y, &pred);
+    correct += pred[0] == y[0];
+  }
+  const EvalReport r = evaluate(model, data, 8);
+  EXPECT_EQ(r.samples, 37);
+  EXPECT_DOUBLE_EQ(r.accuracy, static_cast<double>(correct) / 37);
+  EXPECT_NEAR(r.loss, loss / 37, 1e-5);
+}
+
+TEST(Train, DataThatDoesNotFitIsRefused) {
+  ModelConfig mc;
+  mc.rnn = {CellType::rnn, 3, 5, 1};
+  mc.classes = 4;
+  const SequenceDataset wrong_features = toy_data(4, 3, 4, 1);
+  try {
+    check_data_fits(mc, wrong_features, "the training data");
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("4 input features"), std::string::npos) << e.what();
+  }
+  mc.rnn.input = 4;
+  mc.classes = 3;
+  EXPECT_THROW(check_data_fits(mc, wrong_features, "the training data"), InvalidArgument);
+}
+
+TEST(Train, GatherBatchCopiesTheRightSamples) {
+  const SequenceDataset data = toy_data(10, 3, 2, 5);
+  std::vector<float> x;
+  std::vector<std::int64_t> y;
+  const std::vector<Index> idx{7, 2};
+  gather_batch(data, idx, x, y);
+  ASSERT_EQ(x.size(), 12u);
+  for (std::size_t k = 0; k < idx.size(); ++k) {
+    EXPECT_EQ(y[k], data.y[static_cast<std::size_t>(idx[k])]);
+    for (std::size_t j = 0; j < 6; ++j) EXPECT_EQ(x[k * 6 + j], data.x[static_cast<std::size_t>(idx[k]) * 6 + j]);
+  }
+}
+
+}  // namespace
