@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Set up (scripts/setup.sh), then run the main job: `bppsa scan-check` on its embedded
-# default chain (dense 20×20, N = 2000, batch 16, Blelloch vs sequential BP). Arguments go
-# to scan-check, e.g. scripts/run.sh --n 60000 --batch 4 --json
+# Set up (scripts/setup.sh), then run the main job: train the paper's RNN (spec §5: tanh RNN,
+# hidden 20, Linear 20→10, T = 1000, batch 16, Adam, seed 4202) on the bitstream task with
+# BPPSA (Blelloch scan) for one epoch over the 32,000 training sequences, evaluate on the
+# 18,000 test sequences, then check one batch's BPPSA gradients against sequential BP and
+# print the largest relative error. Extra arguments go to `bppsa train`, e.g.
+#   scripts/run.sh --epochs 5 --lr 1e-3 --save rnn.safetensors
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-build/bppsa scan-check "$@"
+build/bppsa train --model rnn --hidden 20 --data bitstream --steps 1000 --batch 16 --backward blelloch \
+  --epochs 1 --lr 3e-5 --seed 4202 --check "$@"

@@ -26,6 +26,7 @@ Optimizer<T>::Optimizer(OptimizerConfig config) : config_(config) {
   if (config.beta1 < 0 || config.beta1 >= 1 || config.beta2 < 0 || config.beta2 >= 1 || !(config.eps > 0))
     detail::raise<InvalidArgument>(op, "Adam needs betas in [0, 1) and eps > 0");
   if (config.weight_decay < 0) detail::raise<InvalidArgument>(op, "weight decay must be ≥ 0");
+  if (config.clip_grad_norm < 0) detail::raise<InvalidArgument>(op, "gradient clipping norm must be ≥ 0 (0 = off)");
 }
 
 template <class T>
@@ -41,6 +42,13 @@ void Optimizer<T>::step(const std::vector<NamedParam<T>>& params) {
   if (m_.size() != params.size())
     detail::raise<InvalidArgument>("optimizer", "parameter list changed between steps");
   ++step_;
+  double sq = 0;
+  for (const auto& p : params)
+    for (Index k = 0; k < p.size; ++k) sq += static_cast<double>(p.grad[k]) * static_cast<double>(p.grad[k]);
+  last_norm_ = std::sqrt(sq);
+  T clip = T(1);
+  if (config_.clip_grad_norm > 0 && last_norm_ > config_.clip_grad_norm)
+    clip = static_cast<T>(config_.clip_grad_norm / (last_norm_ + 1e-6));
   const T lr = static_cast<T>(config_.lr), wd = static_cast<T>(config_.weight_decay);
   for (std::size_t i = 0; i < params.size(); ++i) {
     const auto& p = params[i];
@@ -48,7 +56,7 @@ void Optimizer<T>::step(const std::vector<NamedParam<T>>& params) {
     if (config_.type == OptimizerType::sgd) {
       const T mu = static_cast<T>(config_.momentum);
       for (Index k = 0; k < p.size; ++k) {
-        const T g = p.grad[k] + wd * p.value[k];
+        const T g = clip * p.grad[k] + wd * p.value[k];
         if (mu != T(0)) {
           m[k] = step_ == 1 ? g : mu * m[k] + g;
           p.value[k] -= lr * m[k];
@@ -63,7 +71,7 @@ void Optimizer<T>::step(const std::vector<NamedParam<T>>& params) {
       const T bc2 = T(1) - static_cast<T>(std::pow(config_.beta2, static_cast<double>(step_)));
       const T step_size = lr / bc1, bc2_sqrt = std::sqrt(bc2), eps = static_cast<T>(config_.eps);
       for (Index k = 0; k < p.size; ++k) {
-        const T g = p.grad[k] + wd * p.value[k];
+        const T g = clip * p.grad[k] + wd * p.value[k];
         m[k] = b1 * m[k] + (T(1) - b1) * g;
         v[k] = b2 * v[k] + (T(1) - b2) * g * g;
         p.value[k] -= step_size * m[k] / (std::sqrt(v[k]) / bc2_sqrt + eps);

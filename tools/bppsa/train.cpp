@@ -26,6 +26,7 @@ struct Args {
   std::string optimizer = "adam";
   double momentum = 0;
   double weight_decay = 0;
+  double clip = 0;
   std::uint64_t seed = 4202;
   std::string save, resume, log;
   bool no_progress = false;
@@ -113,6 +114,7 @@ int run(const Args& a) {
   oc.lr = a.lr;
   oc.momentum = a.momentum;
   oc.weight_decay = a.weight_decay;
+  oc.clip_grad_norm = a.clip;
   Optimizer<float> optimizer(oc);
   auto params = model->parameters();
   if (!a.resume.empty()) {
@@ -242,6 +244,8 @@ Command add_train(CLI::App& app) {
   sub->add_option("--optimizer", a->optimizer, "adam or sgd")->check(CLI::IsMember({"adam", "sgd"}))->capture_default_str();
   sub->add_option("--momentum", a->momentum, "SGD momentum")->check(CLI::Range(0.0, 0.999999));
   sub->add_option("--weight-decay", a->weight_decay, "L2 weight decay")->check(CLI::NonNegativeNumber);
+  sub->add_option("--clip-grad-norm", a->clip, "clip the global gradient norm (as torch.nn.utils.clip_grad_norm_; 0 = off)")
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("--seed", a->seed, "seed of the initial weights and the epoch shuffles")->capture_default_str();
   sub->add_option("--save", a->save, "checkpoint written atomically after every epoch (safetensors, PyTorch names; "
                                      "the optimizer state goes beside it as *.optim.safetensors)");

@@ -22,6 +22,9 @@ struct OptimizerConfig {
   double momentum = 0;      ///< SGD: buf = μ·buf + g (dampening 0), p −= lr·buf
   double weight_decay = 0;  ///< both: g += wd·p (PyTorch's L2 form)
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  ///< Adam
+  /// > 0: scale the gradients so that their global 2-norm is at most this, as
+  /// torch.nn.utils.clip_grad_norm_(params, max_norm) before the step (coef = max/(norm + 1e-6)).
+  double clip_grad_norm = 0;
 };
 
 /// Updates a fixed list of parameters (the model's parameters(), same order every step).
@@ -34,6 +37,8 @@ class Optimizer {
   const OptimizerConfig& config() const { return config_; }
   void step(const std::vector<NamedParam<T>>& params);
   std::int64_t steps() const { return step_; }
+  /// Global gradient 2-norm seen by the last step (before clipping).
+  double last_grad_norm() const { return last_norm_; }
 
   /// Tensors "<param>.exp_avg", "<param>.exp_avg_sq" (Adam) or "<param>.momentum_buffer" (SGD)
   /// and metadata "optimizer", "step".
@@ -44,6 +49,7 @@ class Optimizer {
  private:
   OptimizerConfig config_;
   std::int64_t step_ = 0;
+  double last_norm_ = 0;
   std::vector<std::vector<T>> m_, v_;
 };
 
