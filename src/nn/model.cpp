@@ -214,15 +214,17 @@ void SequenceClassifier<T>::load_state_dict(const TensorFile& file) {
       detail::raise<FormatError>(op, file.source + " holds unexpected tensor '" + name + "' " + tensor.describe() +
                                          "; a " + describe(config_) + " model expects: " + list);
     }
-  for (auto& p : parameters()) {
-    const Tensor& t = file.require(p.name, p.shape, op);
-    const std::vector<float> v = t.to_f32(p.name);
-    for (Index i = 0; i < p.size; ++i) {
-      if (!std::isfinite(v[static_cast<std::size_t>(i)]))
+  // Check everything before changing anything: a failed load leaves the model as it was.
+  const auto params = parameters();
+  std::vector<std::vector<float>> values;
+  for (const auto& p : params) {
+    values.push_back(file.require(p.name, p.shape, op).to_f32(p.name));
+    for (float v : values.back())
+      if (!std::isfinite(v))
         detail::raise<NonFiniteError>(op, "tensor '" + p.name + "' in " + file.source + " holds NaN/Inf");
-      p.value[i] = static_cast<T>(v[static_cast<std::size_t>(i)]);
-    }
   }
+  for (std::size_t k = 0; k < params.size(); ++k)
+    for (Index i = 0; i < params[k].size; ++i) params[k].value[i] = static_cast<T>(values[k][static_cast<std::size_t>(i)]);
 }
 
 template class SequenceClassifier<float>;

@@ -276,7 +276,6 @@ void Recurrent<T>::backward(const Matrix<T>& grad_out, bool every_step, const Ba
     } else {
       double t0 = omp_get_wtime();
       // S = W_hh^T first: make_chain reads the RNN's shared matrix's shape from it.
-      *L.w_hh_t = p.w_hh.transpose();
       *L.w_hh_t = p.w_hh.transpose();  // in place: the chain's shared S keeps its identity
       if (L.chain_steps != T_ || L.chain_batch != B) {
         L.chain = Chain<T>(B);

@@ -1,0 +1,571 @@
+// Audio path (spec §5 GRU/IRMAS): WAV decoding, MFCC against a plain DFT oracle, and
+// load_irmas on generated IRMAS-layout folders, its cache and its error messages.
+#include <gtest/gtest.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <numbers>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bppsa/core/error.hpp"
+#include "bppsa/data/irmas.hpp"
+#include "bppsa/io/safetensors.hpp"
+
+namespace fs = std::filesystem;
+using bppsa::Index;
+using bppsa::MfccPreset;
+
+namespace {
+
+// ---------------------------------------------------------------- test inputs
+
+/// A hand-written RIFF/WAVE PCM16 writer (independent of libsndfile, the code under test).
+/// `samples` interleaved in [-1, 1].
+std::vector<unsigned char> wav_bytes(int rate, int channels, const std::vector<float>& samples) {
+  std::vector<unsigned char> b;
+  const auto u32 = [&](std::uint32_t v) {
+    for (int i = 0; i < 4; ++i) b.push_back(static_cast<unsigned char>(v >> (8 * i)));
+  };
+  const auto u16 = [&](std::uint16_t v) {
+    b.push_back(static_cast<unsigned char>(v));
+    b.push_back(static_cast<unsigned char>(v >> 8));
+  };
+  const auto tag = [&](const char* s) { b.insert(b.end(), s, s + 4); };
+  const auto data_size = static_cast<std::uint32_t>(samples.size() * 2);
+  tag("RIFF");
+  u32(36 + data_size);
+  tag("WAVE");
+  tag("fmt ");
+  u32(16);
+  u16(1);  // PCM
+  u16(static_cast<std::uint16_t>(channels));
+  u32(static_cast<std::uint32_t>(rate));
+  u32(static_cast<std::uint32_t>(rate * channels * 2));
+  u16(static_cast<std::uint16_t>(channels * 2));
+  u16(16);
+  tag("data");
+  u32(data_size);
+  for (float s : samples) {
+    const long q = std::lround(std::clamp(s, -1.0f, 1.0f) * 32767.0f);
+    u16(static_cast<std::uint16_t>(static_cast<std::int16_t>(q)));
+  }
+  return b;
+}
+
+void write_bytes(const fs::path& path, const std::vector<unsigned char>& bytes) {
+  fs::create_directories(path.parent_path());
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  ASSERT_TRUE(f.good()) << path;
+}
+
+void write_wav(const fs::path& path, int rate, int channels, const std::vector<float>& samples) {
+  write_bytes(path, wav_bytes(rate, channels, samples));
+}
+
+std::vector<float> sine(double freq, int rate, Index n, double amp = 0.5, double phase = 0.0) {
+  std::vector<float> s(static_cast<std::size_t>(n));
+  for (Index i = 0; i < n; ++i)
+    s[i] = static_cast<float>(amp * std::sin(2 * std::numbers::pi * freq * static_cast<double>(i) / rate + phase));
+  return s;
+}
+
+/// Deterministic white noise in [-amp, amp] (a 64-bit LCG, no std:: distributions).
+std::vector<float> noise(Index n, std::uint64_t seed, double amp = 0.5) {
+  std::vector<float> s(static_cast<std::size_t>(n));
+  std::uint64_t x = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+  for (Index i = 0; i < n; ++i) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    s[i] = static_cast<float>(amp * (static_cast<double>(x >> 11) / 9007199254740992.0 * 2.0 - 1.0));
+  }
+  return s;
+}
+
+std::vector<float> interleave(const std::vector<float>& l, const std::vector<float>& r) {
+  std::vector<float> s;
+  for (std::size_t i = 0; i < l.size(); ++i) {
+    s.push_back(l[i]);
+    s.push_back(r[i]);
+  }
+  return s;
+}
+
+/// A fresh folder per test, removed afterwards.
+class TempDir : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() / ("bppsa_audio_" + std::string(info->test_suite_name()) + "_" + info->name() +
+                                        "_" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+/// Runs `f`, expects exception E whose message contains every one of `parts`.
+template <class E, class F>
+void expect_error(F&& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no exception";
+  } catch (const E& e) {
+    const std::string what = e.what();
+    for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << "'" << p << "' not in: " << what;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type: " << e.what();
+  }
+}
+
+constexpr int k_rate = 22050;
+constexpr Index k_half_second = k_rate / 2;
+
+/// Small and fast, still with Slaney's 40 bands (lowest 133 Hz > one 86-Hz bin).
+MfccPreset tiny_preset() { return {"tiny", 5, 256, 128, 40}; }
+
+// ---------------------------------------------------------------- read_audio
+
+using ReadAudio = TempDir;
+
+TEST_F(ReadAudio, ReturnsTheWrittenStereoAndMonoSamples) {
+  const auto l = sine(440, k_rate, k_half_second), r = noise(k_half_second, 7);
+  write_wav(dir_ / "s.wav", k_rate, 2, interleave(l, r));
+  write_wav(dir_ / "m.wav", 44100, 1, l);
+
+  const bppsa::Audio s = bppsa::read_audio(dir_ / "s.wav");
+  EXPECT_EQ(s.sample_rate, k_rate);
+  EXPECT_EQ(s.channels, 2);
+  ASSERT_EQ(s.frames(), k_half_second);
+  // The writer stores round(v·32767); libsndfile reads a PCM16 value q back as q / 32768.
+  const auto pcm16 = [](float v) { return static_cast<float>(std::lround(v * 32767.0f)) / 32768.0f; };
+  for (Index i = 0; i < k_half_second; ++i) {
+    ASSERT_FLOAT_EQ(s.samples[2 * i], pcm16(l[i])) << i;
+    ASSERT_FLOAT_EQ(s.samples[2 * i + 1], pcm16(r[i])) << i;
+    ASSERT_NEAR(s.samples[2 * i], l[i], 1.0f / 32768.0f) << i;
+  }
+  const bppsa::Audio m = bppsa::read_audio(dir_ / "m.wav");
+  EXPECT_EQ(m.sample_rate, 44100);
+  EXPECT_EQ(m.channels, 1);
+  ASSERT_EQ(m.frames(), k_half_second);
+  for (Index i = 0; i < k_half_second; ++i) ASSERT_FLOAT_EQ(m.samples[i], pcm16(l[i])) << i;
+}
+
+TEST_F(ReadAudio, BrokenFilesGiveClearErrors) {
+  expect_error<bppsa::IoError>([&] { bppsa::read_audio(dir_ / "missing.wav"); },
+                               {"[read_audio]", "missing.wav", "does not exist"});
+
+  write_bytes(dir_ / "junk.wav", std::vector<unsigned char>(300, 'x'));
+  expect_error<bppsa::FormatError>([&] { bppsa::read_audio(dir_ / "junk.wav"); },
+                                   {"junk.wav", "cannot decode", "recognised"});
+
+  const auto good = wav_bytes(k_rate, 2, interleave(sine(440, k_rate, 1000), sine(220, k_rate, 1000)));
+  write_bytes(dir_ / "cut_header.wav", std::vector<unsigned char>(good.begin(), good.begin() + 30));
+  expect_error<bppsa::FormatError>([&] { bppsa::read_audio(dir_ / "cut_header.wav"); },
+                                   {"cut_header.wav", "cannot decode"});
+
+  write_bytes(dir_ / "cut_data.wav", std::vector<unsigned char>(good.begin(), good.begin() + 44 + 2000));
+  expect_error<bppsa::FormatError>([&] { bppsa::read_audio(dir_ / "cut_data.wav"); },
+                                   {"cut_data.wav", "truncated", "4000", "2000"});
+
+  write_wav(dir_ / "empty.wav", k_rate, 1, {});
+  expect_error<bppsa::FormatError>([&] { bppsa::read_audio(dir_ / "empty.wav"); }, {"empty.wav", "no audio frames"});
+
+  expect_error<bppsa::IoError>([&] { bppsa::read_audio(dir_); }, {"folder"});
+}
+
+// ---------------------------------------------------------------- MFCC
+
+/// The plain, slow reference: librosa-style centred frames, aubio's periodic Hann window
+/// ("hanningz"), |DFT| by the definition, magnitude floor 1e-5, power 2, the filterbank of
+/// aubio_filterbank_set_mel_coeffs_slaney (rebuilt below step by step, in float like aubio),
+/// 10·log10, orthonormal DCT-II. [T][n_mfcc], coefficient 0 included.
+std::vector<double> oracle_mfcc(const std::vector<float>& x, int rate, const MfccPreset& p) {
+  const Index n = p.n_fft, hop = p.hop, len = static_cast<Index>(x.size()), bins = n / 2 + 1;
+  const Index frames = 1 + len / hop;
+
+  // Slaney's 40 band edges, then triangles of unit area over bin frequencies, exactly as
+  // aubio's set_triangle_bands walks them (including where the walk starts and stops).
+  std::vector<float> edges(42);
+  for (int f = 0; f < 13; ++f) edges[f] = static_cast<float>(133.3333 + f * 66.66666666);
+  const double last_linear = 133.3333 + 12 * 66.66666666;
+  for (int f = 0; f < 29; ++f) edges[13 + f] = static_cast<float>(last_linear * std::pow(1.0711703, f + 1));
+  std::vector<float> freq(static_cast<std::size_t>(bins));
+  const float bin_hz = static_cast<float>(rate) / static_cast<float>(n);
+  for (Index b = 0; b < bins; ++b) freq[b] = bin_hz * static_cast<float>(b);
+  std::vector<std::vector<float>> fb(40, std::vector<float>(static_cast<std::size_t>(bins), 0.0f));
+  for (int f = 0; f < 40; ++f) {
+    const float lo = edges[f], mid = edges[f + 1], hi = edges[f + 2];
+    const float height = 2 / (hi - lo);
+    Index b = 0;
+    for (; b < bins - 1; ++b)
+      if (freq[b] <= lo && freq[b + 1] > lo) {
+        ++b;
+        break;
+      }
+    const float rise = height / (mid - lo);
+    for (; b < bins - 1; ++b) {
+      fb[f][b] = (freq[b] - lo) * rise;
+      if (freq[b + 1] >= mid) {
+        ++b;
+        break;
+      }
+    }
+    const float fall = height / (hi - mid);
+    for (; b < bins - 1; ++b) {
+      fb[f][b] += (hi - freq[b]) * fall;
+      if (fb[f][b] < 0) fb[f][b] = 0;
+      if (freq[b + 1] >= hi) break;
+    }
+  }
+
+  std::vector<double> cosv(static_cast<std::size_t>(n)), sinv(static_cast<std::size_t>(n));
+  for (Index i = 0; i < n; ++i) {
+    cosv[i] = std::cos(2 * std::numbers::pi * static_cast<double>(i) / static_cast<double>(n));
+    sinv[i] = std::sin(2 * std::numbers::pi * static_cast<double>(i) / static_cast<double>(n));
+  }
+  std::vector<double> out(static_cast<std::size_t>(frames * p.n_mfcc));
+  std::vector<double> frame(static_cast<std::size_t>(n)), power(static_cast<std::size_t>(bins)), mel(40);
+  for (Index t = 0; t < frames; ++t) {
+    for (Index i = 0; i < n; ++i) {
+      const Index j = t * hop + i - n / 2;  // centred on sample t·hop, zeros outside
+      const double w = 0.5 * (1 - cosv[i]);
+      frame[i] = (j >= 0 && j < len) ? w * x[j] : 0.0;
+    }
+    for (Index k = 0; k < bins; ++k) {
+      double re = 0, im = 0;
+      for (Index i = 0; i < n; ++i) {
+        re += frame[i] * cosv[(k * i) % n];
+        im -= frame[i] * sinv[(k * i) % n];
+      }
+      const double mag = std::max(std::sqrt(re * re + im * im), 1e-5);
+      power[k] = mag * mag;
+    }
+    for (int f = 0; f < 40; ++f) {
+      double s = 0;
+      for (Index k = 0; k < bins; ++k) s += fb[f][k] * power[k];
+      mel[f] = 10 * std::log10(s);
+    }
+    for (int c = 0; c < p.n_mfcc; ++c) {
+      double s = 0;
+      for (int f = 0; f < 40; ++f) s += mel[f] * std::cos(std::numbers::pi * c * (f + 0.5) / 40);
+      out[t * p.n_mfcc + c] = s * (c == 0 ? std::sqrt(1.0 / 40) : std::sqrt(2.0 / 40));
+    }
+  }
+  return out;
+}
+
+TEST(Mfcc, PresetsAndClasses) {
+  const auto s = bppsa::mfcc_preset("s"), m = bppsa::mfcc_preset("m"), l = bppsa::mfcc_preset("l");
+  EXPECT_EQ(std::vector<int>({s.n_mfcc, s.n_fft, s.hop}), std::vector<int>({20, 4096, 512}));
+  EXPECT_EQ(std::vector<int>({m.n_mfcc, m.n_fft, m.hop}), std::vector<int>({13, 2048, 256}));
+  EXPECT_EQ(std::vector<int>({l.n_mfcc, l.n_fft, l.hop}), std::vector<int>({7, 1024, 128}));
+  // The spec's T for a 3-s clip at 44.1 kHz.
+  EXPECT_EQ(1 + 3 * 44100 / s.hop, 259);
+  EXPECT_EQ(1 + 3 * 44100 / m.hop, 517);
+  EXPECT_EQ(1 + 3 * 44100 / l.hop, 1034);
+  expect_error<bppsa::InvalidArgument>([] { bppsa::mfcc_preset("xl"); }, {"[mfcc_preset]", "'xl'", "s, m, l"});
+  const auto& classes = bppsa::irmas_classes();
+  ASSERT_EQ(classes.size(), 11u);
+  EXPECT_EQ(classes.front(), "cel");
+  EXPECT_EQ(classes[3], "gac");
+  EXPECT_EQ(classes.back(), "voi");
+}
+
+TEST(Mfcc, FrameCountCoefficientsAndStandardisation) {
+  // n_fft a multiple of hop (the presets) and not (300 = 2·128 + 44) to hit both alignments.
+  for (const MfccPreset& p : {bppsa::mfcc_preset("l"), MfccPreset{"odd", 6, 300, 128, 40}}) {
+    for (Index n : {Index{0}, Index{1}, Index{127}, Index{128}, k_half_second}) {
+      std::vector<float> x = noise(n, 3);
+      const auto f = bppsa::mfcc(x, k_rate, p);
+      const Index frames = 1 + n / p.hop, kept = p.n_mfcc - 1;
+      ASSERT_EQ(static_cast<Index>(f.size()), frames * kept) << p.name << " n=" << n;
+      for (Index c = 0; c < kept; ++c) {
+        double mean = 0, var = 0;
+        for (Index t = 0; t < frames; ++t) mean += f[t * kept + c];
+        mean /= static_cast<double>(frames);
+        for (Index t = 0; t < frames; ++t) var += (f[t * kept + c] - mean) * (f[t * kept + c] - mean);
+        var /= static_cast<double>(frames);
+        EXPECT_NEAR(mean, 0.0, 1e-5) << p.name << " n=" << n << " c=" << c;
+        // One frame (or all-zero input) has no variation: centred only, never NaN.
+        EXPECT_NEAR(std::sqrt(var), frames > 1 && n > 0 ? 1.0 : 0.0, 1e-4) << p.name << " n=" << n << " c=" << c;
+      }
+    }
+  }
+}
+
+TEST(Mfcc, SilenceIsFiniteAndCentred) {
+  const auto f = bppsa::mfcc(std::vector<float>(5000, 0.0f), k_rate, tiny_preset());
+  for (float v : f) ASSERT_EQ(v, 0.0f);
+}
+
+TEST(Mfcc, MatchesThePlainOracle) {
+  // A tone plus noise, so every band carries energy; two framings.
+  const Index n = 4000;
+  std::vector<float> x = noise(n, 11, 0.2);
+  const auto tone = sine(1000, k_rate, n, 0.5);
+  for (Index i = 0; i < n; ++i) x[i] += tone[i];
+  for (const MfccPreset& p : {MfccPreset{"a", 13, 512, 128, 40}, MfccPreset{"b", 20, 1024, 300, 40}}) {
+    const auto got = bppsa::detail::mfcc_unnormalised(x, k_rate, p);
+    const auto want = oracle_mfcc(x, k_rate, p);
+    ASSERT_EQ(got.size(), want.size()) << p.name;
+    double worst = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      // aubio works in float: its dB values carry ~1e-6 relative error, c0 sums 40 of them.
+      const double err = std::abs(got[i] - want[i]) / (1.0 + std::abs(want[i]));
+      worst = std::max(worst, err);
+      ASSERT_LT(err, 2e-4) << p.name << " at frame " << i / p.n_mfcc << " coeff " << i % p.n_mfcc << ": aubio "
+                           << got[i] << " oracle " << want[i];
+    }
+    RecordProperty("worst_rel_err_" + p.name, std::to_string(worst));
+  }
+}
+
+TEST(Mfcc, ToneAndNoiseDiffer) {
+  const MfccPreset p = bppsa::mfcc_preset("l");
+  const auto a = bppsa::detail::mfcc_unnormalised(sine(440, k_rate, k_half_second), k_rate, p);
+  const auto b = bppsa::detail::mfcc_unnormalised(noise(k_half_second, 5), k_rate, p);
+  ASSERT_EQ(a.size(), b.size());
+  // Average cepstra over the interior frames: a tone's spectrum is a peak, noise's is flat.
+  const Index frames = static_cast<Index>(a.size()) / p.n_mfcc;
+  double diff = 0;
+  for (int c = 1; c < p.n_mfcc; ++c) {
+    double ma = 0, mb = 0;
+    for (Index t = 8; t < frames - 8; ++t) {
+      ma += a[t * p.n_mfcc + c];
+      mb += b[t * p.n_mfcc + c];
+    }
+    diff += std::abs(ma - mb) / static_cast<double>(frames - 16);
+  }
+  EXPECT_GT(diff, 10.0);  // dB
+  // And the standardised sequences differ too.
+  const auto sa = bppsa::mfcc(sine(440, k_rate, k_half_second), k_rate, p);
+  const auto sb = bppsa::mfcc(noise(k_half_second, 5), k_rate, p);
+  double d2 = 0;
+  for (std::size_t i = 0; i < sa.size(); ++i) d2 += (sa[i] - sb[i]) * (sa[i] - sb[i]);
+  EXPECT_GT(d2 / static_cast<double>(sa.size()), 0.1);
+}
+
+TEST(Mfcc, ThreadSafeAndDeterministic) {
+  const MfccPreset p = tiny_preset();
+  std::vector<std::vector<float>> inputs;
+  for (int i = 0; i < 8; ++i) inputs.push_back(noise(6000 + 100 * i, static_cast<std::uint64_t>(i)));
+  std::vector<std::vector<float>> serial, parallel(inputs.size());
+  for (const auto& x : inputs) serial.push_back(bppsa::mfcc(x, k_rate, p));
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    threads.emplace_back([&, i] { parallel[i] = bppsa::mfcc(inputs[i], k_rate, p); });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(serial, parallel);
+}
+
+TEST(Mfcc, RejectsBadArguments) {
+  const std::vector<float> x(1000, 0.1f);
+  expect_error<bppsa::InvalidArgument>(
+      [&] {
+        bppsa::mfcc(x, k_rate, MfccPreset{"h", 5, 256, 512, 40});
+      },
+      {"[mfcc]", "hop"});
+  expect_error<bppsa::InvalidArgument>([&] { bppsa::mfcc(x, k_rate, MfccPreset{"c", 1, 256, 128, 40}); }, {"n_mfcc"});
+  expect_error<bppsa::InvalidArgument>([&] { bppsa::mfcc(x, k_rate, MfccPreset{"c", 41, 256, 128, 40}); }, {"n_mfcc"});
+  expect_error<bppsa::InvalidArgument>([&] { bppsa::mfcc(x, 0, tiny_preset()); }, {"sample rate"});
+  std::vector<float> bad = x;
+  bad[17] = std::nanf("");
+  expect_error<bppsa::NonFiniteError>([&] { bppsa::mfcc(bad, k_rate, tiny_preset()); }, {"sample 17"});
+}
+
+// ---------------------------------------------------------------- load_irmas
+
+using Irmas = TempDir;
+
+/// Half-second clips in the training set's layout: <code>/<name>.wav, one mono.
+void make_training_tree(const fs::path& root) {
+  write_wav(root / "voi" / "b.wav", k_rate, 2, interleave(sine(300, k_rate, k_half_second), noise(k_half_second, 1)));
+  write_wav(root / "cel" / "z.wav", k_rate, 2, interleave(noise(k_half_second, 2), sine(200, k_rate, k_half_second)));
+  write_wav(root / "gac" / "a.wav", k_rate, 1, sine(500, k_rate, k_half_second));
+  write_wav(root / "cel" / "sub" / "cel" / "deep.WAV", k_rate, 2,
+            interleave(noise(k_half_second, 3), noise(k_half_second, 4)));
+  write_bytes(root / "cel" / "notes.txt", {'h', 'i'});     // ignored: not a WAV
+  write_bytes(root / "cel" / "._z.wav", {'M', 'a', 'c'});  // ignored: macOS resource fork
+}
+
+TEST_F(Irmas, TrainingLayoutLabelsShapesAndOrder) {
+  make_training_tree(dir_);
+  const MfccPreset p = tiny_preset();
+  const auto data = bppsa::load_irmas(dir_, p);
+  const Index f = 2 * (p.n_mfcc - 1), steps = 1 + 3 * k_rate / p.hop;
+  ASSERT_EQ(data.size(), 4);
+  EXPECT_EQ(data.steps, steps);
+  EXPECT_EQ(data.features, f);
+  EXPECT_EQ(data.classes, 11);
+  EXPECT_EQ(data.class_names, bppsa::irmas_classes());
+  EXPECT_EQ(data.name, "irmas tiny (" + dir_.string() + ")");
+  ASSERT_EQ(static_cast<Index>(data.x.size()), 4 * steps * f);
+  // Sorted relative paths: cel/sub/cel/deep.WAV, cel/z.wav, gac/a.wav, voi/b.wav.
+  EXPECT_EQ(data.y, (std::vector<std::int64_t>{0, 0, 3, 10}));
+
+  // Sample 1 = cel/z.wav: L then R features per frame, zero-padded after T frames.
+  const Index frames = 1 + k_half_second / p.hop, half = f / 2;
+  const bppsa::Audio z = bppsa::read_audio(dir_ / "cel" / "z.wav");
+  std::vector<float> zl, zr;
+  for (Index i = 0; i < z.frames(); ++i) {
+    zl.push_back(z.samples[2 * i]);
+    zr.push_back(z.samples[2 * i + 1]);
+  }
+  const auto l = bppsa::mfcc(zl, k_rate, p), r = bppsa::mfcc(zr, k_rate, p);
+  const float* s1 = data.x.data() + 1 * steps * f;
+  for (Index t = 0; t < frames; ++t)
+    for (Index c = 0; c < half; ++c) {
+      ASSERT_EQ(s1[t * f + c], l[t * half + c]) << t << " " << c;
+      ASSERT_EQ(s1[t * f + half + c], r[t * half + c]) << t << " " << c;
+    }
+  for (Index i = frames * f; i < steps * f; ++i) ASSERT_EQ(s1[i], 0.0f) << i;
+  // Sample 2 = the mono gac/a.wav: both halves equal.
+  const float* s2 = data.x.data() + 2 * steps * f;
+  for (Index t = 0; t < frames; ++t)
+    for (Index c = 0; c < half; ++c) ASSERT_EQ(s2[t * f + c], s2[t * f + half + c]);
+
+  // Deterministic whatever the thread count: recomputed (cache removed) on 1 and 3 threads.
+  const int threads = omp_get_max_threads();
+  for (int n : {1, 3}) {
+    omp_set_num_threads(n);
+    fs::remove(dir_ / ".bppsa-mfcc-tiny.safetensors");
+    const auto again = bppsa::load_irmas(dir_, p);
+    EXPECT_EQ(again.x, data.x) << n << " threads";
+    EXPECT_EQ(again.y, data.y) << n << " threads";
+  }
+  omp_set_num_threads(threads);
+}
+
+TEST_F(Irmas, FlatFolderWithBracketNamesAndExplicitSteps) {
+  write_wav(dir_ / "[flu][jaz]0001__1.wav", k_rate, 2, interleave(noise(k_half_second, 1), noise(k_half_second, 2)));
+  write_wav(dir_ / "[jaz][sax]0002__2.wav", k_rate, 1, noise(k_half_second, 3));  // jaz is a genre, sax the class
+  write_wav(dir_ / "[PIA][cla]0003__1.wav", k_rate, 1, noise(k_half_second, 4));
+  const MfccPreset p = tiny_preset();
+  const auto data = bppsa::load_irmas(dir_, p, 40, dir_ / "features.safetensors");
+  EXPECT_TRUE(fs::exists(dir_ / "features.safetensors"));
+  EXPECT_FALSE(fs::exists(dir_ / ".bppsa-mfcc-tiny.safetensors"));
+  EXPECT_EQ(data.steps, 40);  // cut from 87 frames
+  EXPECT_EQ(data.x.size(), 3u * 40 * 8);
+  // Sorted: "[PIA]…" < "[flu]…" < "[jaz]…" (byte order).
+  EXPECT_EQ(data.y, (std::vector<std::int64_t>{6, 2, 7}));
+}
+
+TEST_F(Irmas, CacheIsWrittenReusedAndInvalidated) {
+  make_training_tree(dir_);
+  const MfccPreset p = tiny_preset();
+  const fs::path cache = dir_ / ".bppsa-mfcc-tiny.safetensors";
+  const auto first = bppsa::load_irmas(dir_, p);
+  ASSERT_TRUE(fs::exists(cache));
+  const auto stored = bppsa::read_safetensors(cache);
+  EXPECT_EQ(stored.metadata.at("format"), "bppsa-mfcc-1");
+  EXPECT_EQ(stored.at("x").shape, (std::vector<Index>{4, first.steps, 8}));
+  EXPECT_EQ(stored.at("y").dtype, bppsa::DType::i64);
+  const auto mtime = fs::last_write_time(cache);
+
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const auto second = bppsa::load_irmas(dir_, p);
+  EXPECT_EQ(fs::last_write_time(cache), mtime) << "a matching cache must be reused, not rewritten";
+  EXPECT_EQ(second.x, first.x);
+  EXPECT_EQ(second.y, first.y);
+  EXPECT_EQ(second.steps, first.steps);
+  EXPECT_EQ(second.name, first.name);
+
+  // Another preset or steps is another key; the same cache path is recomputed.
+  const auto cut = bppsa::load_irmas(dir_, p, 30, cache);
+  EXPECT_EQ(cut.steps, 30);
+  EXPECT_NE(fs::last_write_time(cache), mtime);
+
+  // A changed file changes the key: recomputed and overwritten.
+  const auto before = bppsa::load_irmas(dir_, p);
+  const auto mtime2 = fs::last_write_time(cache);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  write_wav(dir_ / "gac" / "a.wav", k_rate, 1, noise(k_half_second + 100, 9));
+  const auto after = bppsa::load_irmas(dir_, p);
+  EXPECT_NE(fs::last_write_time(cache), mtime2);
+  EXPECT_NE(after.x, before.x);
+  const Index n = before.steps * before.features;
+  EXPECT_TRUE(std::equal(after.x.begin(), after.x.begin() + 2 * n, before.x.begin()));  // others unchanged
+  EXPECT_FALSE(std::equal(after.x.begin() + 2 * n, after.x.begin() + 3 * n, before.x.begin() + 2 * n));
+}
+
+TEST_F(Irmas, BrokenCacheTellsTheUserToDeleteIt) {
+  make_training_tree(dir_);
+  const MfccPreset p = tiny_preset();
+  const fs::path cache = dir_ / ".bppsa-mfcc-tiny.safetensors";
+  bppsa::load_irmas(dir_, p);
+  std::vector<unsigned char> bytes(fs::file_size(cache));
+  {
+    std::ifstream f(cache, std::ios::binary);
+    f.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+  write_bytes(cache, std::vector<unsigned char>(bytes.begin(), bytes.begin() + static_cast<long>(bytes.size() / 2)));
+  expect_error<bppsa::FormatError>([&] { bppsa::load_irmas(dir_, p); },
+                                   {"[load_irmas]", "cache", cache.string(), "delete it"});
+
+  write_bytes(cache, std::vector<unsigned char>(64, 0xff));
+  expect_error<bppsa::FormatError>([&] { bppsa::load_irmas(dir_, p); }, {"cache", "delete it"});
+
+  // Parsable, the right key, but tensors that do not fit the folder.
+  write_bytes(cache, bytes);
+  auto file = bppsa::read_safetensors(cache);
+  file.tensors["x"] = bppsa::Tensor::from_f32(std::vector<float>(3 * 5 * 8, 0.0f), {3, 5, 8});
+  bppsa::write_safetensors(cache, file);
+  expect_error<bppsa::FormatError>([&] { bppsa::load_irmas(dir_, p); },
+                                   {"cache", "is malformed", "F32 [3, 5, 8]", "delete it"});
+
+  // Deleting it, as told, recomputes.
+  fs::remove(cache);
+  EXPECT_EQ(bppsa::load_irmas(dir_, p).size(), 4);
+}
+
+TEST_F(Irmas, BrokenInputsGiveClearErrors) {
+  const MfccPreset p = tiny_preset();
+  expect_error<bppsa::IoError>([&] { bppsa::load_irmas(dir_ / "nope", p); },
+                               {"[load_irmas]", "nope", "does not exist"});
+  expect_error<bppsa::FormatError>([&] { bppsa::load_irmas(dir_, p); }, {"no .wav files", dir_.string()});
+  expect_error<bppsa::InvalidArgument>(
+      [&] {
+        bppsa::load_irmas(dir_, MfccPreset{"bad", 1, 256, 128, 40});
+      },
+      {"n_mfcc"});
+  expect_error<bppsa::InvalidArgument>([&] { bppsa::load_irmas(dir_, p, -1); }, {"steps"});
+
+  const auto clip = sine(440, k_rate, 3000);
+  write_wav(dir_ / "cel" / "ok.wav", k_rate, 1, clip);
+  write_wav(dir_ / "jazz" / "[xyz]1.wav", k_rate, 1, clip);
+  expect_error<bppsa::FormatError>([&] { bppsa::load_irmas(dir_, p); },
+                                   {"cannot tell the class", "[xyz]1.wav", "'jazz' is not an IRMAS code", "[code]"});
+  fs::remove_all(dir_ / "jazz");
+
+  write_bytes(dir_ / "gac" / "junk.wav", std::vector<unsigned char>(500, 'j'));
+  expect_error<bppsa::FormatError>([&] { bppsa::load_irmas(dir_, p); }, {"junk.wav", "cannot decode"});
+  fs::remove(dir_ / "gac" / "junk.wav");
+
+  const auto good = wav_bytes(k_rate, 1, clip);
+  write_bytes(dir_ / "gac" / "cut.wav", std::vector<unsigned char>(good.begin(), good.begin() + 1000));
+  expect_error<bppsa::FormatError>([&] { bppsa::load_irmas(dir_, p); }, {"cut.wav", "truncated"});
+  fs::remove(dir_ / "gac" / "cut.wav");
+
+  write_wav(dir_ / "gac" / "fast.wav", 44100, 1, clip);
+  expect_error<bppsa::FormatError>([&] { bppsa::load_irmas(dir_, p); },
+                                   {"fast.wav", "44100 Hz", "ok.wav", "22050 Hz", "one sample rate"});
+  fs::remove(dir_ / "gac" / "fast.wav");
+
+  std::vector<float> three;
+  for (float s : clip) three.insert(three.end(), {s, s, s});
+  write_wav(dir_ / "gac" / "three.wav", k_rate, 3, three);
+  expect_error<bppsa::FormatError>([&] { bppsa::load_irmas(dir_, p); }, {"three.wav", "3 channels"});
+  fs::remove(dir_ / "gac" / "three.wav");
+
+  EXPECT_EQ(bppsa::load_irmas(dir_, p).size(), 1);
+}
+
+}  // namespace

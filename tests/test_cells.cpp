@@ -1,0 +1,449 @@
+// Recurrent cells and stacks: generated Jacobians and gradients vs finite differences, BPPSA vs BP, errors.
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <tuple>
+
+#include "bppsa/nn/model.hpp"
+#include "bppsa/nn/recurrent.hpp"
+#include "oracle.hpp"
+
+namespace {
+
+using namespace bppsa;
+using oracle::Md;
+using oracle::Rng;
+
+constexpr std::array<CellType, 3> kCells = {CellType::rnn, CellType::gru, CellType::lstm};
+
+Md random_matrix(Index rows, Index cols, Rng& rng, double bound = 1.0) {
+  std::uniform_real_distribution<double> u(-bound, bound);
+  Md m(rows, cols);
+  for (Index i = 0; i < m.size(); ++i) m.data()[i] = u(rng);
+  return m;
+}
+
+/// A batch of inputs [batch][steps][input] and labels in [0, classes). Inputs are multiples of
+/// 2^-12 in (−1, 1), so x ± 2^-20 is exact in float: finite differences on the float inputs of
+/// SequenceClassifier then step by exactly the intended amount.
+struct Problem {
+  Index batch = 0, steps = 0;
+  std::vector<float> x;
+  std::vector<std::int64_t> labels;
+};
+
+Problem random_problem(Index batch, Index steps, Index input, Index classes, Rng& rng) {
+  Problem p{batch, steps, {}, {}};
+  std::uniform_int_distribution<int> q(-4095, 4095);
+  for (Index i = 0; i < batch * steps * input; ++i) p.x.push_back(static_cast<float>(std::ldexp(q(rng), -12)));
+  for (Index b = 0; b < batch; ++b) p.labels.push_back(oracle::uniform_int(rng, 0, classes - 1));
+  return p;
+}
+
+/// Scales every weight (not the biases) so that the gates leave their near-linear range.
+template <class T>
+void scale_weights(Recurrent<T>& rnn, double factor) {
+  for (Index l = 0; l < rnn.layers(); ++l) {
+    rnn.params(l).w_ih *= static_cast<T>(factor);
+    rnn.params(l).w_hh *= static_cast<T>(factor);
+  }
+}
+
+/// Central difference of f() with respect to the scalar v (restored afterwards). The step is
+/// divided by the exactly representable difference (v + h) − (v − h).
+template <class S>
+double central_diff(S& v, double h, const std::function<double()>& f) {
+  const S v0 = v, up = static_cast<S>(v0 + h), dn = static_cast<S>(v0 - h);
+  v = up;
+  const double fp = f();
+  v = dn;
+  const double fm = f();
+  v = v0;
+  return (fp - fm) / (static_cast<double>(up) - static_cast<double>(dn));
+}
+
+/// |got − fd| ≤ rtol·|fd| + atol for every entry.
+::testing::AssertionResult fd_close(const std::string& what, const std::vector<double>& got,
+                                    const std::vector<double>& fd, double rtol, double atol) {
+  if (got.size() != fd.size()) return ::testing::AssertionFailure() << what << ": size mismatch";
+  for (std::size_t k = 0; k < got.size(); ++k)
+    if (!(std::abs(got[k] - fd[k]) <= rtol * std::abs(fd[k]) + atol))
+      return ::testing::AssertionFailure() << what << "[" << k << "]: analytic " << got[k] << ", finite difference "
+                                           << fd[k] << " (|diff| " << std::abs(got[k] - fd[k]) << ")";
+  return ::testing::AssertionSuccess();
+}
+
+std::string cell_name(CellType c) { return to_string(c); }
+
+// ---------------------------------------------------------------------------------------
+// 1. Generated transposed state Jacobians J_t^T = (∂s_t/∂s_{t−1})^T vs finite differences.
+// tanh and σ are smooth everywhere, so no kinks need handling (unlike ReLU or max-pool).
+
+class CellJacobian : public ::testing::TestWithParam<std::tuple<CellType, Index>> {};
+INSTANTIATE_TEST_SUITE_P(Cells, CellJacobian, ::testing::Combine(::testing::ValuesIn(kCells), ::testing::Values(1, 3)),
+                         [](const auto& info) {
+                           return cell_name(std::get<0>(info.param)) + "_steps" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+TEST_P(CellJacobian, MatchesFiniteDifferences) {
+  const auto [cell, steps] = GetParam();
+  const Index I = 3, H = 4, B = 2, S = state_size(cell, H);
+  Rng rng(17 + static_cast<std::uint64_t>(cell) * 10 + static_cast<std::uint64_t>(steps));
+  const RecurrentConfig cfg{cell, I, H, 1};
+  Recurrent<double> rnn(cfg);
+  rnn.reset_parameters(rng());
+  scale_weights(rnn, 2.5);
+  const Md s0 = random_matrix(S, B, rng), x = random_matrix(I, steps * B, rng);
+  rnn.set_initial_state(0, s0);
+  rnn.forward(x, steps, B);
+  rnn.backward(random_matrix(H, steps * B, rng), true, {BackwardMethod::linear});
+  const Chain<double>& chain = rnn.chain(0);
+  ASSERT_EQ(chain.size(), steps);
+
+  // s_t as a function of s_{t−1}: a one-step model with the same parameters started at s_{t−1}
+  // (for t = 1 that is s_0 itself, perturbed through set_initial_state).
+  Recurrent<double> one(cfg);
+  one.params(0) = rnn.params(0);
+  const auto next_state = [&](const Md& prev, const Md& xt) {
+    one.set_initial_state(0, prev);
+    one.forward(xt, 1, B);
+    return one.state(0, 1);
+  };
+  const double h = 1e-6;
+  for (Index t = 1; t <= steps; ++t) {
+    SCOPED_TRACE("t = " + std::to_string(t));
+    const Jacobian<double>& jt = chain.jacobian(t);
+    EXPECT_EQ(jt.kind(), cell == CellType::rnn ? Kind::shared_dense_diag : Kind::dense);
+    EXPECT_EQ(jt.count(), B);
+    ASSERT_EQ(jt.rows(), S);
+    ASSERT_EQ(jt.cols(), S);
+    Md prev = rnn.state(0, t - 1);
+    const Md xt = x.middleCols((t - 1) * B, B);
+    ASSERT_EQ(next_state(prev, xt), rnn.state(0, t));  // the one-step model reproduces the recurrence
+    for (Index b = 0; b < B; ++b) {
+      const Md got = jt.to_dense(b);  // rows: input state index, cols: output state index
+      Md fd(S, S);
+      for (Index i = 0; i < S; ++i) {
+        const double v0 = prev(i, b);
+        prev(i, b) = v0 + h;
+        const Md up = next_state(prev, xt);
+        prev(i, b) = v0 - h;
+        const Md dn = next_state(prev, xt);
+        prev(i, b) = v0;
+        fd.row(i) = ((up.col(b) - dn.col(b)) / (2 * h)).transpose();
+      }
+      const double err = (got - fd).cwiseAbs().maxCoeff();
+      EXPECT_LE(err, 1e-7 * std::max(1.0, fd.cwiseAbs().maxCoeff())) << "sample " << b << "\ngenerated:\n"
+                                                                     << got << "\nfinite differences:\n"
+                                                                     << fd;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. SequenceClassifier<double>: every gradient of loss_and_grad (bp) vs central FD of evaluate().
+// With h = 1e-6 the truncation error is O(h²) ≈ 1e-11 and the rounding error of a loss of
+// order 1 is ≈ 1e-16 / 1e-6 = 1e-10; |g − fd| ≤ 1e-6·|fd| + 1e-8 leaves a 10–100× margin while a
+// wrong term (an error of order |g|) is caught.
+
+constexpr double kFdStep = 1e-6, kFdRtol = 1e-6, kFdAtol = 1e-8;
+
+class ModelGradient : public ::testing::TestWithParam<std::tuple<CellType, Index, HeadMode, LossType>> {};
+INSTANTIATE_TEST_SUITE_P(Cells, ModelGradient,
+                         ::testing::Combine(::testing::ValuesIn(kCells), ::testing::Values(1, 2),
+                                            ::testing::Values(HeadMode::last, HeadMode::every),
+                                            ::testing::Values(LossType::cross_entropy, LossType::mse)),
+                         [](const auto& info) {
+                           return cell_name(std::get<0>(info.param)) + "_layers" +
+                                  std::to_string(std::get<1>(info.param)) + "_" + to_string(std::get<2>(info.param)) +
+                                  "_" + to_string(std::get<3>(info.param));
+                         });
+
+TEST_P(ModelGradient, MatchesFiniteDifferences) {
+  const auto [cell, layers, head, loss_type] = GetParam();
+  const Index I = 3, H = 4, C = 5, T = 4, B = 3, S = state_size(cell, H);
+  Rng rng(1000 + static_cast<std::uint64_t>(cell) * 100 + static_cast<std::uint64_t>(layers) * 10 +
+          static_cast<std::uint64_t>(head) * 2 + static_cast<std::uint64_t>(loss_type));
+  ModelConfig mc;
+  mc.rnn = {cell, I, H, layers};
+  mc.classes = C;
+  mc.head = head;
+  mc.loss = loss_type;
+  SequenceClassifier<double> model(mc);
+  model.reset_parameters(rng());
+  scale_weights(model.rnn(), 2.0);
+  std::vector<Md> s0;
+  for (Index l = 0; l < layers; ++l) {
+    s0.push_back(random_matrix(S, B, rng));
+    model.rnn().set_initial_state(l, s0.back());
+  }
+  Problem pb = random_problem(B, T, I, C, rng);
+
+  model.loss_and_grad(pb.x, B, T, pb.labels, {BackwardMethod::bp});
+  auto params = model.parameters();
+  std::vector<std::vector<double>> grads;
+  for (const auto& p : params) grads.emplace_back(p.grad, p.grad + p.size);
+  const Md gx = model.rnn().input_grad();
+  std::vector<Md> g0;
+  for (Index l = 0; l < layers; ++l) g0.push_back(model.rnn().state0_grad(l));
+  ASSERT_EQ(gx.rows(), I);
+  ASSERT_EQ(gx.cols(), T * B);
+
+  const std::function<double()> eval = [&] { return model.evaluate(pb.x, B, T, pb.labels); };
+  for (std::size_t k = 0; k < params.size(); ++k) {
+    std::vector<double> fd;
+    for (Index i = 0; i < params[k].size; ++i) fd.push_back(central_diff(params[k].value[i], kFdStep, eval));
+    EXPECT_TRUE(fd_close(params[k].name, grads[k], fd, kFdRtol, kFdAtol));
+  }
+
+  // ∂ℓ/∂x: column t·B + b of input_grad() ↔ x[b][t][·].
+  std::vector<double> got, fd;
+  for (Index b = 0; b < B; ++b)
+    for (Index t = 0; t < T; ++t)
+      for (Index i = 0; i < I; ++i) {
+        got.push_back(gx(i, t * B + b));
+        fd.push_back(central_diff(pb.x[static_cast<std::size_t>((b * T + t) * I + i)], std::ldexp(1.0, -20), eval));
+      }
+  EXPECT_TRUE(fd_close("input gradient", got, fd, kFdRtol, kFdAtol));
+
+  // ∂ℓ/∂s_0 per layer, perturbing s_0 through set_initial_state.
+  for (Index l = 0; l < layers; ++l) {
+    ASSERT_EQ(g0[static_cast<std::size_t>(l)].rows(), S);
+    ASSERT_EQ(g0[static_cast<std::size_t>(l)].cols(), B);
+    Md s = s0[static_cast<std::size_t>(l)];
+    const std::function<double()> eval_s = [&] {
+      model.rnn().set_initial_state(l, s);
+      return eval();
+    };
+    std::vector<double> got0, fd0;
+    for (Index b = 0; b < B; ++b)
+      for (Index i = 0; i < S; ++i) {
+        got0.push_back(g0[static_cast<std::size_t>(l)](i, b));
+        fd0.push_back(central_diff(s(i, b), kFdStep, eval_s));
+      }
+    model.rnn().set_initial_state(l, s0[static_cast<std::size_t>(l)]);
+    EXPECT_TRUE(fd_close("state0_grad(" + std::to_string(l) + ")", got0, fd0, kFdRtol, kFdAtol));
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. BPPSA (generated Jacobians + scan) vs sequential BP, in float and double.
+
+/// Every parameter gradient, then the input gradient, of one loss_and_grad.
+template <class T>
+std::vector<Matrix<T>> model_grads(const ModelConfig& mc, std::uint64_t seed, const Problem& pb,
+                                   const BackwardOptions& options) {
+  SequenceClassifier<T> model(mc);
+  model.reset_parameters(seed);
+  model.loss_and_grad(pb.x, pb.batch, pb.steps, pb.labels, options);
+  std::vector<Matrix<T>> out;
+  for (const auto& p : model.parameters()) out.push_back(Eigen::Map<const Matrix<T>>(p.grad, p.size, 1));
+  out.push_back(model.rnn().input_grad());
+  return out;
+}
+
+/// max|a − b| / max|b| over each tensor (absolute when b is all zero).
+template <class T>
+::testing::AssertionResult grads_close(const std::vector<Matrix<T>>& got, const std::vector<Matrix<T>>& ref,
+                                       double tol) {
+  if (got.size() != ref.size()) return ::testing::AssertionFailure() << "different gradient counts";
+  for (std::size_t k = 0; k < got.size(); ++k) {
+    if (got[k].rows() != ref[k].rows() || got[k].cols() != ref[k].cols())
+      return ::testing::AssertionFailure() << "gradient " << k << " has the wrong shape";
+    const double diff = (got[k] - ref[k]).template cast<double>().cwiseAbs().maxCoeff();
+    const double scale = ref[k].template cast<double>().cwiseAbs().maxCoeff();
+    const double err = scale > 0 ? diff / scale : diff;
+    if (!(err <= tol))
+      return ::testing::AssertionFailure()
+             << (k + 1 == got.size() ? "input gradient" : "parameter " + std::to_string(k)) << ": relative error "
+             << err << " > " << tol;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+class ScanVsBp : public ::testing::TestWithParam<std::tuple<CellType, Index, HeadMode, Index>> {};
+INSTANTIATE_TEST_SUITE_P(Cells, ScanVsBp,
+                         ::testing::Combine(::testing::ValuesIn(kCells), ::testing::Values(1, 2, 3),
+                                            ::testing::Values(HeadMode::last, HeadMode::every),
+                                            ::testing::Values(1, 2, 7, 65)),
+                         [](const auto& info) {
+                           return cell_name(std::get<0>(info.param)) + "_layers" +
+                                  std::to_string(std::get<1>(info.param)) + "_" + to_string(std::get<2>(info.param)) +
+                                  "_steps" + std::to_string(std::get<3>(info.param));
+                         });
+
+TEST_P(ScanVsBp, SameGradients) {
+  const auto [cell, layers, head, steps] = GetParam();
+  ModelConfig mc;
+  mc.rnn = {cell, 3, 4, layers};
+  mc.classes = 5;
+  mc.head = head;
+  Rng rng(7 + static_cast<std::uint64_t>(steps) * 31 + static_cast<std::uint64_t>(layers));
+  const Problem pb = random_problem(3, steps, 3, 5, rng);
+  const std::uint64_t seed = rng();
+  const auto ref_f = model_grads<float>(mc, seed, pb, {BackwardMethod::bp});
+  const auto ref_d = model_grads<double>(mc, seed, pb, {BackwardMethod::bp});
+  struct Case {
+    BackwardOptions options;
+    std::string name;
+  };
+  const std::vector<Case> cases = {{{BackwardMethod::linear}, "linear"},
+                                   {{BackwardMethod::blelloch}, "blelloch"},
+                                   {{BackwardMethod::hybrid}, "hybrid"},
+                                   {{BackwardMethod::automatic}, "auto"},
+                                   {{BackwardMethod::hybrid, 2, 3}, "hybrid, 3 chunks, 2 threads"}};
+  for (const auto& c : cases) {
+    EXPECT_TRUE(grads_close(model_grads<float>(mc, seed, pb, c.options), ref_f, 1e-4)) << c.name << " (float)";
+    EXPECT_TRUE(grads_close(model_grads<double>(mc, seed, pb, c.options), ref_d, 1e-10)) << c.name << " (double)";
+  }
+}
+
+/// Gradients of a model's current parameters by sequential BP in a fresh model.
+std::vector<Matrix<double>> bp_grads_of(SequenceClassifier<double>& model, const Problem& pb) {
+  SequenceClassifier<double> ref(model.config());
+  auto src = model.parameters(), dst = ref.parameters();
+  for (std::size_t k = 0; k < src.size(); ++k) std::copy(src[k].value, src[k].value + src[k].size, dst[k].value);
+  ref.loss_and_grad(pb.x, pb.batch, pb.steps, pb.labels, {BackwardMethod::bp});
+  std::vector<Matrix<double>> out;
+  for (const auto& p : ref.parameters()) out.push_back(Eigen::Map<const Matrix<double>>(p.grad, p.size, 1));
+  out.push_back(ref.rnn().input_grad());
+  return out;
+}
+
+// A model keeps its generated chain between backward passes of the same shape (values refilled,
+// RNN's shared W_hh^T rewritten in place) and rebuilds it when the shape changes.
+TEST(ScanReuse, GradientsFollowParameterAndShapeChanges) {
+  for (CellType cell : kCells) {
+    SCOPED_TRACE(to_string(cell));
+    ModelConfig mc;
+    mc.rnn = {cell, 3, 4, 2};
+    mc.classes = 5;
+    mc.head = HeadMode::every;
+    SequenceClassifier<double> model(mc);
+    model.reset_parameters(77);
+    Rng rng(78);
+    for (Index steps : {7, 7, 5, 5}) {
+      const Problem pb = random_problem(3, steps, 3, 5, rng);
+      scale_weights(model.rnn(), 1.2);  // new parameter values every pass
+      model.loss_and_grad(pb.x, pb.batch, pb.steps, pb.labels, {BackwardMethod::blelloch});
+      std::vector<Matrix<double>> got;
+      for (const auto& p : model.parameters()) got.push_back(Eigen::Map<const Matrix<double>>(p.grad, p.size, 1));
+      got.push_back(model.rnn().input_grad());
+      EXPECT_TRUE(grads_close(got, bp_grads_of(model, pb), 1e-10)) << "steps " << steps;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// 4. The thread count does not change the blelloch result, not even in the last bit.
+
+template <class T>
+void expect_thread_independent(CellType cell) {
+  ModelConfig mc;
+  mc.rnn = {cell, 3, 4, 2};
+  mc.classes = 5;
+  mc.head = HeadMode::every;
+  Rng rng(99);
+  const Problem pb = random_problem(3, 33, 3, 5, rng);
+  const auto one = model_grads<T>(mc, 5, pb, {BackwardMethod::blelloch, 1});
+  for (int threads : {2, 3}) {
+    const auto other = model_grads<T>(mc, 5, pb, {BackwardMethod::blelloch, threads});
+    ASSERT_EQ(other.size(), one.size());
+    for (std::size_t k = 0; k < one.size(); ++k) {
+      ASSERT_EQ(other[k].size(), one[k].size());
+      EXPECT_EQ(std::memcmp(other[k].data(), one[k].data(), sizeof(T) * static_cast<std::size_t>(one[k].size())), 0)
+          << to_string(cell) << ": gradient " << k << " differs with " << threads << " threads";
+    }
+  }
+}
+
+TEST(RecurrentThreads, BlellochBitIdenticalAcrossThreadCounts) {
+  for (CellType cell : kCells) {
+    expect_thread_independent<float>(cell);
+    expect_thread_independent<double>(cell);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// 5. Errors name the problem.
+
+/// Runs f, expects an exception of type E whose message contains every one of `parts`.
+template <class E>
+void expect_error(const std::function<void()>& f, std::initializer_list<std::string> parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no exception thrown";
+  } catch (const E& e) {
+    const std::string msg = e.what();
+    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type: " << e.what();
+  }
+}
+
+TEST(RecurrentErrors, Shapes) {
+  Recurrent<double> rnn({CellType::lstm, 3, 4, 2});
+  rnn.reset_parameters(1);
+  Rng rng(3);
+  expect_error<InvalidArgument>([&] { rnn.backward(Md::Zero(4, 6), false, {}); }, {"forward()"});
+  expect_error<ShapeError>([&] { rnn.forward(Md::Zero(2, 6), 3, 2); }, {"2×6", "expected 3×6"});
+  expect_error<ShapeError>([&] { rnn.forward(Md::Zero(3, 5), 3, 2); }, {"expected 3×6"});
+  rnn.forward(random_matrix(3, 6, rng), 3, 2);
+  expect_error<ShapeError>([&] { rnn.backward(Md::Zero(4, 5), false, {}); }, {"4×5", "expected 4×6"});
+  expect_error<ShapeError>([&] { rnn.backward(Md::Zero(8, 6), true, {BackwardMethod::bp}); }, {"expected 4×6"});
+  expect_error<InvalidArgument>([&] { rnn.set_initial_state(2, Md::Zero(8, 2)); }, {"layer 2"});
+  rnn.set_initial_state(1, Md::Zero(4, 2));  // LSTM's state is [h; c]: 2H rows
+  expect_error<ShapeError>([&] { rnn.forward(random_matrix(3, 6, rng), 3, 2); }, {"layer 1", "4×2", "expected 8×2"});
+
+  SequenceClassifier<double> model({{CellType::gru, 3, 4, 1}, 5});
+  model.reset_parameters(2);
+  const std::vector<float> x(2 * 3 * 3, 0.5f);
+  const std::vector<std::int64_t> labels = {1, 2};
+  expect_error<ShapeError>([&] { model.evaluate(std::span(x).first(17), 2, 3, labels); }, {"17", "[2, 3, 3] = 18"});
+}
+
+TEST(RecurrentErrors, NonFiniteAndLabels) {
+  SequenceClassifier<float> model({{CellType::rnn, 3, 4, 2}, 5, HeadMode::every});
+  model.reset_parameters(2);
+  std::vector<float> x(2 * 3 * 3, 0.25f);
+  const std::vector<std::int64_t> labels = {1, 4};
+  EXPECT_NO_THROW(model.loss_and_grad(x, 2, 3, labels, {}));
+  expect_error<InvalidArgument>(
+      [&] {
+        model.evaluate(x, 2, 3, std::vector<std::int64_t>{1, 5});
+      },
+      {"label 5", "[0, 5)"});
+  expect_error<InvalidArgument>([&] { model.evaluate(x, 2, 3, std::vector<std::int64_t>{-1, 0}); }, {"[0, 5)"});
+  x[4] = std::numeric_limits<float>::quiet_NaN();
+  expect_error<NonFiniteError>([&] { model.evaluate(x, 2, 3, labels); }, {"not finite"});
+  expect_error<NonFiniteError>([&] { model.loss_and_grad(x, 2, 3, labels, {}); }, {"not finite"});
+
+  // Below the loss: a NaN in the output gradient is caught by the scan's input check or by BP.
+  for (BackwardMethod m : {BackwardMethod::bp, BackwardMethod::blelloch, BackwardMethod::linear}) {
+    Recurrent<double> rnn({CellType::gru, 3, 4, 1});
+    rnn.reset_parameters(1);
+    Md x2 = Md::Constant(3, 4, 0.5);
+    rnn.forward(x2, 2, 2);
+    Md g = Md::Ones(4, 4);
+    g(1, 3) = std::numeric_limits<double>::quiet_NaN();
+    EXPECT_THROW(rnn.backward(g, true, {m}), NonFiniteError) << to_string(m);
+  }
+}
+
+TEST(RecurrentErrors, ParseNames) {
+  EXPECT_EQ(parse_cell("lstm"), CellType::lstm);
+  EXPECT_EQ(parse_backward("auto"), BackwardMethod::automatic);
+  EXPECT_EQ(parse_head("every"), HeadMode::every);
+  EXPECT_EQ(parse_loss("cross_entropy"), LossType::cross_entropy);
+  for (CellType c : kCells) EXPECT_EQ(parse_cell(to_string(c)), c);
+  for (BackwardMethod m : {BackwardMethod::bp, BackwardMethod::linear, BackwardMethod::blelloch, BackwardMethod::hybrid,
+                           BackwardMethod::automatic})
+    EXPECT_EQ(parse_backward(to_string(m)), m);
+  expect_error<InvalidArgument>([] { parse_cell("GRU2"); }, {"'GRU2'", "rnn, gru or lstm"});
+  expect_error<InvalidArgument>([] { parse_backward("scan"); }, {"'scan'", "blelloch"});
+  expect_error<InvalidArgument>([] { parse_head("first"); }, {"'first'", "last", "every"});
+  expect_error<InvalidArgument>([] { parse_loss("nll"); }, {"'nll'", "ce or mse"});
+}
+
+}  // namespace
