@@ -1,0 +1,63 @@
+// The synthetic bitstream task: the class is hidden in the rate of 1-bits over a long sequence,
+// so a model must integrate over all T steps (spec §5).
+#include "bppsa/data/bitstream.hpp"
+
+#include <cmath>
+
+#include "bppsa/core/error.hpp"
+#include "data/random.hpp"
+
+namespace bppsa {
+namespace {
+
+SequenceDataset empty_bitstream(Index steps) {
+  SequenceDataset d;
+  d.steps = steps;
+  d.features = 1;
+  d.classes = 10;
+  for (int c = 0; c < 10; ++c) d.class_names.push_back(std::to_string(c));
+  d.name = "bitstream T=" + std::to_string(steps);
+  return d;
+}
+
+/// Appends `count` samples drawn from `rng`: first the label p, then the T bits.
+void append_samples(SequenceDataset& d, Index count, std::mt19937_64& rng) {
+  d.x.reserve(d.x.size() + static_cast<std::size_t>(count * d.steps));
+  d.y.reserve(d.y.size() + static_cast<std::size_t>(count));
+  for (Index i = 0; i < count; ++i) {
+    const auto p = static_cast<std::int64_t>(detail::uniform_below(rng, 10));
+    const double rate = 0.05 + 0.1 * static_cast<double>(p);
+    for (Index t = 0; t < d.steps; ++t) d.x.push_back(detail::uniform01(rng) < rate ? 1.0f : 0.0f);
+    d.y.push_back(p);
+  }
+}
+
+void check(const char* op, Index count, Index steps) {
+  if (count < 0 || steps <= 0)
+    detail::raise<InvalidArgument>(op, "need count >= 0 and steps > 0, got count " + std::to_string(count) +
+                                           " and steps " + std::to_string(steps));
+}
+
+}  // namespace
+
+SequenceDataset make_bitstream(Index count, Index steps, std::uint64_t seed) {
+  check("make_bitstream", count, steps);
+  SequenceDataset d = empty_bitstream(steps);
+  std::mt19937_64 rng(detail::mix_seed(seed, 2));
+  append_samples(d, count, rng);
+  return d;
+}
+
+std::pair<SequenceDataset, SequenceDataset> bitstream_split(Index steps, std::uint64_t seed, Index total) {
+  check("bitstream_split", total, steps);
+  // The samples are i.i.d., so the first samples of make_bitstream(total, …) are the training
+  // set and the rest the test set: no shuffle needed and no copy of the whole set.
+  const auto train_count = static_cast<Index>(std::llround(static_cast<double>(total) * 0.64));
+  std::pair<SequenceDataset, SequenceDataset> out{empty_bitstream(steps), empty_bitstream(steps)};
+  std::mt19937_64 rng(detail::mix_seed(seed, 2));
+  append_samples(out.first, train_count, rng);
+  append_samples(out.second, total - train_count, rng);
+  return out;
+}
+
+}  // namespace bppsa

@@ -1,0 +1,347 @@
+// safetensors reading (with full validation of the header against the data section) and
+// writing (name order, header padded to 8 bytes), plus Tensor's typed views.
+#include "bppsa/io/safetensors.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <tuple>
+
+#include "bppsa/core/error.hpp"
+#include "bppsa/io/file.hpp"
+
+namespace bppsa {
+
+// Tensor bytes are copied to and from host values with memcpy.
+static_assert(std::endian::native == std::endian::little, "bppsa's safetensors I/O assumes a little-endian host");
+
+namespace {
+
+using json = nlohmann::json;
+constexpr DType kAllDTypes[] = {DType::f32, DType::f64, DType::i64, DType::i32};
+
+std::optional<DType> parse_dtype(const std::string& s) {
+  for (DType d : kAllDTypes)
+    if (s == to_string(d)) return d;
+  return std::nullopt;
+}
+
+std::string supported_dtypes() {
+  std::string s;
+  for (DType d : kAllDTypes) s += (s.empty() ? "" : ", ") + std::string(to_string(d));
+  return s;
+}
+
+std::string file_name(const std::string& source) { return source.empty() ? "<in memory>" : "'" + source + "'"; }
+
+/// Product of the extents, or nullopt when an extent is negative or the product overflows.
+std::optional<Index> checked_numel(const std::vector<Index>& shape) {
+  Index n = 1;
+  for (Index e : shape) {
+    if (e < 0 || (e != 0 && n > std::numeric_limits<Index>::max() / e)) return std::nullopt;
+    n *= e;
+  }
+  return n;
+}
+
+template <class T>
+Tensor make_tensor(DType dtype, std::span<const T> values, std::vector<Index> shape, const char* op) {
+  const auto n = checked_numel(shape);
+  if (!n || *n != static_cast<Index>(values.size()))
+    detail::raise<ShapeError>(op, std::to_string(values.size()) + " values do not fill shape " + shape_list(shape));
+  Tensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.bytes.resize(values.size() * sizeof(T));
+  if (!values.empty()) std::memcpy(t.bytes.data(), values.data(), t.bytes.size());
+  return t;
+}
+
+template <class To, class From>
+std::vector<To> convert(const Tensor& t) {
+  std::vector<To> out(t.bytes.size() / sizeof(From));
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    From v;
+    std::memcpy(&v, t.bytes.data() + i * sizeof(From), sizeof(From));
+    out[i] = static_cast<To>(v);
+  }
+  return out;
+}
+
+void check_bytes(const Tensor& t, const std::string& what) {
+  const auto n = checked_numel(t.shape);
+  if (!n || t.bytes.size() != static_cast<std::size_t>(*n) * dtype_size(t.dtype))
+    detail::raise<FormatError>(
+        "Tensor", what + " is " + t.describe() + " but holds " + std::to_string(t.bytes.size()) + " bytes");
+}
+
+[[noreturn]] void wrong_dtype(const Tensor& t, const std::string& what, const char* wanted) {
+  detail::raise<FormatError>("Tensor", what + " is " + t.describe() + "; expected dtype " + wanted);
+}
+
+/// Throws FormatError "[safetensors] file F: msg".
+struct Bad {
+  std::string file;
+  [[noreturn]] void operator()(const std::string& msg) const {
+    detail::raise<FormatError>("safetensors", "file " + file + ": " + msg);
+  }
+};
+
+/// A validated header entry, before its bytes are copied out.
+struct Entry {
+  std::string name;
+  Tensor tensor;
+  std::uint64_t begin = 0, end = 0;
+};
+
+/// Parses and checks one tensor entry of the header (everything but its place in the data).
+Entry parse_entry(const std::string& name, const json& v, std::uint64_t data_size, const Bad& bad) {
+  const std::string tn = "tensor '" + name + "'";
+  if (!v.is_object()) bad(tn + ": entry is a " + std::string(v.type_name()) + ", not an object");
+  for (const char* key : {"dtype", "shape", "data_offsets"})
+    if (!v.contains(key)) bad(tn + ": entry has no \"" + key + "\"");
+
+  Entry e{name, {}, 0, 0};
+  const json& dt = v["dtype"];
+  if (!dt.is_string()) bad(tn + ": dtype is a " + std::string(dt.type_name()) + ", not a string");
+  const auto dtype = parse_dtype(dt.get<std::string>());
+  if (!dtype) bad(tn + ": unknown dtype '" + dt.get<std::string>() + "' (bppsa supports " + supported_dtypes() + ")");
+  e.tensor.dtype = *dtype;
+
+  const json& sh = v["shape"];
+  auto nonneg = [](const json& x) {
+    return x.is_number_unsigned() || (x.is_number_integer() && x.get<std::int64_t>() >= 0);
+  };
+  if (!sh.is_array()) bad(tn + ": shape " + sh.dump() + " is not a list of non-negative integers");
+  for (const json& x : sh) {
+    if (!nonneg(x) || x.get<std::uint64_t>() > std::uint64_t(std::numeric_limits<Index>::max()))
+      bad(tn + ": shape " + sh.dump() + " is not a list of non-negative integers");
+    e.tensor.shape.push_back(x.get<Index>());
+  }
+  const auto numel = checked_numel(e.tensor.shape);
+  if (!numel) bad(tn + ": shape " + sh.dump() + " has more elements than can be addressed");
+
+  const json& off = v["data_offsets"];
+  if (!off.is_array() || off.size() != 2 || !nonneg(off[0]) || !nonneg(off[1]) ||
+      off[0].get<std::uint64_t>() > off[1].get<std::uint64_t>())
+    bad(tn + ": data_offsets " + off.dump() + " is not [begin, end] with 0 <= begin <= end");
+  e.begin = off[0].get<std::uint64_t>();
+  e.end = off[1].get<std::uint64_t>();
+  if (e.end > data_size)
+    bad("truncated: " + tn + " needs bytes [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+        ") but the data section has only " + std::to_string(data_size) + " bytes");
+  const std::uint64_t dsize = dtype_size(*dtype);
+  if (std::uint64_t(*numel) > std::numeric_limits<std::uint64_t>::max() / dsize ||
+      e.end - e.begin != std::uint64_t(*numel) * dsize)
+    bad(tn + " is " + e.tensor.describe() + " = " + std::to_string(*numel) + " × " + std::to_string(dsize) +
+        " bytes, but its data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + ") span " +
+        std::to_string(e.end - e.begin) + " bytes");
+  return e;
+}
+
+}  // namespace
+
+const char* to_string(DType d) {
+  switch (d) {
+    case DType::f32:
+      return "F32";
+    case DType::f64:
+      return "F64";
+    case DType::i64:
+      return "I64";
+    case DType::i32:
+      return "I32";
+  }
+  return "?";
+}
+
+std::size_t dtype_size(DType d) {
+  switch (d) {
+    case DType::f32:
+    case DType::i32:
+      return 4;
+    case DType::f64:
+    case DType::i64:
+      return 8;
+  }
+  return 0;
+}
+
+std::string shape_list(const std::vector<Index>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+Index Tensor::numel() const {
+  Index n = 1;
+  for (Index e : shape) n *= e;
+  return n;
+}
+
+std::string Tensor::describe() const { return std::string(to_string(dtype)) + " " + shape_list(shape); }
+
+Tensor Tensor::from_f32(std::span<const float> values, std::vector<Index> shape) {
+  return make_tensor(DType::f32, values, std::move(shape), "Tensor::from_f32");
+}
+Tensor Tensor::from_f64(std::span<const double> values, std::vector<Index> shape) {
+  return make_tensor(DType::f64, values, std::move(shape), "Tensor::from_f64");
+}
+Tensor Tensor::from_i64(std::span<const std::int64_t> values, std::vector<Index> shape) {
+  return make_tensor(DType::i64, values, std::move(shape), "Tensor::from_i64");
+}
+Tensor Tensor::from_i32(std::span<const std::int32_t> values, std::vector<Index> shape) {
+  return make_tensor(DType::i32, values, std::move(shape), "Tensor::from_i32");
+}
+
+std::vector<float> Tensor::to_f32(const std::string& what) const {
+  check_bytes(*this, what);
+  if (dtype == DType::f32) return convert<float, float>(*this);
+  if (dtype == DType::f64) return convert<float, double>(*this);
+  wrong_dtype(*this, what, "F32 or F64");
+}
+
+std::vector<double> Tensor::to_f64(const std::string& what) const {
+  check_bytes(*this, what);
+  if (dtype == DType::f64) return convert<double, double>(*this);
+  if (dtype == DType::f32) return convert<double, float>(*this);
+  wrong_dtype(*this, what, "F64 or F32");
+}
+
+std::vector<std::int64_t> Tensor::to_i64(const std::string& what) const {
+  check_bytes(*this, what);
+  if (dtype == DType::i64) return convert<std::int64_t, std::int64_t>(*this);
+  if (dtype == DType::i32) return convert<std::int64_t, std::int32_t>(*this);
+  wrong_dtype(*this, what, "I64 or I32");
+}
+
+const Tensor& TensorFile::at(const std::string& name, const std::string& op) const {
+  const auto it = tensors.find(name);
+  if (it != tensors.end()) return it->second;
+  std::string names;
+  for (const auto& [n, t] : tensors) names += (names.empty() ? "" : ", ") + n;
+  detail::raise<FormatError>(op, "file " + file_name(source) + " has no tensor '" + name + "' (" +
+                                     (names.empty() ? "it holds no tensors" : "it holds: " + names) + ")");
+}
+
+const Tensor& TensorFile::require(const std::string& name, const std::vector<Index>& expected,
+                                  const std::string& op) const {
+  const Tensor& t = at(name, op);
+  bool ok = t.shape.size() == expected.size();
+  for (std::size_t i = 0; ok && i < expected.size(); ++i) ok = expected[i] == -1 || expected[i] == t.shape[i];
+  if (!ok)
+    detail::raise<ShapeError>(op, "tensor '" + name + "' in " + file_name(source) + " has shape " +
+                                      shape_list(t.shape) + ", expected " + shape_list(expected) +
+                                      (std::count(expected.begin(), expected.end(), -1) ? " (-1: any extent)" : ""));
+  return t;
+}
+
+TensorFile parse_safetensors(std::span<const unsigned char> bytes, const std::string& source) {
+  const Bad bad{file_name(source)};
+  if (bytes.size() < 8)
+    bad("is " + std::to_string(bytes.size()) +
+        " bytes long, shorter than the 8-byte header length (not a safetensors file, or truncated)");
+  std::uint64_t header_len = 0;
+  std::memcpy(&header_len, bytes.data(), 8);
+  if (header_len > bytes.size() - 8)
+    bad("header length " + std::to_string(header_len) + " is larger than the " + std::to_string(bytes.size() - 8) +
+        " bytes that follow it (truncated, or not a safetensors file)");
+  const auto* header_begin = reinterpret_cast<const char*>(bytes.data() + 8);
+  const std::span<const unsigned char> data = bytes.subspan(8 + header_len);
+
+  json header;
+  try {
+    header = json::parse(header_begin, header_begin + header_len);
+  } catch (const json::exception& e) {
+    bad(std::string("header is not valid JSON: ") + e.what());
+  }
+  if (!header.is_object()) bad("header is a JSON " + std::string(header.type_name()) + ", not an object");
+
+  TensorFile file;
+  file.source = source;
+  std::vector<Entry> entries;
+  for (const auto& [key, value] : header.items()) {
+    if (key == "__metadata__") {
+      if (!value.is_object())
+        bad("__metadata__ is a " + std::string(value.type_name()) + ", not a string → string map");
+      for (const auto& [k, v] : value.items()) {
+        if (!v.is_string())
+          bad("__metadata__ must map strings to strings, but '" + k + "' is a " + std::string(v.type_name()));
+        file.metadata[k] = v.get<std::string>();
+      }
+      continue;
+    }
+    entries.push_back(parse_entry(key, value, data.size(), bad));
+  }
+
+  // The tensors must tile the data section exactly: no overlaps, no gaps, nothing after.
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return std::tie(a.begin, a.end) < std::tie(b.begin, b.end); });
+  std::uint64_t covered = 0;
+  const Entry* prev = nullptr;
+  for (const Entry& e : entries) {
+    if (e.begin < covered)
+      bad("tensors '" + prev->name + "' [" + std::to_string(prev->begin) + ", " + std::to_string(prev->end) +
+          ") and '" + e.name + "' [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + ") overlap");
+    if (e.begin > covered)
+      bad("data_offsets are not contiguous: no tensor covers data bytes [" + std::to_string(covered) + ", " +
+          std::to_string(e.begin) + ") before tensor '" + e.name + "'");
+    covered = e.end;
+    prev = &e;
+  }
+  if (covered != data.size())
+    bad("data_offsets are not contiguous: the data section has " + std::to_string(data.size()) +
+        " bytes but the tensors cover only [0, " + std::to_string(covered) + ")");
+
+  for (Entry& e : entries) {
+    e.tensor.bytes.assign(data.begin() + static_cast<std::ptrdiff_t>(e.begin),
+                          data.begin() + static_cast<std::ptrdiff_t>(e.end));
+    file.tensors.emplace(std::move(e.name), std::move(e.tensor));
+  }
+  return file;
+}
+
+TensorFile read_safetensors(const std::filesystem::path& path) {
+  return parse_safetensors(read_file(path), path.string());
+}
+
+std::vector<unsigned char> serialize_safetensors(const TensorFile& file) {
+  const std::string op = "serialize_safetensors";
+  std::string header = "{";
+  std::uint64_t offset = 0;
+  try {
+    if (!file.metadata.empty()) header += "\"__metadata__\":" + json(file.metadata).dump();
+    for (const auto& [name, t] : file.tensors) {
+      if (name == "__metadata__") detail::raise<InvalidArgument>(op, "a tensor cannot be named \"__metadata__\"");
+      const auto n = checked_numel(t.shape);
+      if (!n || t.bytes.size() != static_cast<std::size_t>(*n) * dtype_size(t.dtype))
+        detail::raise<InvalidArgument>(
+            op, "tensor '" + name + "' is " + t.describe() + " but holds " + std::to_string(t.bytes.size()) + " bytes");
+      if (header.size() > 1) header += ",";
+      header += json(name).dump() + ":{\"dtype\":\"" + to_string(t.dtype) + "\",\"shape\":" + json(t.shape).dump() +
+                ",\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + t.bytes.size()) + "]}";
+      offset += t.bytes.size();
+    }
+  } catch (const json::exception& e) {  // names or metadata that are not valid UTF-8
+    detail::raise<InvalidArgument>(op, std::string("cannot encode the header: ") + e.what());
+  }
+  header += "}";
+  header.append((8 - header.size() % 8) % 8, ' ');
+
+  std::vector<unsigned char> out(8 + header.size());
+  const std::uint64_t header_len = header.size();
+  std::memcpy(out.data(), &header_len, 8);
+  std::memcpy(out.data() + 8, header.data(), header.size());
+  out.reserve(out.size() + offset);
+  for (const auto& [name, t] : file.tensors) out.insert(out.end(), t.bytes.begin(), t.bytes.end());
+  return out;
+}
+
+void write_safetensors(const std::filesystem::path& path, const TensorFile& file) {
+  write_file_atomic(path, serialize_safetensors(file));
+}
+
+}  // namespace bppsa
