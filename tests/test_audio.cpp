@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "expect_error.hpp"
 #include "bppsa/core/error.hpp"
 #include "bppsa/data/irmas.hpp"
 #include "bppsa/io/safetensors.hpp"
@@ -23,6 +24,9 @@ using bppsa::Index;
 using bppsa::MfccPreset;
 
 namespace {
+
+using testutil::expect_error;
+using testutil::message_of;
 
 // ---------------------------------------------------------------- test inputs
 
@@ -111,19 +115,6 @@ class TempDir : public ::testing::Test {
   fs::path dir_;
 };
 
-/// Runs `f`, expects exception E whose message contains every one of `parts`.
-template <class E, class F>
-void expect_error(F&& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception";
-  } catch (const E& e) {
-    const std::string what = e.what();
-    for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << "'" << p << "' not in: " << what;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
-}
 
 constexpr int k_rate = 22050;
 constexpr Index k_half_second = k_rate / 2;

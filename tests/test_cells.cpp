@@ -4,11 +4,14 @@
 #include <functional>
 #include <tuple>
 
+#include "expect_error.hpp"
 #include "bppsa/nn/model.hpp"
 #include "bppsa/nn/recurrent.hpp"
 #include "oracle.hpp"
 
 namespace {
+
+using testutil::expect_error;
 
 using namespace bppsa;
 using oracle::Md;
@@ -368,19 +371,6 @@ TEST(RecurrentThreads, BlellochBitIdenticalAcrossThreadCounts) {
 // ---------------------------------------------------------------------------------------
 // 5. Errors name the problem.
 
-/// Runs f, expects an exception of type E whose message contains every one of `parts`.
-template <class E>
-void expect_error(const std::function<void()>& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception thrown";
-  } catch (const E& e) {
-    const std::string msg = e.what();
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
-}
 
 TEST(RecurrentErrors, Shapes) {
   Recurrent<double> rnn({CellType::lstm, 3, 4, 2});

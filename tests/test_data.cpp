@@ -1,5 +1,6 @@
 // Data sets: the bitstream task's statistics against its Bernoulli spec (6σ binomial bounds),
 // seeded permutations and splits, and MNIST loading from the real package and broken copies.
+#include "expect_error.hpp"
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -19,23 +20,13 @@
 
 namespace {
 
+using testutil::expect_error;
+using testutil::message_of;
+
 using namespace bppsa;
 using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "nothing thrown";
-  return "";
-}
 
 TEST(Bitstream, LabelsAndBitRatesFollowTheSpec) {
   const Index n = 5000, steps = 200;

@@ -1,9 +1,13 @@
 // Bad input (shapes, empty chain, bad CSR, counts, NaN/Inf, overflow) raises errors naming the place.
 #include <limits>
 
+#include "expect_error.hpp"
 #include "oracle.hpp"
 
 namespace {
+
+using testutil::expect_error;
+using testutil::message_of;
 
 using namespace bppsa;
 using oracle::Rng;
@@ -11,20 +15,6 @@ using oracle::Rng;
 static_assert(std::is_base_of_v<Error, ShapeError> && std::is_base_of_v<Error, InvalidArgument> &&
               std::is_base_of_v<Error, NonFiniteError>);
 
-/// The what() of the E that f throws; a test failure if it throws nothing or something else.
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw the wrong type: " << e.what();
-    return {};
-  }
-  ADD_FAILURE() << "did not throw";
-  return {};
-}
 
 #define EXPECT_CONTAINS(haystack, needle) \
   EXPECT_NE((haystack).find(needle), std::string::npos) << "message: " << (haystack)

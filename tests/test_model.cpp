@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "expect_error.hpp"
 #include "bppsa/io/safetensors.hpp"
 #include "bppsa/nn/linear.hpp"
 #include "bppsa/nn/loss.hpp"
@@ -15,6 +16,8 @@
 #include "oracle.hpp"
 
 namespace {
+
+using testutil::expect_error;
 
 using namespace bppsa;
 using oracle::Md;
@@ -27,19 +30,6 @@ Md random_matrix(Index rows, Index cols, Rng& rng, double bound = 1.0) {
   return m;
 }
 
-/// Runs f, expects an exception of type E whose message contains every one of `parts`.
-template <class E>
-void expect_error(const std::function<void()>& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception thrown";
-  } catch (const E& e) {
-    const std::string msg = e.what();
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
-}
 
 // ---------------------------------------------------------------------------------------
 // 1. Losses vs closed forms (long double) and finite differences.

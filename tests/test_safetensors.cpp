@@ -1,5 +1,6 @@
 // safetensors and atomic file writes against hand-built byte images: exact serialisation,
 // round trips of every dtype, and one clear FormatError per kind of malformed file.
+#include "expect_error.hpp"
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -16,6 +17,9 @@
 #include <vector>
 
 namespace {
+
+using testutil::expect_error;
+using testutil::message_of;
 
 using namespace bppsa;
 using Bytes = std::vector<unsigned char>;
@@ -41,20 +45,6 @@ void append(Bytes& b, std::initializer_list<T> values) {
   }
 }
 
-/// The message of the E thrown by f ("" and a test failure when nothing or something else is thrown).
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "nothing thrown";
-  return "";
-}
 
 /// A fresh empty folder, removed with everything in it at the end of the test.
 struct TempDir {

@@ -75,7 +75,11 @@ TEST_P(SameCurve, BpAndBppsaFollowTheSameLossCurve) {
 INSTANTIATE_TEST_SUITE_P(Train, SameCurve,
                          ::testing::Combine(::testing::Values(CellType::rnn, CellType::gru, CellType::lstm),
                                             ::testing::Values(Index{1}, Index{2}),
-                                            ::testing::Values(HeadMode::last, HeadMode::every)));
+                                            ::testing::Values(HeadMode::last, HeadMode::every)),
+                         [](const auto& info) {
+                           return std::string(to_string(std::get<0>(info.param))) + "_layers" +
+                                  std::to_string(std::get<1>(info.param)) + "_" + to_string(std::get<2>(info.param));
+                         });
 
 TEST(Train, ReproducibleAndThreadIndependent) {
   const Curve a = train_curve(CellType::gru, 2, HeadMode::last, BackwardMethod::blelloch, 1);

@@ -139,6 +139,32 @@ def main():
     run(["grad", "--model", "gru", "--weights", path("c.safetensors"), "--batch", path("x_noy.safetensors"),
          "--out", g], 1, "'y'", "missing y")
 
+    # IRMAS-format audio end to end: a folder of short stereo WAVs in the training-set layout.
+    import wave
+    irmas = path("irmas")
+    rng = np.random.default_rng(3)
+    for k, code in enumerate(["cel", "flu", "gac", "pia", "voi"] * 2):
+        os.makedirs(os.path.join(irmas, code), exist_ok=True)
+        t = np.arange(int(0.3 * 22050)) / 22050
+        tone = np.sin(2 * np.pi * (200 + 150 * (k % 5)) * t) * 0.5 + 0.05 * rng.standard_normal(t.size)
+        pcm = (np.stack([tone, 0.8 * tone], axis=1) * 32767).astype("<i2")
+        with wave.open(os.path.join(irmas, code, f"[{code}][cla]{k:04d}__1.wav"), "wb") as wf:
+            wf.setnchannels(2)
+            wf.setsampwidth(2)
+            wf.setframerate(22050)
+            wf.writeframes(pcm.tobytes())
+    r = run(["train", "--model", "gru", "--hidden", "6", "--data", "irmas", "--data-dir", irmas, "--preset", "l",
+             "--epochs", "2", "--batch", "4", "--lr", "1e-2", "--no-progress", "--check"], label="train on IRMAS WAVs")
+    check("11 classes" in r.stderr and "12 features" in r.stderr, "IRMAS: 11 classes, 2 × (7 − 1) = 12 features")
+    check(os.path.exists(os.path.join(irmas, ".bppsa-mfcc-l.safetensors")), "IRMAS feature cache written")
+    open(os.path.join(irmas, ".bppsa-mfcc-l.safetensors"), "wb").write(b"\x08\x00\x00\x00\x00\x00\x00\x00{}")
+    run(["train", "--model", "gru", "--data", "irmas", "--data-dir", irmas, "--preset", "l", "--no-progress"], 1,
+        "delete it", "malformed feature cache")
+    open(os.path.join(irmas, "cel", "[cel]broken.wav"), "wb").write(b"RIFF\x10\x00\x00\x00WAVEfmt ")
+    os.remove(os.path.join(irmas, ".bppsa-mfcc-l.safetensors"))
+    run(["train", "--model", "gru", "--data", "irmas", "--data-dir", irmas, "--preset", "l", "--no-progress"], 1,
+        "broken.wav", "truncated WAV in the data folder")
+
     print("ALL OK" if not FAILURES else f"{len(FAILURES)} FAILED: {FAILURES}")
     sys.exit(1 if FAILURES else 0)
 

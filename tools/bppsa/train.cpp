@@ -55,12 +55,18 @@ Index meta_index(const TensorFile& f, const std::string& key) {
   }
 }
 
-/// Largest over tensors of max|a − b| / max|b|, and which tensor.
+/// Largest over tensors of max|a − b| / max|b|, and which tensor. The denominator is floored
+/// at 1e-7 × the largest |b| of any tensor: a tensor whose gradient has vanished below float
+/// resolution of the whole gradient (e.g. W_ih after hundreds of zero-padded steps, ~1e-45)
+/// would otherwise compare denormals.
 double max_relative_error(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b,
                           const std::vector<NamedParam<float>>& params, std::string* where) {
+  double global = 0;
+  for (const auto& t : b)
+    for (float v : t) global = std::max(global, std::abs(static_cast<double>(v)));
   double worst = 0;
   for (std::size_t i = 0; i < a.size(); ++i) {
-    double num = 0, den = 0;
+    double num = 0, den = 1e-7 * global;
     for (std::size_t k = 0; k < a[i].size(); ++k) {
       num = std::max(num, std::abs(static_cast<double>(a[i][k]) - b[i][k]));
       den = std::max(den, std::abs(static_cast<double>(b[i][k])));
