@@ -6,6 +6,7 @@
 #include <random>
 
 #include "bppsa/bppsa.hpp"
+#include "expect_error.hpp"
 
 namespace {
 
@@ -124,6 +125,20 @@ TEST(Train, DataThatDoesNotFitIsRefused) {
   mc.rnn.input = 4;
   mc.classes = 3;
   EXPECT_THROW(check_data_fits(mc, wrong_features, "the training data"), InvalidArgument);
+}
+
+TEST(Train, ScanThatCannotFitIsRefusedBeforeAllocating) {
+  // 10^6 steps × 10^3 samples × 1024² values: petabytes. Nothing is allocated to find out.
+  Recurrent<float> rnn({CellType::gru, 1, 1024, 1});
+  BackwardOptions o;
+  o.method = BackwardMethod::blelloch;
+  const std::string msg = testutil::message_of<InvalidArgument>([&] { rnn.check_backward_memory(1000000, 1000, o); });
+  EXPECT_NE(msg.find("--batch"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("GB"), std::string::npos) << msg;
+  o.method = BackwardMethod::bp;  // stores no Jacobians
+  EXPECT_NO_THROW(rnn.check_backward_memory(1000000, 1000, o));
+  o.method = BackwardMethod::hybrid;  // a small problem fits: 10 × 16 × 1024² floats = 0.67 GB
+  EXPECT_NO_THROW(rnn.check_backward_memory(10, 16, o));
 }
 
 TEST(Train, GatherBatchCopiesTheRightSamples) {

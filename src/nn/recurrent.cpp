@@ -4,6 +4,9 @@
 #include "bppsa/nn/recurrent.hpp"
 
 #include <omp.h>
+#include <unistd.h>
+
+#include <cstdio>
 
 #include <algorithm>
 #include <random>
@@ -80,6 +83,32 @@ Algorithm scan_algorithm(BackwardMethod m) {
 }
 
 int resolve_threads(int threads) { return threads > 0 ? threads : omp_get_max_threads(); }
+
+double physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && size > 0 ? static_cast<double>(pages) * static_cast<double>(size) : 0;
+}
+
+/// BPPSA stores every step's Jacobian (steps · batch · values each) and the Blelloch scan
+/// keeps up to as many intermediate products again: refuse up front, with the numbers, what
+/// cannot fit, instead of dying in the allocator halfway through an epoch.
+void check_scan_memory(Index steps, Index batch, Index values_per_sample, std::size_t scalar, BackwardMethod method,
+                       Index layer) {
+  const double bytes = static_cast<double>(steps) * static_cast<double>(batch) *
+                       static_cast<double>(values_per_sample) * static_cast<double>(scalar);
+  const double need = (method == BackwardMethod::blelloch || method == BackwardMethod::automatic ? 2 : 1) * bytes;
+  const double have = physical_memory_bytes();
+  if (have > 0 && need > 0.8 * have) {
+    char msg[512];
+    std::snprintf(msg, sizeof msg,
+                  "the %s scan of layer %lld needs about %.1f GB (%.1f GB of Jacobians: steps × batch × values per "
+                  "Jacobian) but this machine has %.1f GB; use a smaller --batch%s, or --backward bp (which stores "
+                  "no Jacobians)",
+                  to_string(method), static_cast<long long>(layer), need / 1e9, bytes / 1e9, have / 1e9,
+                  need > bytes ? ", --backward hybrid" : "");
+    detail::raise<InvalidArgument>("Recurrent::backward", msg);
+  }
+}
 
 }  // namespace
 
@@ -205,6 +234,14 @@ Eigen::Block<const Matrix<T>, Eigen::Dynamic, Eigen::Dynamic, true> Recurrent<T>
 }
 
 template <class T>
+void Recurrent<T>::check_backward_memory(Index steps, Index batch, const BackwardOptions& options) const {
+  if (options.method == BackwardMethod::bp) return;
+  const Index H = config_.hidden, S = state_size(config_.cell, H);
+  check_scan_memory(steps, batch, config_.cell == CellType::rnn ? H : S * S, sizeof(T), options.method,
+                    config_.layers - 1);
+}
+
+template <class T>
 Matrix<T> Recurrent<T>::state(Index layer, Index t) const {
   if (layer < 0 || layer >= config_.layers || t < 0 || t > steps_)
     detail::raise<InvalidArgument>("Recurrent::state", "layer " + std::to_string(layer) + ", step " +
@@ -279,6 +316,7 @@ void Recurrent<T>::backward(const Matrix<T>& grad_out, bool every_step, const Ba
       *L.w_hh_t = p.w_hh.transpose();  // in place: the chain's shared S keeps its identity
       if (L.chain_steps != T_ || L.chain_batch != B) {
         L.chain = Chain<T>(B);
+        check_backward_memory(T_, B, options);
         ops.make_chain(p, rec, L.w_hh_t, L.chain);
         L.chain_steps = T_;
         L.chain_batch = B;

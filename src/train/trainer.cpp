@@ -62,6 +62,7 @@ EpochReport train_epoch(SequenceClassifier<T>& model, Optimizer<T>& optimizer, c
                         Index epoch, const TrainConfig& config, const ProgressFn& progress) {
   if (config.batch < 1)
     detail::raise<InvalidArgument>("train", "batch size must be ≥ 1 (got " + std::to_string(config.batch) + ")");
+  model.rnn().check_backward_memory(train.steps, std::min(config.batch, train.size()), config.backward);
   EpochReport r;
   r.epoch = epoch;
   const double t0 = omp_get_wtime();

@@ -105,6 +105,11 @@ class Recurrent {
   /// then linear (no injections). Fills grads(), input_grad() and state0_grad().
   void backward(const Matrix<T>& grad_out, bool every_step, const BackwardOptions& options,
                 BackwardTimes* times = nullptr);
+  /// Throws InvalidArgument, with the numbers, when a scan backward of this many steps and
+  /// samples cannot fit in this machine's memory (the Jacobians: steps × batch × values per
+  /// Jacobian; twice that for Blelloch's intermediate products); bp stores none. backward()
+  /// checks this itself; call it before training to fail fast.
+  void check_backward_memory(Index steps, Index batch, const BackwardOptions& options) const;
   /// ∂ℓ/∂x, same shape as forward()'s x.
   const Matrix<T>& input_grad() const { return input_grad_; }
   /// ∂ℓ/∂s_0 of a layer (state_size × batch): g_0 of its scan.
