@@ -18,7 +18,7 @@ struct MfccPreset {
   int n_mfcc = 20;
   int n_fft = 4096;
   int hop = 512;
-  int n_filters = 40;  ///< mel bands
+  int n_filters = 128;  ///< mel bands (librosa's default n_mels)
 };
 /// "s", "m" or "l"; InvalidArgument otherwise.
 MfccPreset mfcc_preset(const std::string& name);
@@ -36,8 +36,11 @@ struct Audio {
 /// Reads a WAV (any format libsndfile reads). IoError / FormatError name the file.
 Audio read_audio(const std::filesystem::path& path);
 
-/// MFCC of one channel: frames T = 1 + ⌊samples / hop⌋ (centred frames, as librosa), each
-/// n_mfcc − 1 coefficients (0 dropped), every coefficient standardised over time (mean 0,
+/// MFCC of one channel as librosa.feature.mfcc(y, sr, n_mfcc, n_fft, hop_length, n_mels =
+/// n_filters) computes it with its defaults (centred frames, periodic Hann, power spectrum,
+/// Slaney-scale mel bands 0 Hz – Nyquist with unit area, power_to_db with amin 1e-10 and
+/// top_db 80, orthonormal DCT-II; aubio does the FFT and the filtering): frames
+/// T = 1 + ⌊samples / hop⌋, each n_mfcc − 1 coefficients (0 dropped), every coefficient standardised over time (mean 0,
 /// std 1; a coefficient constant over time is only centred). Returned row-major
 /// [T][n_mfcc − 1]. Thread-safe: no shared state, callable from several threads at once.
 /// InvalidArgument for a bad preset or rate, NonFiniteError for NaN/Inf samples.
@@ -53,7 +56,7 @@ std::vector<float> mfcc(std::span<const float> mono, int sample_rate, const Mfcc
 /// files' rate). Features are computed in parallel over files (OpenMP); the result does not
 /// depend on the thread count, and of several broken files the first in order is reported.
 /// Cache: `cache` (default <folder>/.bppsa-mfcc-<preset>.safetensors) holds x F32 [N, steps,
-/// F], y I64 [N] and metadata format "bppsa-mfcc-1" and key, a hash of the preset, `steps`
+/// F], y I64 [N] and metadata format "bppsa-mfcc-2" and key, a hash of the preset, `steps`
 /// and every file's relative path, size and mtime. A cache with another key is recomputed
 /// and replaced (atomically); one that cannot be parsed or does not fit is a FormatError
 /// telling the user to delete it.
@@ -64,10 +67,10 @@ namespace detail {
 /// Throws InvalidArgument (prefixed by `op`) unless 2 ≤ n_mfcc ≤ n_filters, n_fft ≥ 2 and
 /// 1 ≤ hop ≤ n_fft.
 void check_mfcc_preset(const std::string& op, const MfccPreset& preset);
-/// The MFCC before any post-processing: [T][n_mfcc] row-major, coefficient 0 included, in
-/// aubio's units (10·log10 of the mel-filtered power spectrum, orthonormal DCT-II). mfcc()
-/// is this with coefficient 0 dropped and each coefficient standardised; tests compare it
-/// with a plain oracle.
+/// The MFCC before any post-processing: [T][n_mfcc] row-major, coefficient 0 included,
+/// librosa's values (dB of the mel power spectrum, orthonormal DCT-II). mfcc() is this with
+/// coefficient 0 dropped and each coefficient standardised; tests compare it with a plain
+/// oracle written from librosa's definitions.
 std::vector<float> mfcc_unnormalised(std::span<const float> mono, int sample_rate, const MfccPreset& preset);
 }  // namespace detail
 

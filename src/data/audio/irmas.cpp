@@ -21,7 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 
 const std::string k_op = "load_irmas";
-const std::string k_format = "bppsa-mfcc-1";
+const std::string k_format = "bppsa-mfcc-2";
 
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
@@ -195,9 +195,9 @@ void compute_file(const Entry& file, const MfccPreset& preset, int rate, const s
 }  // namespace
 
 MfccPreset mfcc_preset(const std::string& name) {
-  if (name == "s") return {"s", 20, 4096, 512, 40};
-  if (name == "m") return {"m", 13, 2048, 256, 40};
-  if (name == "l") return {"l", 7, 1024, 128, 40};
+  if (name == "s") return {"s", 20, 4096, 512, 128};
+  if (name == "m") return {"m", 13, 2048, 256, 128};
+  if (name == "l") return {"l", 7, 1024, 128, 128};
   detail::raise<InvalidArgument>("mfcc_preset", "unknown MFCC preset '" + name + "'; valid presets: s, m, l");
 }
 

@@ -1,15 +1,16 @@
-// mfcc: per-channel MFCC with aubio (phase vocoder → Slaney mel filterbank → log → DCT-II),
-// framed like librosa's centred STFT, then standardised per coefficient over time.
-//
-// Versus librosa.feature.mfcc: same frames (centred, zero padding as librosa ≥ 0.10, periodic
-// Hann), power spectrum, dB, orthonormal DCT-II; different mel bands (aubio's 40 Slaney
-// Auditory-Toolbox bands over 133 Hz – 6.85 kHz, not 128 bands over 0 – sr/2), no top_db
-// clipping, float arithmetic. The paper does not say which MFCC it used.
+// mfcc: per-channel MFCC as librosa.feature.mfcc computes it by default, with aubio doing the
+// signal processing: centred frames (zero padding, as librosa ≥ 0.10), periodic Hann window
+// and FFT (aubio's phase vocoder), power spectrum through n_filters (128) Slaney-scale mel
+// bands from 0 Hz to Nyquist with unit-area triangles (aubio_filterbank_set_mel_coeffs),
+// power_to_db (10·log10(max(1e-10, S)), clipped at 80 dB below the clip's maximum), and the
+// orthonormal DCT-II; then standardised per coefficient over time (spec §5). Float arithmetic.
 #include <aubio/aubio.h>
 
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <numbers>
+#include <vector>
 
 #include "bppsa/core/error.hpp"
 #include "bppsa/data/irmas.hpp"
@@ -23,8 +24,8 @@ namespace {
 struct PvocDeleter {
   void operator()(aubio_pvoc_t* p) const { del_aubio_pvoc(p); }
 };
-struct MfccDeleter {
-  void operator()(aubio_mfcc_t* p) const { del_aubio_mfcc(p); }
+struct FilterbankDeleter {
+  void operator()(aubio_filterbank_t* p) const { del_aubio_filterbank(p); }
 };
 struct FvecDeleter {
   void operator()(fvec_t* p) const { del_fvec(p); }
@@ -43,9 +44,9 @@ std::unique_ptr<T, D> checked(T* p, const char* what, const MfccPreset& preset) 
   return std::unique_ptr<T, D>(p);
 }
 
-// Magnitudes below this are raised to it before the filterbank: the power floor is 1e-10,
-// librosa's `amin`, so silent frames give finite values instead of aubio's log10(2e-42).
-constexpr smpl_t magnitude_floor = 1e-5f;
+// librosa.power_to_db's defaults: power floor (amin) and dynamic range kept (top_db).
+constexpr double power_floor = 1e-10;
+constexpr double top_db = 80.0;
 
 }  // namespace
 
@@ -90,20 +91,21 @@ std::vector<float> detail::mfcc_unnormalised(std::span<const float> mono, int sa
 
   auto pvoc = checked<aubio_pvoc_t, PvocDeleter>(new_aubio_pvoc(static_cast<uint_t>(n), static_cast<uint_t>(hop)),
                                                  "phase vocoder", preset);
-  // Created with 40 filters, aubio uses Slaney's Auditory Toolbox filterbank (133 Hz – 6.85 kHz);
-  // with any other count, mel bands spaced evenly from 0 to the Nyquist frequency.
-  auto mf =
-      checked<aubio_mfcc_t, MfccDeleter>(new_aubio_mfcc(static_cast<uint_t>(n), static_cast<uint_t>(preset.n_filters),
-                                                        static_cast<uint_t>(coeffs), static_cast<uint_t>(sample_rate)),
-                                         "MFCC object", preset);
-  // Power spectrum and decibels, as librosa (aubio's defaults are magnitude and log10).
-  aubio_mfcc_set_power(mf.get(), 2);
-  aubio_mfcc_set_scale(mf.get(), 10);
+  const Index bands = preset.n_filters;
+  auto fb = checked<aubio_filterbank_t, FilterbankDeleter>(
+      new_aubio_filterbank(static_cast<uint_t>(bands), static_cast<uint_t>(n)), "mel filterbank", preset);
+  aubio_filterbank_set_norm(fb.get(), 1);   // unit-area triangles (librosa's norm="slaney")
+  aubio_filterbank_set_power(fb.get(), 2);  // power spectrum
+  if (aubio_filterbank_set_mel_coeffs(fb.get(), static_cast<smpl_t>(sample_rate), 0,
+                                      static_cast<smpl_t>(sample_rate) / 2) != 0)
+    raise<InvalidArgument>(op, "aubio could not build " + std::to_string(bands) + " mel bands for " +
+                                   std::to_string(sample_rate) + " Hz and n_fft " + std::to_string(n));
   auto in = checked<fvec_t, FvecDeleter>(new_fvec(static_cast<uint_t>(hop)), "input buffer", preset);
   auto grain = checked<cvec_t, CvecDeleter>(new_cvec(static_cast<uint_t>(n)), "spectrum buffer", preset);
-  auto out = checked<fvec_t, FvecDeleter>(new_fvec(static_cast<uint_t>(coeffs)), "output buffer", preset);
+  auto energy = checked<fvec_t, FvecDeleter>(new_fvec(static_cast<uint_t>(bands)), "band buffer", preset);
 
-  std::vector<float> result(static_cast<std::size_t>(frames * coeffs));
+  // Mel power in dB for every frame, then the clip-wide top_db floor.
+  std::vector<double> db(static_cast<std::size_t>(frames * bands));
   for (Index k = 0; k < calls; ++k) {
     for (Index j = 0; j < hop; ++j) {
       const Index i = k * hop + j - lead;
@@ -112,10 +114,29 @@ std::vector<float> detail::mfcc_unnormalised(std::span<const float> mono, int sa
     aubio_pvoc_do(pvoc.get(), in.get(), grain.get());
     const Index t = k - (m - 1);
     if (t < 0) continue;
-    for (uint_t b = 0; b < grain->length; ++b) grain->norm[b] = std::max(grain->norm[b], magnitude_floor);
-    aubio_mfcc_do(mf.get(), grain.get(), out.get());
-    std::copy(out->data, out->data + coeffs, result.begin() + t * coeffs);
+    aubio_filterbank_do(fb.get(), grain.get(), energy.get());
+    for (Index b = 0; b < bands; ++b)
+      db[static_cast<std::size_t>(t * bands + b)] =
+          10.0 * std::log10(std::max(power_floor, static_cast<double>(energy->data[b])));
   }
+  const double floor_db = *std::max_element(db.begin(), db.end()) - top_db;
+  for (double& v : db) v = std::max(v, floor_db);
+
+  // Orthonormal DCT-II over the bands, first n_mfcc coefficients.
+  std::vector<double> dct(static_cast<std::size_t>(coeffs * bands));
+  for (Index c = 0; c < coeffs; ++c)
+    for (Index b = 0; b < bands; ++b)
+      dct[static_cast<std::size_t>(c * bands + b)] =
+          std::cos(std::numbers::pi * static_cast<double>(c) * (static_cast<double>(b) + 0.5) / static_cast<double>(bands)) *
+          std::sqrt((c == 0 ? 1.0 : 2.0) / static_cast<double>(bands));
+  std::vector<float> result(static_cast<std::size_t>(frames * coeffs));
+  for (Index t = 0; t < frames; ++t)
+    for (Index c = 0; c < coeffs; ++c) {
+      double acc = 0;
+      for (Index b = 0; b < bands; ++b)
+        acc += dct[static_cast<std::size_t>(c * bands + b)] * db[static_cast<std::size_t>(t * bands + b)];
+      result[static_cast<std::size_t>(t * coeffs + c)] = static_cast<float>(acc);
+    }
   return result;
 }
 
