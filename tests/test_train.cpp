@@ -141,6 +141,39 @@ TEST(Train, ScanThatCannotFitIsRefusedBeforeAllocating) {
   EXPECT_NO_THROW(rnn.check_backward_memory(10, 16, o));
 }
 
+TEST(Train, AutoIsBpWhenTheBatchKeepsEveryThreadBusy) {
+  BackwardOptions o;
+  o.method = BackwardMethod::automatic;
+  o.threads = 2;
+  EXPECT_EQ(resolve_backward(o, 16), BackwardMethod::bp);
+  EXPECT_EQ(resolve_backward(o, 2), BackwardMethod::bp);
+  EXPECT_EQ(resolve_backward(o, 1), BackwardMethod::automatic);  // a chain per 2 threads: the scan
+  o.threads = 8;
+  EXPECT_EQ(resolve_backward(o, 4), BackwardMethod::automatic);
+  o.method = BackwardMethod::blelloch;
+  EXPECT_EQ(resolve_backward(o, 16), BackwardMethod::blelloch);  // explicit methods are kept
+  // The scan path of auto (batch 1, 4 threads) gives BP's gradients.
+  ModelConfig mc;
+  mc.rnn = {CellType::lstm, 3, 5, 2};
+  mc.classes = 4;
+  SequenceClassifier<double> model(mc);
+  model.reset_parameters(9);
+  const SequenceDataset d = toy_data(1, 40, 3, 2);
+  std::vector<std::vector<double>> grads[2];
+  for (int run = 0; run < 2; ++run) {
+    BackwardOptions b;
+    b.method = run == 0 ? BackwardMethod::bp : BackwardMethod::automatic;
+    b.threads = 4;
+    StepTimes st;
+    model.loss_and_grad(d.sample(0), 1, d.steps, std::span<const std::int64_t>(d.y), b, &st);
+    if (run == 1) EXPECT_GT(st.detail.jacobians, 0.0) << "auto with batch 1 and 4 threads should scan";
+    for (const auto& p : model.parameters()) grads[run].emplace_back(p.grad, p.grad + p.size);
+  }
+  for (std::size_t i = 0; i < grads[0].size(); ++i)
+    for (std::size_t k = 0; k < grads[0][i].size(); ++k)
+      EXPECT_NEAR(grads[1][i][k], grads[0][i][k], 1e-10 * (1 + std::abs(grads[0][i][k])));
+}
+
 TEST(Train, GatherBatchCopiesTheRightSamples) {
   const SequenceDataset data = toy_data(10, 3, 2, 5);
   std::vector<float> x;

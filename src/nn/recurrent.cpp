@@ -112,6 +112,11 @@ void check_scan_memory(Index steps, Index batch, Index values_per_sample, std::s
 
 }  // namespace
 
+BackwardMethod resolve_backward(const BackwardOptions& options, Index batch) {
+  if (options.method != BackwardMethod::automatic) return options.method;
+  return resolve_threads(options.threads) < 2 * batch ? BackwardMethod::bp : BackwardMethod::automatic;
+}
+
 template <class T>
 struct Recurrent<T>::Impl {
   struct Layer {
@@ -235,7 +240,7 @@ Eigen::Block<const Matrix<T>, Eigen::Dynamic, Eigen::Dynamic, true> Recurrent<T>
 
 template <class T>
 void Recurrent<T>::check_backward_memory(Index steps, Index batch, const BackwardOptions& options) const {
-  if (options.method == BackwardMethod::bp) return;
+  if (resolve_backward(options, batch) == BackwardMethod::bp) return;
   const Index H = config_.hidden, S = state_size(config_.cell, H);
   check_scan_memory(steps, batch, config_.cell == CellType::rnn ? H : S * S, sizeof(T), options.method,
                     config_.layers - 1);
@@ -275,7 +280,7 @@ void Recurrent<T>::backward(const Matrix<T>& grad_out, bool every_step, const Ba
                                       ", expected " + shape_string(H, T_ * B) + " (hidden × steps·batch)");
   const auto& ops = detail::cell_ops<T>(config_.cell);
   const int threads = resolve_threads(options.threads);
-  const bool scan = options.method != BackwardMethod::bp;
+  const bool scan = resolve_backward(options, B) != BackwardMethod::bp;
   BackwardTimes local;
   double t_start = omp_get_wtime();
 

@@ -141,7 +141,13 @@ int run(const Args& a) {
   tc.seed = a.seed;
   tc.backward = to_options(a.backward);
 
-  std::cerr << "model: " << describe(config) << ", backward " << a.backward.backward << ", " << a.optimizer << " lr " << a.lr
+  const BackwardMethod resolved = resolve_backward(tc.backward, std::min(a.batch, train.size()));
+  std::cerr << "model: " << describe(config) << ", backward " << a.backward.backward
+            << (tc.backward.method == BackwardMethod::automatic
+                    ? std::string(resolved == BackwardMethod::bp ? " (→ bp: the batch keeps every thread busy)"
+                                                                 : " (→ scan, algorithm by the cost model)")
+                    : std::string())
+            << ", " << a.optimizer << " lr " << a.lr
             << ", batch " << a.batch << (a.resume.empty() ? "" : ", resumed from " + a.resume) << "\n";
   std::ofstream log;
   if (!a.log.empty()) {
@@ -213,7 +219,7 @@ int run(const Args& a) {
     std::vector<std::int64_t> y;
     gather_batch(train, idx, x, y);
     BackwardOptions scan = tc.backward;
-    if (scan.method == BackwardMethod::bp) scan.method = BackwardMethod::blelloch;
+    if (resolve_backward(scan, n) == BackwardMethod::bp) scan.method = BackwardMethod::blelloch;
     BackwardOptions bp = tc.backward;
     bp.method = BackwardMethod::bp;
     model->loss_and_grad(x, n, train.steps, y, bp);

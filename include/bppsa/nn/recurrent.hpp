@@ -45,7 +45,12 @@ struct RecurrentLayerParams {
 /// How the backward pass is computed.
 ///  - bp:                      sequential back-propagation through time with vector-Jacobian
 ///                             products (no Jacobians formed): the baseline.
-///  - blelloch/hybrid/automatic: Jacobians generated, then the scan engine's algorithm.
+///  - blelloch/hybrid:          Jacobians generated, then the scan engine's algorithm.
+///  - automatic:               the cheapest. When the batch alone keeps every thread busy
+///                             (threads < 2·batch) the scan engine's cost model would pick its
+///                             sequential scan, which BP computes with less work (no
+///                             Jacobians, one batched product per step): bp. Otherwise the
+///                             scan, with the algorithm the cost model picks.
 ///  - linear:                  Jacobians generated, then the scan engine's sequential scan
 ///                             (BP over explicit Jacobians; for testing the generators).
 enum class BackwardMethod { bp, linear, blelloch, hybrid, automatic };
@@ -58,6 +63,9 @@ struct BackwardOptions {
   int threads = 0;  ///< OpenMP threads for generation, scan and gradients; 0 = default
   int chunks = 0;   ///< hybrid chunks (0 = automatic)
 };
+
+/// What `automatic` resolves to for this batch and thread count (other methods: themselves).
+BackwardMethod resolve_backward(const BackwardOptions& options, Index batch);
 
 /// Where the time of a backward pass went (seconds, summed over layers).
 struct BackwardTimes {
