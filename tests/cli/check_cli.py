@@ -83,6 +83,10 @@ def main():
         "diverging run")
     check(open(ck1, "rb").read() == before, "failed run did not overwrite the checkpoint")
 
+    # A --save folder that does not exist is refused before any training.
+    run(SMALL + ["--epochs", "1", "--save", path("no/such/folder/x.safetensors")], 1, "does not exist",
+        "--save into a missing folder")
+
     # Truncated / malformed checkpoints.
     open(path("trunc.safetensors"), "wb").write(before[: len(before) // 2])
     run(SMALL + ["--epochs", "2", "--resume", path("trunc.safetensors")], 1, "truncated", "truncated checkpoint")

@@ -1,6 +1,9 @@
 // `bppsa train`: trains a recurrent classifier with BP or BPPSA, with progress, per-epoch
 // metrics, JSON-lines logs, atomic checkpoints (safetensors, PyTorch names) and --resume.
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -87,6 +90,16 @@ std::vector<std::vector<float>> copy_grads(const std::vector<NamedParam<float>>&
 }
 
 int run(const Args& a) {
+  if (!a.save.empty()) {  // fail before training, not after the first epoch
+    const std::filesystem::path dir = std::filesystem::path(a.save).parent_path();
+    std::error_code ec;
+    if (!dir.empty() && !std::filesystem::is_directory(dir, ec))
+      detail::raise<InvalidArgument>("train", "--save " + a.save + ": the folder " + dir.string() +
+                                                  " does not exist; create it first");
+    if (access(dir.empty() ? "." : dir.c_str(), W_OK) != 0)
+      detail::raise<InvalidArgument>("train", "--save " + a.save + ": the folder " +
+                                                  (dir.empty() ? std::string(".") : dir.string()) + " is not writable");
+  }
   const auto [train, test] = load_data(a.data, false);
   ModelConfig config;
   std::unique_ptr<SequenceClassifier<float>> model;
