@@ -14,10 +14,10 @@
 #include <thread>
 #include <vector>
 
-#include "expect_error.hpp"
 #include "bppsa/core/error.hpp"
 #include "bppsa/data/irmas.hpp"
 #include "bppsa/io/safetensors.hpp"
+#include "expect_error.hpp"
 
 namespace fs = std::filesystem;
 using bppsa::Index;
@@ -115,7 +115,6 @@ class TempDir : public ::testing::Test {
   fs::path dir_;
 };
 
-
 constexpr int k_rate = 22050;
 constexpr Index k_half_second = k_rate / 2;
 
@@ -195,8 +194,10 @@ std::vector<double> oracle_mfcc(const std::vector<float>& x, int rate, const Mfc
   // librosa.filters.mel
   std::vector<double> mel_f(static_cast<std::size_t>(mels + 2));
   const double top = hz_to_mel(rate / 2.0);
-  for (Index i = 0; i < mels + 2; ++i) mel_f[i] = mel_to_hz(top * static_cast<double>(i) / static_cast<double>(mels + 1));
-  std::vector<std::vector<double>> w(static_cast<std::size_t>(mels), std::vector<double>(static_cast<std::size_t>(bins)));
+  for (Index i = 0; i < mels + 2; ++i)
+    mel_f[i] = mel_to_hz(top * static_cast<double>(i) / static_cast<double>(mels + 1));
+  std::vector<std::vector<double>> w(static_cast<std::size_t>(mels),
+                                     std::vector<double>(static_cast<std::size_t>(bins)));
   for (Index i = 0; i < mels; ++i)
     for (Index k = 0; k < bins; ++k) {
       const double f = static_cast<double>(k) * rate / static_cast<double>(n);

@@ -4,9 +4,9 @@
 #include <functional>
 #include <tuple>
 
-#include "expect_error.hpp"
 #include "bppsa/nn/model.hpp"
 #include "bppsa/nn/recurrent.hpp"
+#include "expect_error.hpp"
 #include "oracle.hpp"
 
 namespace {
@@ -370,7 +370,6 @@ TEST(RecurrentThreads, BlellochBitIdenticalAcrossThreadCounts) {
 
 // ---------------------------------------------------------------------------------------
 // 5. Errors name the problem.
-
 
 TEST(RecurrentErrors, Shapes) {
   Recurrent<double> rnn({CellType::lstm, 3, 4, 2});

@@ -1,6 +1,5 @@
 // Data sets: the bitstream task's statistics against its Bernoulli spec (6σ binomial bounds),
 // seeded permutations and splits, and MNIST loading from the real package and broken copies.
-#include "expect_error.hpp"
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -18,6 +17,8 @@
 #include <numeric>
 #include <string>
 
+#include "expect_error.hpp"
+
 namespace {
 
 using testutil::expect_error;
@@ -26,7 +27,6 @@ using testutil::message_of;
 using namespace bppsa;
 using ::testing::HasSubstr;
 namespace fs = std::filesystem;
-
 
 TEST(Bitstream, LabelsAndBitRatesFollowTheSpec) {
   const Index n = 5000, steps = 200;

@@ -15,7 +15,6 @@ using oracle::Rng;
 static_assert(std::is_base_of_v<Error, ShapeError> && std::is_base_of_v<Error, InvalidArgument> &&
               std::is_base_of_v<Error, NonFiniteError>);
 
-
 #define EXPECT_CONTAINS(haystack, needle) \
   EXPECT_NE((haystack).find(needle), std::string::npos) << "message: " << (haystack)
 

@@ -7,12 +7,12 @@
 #include <utility>
 #include <vector>
 
-#include "expect_error.hpp"
 #include "bppsa/io/safetensors.hpp"
 #include "bppsa/nn/linear.hpp"
 #include "bppsa/nn/loss.hpp"
 #include "bppsa/nn/model.hpp"
 #include "bppsa/train/optimizer.hpp"
+#include "expect_error.hpp"
 #include "oracle.hpp"
 
 namespace {
@@ -29,7 +29,6 @@ Md random_matrix(Index rows, Index cols, Rng& rng, double bound = 1.0) {
   for (Index i = 0; i < m.size(); ++i) m.data()[i] = u(rng);
   return m;
 }
-
 
 // ---------------------------------------------------------------------------------------
 // 1. Losses vs closed forms (long double) and finite differences.

@@ -1,6 +1,5 @@
 // safetensors and atomic file writes against hand-built byte images: exact serialisation,
 // round trips of every dtype, and one clear FormatError per kind of malformed file.
-#include "expect_error.hpp"
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -15,6 +14,8 @@
 #include <fstream>
 #include <string>
 #include <vector>
+
+#include "expect_error.hpp"
 
 namespace {
 
@@ -44,7 +45,6 @@ void append(Bytes& b, std::initializer_list<T> values) {
     std::memcpy(b.data() + at, &v, sizeof(T));
   }
 }
-
 
 /// A fresh empty folder, removed with everything in it at the end of the test.
 struct TempDir {

@@ -36,8 +36,8 @@ struct CellOps {
   void (*make_chain)(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec,
                      const std::shared_ptr<Matrix<T>>& w_hh_t, Chain<T>& chain);
   /// Fills J_t^T for steps t in [t0, t1) (1-based).
-  void (*fill_jacobians)(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, Chain<T>& chain,
-                         Index t0, Index t1);
+  void (*fill_jacobians)(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, Chain<T>& chain, Index t0,
+                         Index t1);
   /// Pre-activation gradients for steps [t0, t1) from the state gradients in g.
   void (*preact)(const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out, Index t0, Index t1);
   /// The part of g_{t−1} that does not pass through W_hh (GRU: z ⊙ g; LSTM: c-row f ⊙ δc),

@@ -15,8 +15,8 @@ Linear<T>::Linear(Index in, Index out)
       grad_weight(RowMatrix<T>::Zero(out, in)),
       grad_bias(Vector<T>::Zero(out)) {
   if (in < 1 || out < 1)
-    detail::raise<InvalidArgument>("Linear", "sizes must be ≥ 1 (got in " + std::to_string(in) + ", out " +
-                                                 std::to_string(out) + ")");
+    detail::raise<InvalidArgument>(
+        "Linear", "sizes must be ≥ 1 (got in " + std::to_string(in) + ", out " + std::to_string(out) + ")");
 }
 
 template <class T>
@@ -31,8 +31,8 @@ void Linear<T>::reset_parameters(std::uint64_t seed) {
 template <class T>
 void Linear<T>::forward(const Eigen::Ref<const Matrix<T>>& x, Matrix<T>& y) const {
   if (x.rows() != in())
-    detail::raise<ShapeError>("Linear::forward", "input has " + std::to_string(x.rows()) + " rows, expected " +
-                                                     std::to_string(in()));
+    detail::raise<ShapeError>("Linear::forward",
+                              "input has " + std::to_string(x.rows()) + " rows, expected " + std::to_string(in()));
   y.noalias() = weight * x;
   y.colwise() += bias;
 }

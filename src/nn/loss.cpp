@@ -26,8 +26,7 @@ T loss(LossType type, const Matrix<T>& logits, std::span<const std::int64_t> lab
     if (labels[static_cast<std::size_t>(j)] < 0 || labels[static_cast<std::size_t>(j)] >= C)
       detail::raise<InvalidArgument>(op, "label " + std::to_string(labels[static_cast<std::size_t>(j)]) +
                                              " (prediction " + std::to_string(j) + ") is outside [0, " +
-                                             std::to_string(C) +
-                                             "): the data has more classes than the model's head");
+                                             std::to_string(C) + "): the data has more classes than the model's head");
   if (dlogits) dlogits->resize(C, N);
   double total = 0;
   if (type == LossType::cross_entropy) {

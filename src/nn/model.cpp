@@ -14,14 +14,14 @@ const char* to_string(HeadMode h) { return h == HeadMode::last ? "last" : "every
 HeadMode parse_head(std::string_view name) {
   if (name == "last") return HeadMode::last;
   if (name == "every") return HeadMode::every;
-  detail::raise<InvalidArgument>("head", "unknown head '" + std::string(name) +
-                                             "'; use last (many-to-one) or every (many-to-many)");
+  detail::raise<InvalidArgument>(
+      "head", "unknown head '" + std::string(name) + "'; use last (many-to-one) or every (many-to-many)");
 }
 
 std::string describe(const ModelConfig& c) {
-  return std::string(to_string(c.rnn.cell)) + " I=" + std::to_string(c.rnn.input) + " H=" +
-         std::to_string(c.rnn.hidden) + " layers=" + std::to_string(c.rnn.layers) + " C=" +
-         std::to_string(c.classes) + " head=" + to_string(c.head) + " loss=" + to_string(c.loss);
+  return std::string(to_string(c.rnn.cell)) + " I=" + std::to_string(c.rnn.input) +
+         " H=" + std::to_string(c.rnn.hidden) + " layers=" + std::to_string(c.rnn.layers) +
+         " C=" + std::to_string(c.classes) + " head=" + to_string(c.head) + " loss=" + to_string(c.loss);
 }
 
 std::vector<std::pair<std::string, std::vector<Index>>> expected_state_dict(const ModelConfig& c) {
@@ -50,20 +50,20 @@ ModelConfig config_from_state_dict(const TensorFile& file, CellType cell, HeadMo
   if (layers == 0) file.at("rnn.weight_ih_l0", op);  // throws, listing what the file holds
   const Tensor& w = file.at("rnn.weight_ih_l0", op);
   if (w.shape.size() != 2)
-    detail::raise<ShapeError>(op, "tensor 'rnn.weight_ih_l0' in " + file.source + " has shape " +
-                                      shape_list(w.shape) + ", expected [gates·hidden, input]");
+    detail::raise<ShapeError>(op, "tensor 'rnn.weight_ih_l0' in " + file.source + " has shape " + shape_list(w.shape) +
+                                      ", expected [gates·hidden, input]");
   const Index g = gate_count(cell);
   if (w.shape[0] % g != 0 || w.shape[0] == 0)
-    detail::raise<ShapeError>(op, "tensor 'rnn.weight_ih_l0' in " + file.source + " has " +
-                                      std::to_string(w.shape[0]) + " rows, not a multiple of " + std::to_string(g) +
-                                      " (the gate count of " + to_string(cell) + "): is --model right?");
+    detail::raise<ShapeError>(op, "tensor 'rnn.weight_ih_l0' in " + file.source + " has " + std::to_string(w.shape[0]) +
+                                      " rows, not a multiple of " + std::to_string(g) + " (the gate count of " +
+                                      to_string(cell) + "): is --model right?");
   c.rnn.layers = layers;
   c.rnn.hidden = w.shape[0] / g;
   c.rnn.input = w.shape[1];
   const Tensor& hw = file.at("rnn.weight_hh_l0", op);
   if (hw.shape.size() != 2 || hw.shape[1] * g != hw.shape[0])
-    detail::raise<ShapeError>(op, "tensor 'rnn.weight_hh_l0' in " + file.source + " has shape " +
-                                      shape_list(hw.shape) + ", expected [" + std::to_string(w.shape[0]) + ", " +
+    detail::raise<ShapeError>(op, "tensor 'rnn.weight_hh_l0' in " + file.source + " has shape " + shape_list(hw.shape) +
+                                      ", expected [" + std::to_string(w.shape[0]) + ", " +
                                       std::to_string(c.rnn.hidden) + "] for a " + to_string(cell) +
                                       " (is --model right?)");
   const Tensor& hd = file.at("head.weight", op);
@@ -94,14 +94,15 @@ void SequenceClassifier<T>::forward(std::span<const float> x, Index batch, Index
                                       ", steps " + std::to_string(steps) + ")");
   if (static_cast<Index>(x.size()) != batch * steps * I)
     detail::raise<ShapeError>(op, "input holds " + std::to_string(x.size()) + " values, expected [" +
-                                      std::to_string(batch) + ", " + std::to_string(steps) + ", " +
-                                      std::to_string(I) + "] = " + std::to_string(batch * steps * I));
+                                      std::to_string(batch) + ", " + std::to_string(steps) + ", " + std::to_string(I) +
+                                      "] = " + std::to_string(batch * steps * I));
   if (static_cast<Index>(labels.size()) != batch)
     detail::raise<ShapeError>(op, std::to_string(labels.size()) + " labels for a batch of " + std::to_string(batch));
   x_.resize(I, steps * batch);
   for (Index b = 0; b < batch; ++b)
     for (Index t = 0; t < steps; ++t)
-      for (Index i = 0; i < I; ++i) x_(i, t * batch + b) = static_cast<T>(x[static_cast<std::size_t>((b * steps + t) * I + i)]);
+      for (Index i = 0; i < I; ++i)
+        x_(i, t * batch + b) = static_cast<T>(x[static_cast<std::size_t>((b * steps + t) * I + i)]);
   rnn_.forward(x_, steps, batch);
   if (config_.head == HeadMode::every) {
     head_.forward(rnn_.output(), logits_);
@@ -171,7 +172,9 @@ template <class T>
 std::vector<NamedParam<T>> SequenceClassifier<T>::parameters() {
   std::vector<NamedParam<T>> out;
   const auto names = expected_state_dict(config_);
-  auto add = [&](std::size_t i, T* v, const T* g, Index n) { out.push_back({names[i].first, names[i].second, v, g, n}); };
+  auto add = [&](std::size_t i, T* v, const T* g, Index n) {
+    out.push_back({names[i].first, names[i].second, v, g, n});
+  };
   std::size_t i = 0;
   for (Index l = 0; l < config_.rnn.layers; ++l) {
     auto& p = rnn_.params(l);
@@ -224,7 +227,8 @@ void SequenceClassifier<T>::load_state_dict(const TensorFile& file) {
         detail::raise<NonFiniteError>(op, "tensor '" + p.name + "' in " + file.source + " holds NaN/Inf");
   }
   for (std::size_t k = 0; k < params.size(); ++k)
-    for (Index i = 0; i < params[k].size; ++i) params[k].value[i] = static_cast<T>(values[k][static_cast<std::size_t>(i)]);
+    for (Index i = 0; i < params[k].size; ++i)
+      params[k].value[i] = static_cast<T>(values[k][static_cast<std::size_t>(i)]);
 }
 
 template class SequenceClassifier<float>;

@@ -6,9 +6,8 @@
 #include <omp.h>
 #include <unistd.h>
 
-#include <cstdio>
-
 #include <algorithm>
+#include <cstdio>
 #include <random>
 
 #include "bppsa/core/error.hpp"
@@ -19,9 +18,12 @@ namespace bppsa {
 
 const char* to_string(CellType c) {
   switch (c) {
-    case CellType::rnn: return "rnn";
-    case CellType::gru: return "gru";
-    case CellType::lstm: return "lstm";
+    case CellType::rnn:
+      return "rnn";
+    case CellType::gru:
+      return "gru";
+    case CellType::lstm:
+      return "lstm";
   }
   return "?";
 }
@@ -38,11 +40,16 @@ Index state_size(CellType c, Index hidden) { return c == CellType::lstm ? 2 * hi
 
 const char* to_string(BackwardMethod m) {
   switch (m) {
-    case BackwardMethod::bp: return "bp";
-    case BackwardMethod::linear: return "linear";
-    case BackwardMethod::blelloch: return "blelloch";
-    case BackwardMethod::hybrid: return "hybrid";
-    case BackwardMethod::automatic: return "auto";
+    case BackwardMethod::bp:
+      return "bp";
+    case BackwardMethod::linear:
+      return "linear";
+    case BackwardMethod::blelloch:
+      return "blelloch";
+    case BackwardMethod::hybrid:
+      return "hybrid";
+    case BackwardMethod::automatic:
+      return "auto";
   }
   return "?";
 }
@@ -53,17 +60,20 @@ BackwardMethod parse_backward(std::string_view name) {
   if (name == "blelloch") return BackwardMethod::blelloch;
   if (name == "hybrid") return BackwardMethod::hybrid;
   if (name == "auto") return BackwardMethod::automatic;
-  detail::raise<InvalidArgument>("backward", "unknown backward method '" + std::string(name) +
-                                                 "'; use bp, blelloch, hybrid, auto or linear");
+  detail::raise<InvalidArgument>(
+      "backward", "unknown backward method '" + std::string(name) + "'; use bp, blelloch, hybrid, auto or linear");
 }
 
 namespace detail {
 template <class T>
 const CellOps<T>& cell_ops(CellType c) {
   switch (c) {
-    case CellType::rnn: return rnn_ops<T>();
-    case CellType::gru: return gru_ops<T>();
-    case CellType::lstm: return lstm_ops<T>();
+    case CellType::rnn:
+      return rnn_ops<T>();
+    case CellType::gru:
+      return gru_ops<T>();
+    case CellType::lstm:
+      return lstm_ops<T>();
   }
   return rnn_ops<T>();
 }
@@ -75,10 +85,14 @@ namespace {
 
 Algorithm scan_algorithm(BackwardMethod m) {
   switch (m) {
-    case BackwardMethod::linear: return Algorithm::linear;
-    case BackwardMethod::blelloch: return Algorithm::blelloch;
-    case BackwardMethod::hybrid: return Algorithm::hybrid;
-    default: return Algorithm::automatic;
+    case BackwardMethod::linear:
+      return Algorithm::linear;
+    case BackwardMethod::blelloch:
+      return Algorithm::blelloch;
+    case BackwardMethod::hybrid:
+      return Algorithm::hybrid;
+    default:
+      return Algorithm::automatic;
   }
 }
 
@@ -180,9 +194,9 @@ void Recurrent<T>::reset_parameters(std::uint64_t seed) {
 template <class T>
 void Recurrent<T>::set_initial_state(Index layer, Matrix<T> s0) {
   if (layer < 0 || layer >= config_.layers)
-    detail::raise<InvalidArgument>("Recurrent::set_initial_state", "layer " + std::to_string(layer) +
-                                                                       " out of range (the model has " +
-                                                                       std::to_string(config_.layers) + ")");
+    detail::raise<InvalidArgument>(
+        "Recurrent::set_initial_state",
+        "layer " + std::to_string(layer) + " out of range (the model has " + std::to_string(config_.layers) + ")");
   impl_->layer[static_cast<std::size_t>(layer)].s0 = std::move(s0);
 }
 
@@ -249,8 +263,8 @@ void Recurrent<T>::check_backward_memory(Index steps, Index batch, const Backwar
 template <class T>
 Matrix<T> Recurrent<T>::state(Index layer, Index t) const {
   if (layer < 0 || layer >= config_.layers || t < 0 || t > steps_)
-    detail::raise<InvalidArgument>("Recurrent::state", "layer " + std::to_string(layer) + ", step " +
-                                                           std::to_string(t) + " out of range");
+    detail::raise<InvalidArgument>("Recurrent::state",
+                                   "layer " + std::to_string(layer) + ", step " + std::to_string(t) + " out of range");
   const auto& rec = impl_->layer[static_cast<std::size_t>(layer)].rec;
   const Index H = config_.hidden;
   Matrix<T> s(state_size(config_.cell, H), batch_);
@@ -305,8 +319,7 @@ void Recurrent<T>::backward(const Matrix<T>& grad_out, bool every_step, const Ba
       for (Index t = T_; t >= 1; --t) {
         ops.preact(rec, L.g, L.pg, t, t + 1);
         auto gprev = L.g.middleCols((t - 1) * B, B);
-        if (inject && t >= 2)
-          gprev.topRows(H) = above.middleCols((t - 2) * B, B);
+        if (inject && t >= 2) gprev.topRows(H) = above.middleCols((t - 2) * B, B);
         gprev.topRows(H).noalias() += p.w_hh.transpose() * dh.middleCols((t - 1) * B, B);
         ops.direct(rec, L.g, t, gprev);
       }

@@ -20,7 +20,8 @@ template <class T>
 Optimizer<T>::Optimizer(OptimizerConfig config) : config_(config) {
   const char* op = "optimizer";
   if (!(config.lr > 0) || !std::isfinite(config.lr))
-    detail::raise<InvalidArgument>(op, "learning rate must be a positive number (got " + std::to_string(config.lr) + ")");
+    detail::raise<InvalidArgument>(op,
+                                   "learning rate must be a positive number (got " + std::to_string(config.lr) + ")");
   if (config.momentum < 0 || config.momentum >= 1)
     detail::raise<InvalidArgument>(op, "momentum must be in [0, 1) (got " + std::to_string(config.momentum) + ")");
   if (config.beta1 < 0 || config.beta1 >= 1 || config.beta2 < 0 || config.beta2 >= 1 || !(config.eps > 0))
@@ -39,8 +40,7 @@ void Optimizer<T>::step(const std::vector<NamedParam<T>>& params) {
       if (config_.type == OptimizerType::adam) v_[i].assign(static_cast<std::size_t>(params[i].size), T(0));
     }
   }
-  if (m_.size() != params.size())
-    detail::raise<InvalidArgument>("optimizer", "parameter list changed between steps");
+  if (m_.size() != params.size()) detail::raise<InvalidArgument>("optimizer", "parameter list changed between steps");
   ++step_;
   double sq = 0;
   for (const auto& p : params)
@@ -79,8 +79,10 @@ void Optimizer<T>::step(const std::vector<NamedParam<T>>& params) {
     }
     if (!detail::all_finite(p.value, p.size))
       detail::raise<NonFiniteError>("optimizer", "parameter '" + p.name + "' is not finite (NaN/Inf) after step " +
-                                                     std::to_string(step_) + ": training diverged; lower the learning "
-                                                     "rate (" + std::to_string(config_.lr) + ")");
+                                                     std::to_string(step_) +
+                                                     ": training diverged; lower the learning "
+                                                     "rate (" +
+                                                     std::to_string(config_.lr) + ")");
   }
 }
 

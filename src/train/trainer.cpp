@@ -75,8 +75,9 @@ EpochReport train_epoch(SequenceClassifier<T>& model, Optimizer<T>& optimizer, c
   Index correct = 0;
   for (Index b = 0; b < total; ++b) {
     const Index start = b * config.batch, n = std::min(config.batch, train.size() - start);
-    gather_batch(train, std::span<const Index>(order).subspan(static_cast<std::size_t>(start), static_cast<std::size_t>(n)),
-                 x, y);
+    gather_batch(train,
+                 std::span<const Index>(order).subspan(static_cast<std::size_t>(start), static_cast<std::size_t>(n)), x,
+                 y);
     StepTimes st;
     const T loss = model.loss_and_grad(x, n, train.steps, y, config.backward, &st, &pred);
     const double t_opt = omp_get_wtime();
@@ -102,7 +103,7 @@ template EvalReport evaluate<float>(SequenceClassifier<float>&, const SequenceDa
 template EvalReport evaluate<double>(SequenceClassifier<double>&, const SequenceDataset&, Index);
 template EpochReport train_epoch<float>(SequenceClassifier<float>&, Optimizer<float>&, const SequenceDataset&, Index,
                                         const TrainConfig&, const ProgressFn&);
-template EpochReport train_epoch<double>(SequenceClassifier<double>&, Optimizer<double>&, const SequenceDataset&,
-                                         Index, const TrainConfig&, const ProgressFn&);
+template EpochReport train_epoch<double>(SequenceClassifier<double>&, Optimizer<double>&, const SequenceDataset&, Index,
+                                         const TrainConfig&, const ProgressFn&);
 
 }  // namespace bppsa

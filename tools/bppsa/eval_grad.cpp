@@ -103,11 +103,14 @@ Command add_eval(CLI::App& app) {
 
 Command add_grad(CLI::App& app) {
   auto a = std::make_shared<GradArgs>();
-  CLI::App* sub = app.add_subcommand(
-      "grad", "loss and gradients of one batch for the PyTorch module rnn = nn.RNN|GRU|LSTM(I, H, layers, "
-              "batch_first=True), head = nn.Linear(H, C), output head(out[:, -1]), mean cross-entropy");
+  CLI::App* sub =
+      app.add_subcommand("grad",
+                         "loss and gradients of one batch for the PyTorch module rnn = nn.RNN|GRU|LSTM(I, H, layers, "
+                         "batch_first=True), head = nn.Linear(H, C), output head(out[:, -1]), mean cross-entropy");
   sub->add_option("--model", a->model, "rnn, gru or lstm")->required()->check(CLI::IsMember({"rnn", "gru", "lstm"}));
-  sub->add_option("--weights", a->weights, "state_dict (F32) under PyTorch's names")->required()->check(CLI::ExistingFile);
+  sub->add_option("--weights", a->weights, "state_dict (F32) under PyTorch's names")
+      ->required()
+      ->check(CLI::ExistingFile);
   sub->add_option("--batch", a->batch, "x: F32 [B, T, I], y: I64 [B]")->required()->check(CLI::ExistingFile);
   sub->add_option("--out", a->out, "written atomically: loss (F32 []) and each parameter's gradient")->required();
   add_backward_options(*sub, a->backward);

@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);  // prints the message (or the help)
-    return rc == 0 ? 0 : 2;     // invalid flags: exit 2
+    return rc == 0 ? 0 : 2;      // invalid flags: exit 2
   }
   try {
     if (app.got_subcommand("scan-check")) return scan_check();

@@ -14,7 +14,9 @@ void add_model_options(CLI::App& app, ModelArgs& a) {
   app.add_option("--model", a.model, "recurrent cell: rnn (tanh), gru or lstm")
       ->check(CLI::IsMember({"rnn", "gru", "lstm"}))
       ->capture_default_str();
-  app.add_option("--hidden", a.hidden, "hidden size H")->check(CLI::Range(Index{1}, Index{1} << 20))->capture_default_str();
+  app.add_option("--hidden", a.hidden, "hidden size H")
+      ->check(CLI::Range(Index{1}, Index{1} << 20))
+      ->capture_default_str();
   app.add_option("--layers", a.layers, "stacked recurrent layers (num_layers)")
       ->check(CLI::Range(Index{1}, Index{64}))
       ->capture_default_str();
@@ -31,7 +33,9 @@ void add_data_options(CLI::App& app, DataArgs& a) {
                  "bitstream (spec §5), mnist-rows (T=28), mnist-pixels (T=784) or irmas (folder of WAVs)")
       ->check(CLI::IsMember({"bitstream", "mnist-rows", "mnist-pixels", "irmas"}))
       ->capture_default_str();
-  app.add_option("--steps", a.steps, "bitstream: sequence length T")->check(CLI::Range(Index{1}, Index{10000000}))->capture_default_str();
+  app.add_option("--steps", a.steps, "bitstream: sequence length T")
+      ->check(CLI::Range(Index{1}, Index{10000000}))
+      ->capture_default_str();
   app.add_option("--samples", a.samples, "bitstream: samples in all (64 % train, 36 % test)")
       ->check(CLI::Range(Index{2}, Index{100000000}))
       ->capture_default_str();
@@ -44,7 +48,8 @@ void add_data_options(CLI::App& app, DataArgs& a) {
       ->capture_default_str();
   app.add_option("--limit-train", a.limit_train, "use only the first N training samples (0 = all)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--limit-test", a.limit_test, "use only the first N test samples (0 = all)")->check(CLI::NonNegativeNumber);
+  app.add_option("--limit-test", a.limit_test, "use only the first N test samples (0 = all)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--data-seed", a.data_seed, "seed of the data generation and split")->capture_default_str();
 }
 
@@ -85,7 +90,8 @@ void add_backward_options(CLI::App& app, BackwardArgs& a) {
       ->check(CLI::IsMember({"bp", "blelloch", "hybrid", "auto", "linear"}))
       ->capture_default_str();
   app.add_option("--threads", a.threads, "OpenMP threads (0 = all cores)")->check(CLI::Range(0, 4096));
-  app.add_option("--chunks", a.chunks, "hybrid: chunks per chain (0 = chosen by the cost model)")->check(CLI::Range(0, 1 << 20));
+  app.add_option("--chunks", a.chunks, "hybrid: chunks per chain (0 = chosen by the cost model)")
+      ->check(CLI::Range(0, 1 << 20));
 }
 
 BackwardOptions to_options(const BackwardArgs& a) {

@@ -21,10 +21,10 @@ void add_model_options(CLI::App& app, ModelArgs& a);
 
 struct DataArgs {
   std::string data = "bitstream";
-  Index steps = 1000;       ///< bitstream
-  Index samples = 50000;    ///< bitstream total (train 64 %, test 36 %)
-  std::string dir;          ///< mnist / irmas folder
-  std::string preset = "s"; ///< irmas
+  Index steps = 1000;          ///< bitstream
+  Index samples = 50000;       ///< bitstream total (train 64 %, test 36 %)
+  std::string dir;             ///< mnist / irmas folder
+  std::string preset = "s";    ///< irmas
   double test_fraction = 0.2;  ///< irmas
   Index limit_train = 0, limit_test = 0;
   std::uint64_t data_seed = 4202;

@@ -3,8 +3,8 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <filesystem>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -94,8 +94,8 @@ int run(const Args& a) {
     const std::filesystem::path dir = std::filesystem::path(a.save).parent_path();
     std::error_code ec;
     if (!dir.empty() && !std::filesystem::is_directory(dir, ec))
-      detail::raise<InvalidArgument>("train", "--save " + a.save + ": the folder " + dir.string() +
-                                                  " does not exist; create it first");
+      detail::raise<InvalidArgument>(
+          "train", "--save " + a.save + ": the folder " + dir.string() + " does not exist; create it first");
     if (access(dir.empty() ? "." : dir.c_str(), W_OK) != 0)
       detail::raise<InvalidArgument>("train", "--save " + a.save + ": the folder " +
                                                   (dir.empty() ? std::string(".") : dir.string()) + " is not writable");
@@ -160,15 +160,17 @@ int run(const Args& a) {
                     ? std::string(resolved == BackwardMethod::bp ? " (→ bp: the batch keeps every thread busy)"
                                                                  : " (→ scan, algorithm by the cost model)")
                     : std::string())
-            << ", " << a.optimizer << " lr " << a.lr
-            << ", batch " << a.batch << (a.resume.empty() ? "" : ", resumed from " + a.resume) << "\n";
+            << ", " << a.optimizer << " lr " << a.lr << ", batch " << a.batch
+            << (a.resume.empty() ? "" : ", resumed from " + a.resume) << "\n";
   std::ofstream log;
   if (!a.log.empty()) {
     log.open(a.log, a.resume.empty() ? std::ios::trunc : std::ios::app);
     if (!log) detail::raise<IoError>("train", "cannot open the log file " + a.log + " for writing");
-    log << nlohmann::json{{"event", "start"},     {"model", describe(config)}, {"data", train.name},
-                          {"backward", a.backward.backward}, {"optimizer", a.optimizer}, {"lr", a.lr},
-                          {"batch", a.batch},       {"seed", a.seed},           {"first_epoch", first_epoch}}
+    log << nlohmann::json{{"event", "start"},          {"model", describe(config)},
+                          {"data", train.name},        {"backward", a.backward.backward},
+                          {"optimizer", a.optimizer},  {"lr", a.lr},
+                          {"batch", a.batch},          {"seed", a.seed},
+                          {"first_epoch", first_epoch}}
                .dump()
         << "\n"
         << std::flush;
@@ -264,16 +266,22 @@ Command add_train(CLI::App& app) {
   sub->add_option("--epochs", a->epochs, "epochs in all (a resumed run continues up to this)")
       ->check(CLI::Range(Index{1}, Index{1000000}))
       ->capture_default_str();
-  sub->add_option("--batch", a->batch, "batch size")->check(CLI::Range(Index{1}, Index{1} << 24))->capture_default_str();
+  sub->add_option("--batch", a->batch, "batch size")
+      ->check(CLI::Range(Index{1}, Index{1} << 24))
+      ->capture_default_str();
   sub->add_option("--lr", a->lr, "learning rate")->check(CLI::PositiveNumber)->capture_default_str();
-  sub->add_option("--optimizer", a->optimizer, "adam or sgd")->check(CLI::IsMember({"adam", "sgd"}))->capture_default_str();
+  sub->add_option("--optimizer", a->optimizer, "adam or sgd")
+      ->check(CLI::IsMember({"adam", "sgd"}))
+      ->capture_default_str();
   sub->add_option("--momentum", a->momentum, "SGD momentum")->check(CLI::Range(0.0, 0.999999));
   sub->add_option("--weight-decay", a->weight_decay, "L2 weight decay")->check(CLI::NonNegativeNumber);
-  sub->add_option("--clip-grad-norm", a->clip, "clip the global gradient norm (as torch.nn.utils.clip_grad_norm_; 0 = off)")
+  sub->add_option("--clip-grad-norm", a->clip,
+                  "clip the global gradient norm (as torch.nn.utils.clip_grad_norm_; 0 = off)")
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--seed", a->seed, "seed of the initial weights and the epoch shuffles")->capture_default_str();
-  sub->add_option("--save", a->save, "checkpoint written atomically after every epoch (safetensors, PyTorch names; "
-                                     "the optimizer state goes beside it as *.optim.safetensors)");
+  sub->add_option("--save", a->save,
+                  "checkpoint written atomically after every epoch (safetensors, PyTorch names; "
+                  "the optimizer state goes beside it as *.optim.safetensors)");
   sub->add_option("--resume", a->resume, "continue from a checkpoint written by --save")->check(CLI::ExistingFile);
   sub->add_option("--log", a->log, "write per-epoch metrics as JSON lines");
   sub->add_flag("--no-progress", a->no_progress, "no progress bar");

@@ -13,7 +13,6 @@ SequenceDataset make_bitstream(Index count, Index steps, std::uint64_t seed);
 
 /// The paper's split: 50,000 samples, 32,000 train / 18,000 test (pass smaller totals to
 /// shrink both proportionally: train = round(total · 0.64)).
-std::pair<SequenceDataset, SequenceDataset> bitstream_split(Index steps, std::uint64_t seed,
-                                                            Index total = 50000);
+std::pair<SequenceDataset, SequenceDataset> bitstream_split(Index steps, std::uint64_t seed, Index total = 50000);
 
 }  // namespace bppsa

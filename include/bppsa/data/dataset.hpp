@@ -35,8 +35,7 @@ SequenceDataset subset(const SequenceDataset& data, std::span<const Index> indic
 
 /// Deterministic shuffled split: `test_count` samples to the second set, the rest to the
 /// first. Same seed, same split. Throws InvalidArgument if test_count > size().
-std::pair<SequenceDataset, SequenceDataset> split(const SequenceDataset& data, Index test_count,
-                                                  std::uint64_t seed);
+std::pair<SequenceDataset, SequenceDataset> split(const SequenceDataset& data, Index test_count, std::uint64_t seed);
 
 /// A permutation of 0..n-1 from `seed` (the trainer's epoch shuffles use this too), the same
 /// on every platform (no std:: distributions, whose outputs are implementation-defined).

@@ -73,7 +73,7 @@ struct BackwardTimes {
   double scan = 0;       ///< scan, or the sequential BP recurrence
   double params = 0;     ///< pre-activation gradients and parameter-gradient GEMMs
   double total() const { return jacobians + scan + params; }
-  ScanStats last_scan;   ///< statistics of the last layer's scan (bp: empty)
+  ScanStats last_scan;  ///< statistics of the last layer's scan (bp: empty)
 };
 
 template <class T>

@@ -19,8 +19,8 @@ OptimizerType parse_optimizer(std::string_view name);  ///< "sgd", "adam"
 struct OptimizerConfig {
   OptimizerType type = OptimizerType::adam;
   double lr = 3e-5;
-  double momentum = 0;      ///< SGD: buf = μ·buf + g (dampening 0), p −= lr·buf
-  double weight_decay = 0;  ///< both: g += wd·p (PyTorch's L2 form)
+  double momentum = 0;                            ///< SGD: buf = μ·buf + g (dampening 0), p −= lr·buf
+  double weight_decay = 0;                        ///< both: g += wd·p (PyTorch's L2 form)
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  ///< Adam
   /// > 0: scale the gradients so that their global 2-norm is at most this, as
   /// torch.nn.utils.clip_grad_norm_(params, max_norm) before the step (coef = max/(norm + 1e-6)).

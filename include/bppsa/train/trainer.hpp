@@ -28,7 +28,7 @@ struct EvalReport {
 struct EpochReport {
   Index epoch = 0;
   Index samples = 0;
-  Index steps = 0;  ///< optimizer steps
+  Index steps = 0;            ///< optimizer steps
   double train_loss = 0;      ///< mean over the epoch's batches, weighted by batch size
   double train_accuracy = 0;  ///< of the predictions made during training
   double seconds = 0;         ///< whole epoch (training only)

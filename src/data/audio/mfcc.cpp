@@ -127,7 +127,8 @@ std::vector<float> detail::mfcc_unnormalised(std::span<const float> mono, int sa
   for (Index c = 0; c < coeffs; ++c)
     for (Index b = 0; b < bands; ++b)
       dct[static_cast<std::size_t>(c * bands + b)] =
-          std::cos(std::numbers::pi * static_cast<double>(c) * (static_cast<double>(b) + 0.5) / static_cast<double>(bands)) *
+          std::cos(std::numbers::pi * static_cast<double>(c) * (static_cast<double>(b) + 0.5) /
+                   static_cast<double>(bands)) *
           std::sqrt((c == 0 ? 1.0 : 2.0) / static_cast<double>(bands));
   std::vector<float> result(static_cast<std::size_t>(frames * coeffs));
   for (Index t = 0; t < frames; ++t)

@@ -69,11 +69,11 @@ void preact(const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out, 
     const auto gt = g.middleCols(t * B, B).array();
     auto dx = out.dx.middleCols((t - 1) * B, B);
     auto dh = out.dh.middleCols((t - 1) * B, B);
-    dx.bottomRows(H) = (T(1) - n.square()) * (T(1) - z) * gt;                   // ∇N
-    dx.topRows(H) = r * (T(1) - r) * m * dx.bottomRows(H).array();              // ∇R
-    dx.middleRows(H, H) = z * (T(1) - z) * (hp - n) * gt;                       // ∇Z
+    dx.bottomRows(H) = (T(1) - n.square()) * (T(1) - z) * gt;       // ∇N
+    dx.topRows(H) = r * (T(1) - r) * m * dx.bottomRows(H).array();  // ∇R
+    dx.middleRows(H, H) = z * (T(1) - z) * (hp - n) * gt;           // ∇Z
     dh.topRows(2 * H) = dx.topRows(2 * H);
-    dh.bottomRows(H) = r * dx.bottomRows(H).array();                            // ∇M
+    dh.bottomRows(H) = r * dx.bottomRows(H).array();  // ∇M
   }
 }
 

@@ -34,8 +34,7 @@ void forward(const RecurrentLayerParams<T>& p, LayerRecord<T>& rec) {
 template <class T>
 void make_chain(const RecurrentLayerParams<T>&, const LayerRecord<T>& rec, const std::shared_ptr<Matrix<T>>&,
                 Chain<T>& chain) {
-  for (Index t = 1; t <= rec.steps; ++t)
-    chain.push_back(Jacobian<T>::dense(2 * rec.hidden, 2 * rec.hidden, rec.batch));
+  for (Index t = 1; t <= rec.steps; ++t) chain.push_back(Jacobian<T>::dense(2 * rec.hidden, 2 * rec.hidden, rec.batch));
 }
 
 template <class T>
