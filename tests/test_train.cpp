@@ -166,7 +166,9 @@ TEST(Train, AutoIsBpWhenTheBatchKeepsEveryThreadBusy) {
     b.threads = 4;
     StepTimes st;
     model.loss_and_grad(d.sample(0), 1, d.steps, std::span<const std::int64_t>(d.y), b, &st);
-    if (run == 1) EXPECT_GT(st.detail.jacobians, 0.0) << "auto with batch 1 and 4 threads should scan";
+    if (run == 1) {
+      EXPECT_GT(st.detail.jacobians, 0.0) << "auto with batch 1 and 4 threads should scan";
+    }
     for (const auto& p : model.parameters()) grads[run].emplace_back(p.grad, p.grad + p.size);
   }
   for (std::size_t i = 0; i < grads[0].size(); ++i)
