@@ -218,6 +218,11 @@ std::vector<std::int64_t> Tensor::to_i64(const std::string& what) const {
   wrong_dtype(*this, what, "I64 or I32");
 }
 
+std::string TensorFile::metadata_or(const std::string& key, const std::string& fallback) const {
+  const auto it = metadata.find(key);
+  return it == metadata.end() ? fallback : it->second;
+}
+
 const Tensor& TensorFile::at(const std::string& name, const std::string& op) const {
   const auto it = tensors.find(name);
   if (it != tensors.end()) return it->second;

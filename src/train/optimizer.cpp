@@ -110,17 +110,16 @@ TensorFile Optimizer<T>::state(const std::vector<NamedParam<T>>& params) const {
 template <class T>
 void Optimizer<T>::load_state(const TensorFile& file, const std::vector<NamedParam<T>>& params) {
   const char* op = "optimizer state";
-  auto it = file.metadata.find("optimizer");
-  if (it == file.metadata.end() || it->second != to_string(config_.type))
-    detail::raise<FormatError>(op, file.source + " holds " +
-                                       (it == file.metadata.end() ? std::string("no optimizer") : it->second) +
+  const std::string saved = file.metadata_or("optimizer");
+  if (saved != to_string(config_.type))
+    detail::raise<FormatError>(op, file.source + " holds " + (saved.empty() ? std::string("no optimizer") : saved) +
                                        " state but this run uses " + to_string(config_.type) +
                                        "; pass the same --optimizer as the run that saved it");
-  auto st = file.metadata.find("step");
+  const std::string step = file.metadata_or("step", "0");
   try {
-    step_ = st == file.metadata.end() ? 0 : std::stoll(st->second);
+    step_ = std::stoll(step);
   } catch (const std::exception&) {
-    detail::raise<FormatError>(op, file.source + " has a malformed step count '" + st->second + "'");
+    detail::raise<FormatError>(op, file.source + " has a malformed step count '" + step + "'");
   }
   m_.clear();
   v_.clear();

@@ -115,12 +115,9 @@ ModelConfig model_config(const ModelArgs& a, Index input, Index classes) {
 }
 
 ModelConfig checkpoint_config(const TensorFile& file, const std::string& fallback_cell) {
-  auto meta = [&](const char* key, const std::string& fallback) {
-    auto it = file.metadata.find(key);
-    return it == file.metadata.end() ? fallback : it->second;
-  };
-  return config_from_state_dict(file, parse_cell(meta("bppsa.model", fallback_cell)),
-                                parse_head(meta("bppsa.head", "last")), parse_loss(meta("bppsa.loss", "ce")));
+  return config_from_state_dict(file, parse_cell(file.metadata_or("bppsa.model", fallback_cell)),
+                                parse_head(file.metadata_or("bppsa.head", "last")),
+                                parse_loss(file.metadata_or("bppsa.loss", "ce")));
 }
 
 }  // namespace bppsa::cli

@@ -44,13 +44,8 @@ std::string optimizer_path(const std::string& checkpoint) {
   return checkpoint + ".optim";
 }
 
-std::string meta(const TensorFile& f, const std::string& key, const std::string& fallback = "") {
-  auto it = f.metadata.find(key);
-  return it == f.metadata.end() ? fallback : it->second;
-}
-
 Index meta_index(const TensorFile& f, const std::string& key) {
-  const std::string v = meta(f, key, "0");
+  const std::string v = f.metadata_or(key, "0");
   try {
     return std::stoll(v);
   } catch (const std::exception&) {
@@ -142,9 +137,9 @@ int run(const Args& a) {
       detail::raise<IoError>("resume", "optimizer state " + op_path + " (saved beside " + a.resume +
                                            ") is missing; it is needed to continue the run exactly");
     const TensorFile os = read_safetensors(op_path);
-    if (meta(os, "step") != meta(resumed, "bppsa.step"))
-      detail::raise<FormatError>("resume", op_path + " is from step " + meta(os, "step") + " but " + a.resume +
-                                               " from step " + meta(resumed, "bppsa.step") +
+    if (os.metadata_or("step") != resumed.metadata_or("bppsa.step"))
+      detail::raise<FormatError>("resume", op_path + " is from step " + os.metadata_or("step") + " but " + a.resume +
+                                               " from step " + resumed.metadata_or("bppsa.step") +
                                                ": the pair is inconsistent");
     optimizer.load_state(os, params);
   }

@@ -53,6 +53,8 @@ class TensorFile {
   bool contains(const std::string& name) const { return tensors.count(name) != 0; }
   /// The tensor, or FormatError: "[op] file F has no tensor 'x' (it holds: a, b, c)".
   const Tensor& at(const std::string& name, const std::string& op = "safetensors") const;
+  /// The metadata value under `key`, or `fallback` when the file has none.
+  std::string metadata_or(const std::string& key, const std::string& fallback = "") const;
   /// at(), then checks the shape: -1 in `expected` matches any extent. Mismatch →
   /// ShapeError "[op] tensor 'rnn.weight_hh_l0' in F has shape [20, 21], expected [20, 20]".
   const Tensor& require(const std::string& name, const std::vector<Index>& expected,

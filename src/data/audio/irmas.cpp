@@ -136,11 +136,7 @@ std::optional<SequenceDataset> read_cache(const fs::path& cache, const std::stri
   } catch (const FormatError& e) {
     detail::raise<FormatError>(k_op, "cache " + cache.string() + " is unreadable (" + e.what() + ")" + hint);
   }
-  const auto format = file.metadata.find("format");
-  const auto stored = file.metadata.find("key");
-  if (format == file.metadata.end() || format->second != k_format || stored == file.metadata.end() ||
-      stored->second != key)
-    return std::nullopt;
+  if (file.metadata_or("format") != k_format || file.metadata_or("key") != key) return std::nullopt;
 
   const auto bad = [&](const std::string& why) {
     detail::raise<FormatError>(k_op, "cache " + cache.string() + " is malformed (" + why + ")" + hint);
