@@ -194,6 +194,13 @@ struct FakeParams {
     for (auto* v : {&ga, &gb})
       for (T& x : *v) x = static_cast<T>(u(rng));
   }
+  /// a then b, and ga then gb: the reference rules below run over one flat list.
+  std::vector<T> values() const { return concat(a, b); }
+  std::vector<T> grads() const { return concat(ga, gb); }
+  static std::vector<T> concat(std::vector<T> x, const std::vector<T>& y) {
+    x.insert(x.end(), y.begin(), y.end());
+    return x;
+  }
 };
 
 TEST(Optimizer, AdamFollowsPyTorch) {
@@ -208,13 +215,10 @@ TEST(Optimizer, AdamFollowsPyTorch) {
   Rng rng(1);
   FakeParams<double> fp;
   fp.fill(rng);
-  std::vector<double> p, m(10, 0.0), v(10, 0.0);  // reference: a then b
-  p.insert(p.end(), fp.a.begin(), fp.a.end());
-  p.insert(p.end(), fp.b.begin(), fp.b.end());
+  std::vector<double> p = fp.values(), m(10, 0.0), v(10, 0.0);  // reference: a then b
   for (int t = 1; t <= 5; ++t) {
     fp.new_grads(rng);
-    std::vector<double> g(fp.ga);
-    g.insert(g.end(), fp.gb.begin(), fp.gb.end());
+    const std::vector<double> g = fp.grads();
     opt.step(fp.list());
     const double bc1 = 1 - std::pow(oc.beta1, t), bc2 = 1 - std::pow(oc.beta2, t);
     for (std::size_t k = 0; k < p.size(); ++k) {
@@ -241,12 +245,10 @@ TEST(Optimizer, SgdPlainAndMomentumFollowPyTorch) {
     Rng rng(2);
     FakeParams<double> fp;
     fp.fill(rng);
-    std::vector<double> p(fp.a), buf(10, 0.0);
-    p.insert(p.end(), fp.b.begin(), fp.b.end());
+    std::vector<double> p = fp.values(), buf(10, 0.0);
     for (int t = 1; t <= 5; ++t) {
       fp.new_grads(rng);
-      std::vector<double> g(fp.ga);
-      g.insert(g.end(), fp.gb.begin(), fp.gb.end());
+      const std::vector<double> g = fp.grads();
       opt.step(fp.list());
       for (std::size_t k = 0; k < p.size(); ++k) {
         const double gk = g[k] + oc.weight_decay * p[k];

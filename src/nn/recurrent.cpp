@@ -98,6 +98,17 @@ Algorithm scan_algorithm(BackwardMethod m) {
 
 int resolve_threads(int threads) { return threads > 0 ? threads : omp_get_max_threads(); }
 
+/// Runs f(t0, t1) on `threads` threads over contiguous ranges covering steps 1..steps: steps
+/// are independent in Jacobian generation and in the pre-activation gradients.
+template <class F>
+void parallel_over_steps(int threads, Index steps, F&& f) {
+#pragma omp parallel num_threads(threads)
+  {
+    const Index nt = omp_get_num_threads(), id = omp_get_thread_num();
+    f(1 + steps * id / nt, 1 + steps * (id + 1) / nt);
+  }
+}
+
 double physical_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
   return pages > 0 && size > 0 ? static_cast<double>(pages) * static_cast<double>(size) : 0;
@@ -296,7 +307,6 @@ void Recurrent<T>::backward(const Matrix<T>& grad_out, bool every_step, const Ba
   const int threads = resolve_threads(options.threads);
   const bool scan = resolve_backward(options, B) != BackwardMethod::bp;
   BackwardTimes local;
-  double t_start = omp_get_wtime();
 
   for (Index l = config_.layers - 1; l >= 0; --l) {
     auto& L = impl_->layer[static_cast<std::size_t>(l)];
@@ -315,7 +325,6 @@ void Recurrent<T>::backward(const Matrix<T>& grad_out, bool every_step, const Ba
 
     if (!scan) {
       double t0 = omp_get_wtime();
-      Matrix<T> prev(S, B);
       for (Index t = T_; t >= 1; --t) {
         ops.preact(rec, L.g, L.pg, t, t + 1);
         auto gprev = L.g.middleCols((t - 1) * B, B);
@@ -339,12 +348,7 @@ void Recurrent<T>::backward(const Matrix<T>& grad_out, bool every_step, const Ba
         L.chain_steps = T_;
         L.chain_batch = B;
       }
-#pragma omp parallel num_threads(threads)
-      {
-        const Index nt = omp_get_num_threads(), id = omp_get_thread_num();
-        const Index t0r = 1 + T_ * id / nt, t1r = 1 + T_ * (id + 1) / nt;
-        ops.fill_jacobians(p, rec, L.chain, t0r, t1r);
-      }
+      parallel_over_steps(threads, T_, [&](Index t0r, Index t1r) { ops.fill_jacobians(p, rec, L.chain, t0r, t1r); });
       if (inject) {
         for (Index k = 1; k < T_; ++k) {
           Matrix<T>* e = L.chain.injection(k);
@@ -371,13 +375,7 @@ void Recurrent<T>::backward(const Matrix<T>& grad_out, bool every_step, const Ba
     }
 
     double t2 = omp_get_wtime();
-    if (scan) {
-#pragma omp parallel num_threads(threads)
-      {
-        const Index nt = omp_get_num_threads(), id = omp_get_thread_num();
-        ops.preact(rec, L.g, L.pg, 1 + T_ * id / nt, 1 + T_ * (id + 1) / nt);
-      }
-    }
+    if (scan) parallel_over_steps(threads, T_, [&](Index t0r, Index t1r) { ops.preact(rec, L.g, L.pg, t0r, t1r); });
     gp.w_ih.noalias() = L.pg.dx * rec.x.transpose();
     gp.b_ih = L.pg.dx.rowwise().sum();
     gp.w_hh.noalias() = dh * rec.h.leftCols(T_ * B).transpose();
@@ -388,7 +386,6 @@ void Recurrent<T>::backward(const Matrix<T>& grad_out, bool every_step, const Ba
     L.g0 = L.g.leftCols(B);
     local.params += omp_get_wtime() - t2;
   }
-  (void)t_start;
   if (times) {
     times->jacobians += local.jacobians;
     times->scan += local.scan;
