@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "bppsa/core/error.hpp"
-#include "data/random.hpp"
+#include "core/random.hpp"
 
 namespace bppsa {
 namespace {

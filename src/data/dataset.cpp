@@ -6,7 +6,7 @@
 #include <numeric>
 
 #include "bppsa/core/error.hpp"
-#include "data/random.hpp"
+#include "core/random.hpp"
 
 namespace bppsa {
 

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "bppsa/core/error.hpp"
+#include "core/random.hpp"
 
 namespace bppsa {
 
@@ -23,7 +24,7 @@ template <class T>
 void Linear<T>::reset_parameters(std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   const double bound = 1.0 / std::sqrt(static_cast<double>(in()));
-  auto draw = [&] { return static_cast<T>((static_cast<double>(rng() >> 11) * 0x1.0p-53 * 2 - 1) * bound); };
+  auto draw = [&] { return static_cast<T>((detail::uniform01(rng) * 2 - 1) * bound); };
   for (Index i = 0; i < weight.size(); ++i) weight.data()[i] = draw();
   for (Index i = 0; i < bias.size(); ++i) bias[i] = draw();
 }

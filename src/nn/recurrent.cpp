@@ -11,6 +11,7 @@
 #include <random>
 
 #include "bppsa/core/error.hpp"
+#include "core/random.hpp"
 #include "core/finite.hpp"
 #include "nn/cell.hpp"
 
@@ -192,8 +193,7 @@ template <class T>
 void Recurrent<T>::reset_parameters(std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   const double bound = 1.0 / std::sqrt(static_cast<double>(config_.hidden));
-  // 53 random bits → [0, 1): the same values on every platform.
-  auto draw = [&] { return static_cast<T>((static_cast<double>(rng() >> 11) * 0x1.0p-53 * 2 - 1) * bound); };
+  auto draw = [&] { return static_cast<T>((detail::uniform01(rng) * 2 - 1) * bound); };
   for (auto& p : params_) {
     for (Index i = 0; i < p.w_ih.size(); ++i) p.w_ih.data()[i] = draw();
     for (Index i = 0; i < p.w_hh.size(); ++i) p.w_hh.data()[i] = draw();

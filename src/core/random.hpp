@@ -1,5 +1,5 @@
-// Platform-independent random draws: std::mt19937_64's output is fixed by the standard, but the
-// std:: distributions are implementation-defined, so data sets and shuffles use these instead.
+// Platform-independent random draws (data sets, shuffles, initial weights): std::mt19937_64's
+// output is fixed by the standard, but the std:: distributions are implementation-defined.
 #pragma once
 
 #include <cstdint>
