@@ -83,12 +83,14 @@ void preact(const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out, 
     const auto gh = g.middleCols(t * B, B).topRows(H).array();
     const auto gc = g.middleCols(t * B, B).bottomRows(H).array();
     auto dx = out.dx.middleCols((t - 1) * B, B);
-    // δc (total gradient on c_t) is kept in the f rows' place until they are overwritten.
-    const Matrix<T> dc = gc + o * (T(1) - tc.square()) * gh;
-    dx.topRows(H) = gg * i * (T(1) - i) * dc.array();
-    dx.middleRows(H, H) = cp * f * (T(1) - f) * dc.array();
-    dx.middleRows(2 * H, H) = i * (T(1) - gg.square()) * dc.array();
+    // δc (total gradient on c_t) is kept in the f rows' place until they are overwritten last:
+    // no temporary on this per-step path.
+    auto dc = dx.middleRows(H, H).array();
+    dc = gc + o * (T(1) - tc.square()) * gh;
+    dx.topRows(H) = gg * i * (T(1) - i) * dc;
+    dx.middleRows(2 * H, H) = i * (T(1) - gg.square()) * dc;
     dx.bottomRows(H) = tc * o * (T(1) - o) * gh;
+    dc *= cp * f * (T(1) - f);
   }
 }
 
