@@ -506,4 +506,29 @@ TEST(Training, BlellochMatchesBpAndLearns) {
   EXPECT_LT(bp.back(), 0.8 * bp.front());
 }
 
+// forward_loss + backward (the halves bench/ times apart) = loss_and_grad, bit for bit; and
+// backward needs a forward_loss since the last evaluate.
+TEST(Model, SplitForwardBackwardEqualsLossAndGrad) {
+  const Index B = 3, T = 6;
+  const std::vector<float> x = ramp_input(B * T * 3);
+  const std::vector<std::int64_t> y{0, 4, 2};
+  for (BackwardMethod method : {BackwardMethod::bp, BackwardMethod::blelloch}) {
+    SequenceClassifier<float> whole(gru2()), split(gru2());
+    whole.reset_parameters(5);
+    split.reset_parameters(5);
+    const float l1 = whole.loss_and_grad(x, B, T, y, {method});
+    const float l2 = split.forward_loss(x, B, T, y);
+    split.backward({method});
+    EXPECT_EQ(l1, l2);
+    const auto pw = whole.parameters(), ps = split.parameters();
+    for (std::size_t i = 0; i < pw.size(); ++i)
+      for (Index k = 0; k < pw[i].size; ++k) ASSERT_EQ(pw[i].grad[k], ps[i].grad[k]) << pw[i].name << " " << k;
+  }
+  SequenceClassifier<float> fresh(gru2());
+  expect_error<InvalidArgument>([&] { fresh.backward({}); }, {"forward_loss"});
+  fresh.forward_loss(x, B, T, y);
+  fresh.evaluate(x, B, T, y);
+  expect_error<InvalidArgument>([&] { fresh.backward({}); }, {"forward_loss"});
+}
+
 }  // namespace

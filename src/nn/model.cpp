@@ -134,9 +134,39 @@ template <class T>
 T SequenceClassifier<T>::evaluate(std::span<const float> x, Index batch, Index steps,
                                   std::span<const std::int64_t> labels, std::vector<std::int64_t>* predictions) {
   forward(x, batch, steps, labels);
+  batch_ = 0;  // the recorded forward is no longer the one a loss gradient was taken of
   const T l = loss<T>(config_.loss, logits_, col_labels_, nullptr);
   argmax_last(logits_, batch, predictions);
   return l;
+}
+
+template <class T>
+T SequenceClassifier<T>::forward_loss(std::span<const float> x, Index batch, Index steps,
+                                      std::span<const std::int64_t> labels, std::vector<std::int64_t>* predictions) {
+  forward(x, batch, steps, labels);
+  const T l = loss<T>(config_.loss, logits_, col_labels_, &dlogits_);
+  argmax_last(logits_, batch, predictions);
+  batch_ = batch;
+  return l;
+}
+
+template <class T>
+void SequenceClassifier<T>::backward(const BackwardOptions& options, BackwardTimes* times) {
+  if (batch_ == 0)
+    detail::raise<InvalidArgument>("SequenceClassifier::backward",
+                                   "no loss to differentiate: call forward_loss (or loss_and_grad) first");
+  const Index batch = batch_, H = config_.rnn.hidden;
+  const bool every = config_.head == HeadMode::every;
+  if (every) {
+    head_.backward(rnn_.output(), dlogits_, dout_);
+  } else {
+    head_.backward(rnn_.output().rightCols(batch), dlogits_, dh_);
+    dout_.setZero(H, rnn_.output().cols());
+    dout_.rightCols(batch) = dh_;
+  }
+  BackwardTimes bt;
+  rnn_.backward(dout_, every, options, &bt);
+  if (times) *times = bt;
 }
 
 template <class T>
@@ -144,21 +174,10 @@ T SequenceClassifier<T>::loss_and_grad(std::span<const float> x, Index batch, In
                                        std::span<const std::int64_t> labels, const BackwardOptions& options,
                                        StepTimes* times, std::vector<std::int64_t>* predictions) {
   const double t0 = omp_get_wtime();
-  forward(x, batch, steps, labels);
-  const T l = loss<T>(config_.loss, logits_, col_labels_, &dlogits_);
-  argmax_last(logits_, batch, predictions);
+  const T l = forward_loss(x, batch, steps, labels, predictions);
   const double t1 = omp_get_wtime();
-  const Index H = config_.rnn.hidden;
-  const bool every = config_.head == HeadMode::every;
-  if (every) {
-    head_.backward(rnn_.output(), dlogits_, dout_);
-  } else {
-    head_.backward(rnn_.output().rightCols(batch), dlogits_, dh_);
-    dout_.setZero(H, steps * batch);
-    dout_.rightCols(batch) = dh_;
-  }
   BackwardTimes bt;
-  rnn_.backward(dout_, every, options, &bt);
+  backward(options, &bt);
   const double t2 = omp_get_wtime();
   if (times) {
     times->forward = t1 - t0;

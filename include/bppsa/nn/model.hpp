@@ -60,10 +60,18 @@ class SequenceClassifier {
   /// [batch]. predictions (optional) receives the argmax of the last step's logits.
   T evaluate(std::span<const float> x, Index batch, Index steps, std::span<const std::int64_t> labels,
              std::vector<std::int64_t>* predictions = nullptr);
-  /// Forward, loss and every parameter gradient (parameters()[i].grad).
+  /// Forward, loss and every parameter gradient (parameters()[i].grad): forward_loss then
+  /// backward, timed.
   T loss_and_grad(std::span<const float> x, Index batch, Index steps, std::span<const std::int64_t> labels,
                   const BackwardOptions& options, StepTimes* times = nullptr,
                   std::vector<std::int64_t>* predictions = nullptr);
+
+  /// The two halves of loss_and_grad, for callers that measure them apart (bench/): the
+  /// forward pass and the loss, keeping what backward needs; then every parameter gradient
+  /// from that loss. backward without a forward_loss before it throws InvalidArgument.
+  T forward_loss(std::span<const float> x, Index batch, Index steps, std::span<const std::int64_t> labels,
+                 std::vector<std::int64_t>* predictions = nullptr);
+  void backward(const BackwardOptions& options, BackwardTimes* times = nullptr);
 
   /// Every parameter in PyTorch's state_dict order.
   std::vector<NamedParam<T>> parameters();
@@ -83,6 +91,7 @@ class SequenceClassifier {
   Linear<T> head_;
   Matrix<T> x_, logits_, dlogits_, dout_, dh_;
   std::vector<std::int64_t> col_labels_;
+  Index batch_ = 0;  ///< of the last forward_loss (0: none yet, or evaluate ran since)
 };
 
 /// Reads the model config from a state_dict's tensor shapes (I, H, C, num_layers) for the
