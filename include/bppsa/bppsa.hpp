@@ -19,5 +19,6 @@
 #include "bppsa/scan/chain.hpp"
 #include "bppsa/scan/random_chain.hpp"
 #include "bppsa/scan/scanner.hpp"
+#include "bppsa/scan/simulate.hpp"
 #include "bppsa/train/optimizer.hpp"
 #include "bppsa/train/trainer.hpp"

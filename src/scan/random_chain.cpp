@@ -39,6 +39,26 @@ namespace {
 
 using Dd = Matrix<double>;
 
+/// The banded pattern of a rows × cols "1-D convolution": row i has the columns next to its
+/// centre i·(cols − 1)/(rows − 1), 3 per row inside.
+CsrPatternPtr band_pattern(Index rows, Index cols) {
+  std::vector<std::int32_t> rp{0}, ci;
+  for (Index i = 0; i < rows; ++i) {
+    const Index centre = rows == 1 ? 0 : i * (cols - 1) / (rows - 1);
+    for (Index j = std::max<Index>(0, centre - 1); j <= std::min(cols - 1, centre + 1); ++j)
+      ci.push_back(static_cast<std::int32_t>(j));
+    rp.push_back(static_cast<std::int32_t>(ci.size()));
+  }
+  return make_csr_pattern(rows, cols, std::move(rp), std::move(ci));
+}
+
+/// The checks random_problem and random_chain_layout share.
+void check_spec(const RandomChainSpec& spec, const char* op) {
+  if (spec.n < 1) detail::raise<InvalidArgument>(op, "n must be ≥ 1, got " + std::to_string(spec.n));
+  if (spec.dim < 1) detail::raise<InvalidArgument>(op, "dim must be ≥ 1, got " + std::to_string(spec.dim));
+  if (spec.batch < 1) detail::raise<InvalidArgument>(op, "batch must be ≥ 1, got " + std::to_string(spec.batch));
+}
+
 class Generator {
  public:
   explicit Generator(const RandomChainSpec& spec) : spec_(spec), rng_(spec.seed) {}
@@ -61,19 +81,10 @@ class Generator {
     return pool[static_cast<std::size_t>(pick(static_cast<Index>(pool.size())))];
   }
 
-  /// The banded pattern of a rows × cols "1-D convolution".
+  /// The banded pattern of a rows × cols "1-D convolution", one per shape.
   CsrPatternPtr band(Index rows, Index cols) {
     auto& p = bands_[{rows, cols}];
-    if (!p) {
-      std::vector<std::int32_t> rp{0}, ci;
-      for (Index i = 0; i < rows; ++i) {
-        const Index centre = rows == 1 ? 0 : i * (cols - 1) / (rows - 1);
-        for (Index j = std::max<Index>(0, centre - 1); j <= std::min(cols - 1, centre + 1); ++j)
-          ci.push_back(static_cast<std::int32_t>(j));
-        rp.push_back(static_cast<std::int32_t>(ci.size()));
-      }
-      p = make_csr_pattern(rows, cols, std::move(rp), std::move(ci));
-    }
+    if (!p) p = band_pattern(rows, cols);
     return p;
   }
 
@@ -147,10 +158,7 @@ Jacobian<T> cast(const Jacobian<double>& j, std::map<const Dd*, std::shared_ptr<
 
 template <class T>
 RandomProblem<T> random_problem(const RandomChainSpec& spec) {
-  const char* op = "random_problem";
-  if (spec.n < 1) detail::raise<InvalidArgument>(op, "n must be ≥ 1, got " + std::to_string(spec.n));
-  if (spec.dim < 1) detail::raise<InvalidArgument>(op, "dim must be ≥ 1, got " + std::to_string(spec.dim));
-  if (spec.batch < 1) detail::raise<InvalidArgument>(op, "batch must be ≥ 1, got " + std::to_string(spec.batch));
+  check_spec(spec, "random_problem");
   Generator gen(spec);
   const Index n = spec.n, batch = spec.batch;
   const bool mixed = spec.kind == ChainKind::mixed;
@@ -255,7 +263,33 @@ RandomProblem<T> random_problem(const RandomChainSpec& spec) {
   return problem;
 }
 
+template <class T>
+Layout<T> random_chain_layout(const RandomChainSpec& spec) {
+  const char* op = "random_chain_layout";
+  check_spec(spec, op);
+  const Index d = spec.dim, count = spec.shared ? 1 : spec.batch;
+  switch (spec.kind) {
+    case ChainKind::dense:
+      return Layout<T>{Kind::dense, d, d, count, nullptr, nullptr};
+    case ChainKind::diagonal:
+      return Layout<T>{Kind::diagonal, d, d, count, nullptr, nullptr};
+    case ChainKind::csr:
+      return Layout<T>{Kind::csr, d, d, count, band_pattern(d, d), nullptr};
+    case ChainKind::shared_dense_diag:
+      // S's values are never read by a planner: the identity stands in for the random one.
+      return Layout<T>{
+          Kind::shared_dense_diag, d, d, count, nullptr, std::make_shared<const Matrix<T>>(Matrix<T>::Identity(d, d))};
+    case ChainKind::mixed:
+      break;
+  }
+  detail::raise<InvalidArgument>(op,
+                                 "a mixed chain's kinds and dimensions vary along the chain with the random "
+                                 "draws; build it with random_problem and take the layouts from its elements");
+}
+
 template RandomProblem<float> random_problem(const RandomChainSpec&);
 template RandomProblem<double> random_problem(const RandomChainSpec&);
+template Layout<float> random_chain_layout(const RandomChainSpec&);
+template Layout<double> random_chain_layout(const RandomChainSpec&);
 
 }  // namespace bppsa

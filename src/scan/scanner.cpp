@@ -7,8 +7,8 @@
 
 #include "bppsa/core/error.hpp"
 #include "core/finite.hpp"
-#include "scan/cost_model.hpp"
 #include "scan/cpu/executor.hpp"
+#include "scan/plan.hpp"
 
 namespace bppsa {
 
@@ -176,37 +176,13 @@ const ScanStats& Scanner<T>::run(const Chain<T>& chain, const Matrix<T>& g_last,
     plan->requested = options_.algorithm;
     plan->threads = threads;
     plan->chunks = options_.chunks;
-    const detail::CostModel model;
-    const std::vector<detail::ElementCost> costs = detail::element_costs(elements, model);
-    Algorithm algorithm = options_.algorithm;
-    int chunks = options_.chunks > 0 ? options_.chunks : threads;
-    if (algorithm == Algorithm::automatic) {
-      // Threads beyond the cores add no arithmetic: plan for the parallelism that exists.
-      const int cores = std::max(1, std::min(threads, omp_get_num_procs()));
-      const detail::Choice choice = detail::choose_algorithm(costs, batch, cores, model);
-      algorithm = choice.algorithm;
-      chunks = choice.chunks;
-    }
-    detail::Builder<T> builder(std::move(elements), batch);
-    plan->used_chunks = algorithm == Algorithm::linear ? 1 : 0;
-    switch (algorithm) {
-      case Algorithm::linear:
-        detail::build_linear(builder);
-        break;
-      case Algorithm::blelloch:
-        detail::build_blelloch(builder);
-        break;
-      case Algorithm::hybrid: {
-        const std::vector<Index> ends = detail::hybrid_partition(costs, chunks);
-        plan->used_chunks = static_cast<int>(ends.size());
-        detail::build_hybrid(builder, ends);
-        break;
-      }
-      case Algorithm::automatic:
-        break;
-    }
-    plan->algorithm = algorithm;
-    plan->schedule = builder.finish();
+    // Threads beyond the cores add no arithmetic: automatic plans for the parallelism that exists.
+    const int cores = std::max(1, std::min(threads, omp_get_num_procs()));
+    detail::PlannedSchedule<T> planned =
+        detail::plan_schedule(std::move(elements), batch, options_.algorithm, threads, options_.chunks, cores);
+    plan->algorithm = planned.algorithm;
+    plan->used_chunks = planned.chunks;
+    plan->schedule = std::move(planned.schedule);
     plan->workspace.reserve(plan->schedule, batch, threads);
     plan_ = std::move(plan);
     stats_.plan_seconds = since(tp);

@@ -13,5 +13,6 @@ Command add_scan_check(CLI::App& app);
 Command add_train(CLI::App& app);
 Command add_eval(CLI::App& app);
 Command add_grad(CLI::App& app);
+Command add_simulate(CLI::App& app);
 
 }  // namespace bppsa::cli

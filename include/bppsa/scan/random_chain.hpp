@@ -40,4 +40,12 @@ struct RandomProblem {
 template <class T>
 RandomProblem<T> random_problem(const RandomChainSpec& spec);
 
+/// The layout every element of random_problem(spec)'s chain has, made without values or random
+/// draws, so that chains too large to hold can be planned and simulated: same kind, shape and
+/// count (1 when spec.shared, else the batch), the same CSR band pattern; for sdd, S is the
+/// identity (a planner never reads values). Throws InvalidArgument for mixed (kinds and
+/// dimensions vary along that chain with the random draws: use random_problem's layouts).
+template <class T>
+Layout<T> random_chain_layout(const RandomChainSpec& spec);
+
 }  // namespace bppsa

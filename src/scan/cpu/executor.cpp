@@ -121,7 +121,7 @@ void execute(const Schedule<T>& schedule, const Operands<T>& operands, Workspace
   ws.scratch.resize(std::max(ws.scratch.size(), static_cast<std::size_t>(threads)));
   const Runner<T> runner(schedule, operands, ws, batch);
   const auto& phases = schedule.phases;
-  const bool sample_major = threads == 1 || (batch >= threads && (batch % threads == 0 || batch >= 4 * threads));
+  const bool sample_major = runs_sample_major(batch, threads);
 
   std::exception_ptr error;
   auto guarded = [&error](auto&& body) {
@@ -171,9 +171,24 @@ void execute(const Schedule<T>& schedule, const Operands<T>& operands, Workspace
   if (error) std::rethrow_exception(error);
 }
 
+template <class T>
+void execute_op(const Schedule<T>& schedule, const Operands<T>& operands, Workspace<T>& ws, Index batch, const Op& op,
+                bool shared, Index b0, Index b1, Scratch<T>& scratch) {
+  const Runner<T> runner(schedule, operands, ws, batch);
+  if (shared)
+    runner.run_shared(op, scratch);
+  else
+    runner.run_samples(op, b0, b1, scratch);
+}
+
 template struct Workspace<float>;
 template struct Workspace<double>;
 template void execute(const Schedule<float>&, const Operands<float>&, Workspace<float>&, Index, int);
 template void execute(const Schedule<double>&, const Operands<double>&, Workspace<double>&, Index, int);
+
+template void execute_op(const Schedule<float>&, const Operands<float>&, Workspace<float>&, Index, const Op&, bool,
+                         Index, Index, Scratch<float>&);
+template void execute_op(const Schedule<double>&, const Operands<double>&, Workspace<double>&, Index, const Op&, bool,
+                         Index, Index, Scratch<double>&);
 
 }  // namespace bppsa::detail

@@ -28,6 +28,12 @@ struct Operands {
   std::vector<Index> prefix_rows;
 };
 
+/// Whether execute() runs whole samples per thread (no barrier between phases) rather than
+/// spreading each phase over (task, sample) pairs: when the batch divides well among the threads.
+inline bool runs_sample_major(Index batch, int threads) {
+  return threads <= 1 || (batch >= threads && (batch % threads == 0 || batch >= 4 * threads));
+}
+
 /// Runs every op of the schedule. Products whose result is shared by the batch are done
 /// once, first; then either each thread runs whole samples through all phases (no barrier,
 /// when the batch divides well among the threads) or each phase is spread over
@@ -35,5 +41,13 @@ struct Operands {
 /// thread in a fixed order, so the result does not depend on the thread count.
 template <class T>
 void execute(const Schedule<T>& schedule, const Operands<T>& operands, Workspace<T>& ws, Index batch, int threads);
+
+/// One op on the calling thread, exactly as execute() runs it (for the simulator's calibration):
+/// the batch-independent part when `shared` (the matrix of a product shared by the batch;
+/// nothing for other ops), else the per-sample part for samples [b0, b1). Ops are idempotent
+/// (no op writes a buffer it reads), so an op may be run again to time it.
+template <class T>
+void execute_op(const Schedule<T>& schedule, const Operands<T>& operands, Workspace<T>& ws, Index batch, const Op& op,
+                bool shared, Index b0, Index b1, Scratch<T>& scratch);
 
 }  // namespace bppsa::detail
