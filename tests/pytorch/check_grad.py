@@ -19,21 +19,9 @@ except ImportError:
     print("PyTorch is not installed (Debian: apt-get install python3-torch); skipping")
     sys.exit(77)
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import safetensors_np as st  # noqa: E402
-
-CELLS = {"rnn": nn.RNN, "gru": nn.GRU, "lstm": nn.LSTM}
-
-
-class Model(nn.Module):
-    def __init__(self, cell, i, h, layers, c):
-        super().__init__()
-        self.rnn = CELLS[cell](i, h, layers, batch_first=True)
-        self.head = nn.Linear(h, c)
-
-    def forward(self, x):
-        out, _ = self.rnn(x)
-        return self.head(out[:, -1])
+from torch_models import Model  # noqa: E402
 
 
 def rel_err(a, b):
