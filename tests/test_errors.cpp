@@ -37,6 +37,25 @@ TEST(Errors, PushBackShapeMismatchNamesElementAndBothShapes) {
   EXPECT_EQ(c.size(), 2) << "a rejected element is not kept";
 }
 
+// Long chains are validated in parallel (kParallelElements): the error still names the first
+// bad element, the same at every thread count.
+TEST(Errors, LongChainReportsTheFirstBadElementAtAnyThreadCount) {
+  const Index n = kParallelElements + 900;
+  Chain<float> c(1);
+  for (Index k = 0; k < n; ++k) c.push_back(Jacobian<float>::diagonal(3, 1));
+  c.jacobian(kParallelElements + 500) = Jacobian<float>::diagonal(4, 1);  // fits neither neighbour
+  c.jacobian(kParallelElements + 800) = Jacobian<float>::diagonal(5, 1);
+  const std::string first = "J_" + std::to_string(kParallelElements + 500) + "^T";
+  for (int threads : {1, 2, 3, 8}) {
+    ScanOptions o;
+    o.threads = threads;
+    o.algorithm = Algorithm::blelloch;
+    const std::string m = message_of<ShapeError>([&] { backward(c, Matrix<float>::Ones(3, 1).eval(), o); });
+    EXPECT_CONTAINS(m, first + " (chain element");
+    EXPECT_EQ(m.find("J_" + std::to_string(kParallelElements + 800) + "^T"), std::string::npos) << m;
+  }
+}
+
 TEST(Errors, InPlaceReplacementMismatchIsCaughtByRun) {
   Rng rng(1);
   Chain<double> c = square_chain(5, 4, 2, rng);

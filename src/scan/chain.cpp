@@ -1,6 +1,8 @@
 // Chain storage and its validation (the scan's input boundary).
 #include "bppsa/scan/chain.hpp"
 
+#include <omp.h>
+
 #include "bppsa/core/error.hpp"
 
 namespace bppsa {
@@ -109,10 +111,24 @@ void Chain<T>::check_element(Index k, const char* op) const {
 }
 
 template <class T>
-void Chain<T>::validate(const char* op) const {
+void Chain<T>::validate(const char* op, int threads) const {
   if (empty())
     detail::raise<InvalidArgument>(op, "the chain is empty: add at least one Jacobian (J_1^T) before running a scan");
-  for (Index k = 1; k <= size(); ++k) check_element(k, op);
+  // Every element is checked on every scan: in parallel for long chains (the scan itself is
+  // parallel, so a serial pass here would bound its speedup); the first bad element is then
+  // checked again alone to raise its message, so the error is the same at any thread count.
+  const Index n = size();
+  Index bad = n + 1;
+#pragma omp parallel for num_threads(threads > 0 ? threads : omp_get_max_threads()) schedule(static) \
+    reduction(min : bad) if (n >= kParallelElements)
+  for (Index k = 1; k <= n; ++k) {
+    try {
+      check_element(k, op);
+    } catch (...) {
+      bad = std::min(bad, k);
+    }
+  }
+  if (bad <= n) check_element(bad, op);
   for (std::size_t k = 0; k < injection_.size(); ++k) {
     const Matrix<T>& e = injection_[k];
     if (e.size() == 0) continue;

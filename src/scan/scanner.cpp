@@ -34,10 +34,15 @@ Algorithm parse_algorithm(std::string_view name) {
 }
 
 template <class T>
-void Gradients<T>::resize(const std::vector<Index>& dims, Index batch) {
+void Gradients<T>::resize(const std::vector<Index>& dims, Index batch, int threads) {
   g_.resize(dims.size());
-  for (std::size_t k = 0; k < dims.size(); ++k)
-    if (g_[k].rows() != dims[k] || g_[k].cols() != batch) g_[k].resize(dims[k], batch);
+  const auto n = static_cast<Index>(dims.size());
+#pragma omp parallel for num_threads(threads > 0 ? threads : omp_get_max_threads()) schedule(static) \
+    if (n >= kParallelElements)
+  for (Index k = 0; k < n; ++k) {
+    const auto i = static_cast<std::size_t>(k);
+    if (g_[i].rows() != dims[i] || g_[i].cols() != batch) g_[i].resize(dims[i], batch);
+  }
 }
 
 namespace {
@@ -144,14 +149,14 @@ template <class T>
 const ScanStats& Scanner<T>::run(const Chain<T>& chain, const Matrix<T>& g_last, Gradients<T>& out) {
   const auto t0 = Clock::now();
   const char* op = "scan";
-  chain.validate(op);
+  const int threads = options_.threads > 0 ? options_.threads : omp_get_max_threads();
+  chain.validate(op, threads);
   const Index n = chain.size(), batch = chain.batch();
   if (g_last.rows() != chain.dim(n) || g_last.cols() != batch)
     detail::raise<ShapeError>(op, "g_N is " + shape_string(g_last.rows(), g_last.cols()) + " but J_" +
                                       std::to_string(n) + "^T has " + std::to_string(chain.dim(n)) +
                                       " columns and the batch is " + std::to_string(batch) + ": expected " +
                                       shape_string(chain.dim(n), batch));
-  const int threads = options_.threads > 0 ? options_.threads : omp_get_max_threads();
   if (options_.check_inputs) check_inputs(chain, g_last, threads);
 
   // Scan positions: a_0 = g_N, a_i = J_{N−i+1}^T with affine part e_{N−i}.
@@ -159,8 +164,16 @@ const ScanStats& Scanner<T>::run(const Chain<T>& chain, const Matrix<T>& g_last,
   auto has_v_at = [&](Index i) { return chain.injection(n - i) != nullptr; };
   bool reuse = plan_ && static_cast<Index>(plan_->signature.size()) == n + 1 && plan_->batch == batch &&
                plan_->requested == options_.algorithm && plan_->threads == threads && plan_->chunks == options_.chunks;
-  for (Index i = 1; reuse && i <= n; ++i)
-    reuse = plan_->signature[static_cast<std::size_t>(i)].matches(layout_at(i), has_v_at(i));
+  // The per-element bookkeeping below is spread over the threads for long chains (see
+  // kParallelElements): serial, it would bound the scan's speedup.
+  const bool parallel_elements = n >= kParallelElements;
+  if (reuse) {
+    bool same = true;
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(&& : same) if (parallel_elements)
+    for (Index i = 1; i <= n; ++i)
+      same = same && plan_->signature[static_cast<std::size_t>(i)].matches(layout_at(i), has_v_at(i));
+    reuse = same;
+  }
 
   stats_ = ScanStats{};
   if (!reuse) {
@@ -197,9 +210,11 @@ const ScanStats& Scanner<T>::run(const Chain<T>& chain, const Matrix<T>& g_last,
   operands.prefix_rows.resize(static_cast<std::size_t>(n) + 1);
   std::vector<Index>& dims = plan_->dims;
   dims.resize(static_cast<std::size_t>(n) + 1);
+#pragma omp parallel for num_threads(threads) schedule(static) if (parallel_elements)
   for (Index k = 0; k <= n; ++k) dims[static_cast<std::size_t>(k)] = chain.dim(k);
-  out.resize(dims, batch);
+  out.resize(dims, batch, threads);
   out.g(n) = g_last;
+#pragma omp parallel for num_threads(threads) schedule(static) if (parallel_elements)
   for (Index i = 0; i <= n; ++i) {
     operands.prefix[static_cast<std::size_t>(i)] = out.g(n - i).data();
     operands.prefix_rows[static_cast<std::size_t>(i)] = dims[static_cast<std::size_t>(n - i)];

@@ -796,14 +796,17 @@ Prediction predict(const std::vector<detail::ElementInfo<T>>& elements, Index ba
   }
   p.scan += table.region(workers);
 
-  // Scanner::run around the executor: sequential per-element work, and the output check spread
-  // over the workers in its own parallel region.
+  // Scanner::run around the executor: per-element bookkeeping (validation, plan-reuse check,
+  // operand set-up) — sequential below kParallelElements, else spread over the workers in five
+  // parallel regions — and the output check spread over the workers in its own region.
   const Index n = static_cast<Index>(elements.size()) - 1;
   double values = static_cast<double>(elements[1].layout->cols * batch);
   for (Index i = 1; i <= n; ++i)
     values += static_cast<double>(elements[static_cast<std::size_t>(i)].layout->rows * batch);
   const double check = (1 - p.cold) * table.check_warm_seconds + p.cold * table.check_cold_seconds;
-  p.overhead = table.element_seconds * static_cast<double>(n) + values * check / workers + table.region(workers);
+  const bool parallel_elements = n >= kParallelElements;
+  p.overhead = table.element_seconds * static_cast<double>(n) / (parallel_elements ? workers : 1) +
+               values * check / workers + table.region(workers) * (parallel_elements ? 6 : 1);
   return p;
 }
 

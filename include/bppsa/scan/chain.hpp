@@ -9,6 +9,11 @@
 
 namespace bppsa {
 
+/// Chains at least this long have their per-element bookkeeping (validation, plan-reuse
+/// check, operand set-up) spread over the scan's threads: serial, at ~20 ns per element, it
+/// would bound the parallel scan's speedup (Amdahl) far below what the schedule allows.
+inline constexpr Index kParallelElements = 4096;
+
 /// Dimensions: J_k^T is d_{k-1} × d_k, so consecutive elements chain when
 /// J_k^T.cols() == J_{k+1}^T.rows(). Each element is shared by the batch (count 1) or has
 /// one Jacobian per sample (count B).
@@ -48,8 +53,10 @@ class Chain {
 
   /// Checks the whole chain (shapes, counts, CSR patterns, injection shapes) and throws
   /// ShapeError / InvalidArgument naming the element, e.g. "J_7^T (chain element 7, dense
-  /// 20×30 shared) does not chain with J_6^T (…)". The scan calls this on every run.
-  void validate(const char* op = "Chain") const;
+  /// 20×30 shared) does not chain with J_6^T (…)". The scan calls this on every run, with its
+  /// thread count (0 = OpenMP's default); chains of kParallelElements or more are checked in
+  /// parallel, and the error reported is the first bad element's whatever the thread count.
+  void validate(const char* op = "Chain", int threads = 0) const;
 
  private:
   void check_element(Index k, const char* op) const;

@@ -77,8 +77,9 @@ class Gradients {
   Index size() const { return static_cast<Index>(g_.size()); }
   Matrix<T>& g(Index k) { return g_.at(static_cast<std::size_t>(k)); }
   const Matrix<T>& g(Index k) const { return g_.at(static_cast<std::size_t>(k)); }
-  /// Shapes every g_k (d_k × batch); keeps storage whose shape is already right.
-  void resize(const std::vector<Index>& dims, Index batch);
+  /// Shapes every g_k (d_k × batch); keeps storage whose shape is already right. threads:
+  /// for long chains (kParallelElements), 0 = OpenMP's default.
+  void resize(const std::vector<Index>& dims, Index batch, int threads = 0);
 
  private:
   std::vector<Matrix<T>> g_;

@@ -82,7 +82,8 @@ struct CostTable {
   double dispatch_single_seconds = 0;
   /// Opening and closing one parallel region with `barrier_threads` threads.
   double region_seconds = 0;
-  /// Scanner::run's own sequential work per chain element (validation, plan check, operands).
+  /// Scanner::run's own work per chain element on one thread (validation, plan check, operands;
+  /// spread over the workers for chains of kParallelElements or more).
   double element_seconds = 0;
   /// Scanner::run's NaN/Inf check of the outputs per gradient value on one thread, in cache
   /// and from memory (the check is spread over the threads).
