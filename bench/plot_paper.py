@@ -221,10 +221,12 @@ def plot_gru(d, res):
 
 def plot_simulate(d, res):
     runs = res["runs"]
-    fig, axes = plt.subplots(1, len(runs), figsize=(5.2 * len(runs), 4.8), squeeze=False)
+    cols = 2
+    nrows = (len(runs) + cols - 1) // cols
+    fig, axes = plt.subplots(nrows, cols, figsize=(13, 5 * nrows), squeeze=False)
     rows, vrows = [], []
     cmap = plt.get_cmap("viridis")
-    for ax, run in zip(axes[0], runs):
+    for ax, run in zip(axes.flat, runs):
         chain = run["chain"]
         ps = sorted({r["p"] for r in run["rows"]})
         for i, p in enumerate(ps):
@@ -249,8 +251,8 @@ def plot_simulate(d, res):
             if r.get("measured_s"):
                 vrows.append([run["requested_algorithm"], chain["kind"], r["n"], r["p"], r["predicted_s"],
                               r["measured_s"], r["error"], r["bp_predicted_s"], r["bp_measured_s"], r["bp_error"]])
-    fig.suptitle("bppsa simulate: solid = predicted Scanner::run, dotted = the schedule alone, "
-                 "★ = measured; costs calibrated on " + machine_line(res).split(",")[0], fontsize=10)
+    fig.suptitle("bppsa simulate, batch 1: solid = predicted Scanner::run, dotted = the schedule alone, "
+                 "★ = measured here;\nper-product costs calibrated on " + machine_line(res), fontsize=10)
     fig.tight_layout()
     fig.savefig(os.path.join(d, "simulate.png"), dpi=110)
     plt.close(fig)
