@@ -43,7 +43,46 @@ PlannedSchedule<T> plan_schedule(std::vector<ElementInfo<T>> elements, Index bat
   return planned;
 }
 
+template <class T>
+std::vector<ElementInfo<T>> scan_elements(const Chain<T>& chain) {
+  const Index n = chain.size();
+  std::vector<ElementInfo<T>> elements(static_cast<std::size_t>(n) + 1);
+  for (Index i = 1; i <= n; ++i)
+    elements[static_cast<std::size_t>(i)] = {&chain.jacobian(n - i + 1).layout(), chain.injection(n - i) != nullptr};
+  return elements;
+}
+
+template <class T>
+void bind_operands(const Chain<T>& chain, const Matrix<T>& g_last, Gradients<T>& out, Operands<T>& operands,
+                   std::vector<Index>& dims, int threads) {
+  const Index n = chain.size();
+  const bool parallel_elements = n >= kParallelElements;
+  operands.element.resize(static_cast<std::size_t>(n) + 1);
+  operands.element_v.assign(static_cast<std::size_t>(n) + 1, nullptr);
+  operands.prefix.resize(static_cast<std::size_t>(n) + 1);
+  operands.prefix_rows.resize(static_cast<std::size_t>(n) + 1);
+  dims.resize(static_cast<std::size_t>(n) + 1);
+#pragma omp parallel for num_threads(threads) schedule(static) if (parallel_elements)
+  for (Index k = 0; k <= n; ++k) dims[static_cast<std::size_t>(k)] = chain.dim(k);
+  out.resize(dims, chain.batch(), threads);
+  out.g(n) = g_last;
+#pragma omp parallel for num_threads(threads) schedule(static) if (parallel_elements)
+  for (Index i = 0; i <= n; ++i) {
+    operands.prefix[static_cast<std::size_t>(i)] = out.g(n - i).data();
+    operands.prefix_rows[static_cast<std::size_t>(i)] = dims[static_cast<std::size_t>(n - i)];
+    if (i == 0) continue;
+    operands.element[static_cast<std::size_t>(i)] = view(chain.jacobian(n - i + 1));
+    if (const Matrix<T>* e = chain.injection(n - i)) operands.element_v[static_cast<std::size_t>(i)] = e->data();
+  }
+}
+
 template PlannedSchedule<float> plan_schedule(std::vector<ElementInfo<float>>, Index, Algorithm, int, int, int);
 template PlannedSchedule<double> plan_schedule(std::vector<ElementInfo<double>>, Index, Algorithm, int, int, int);
+template std::vector<ElementInfo<float>> scan_elements(const Chain<float>&);
+template std::vector<ElementInfo<double>> scan_elements(const Chain<double>&);
+template void bind_operands(const Chain<float>&, const Matrix<float>&, Gradients<float>&, Operands<float>&,
+                            std::vector<Index>&, int);
+template void bind_operands(const Chain<double>&, const Matrix<double>&, Gradients<double>&, Operands<double>&,
+                            std::vector<Index>&, int);
 
 }  // namespace bppsa::detail

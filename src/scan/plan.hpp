@@ -5,6 +5,8 @@
 
 #include <vector>
 
+#include "bppsa/scan/chain.hpp"
+#include "scan/cpu/executor.hpp"
 #include "scan/schedule.hpp"
 
 namespace bppsa::detail {
@@ -24,5 +26,18 @@ struct PlannedSchedule {
 template <class T>
 PlannedSchedule<T> plan_schedule(std::vector<ElementInfo<T>> elements, Index batch, Algorithm requested, int threads,
                                  int chunks, int cores);
+
+/// The scan positions of a chain as the Scanner plans them: position 0 is g_N (no layout),
+/// position i is J_{N−i+1}^T with the affine part e_{N−i} when that injection is set.
+template <class T>
+std::vector<ElementInfo<T>> scan_elements(const Chain<T>& chain);
+
+/// Binds a run's data to scan positions, as execute() reads it: shapes out.g(k) (d_k × batch),
+/// sets g_N, and points operands at the elements, their affine parts and the prefixes
+/// (s_i = g_{N−i}); `dims` receives d_0..d_N. Spread over `threads` for long chains
+/// (kParallelElements).
+template <class T>
+void bind_operands(const Chain<T>& chain, const Matrix<T>& g_last, Gradients<T>& out, Operands<T>& operands,
+                   std::vector<Index>& dims, int threads);
 
 }  // namespace bppsa::detail

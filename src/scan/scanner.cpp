@@ -159,19 +159,16 @@ const ScanStats& Scanner<T>::run(const Chain<T>& chain, const Matrix<T>& g_last,
                                       shape_string(chain.dim(n), batch));
   if (options_.check_inputs) check_inputs(chain, g_last, threads);
 
-  // Scan positions: a_0 = g_N, a_i = J_{N−i+1}^T with affine part e_{N−i}.
-  auto layout_at = [&](Index i) -> const Layout<T>& { return chain.jacobian(n - i + 1).layout(); };
-  auto has_v_at = [&](Index i) { return chain.injection(n - i) != nullptr; };
   bool reuse = plan_ && static_cast<Index>(plan_->signature.size()) == n + 1 && plan_->batch == batch &&
                plan_->requested == options_.algorithm && plan_->threads == threads && plan_->chunks == options_.chunks;
-  // The per-element bookkeeping below is spread over the threads for long chains (see
+  // The per-element bookkeeping is spread over the threads for long chains (see
   // kParallelElements): serial, it would bound the scan's speedup.
-  const bool parallel_elements = n >= kParallelElements;
   if (reuse) {
     bool same = true;
-#pragma omp parallel for num_threads(threads) schedule(static) reduction(&& : same) if (parallel_elements)
-    for (Index i = 1; i <= n; ++i)
-      same = same && plan_->signature[static_cast<std::size_t>(i)].matches(layout_at(i), has_v_at(i));
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(&& : same) if (n >= kParallelElements)
+    for (Index i = 1; i <= n; ++i)  // position i holds J_{N−i+1}^T and e_{N−i} (detail::scan_elements)
+      same = same && plan_->signature[static_cast<std::size_t>(i)].matches(chain.jacobian(n - i + 1).layout(),
+                                                                            chain.injection(n - i) != nullptr);
     reuse = same;
   }
 
@@ -179,12 +176,10 @@ const ScanStats& Scanner<T>::run(const Chain<T>& chain, const Matrix<T>& g_last,
   if (!reuse) {
     const auto tp = Clock::now();
     auto plan = std::make_unique<Plan>();
-    std::vector<detail::ElementInfo<T>> elements(static_cast<std::size_t>(n) + 1);
+    std::vector<detail::ElementInfo<T>> elements = detail::scan_elements(chain);
     plan->signature.resize(static_cast<std::size_t>(n) + 1);
-    for (Index i = 1; i <= n; ++i) {
-      elements[static_cast<std::size_t>(i)] = {&layout_at(i), has_v_at(i)};
-      plan->signature[static_cast<std::size_t>(i)] = ElementSignature<T>::of(layout_at(i), has_v_at(i));
-    }
+    for (std::size_t i = 1; i < elements.size(); ++i)
+      plan->signature[i] = ElementSignature<T>::of(*elements[i].layout, elements[i].has_v);
     plan->batch = batch;
     plan->requested = options_.algorithm;
     plan->threads = threads;
@@ -203,27 +198,9 @@ const ScanStats& Scanner<T>::run(const Chain<T>& chain, const Matrix<T>& g_last,
   stats_.plan_reused = reuse;
 
   // Operands of this run (vectors kept in the plan: no allocation once warm).
-  detail::Operands<T>& operands = plan_->operands;
-  operands.element.resize(static_cast<std::size_t>(n) + 1);
-  operands.element_v.assign(static_cast<std::size_t>(n) + 1, nullptr);
-  operands.prefix.resize(static_cast<std::size_t>(n) + 1);
-  operands.prefix_rows.resize(static_cast<std::size_t>(n) + 1);
-  std::vector<Index>& dims = plan_->dims;
-  dims.resize(static_cast<std::size_t>(n) + 1);
-#pragma omp parallel for num_threads(threads) schedule(static) if (parallel_elements)
-  for (Index k = 0; k <= n; ++k) dims[static_cast<std::size_t>(k)] = chain.dim(k);
-  out.resize(dims, batch, threads);
-  out.g(n) = g_last;
-#pragma omp parallel for num_threads(threads) schedule(static) if (parallel_elements)
-  for (Index i = 0; i <= n; ++i) {
-    operands.prefix[static_cast<std::size_t>(i)] = out.g(n - i).data();
-    operands.prefix_rows[static_cast<std::size_t>(i)] = dims[static_cast<std::size_t>(n - i)];
-    if (i == 0) continue;
-    operands.element[static_cast<std::size_t>(i)] = view(chain.jacobian(n - i + 1));
-    if (const Matrix<T>* e = chain.injection(n - i)) operands.element_v[static_cast<std::size_t>(i)] = e->data();
-  }
+  detail::bind_operands(chain, g_last, out, plan_->operands, plan_->dims, threads);
 
-  detail::execute(plan_->schedule, operands, plan_->workspace, batch, threads);
+  detail::execute(plan_->schedule, plan_->operands, plan_->workspace, batch, threads);
 
   if (!options_.check_inputs && !all_finite(g_last))
     detail::raise<NonFiniteError>(op, "g_N (the loss gradient) contains NaN or Inf; check the loss");

@@ -176,16 +176,6 @@ double weighted_median(std::vector<Sample> v) {
   return v.back().seconds;
 }
 
-/// Scan positions of a chain as the Scanner sees them: a_i = J_{N−i+1}^T with affine part e_{N−i}.
-template <class T>
-std::vector<detail::ElementInfo<T>> chain_elements(const Chain<T>& chain) {
-  const Index n = chain.size();
-  std::vector<detail::ElementInfo<T>> elements(static_cast<std::size_t>(n) + 1);
-  for (Index i = 1; i <= n; ++i)
-    elements[static_cast<std::size_t>(i)] = {&chain.jacobian(n - i + 1).layout(), chain.injection(n - i) != nullptr};
-  return elements;
-}
-
 /// Bytes a scan touches: the elements' values, the gradients (and injections), the workspace.
 template <class T>
 double working_set_bytes(const std::vector<detail::ElementInfo<T>>& elements, const detail::Schedule<T>& s,
@@ -437,27 +427,12 @@ struct Replay {
   Gradients<T> out;
   Index batch = 1;
 
-  Replay(const RandomProblem<T>& p, Algorithm algorithm, int chunks) : elements(chain_elements(p.chain)) {
-    const Chain<T>& chain = p.chain;
-    const Index n = chain.size();
-    batch = chain.batch();
+  Replay(const RandomProblem<T>& p, Algorithm algorithm, int chunks)
+      : elements(detail::scan_elements(p.chain)), batch(p.chain.batch()) {
     schedule = detail::plan_schedule(elements, batch, algorithm, 1, chunks, 1).schedule;
     ws.reserve(schedule, batch, 1);
-    std::vector<Index> dims(static_cast<std::size_t>(n) + 1);
-    for (Index k = 0; k <= n; ++k) dims[static_cast<std::size_t>(k)] = chain.dim(k);
-    out.resize(dims, batch);
-    out.g(n) = p.g_last;
-    operands.element.resize(static_cast<std::size_t>(n) + 1);
-    operands.element_v.assign(static_cast<std::size_t>(n) + 1, nullptr);
-    operands.prefix.resize(static_cast<std::size_t>(n) + 1);
-    operands.prefix_rows.resize(static_cast<std::size_t>(n) + 1);
-    for (Index i = 0; i <= n; ++i) {
-      operands.prefix[static_cast<std::size_t>(i)] = out.g(n - i).data();
-      operands.prefix_rows[static_cast<std::size_t>(i)] = dims[static_cast<std::size_t>(n - i)];
-      if (i == 0) continue;
-      operands.element[static_cast<std::size_t>(i)] = view(chain.jacobian(n - i + 1));
-      if (const Matrix<T>* e = chain.injection(n - i)) operands.element_v[static_cast<std::size_t>(i)] = e->data();
-    }
+    std::vector<Index> dims;
+    detail::bind_operands(p.chain, p.g_last, out, operands, dims, 1);
   }
 };
 
@@ -836,7 +811,7 @@ SimulationResult simulate(const RandomChainSpec& spec, Algorithm algorithm, int 
                   " MiB for n = " + std::to_string(spec.n) +
                   " (limit 2 GiB); use a smaller n or a homogeneous kind (dense, diag, csr, sdd)");
     problem.emplace(random_problem<T>(spec));
-    elements = chain_elements(problem->chain);
+    elements = detail::scan_elements(problem->chain);
   } else {
     layout.emplace(random_chain_layout<T>(spec));
     elements.assign(static_cast<std::size_t>(spec.n) + 1, {&*layout, spec.affine});
