@@ -99,7 +99,7 @@ class Runner:
         if mode == "time":
             tcmd += ["--reps", str(a.reps), "--warmup", str(a.warmup)]
         else:
-            tcmd += ["--batch", str(batch), *[e for e in extra]]
+            tcmd += ["--batch", str(batch), *extra]
         records.append(self.call(tcmd, log))
         shutil.rmtree(d, ignore_errors=True)
         if mode == "time":

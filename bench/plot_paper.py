@@ -151,7 +151,7 @@ def plot_curves(d, res):
         rows += [[k, i, s, lo] for i, s, lo in zip(r["iters"], r["seconds"], r["loss"])]
     ax.set_xscale("log")
     ax.set_xlabel("wall-clock training time (s)")
-    ax.set_ylabel(f"training loss (mean over logging window)")
+    ax.set_ylabel("training loss (mean over logging window)")
     ax.set_title(f"RNN on bitstream T 1000, batch 16, Adam 3e-5, {res['iters']} iterations\n" + machine_line(res),
                  fontsize=9)
     ax.grid(True, which="both", alpha=0.3)

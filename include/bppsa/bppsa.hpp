@@ -2,6 +2,7 @@
 #pragma once
 
 #include "bppsa/core/error.hpp"
+#include "bppsa/core/machine.hpp"
 #include "bppsa/core/types.hpp"
 #include "bppsa/data/bitstream.hpp"
 #include "bppsa/data/dataset.hpp"

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -72,17 +71,6 @@ void check_args(const Args& a) {
   if (a.repeats < 1) detail::raise<InvalidArgument>(op, "--repeats must be ≥ 1, got " + std::to_string(a.repeats));
   if (a.precision != "float" && a.precision != "double")
     detail::raise<InvalidArgument>(op, "--precision: expected float or double, got '" + a.precision + "'");
-}
-
-/// "model name" of the first CPU in /proc/cpuinfo ("unknown" elsewhere).
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(line.find_first_not_of(" \t", colon + 1));
-    }
-  return "unknown";
 }
 
 struct Row {
