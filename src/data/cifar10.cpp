@@ -1,0 +1,141 @@
+// CIFAR-10 binary batches: fixed 3073-byte records (label byte + 3 planes of 32×32 bytes)
+// read into 3×32×32 images in [0, 1] (spec §7).
+#include "bppsa/data/cifar10.hpp"
+
+#include <algorithm>
+#include <array>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "bppsa/core/error.hpp"
+#include "bppsa/io/file.hpp"
+
+namespace bppsa {
+namespace {
+
+constexpr const char* kOp = "load_cifar10";
+constexpr Index kSide = 32;
+constexpr Index kPixels = 3 * kSide * kSide;  // bytes of one image, [C][H][W]
+constexpr Index kRecord = 1 + kPixels;        // label byte + image
+constexpr const char* kFolder = "cifar-10-batches-bin";
+constexpr const char* kHint =
+    "expected data_batch_1.bin … data_batch_5.bin and test_batch.bin; download the \"CIFAR-10 binary version\" "
+    "(cifar-10-binary.tar.gz) from https://www.cs.toronto.edu/~kriz/cifar.html and unpack it";
+
+std::string quoted(const std::filesystem::path& p) { return std::string("'").append(p.string()).append("'"); }
+
+/// The folder holding data_batch_1.bin: `dir` itself or its cifar-10-batches-bin.
+std::filesystem::path batches_dir(const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec))
+    detail::raise<IoError>(kOp, "CIFAR-10 folder " + quoted(dir) + " does not exist; " + kHint);
+  for (const auto& d : {dir, dir / kFolder})
+    if (std::filesystem::is_regular_file(d / "data_batch_1.bin", ec)) return d;
+  detail::raise<IoError>(kOp,
+                         "no data_batch_1.bin in " + quoted(dir) + " nor in " + quoted(dir / kFolder) + "; " + kHint);
+}
+
+/// A new, empty 3×32×32 data set of the ten classes.
+ImageDataset empty_set(const std::string& name, const std::vector<std::string>& class_names) {
+  return ImageDataset{.channels = 3,
+                      .height = kSide,
+                      .width = kSide,
+                      .classes = 10,
+                      .x = {},
+                      .y = {},
+                      .class_names = class_names,
+                      .name = name};
+}
+
+/// Appends the records of one batch file to `out` (whose x holds whole images).
+void read_batch(const std::filesystem::path& file, ImageDataset& out) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(file, ec))
+    detail::raise<IoError>(kOp, "CIFAR-10 file " + quoted(file) + " is missing; " + kHint);
+  const std::vector<unsigned char> bytes = read_file(file);
+  auto bad = [&](const std::string& msg) {
+    detail::raise<FormatError>(kOp, "CIFAR-10 file " + quoted(file) + ": " + msg);
+  };
+  const auto size = static_cast<Index>(bytes.size());
+  if (size == 0) bad("is empty (0 bytes; a batch is a sequence of 3073-byte records)");
+  if (size % kRecord != 0)
+    bad("holds " + std::to_string(size) + " bytes = " + std::to_string(size / kRecord) + " records of 3073 bytes and " +
+        std::to_string(size % kRecord) + " bytes over (truncated, or not a CIFAR-10 binary batch?)");
+
+  // byte / 255 in float, once per byte value.
+  std::array<float, 256> scale{};
+  for (int b = 0; b < 256; ++b) scale[static_cast<std::size_t>(b)] = static_cast<float>(b) / 255.0f;
+
+  const Index records = size / kRecord, first = out.size();
+  out.y.resize(static_cast<std::size_t>(first + records));
+  out.x.resize(static_cast<std::size_t>((first + records) * kPixels));
+  for (Index r = 0; r < records; ++r) {
+    const unsigned char* record = bytes.data() + r * kRecord;
+    if (record[0] > 9)
+      bad("record " + std::to_string(r) + " (byte offset " + std::to_string(r * kRecord) + ") has label " +
+          std::to_string(record[0]) + ", not 0..9 (a CIFAR-100 batch? its records are 3074 bytes)");
+    out.y[static_cast<std::size_t>(first + r)] = record[0];
+    std::transform(record + 1, record + kRecord, out.x.data() + (first + r) * kPixels,
+                   [&](unsigned char b) { return scale[b]; });
+  }
+}
+
+/// Room in `out` for the records of `files`, so that appending batch after batch does not
+/// copy the images read so far (sizes that cannot be read only make the guess smaller).
+void reserve_for(const std::vector<std::filesystem::path>& files, ImageDataset& out) {
+  Index records = 0;
+  for (const auto& f : files) {
+    std::error_code ec;
+    const auto bytes = std::filesystem::file_size(f, ec);
+    if (!ec) records += static_cast<Index>(bytes) / kRecord;
+  }
+  out.y.reserve(static_cast<std::size_t>(records));
+  out.x.reserve(static_cast<std::size_t>(records * kPixels));
+}
+
+/// batches.meta.txt's names, one a line, or the standard ten when the file is absent.
+std::vector<std::string> read_class_names(const std::filesystem::path& folder) {
+  const std::filesystem::path file = folder / "batches.meta.txt";
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec))
+    return {"airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"};
+  const std::vector<unsigned char> bytes = read_file(file);
+  const std::string text(bytes.begin(), bytes.end());
+  const char* blanks = " \t\r\n\f\v";
+  std::vector<std::string> names;
+  for (std::size_t start = 0; start < text.size();) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(start, end - start);
+    const std::size_t first = line.find_first_not_of(blanks);
+    if (first != std::string::npos) names.push_back(line.substr(first, line.find_last_not_of(blanks) - first + 1));
+    start = end + 1;
+  }
+  if (names.size() != 10)
+    detail::raise<FormatError>(kOp, "CIFAR-10 file " + quoted(file) + " lists " + std::to_string(names.size()) +
+                                        " class names, not 10 (one a line)");
+  return names;
+}
+
+}  // namespace
+
+std::pair<ImageDataset, ImageDataset> load_cifar10(const std::filesystem::path& dir) {
+  const std::filesystem::path folder = batches_dir(dir);
+  const std::vector<std::string> names = read_class_names(folder);
+  // data_batch_1.bin is there (batches_dir checked); the others up to the first gap.
+  std::vector<std::filesystem::path> train_files;
+  std::error_code ec;
+  for (int k = 1;; ++k) {
+    std::filesystem::path file = folder / ("data_batch_" + std::to_string(k) + ".bin");
+    if (k > 1 && !std::filesystem::exists(file, ec)) break;
+    train_files.push_back(std::move(file));
+  }
+  ImageDataset train = empty_set("cifar10 train", names), test = empty_set("cifar10 test", names);
+  reserve_for(train_files, train);
+  for (const auto& file : train_files) read_batch(file, train);
+  read_batch(folder / "test_batch.bin", test);
+  return {std::move(train), std::move(test)};
+}
+
+}  // namespace bppsa
