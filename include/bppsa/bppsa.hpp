@@ -21,6 +21,7 @@
 #include "bppsa/nn/recurrent.hpp"
 #include "bppsa/scan/chain.hpp"
 #include "bppsa/scan/random_chain.hpp"
+#include "bppsa/scan/report.hpp"
 #include "bppsa/scan/scanner.hpp"
 #include "bppsa/scan/simulate.hpp"
 #include "bppsa/train/optimizer.hpp"

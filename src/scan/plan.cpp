@@ -1,8 +1,12 @@
 // The schedule planner shared by the Scanner and the simulator.
 #include "scan/plan.hpp"
 
-#include <algorithm>
+#include <omp.h>
 
+#include <algorithm>
+#include <string>
+
+#include "bppsa/core/error.hpp"
 #include "scan/cost_model.hpp"
 
 namespace bppsa::detail {
@@ -43,6 +47,22 @@ PlannedSchedule<T> plan_schedule(std::vector<ElementInfo<T>> elements, Index bat
   return planned;
 }
 
+void check_options(const ScanOptions& options, const char* op) {
+  if (options.threads < 0)
+    raise<InvalidArgument>(op, "threads must be ≥ 0 (0 = OpenMP's default), got " + std::to_string(options.threads));
+  if (options.chunks < 0)
+    raise<InvalidArgument>(op, "chunks must be ≥ 0 (0 = one per thread), got " + std::to_string(options.chunks));
+}
+
+int run_threads(const ScanOptions& options) { return options.threads > 0 ? options.threads : omp_get_max_threads(); }
+
+template <class T>
+PlannedSchedule<T> plan_run(std::vector<ElementInfo<T>> elements, Index batch, const ScanOptions& options,
+                            int threads) {
+  const int cores = std::max(1, std::min(threads, omp_get_num_procs()));
+  return plan_schedule(std::move(elements), batch, options.algorithm, threads, options.chunks, cores);
+}
+
 template <class T>
 std::vector<ElementInfo<T>> scan_elements(const Chain<T>& chain) {
   const Index n = chain.size();
@@ -78,6 +98,8 @@ void bind_operands(const Chain<T>& chain, const Matrix<T>& g_last, Gradients<T>&
 
 template PlannedSchedule<float> plan_schedule(std::vector<ElementInfo<float>>, Index, Algorithm, int, int, int);
 template PlannedSchedule<double> plan_schedule(std::vector<ElementInfo<double>>, Index, Algorithm, int, int, int);
+template PlannedSchedule<float> plan_run(std::vector<ElementInfo<float>>, Index, const ScanOptions&, int);
+template PlannedSchedule<double> plan_run(std::vector<ElementInfo<double>>, Index, const ScanOptions&, int);
 template std::vector<ElementInfo<float>> scan_elements(const Chain<float>&);
 template std::vector<ElementInfo<double>> scan_elements(const Chain<double>&);
 template void bind_operands(const Chain<float>&, const Matrix<float>&, Gradients<float>&, Operands<float>&,

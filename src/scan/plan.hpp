@@ -27,6 +27,19 @@ template <class T>
 PlannedSchedule<T> plan_schedule(std::vector<ElementInfo<T>> elements, Index batch, Algorithm requested, int threads,
                                  int chunks, int cores);
 
+/// Throws InvalidArgument (naming `op`) for negative thread or chunk counts.
+void check_options(const ScanOptions& options, const char* op);
+
+/// The thread count a run with `options` uses: options.threads, or OpenMP's default when 0.
+int run_threads(const ScanOptions& options);
+
+/// plan_schedule exactly as Scanner<T>::run calls it for `options` with `threads` threads
+/// (run_threads): Algorithm::automatic plans for min(threads, this machine's cores), since
+/// oversubscribed threads add no arithmetic. The scan report (bppsa/scan/report.hpp) plans
+/// with it too, so what it reports is what runs.
+template <class T>
+PlannedSchedule<T> plan_run(std::vector<ElementInfo<T>> elements, Index batch, const ScanOptions& options, int threads);
+
 /// The scan positions of a chain as the Scanner plans them: position 0 is g_N (no layout),
 /// position i is J_{N−i+1}^T with the affine part e_{N−i} when that injection is set.
 template <class T>

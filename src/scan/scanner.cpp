@@ -136,12 +136,7 @@ Scanner<T>& Scanner<T>::operator=(Scanner&&) noexcept = default;
 
 template <class T>
 void Scanner<T>::set_options(const ScanOptions& options) {
-  if (options.threads < 0)
-    detail::raise<InvalidArgument>(
-        "Scanner", "threads must be ≥ 0 (0 = OpenMP's default), got " + std::to_string(options.threads));
-  if (options.chunks < 0)
-    detail::raise<InvalidArgument>("Scanner",
-                                   "chunks must be ≥ 0 (0 = one per thread), got " + std::to_string(options.chunks));
+  detail::check_options(options, "Scanner");
   options_ = options;
 }
 
@@ -149,7 +144,7 @@ template <class T>
 const ScanStats& Scanner<T>::run(const Chain<T>& chain, const Matrix<T>& g_last, Gradients<T>& out) {
   const auto t0 = Clock::now();
   const char* op = "scan";
-  const int threads = options_.threads > 0 ? options_.threads : omp_get_max_threads();
+  const int threads = detail::run_threads(options_);
   chain.validate(op, threads);
   const Index n = chain.size(), batch = chain.batch();
   if (g_last.rows() != chain.dim(n) || g_last.cols() != batch)
@@ -185,9 +180,7 @@ const ScanStats& Scanner<T>::run(const Chain<T>& chain, const Matrix<T>& g_last,
     plan->threads = threads;
     plan->chunks = options_.chunks;
     // Threads beyond the cores add no arithmetic: automatic plans for the parallelism that exists.
-    const int cores = std::max(1, std::min(threads, omp_get_num_procs()));
-    detail::PlannedSchedule<T> planned =
-        detail::plan_schedule(std::move(elements), batch, options_.algorithm, threads, options_.chunks, cores);
+    detail::PlannedSchedule<T> planned = detail::plan_run(std::move(elements), batch, options_, threads);
     plan->algorithm = planned.algorithm;
     plan->used_chunks = planned.chunks;
     plan->schedule = std::move(planned.schedule);

@@ -111,11 +111,10 @@ MatRef Builder<T>::mm(MatRef a, MatRef b) {
   ScanStats& st = schedule_.stats;
   st.mm += 1;
   st.mm_by_kind[static_cast<int>(la.kind)][static_cast<int>(lb.kind)] += 1;
-  st.flops += node.plan.flops_per_sample * static_cast<double>(node.plan.out.count);
+  st.flops += mm_flops(node.plan, la, has_v(a), has_v(b), batch_);
   if (has_v(b)) {  // v = a · v_b (+ v_a)
     st.mv += 1;
     st.mv_by_kind[static_cast<int>(la.kind)] += 1;
-    st.flops += (apply_flops(la) + (has_v(a) ? static_cast<double>(la.rows) : 0.0)) * static_cast<double>(batch_);
   }
   const Index depth = std::max(stamp(a).depth, stamp(b).depth) + 1;
   const MatRef out{true, static_cast<std::int32_t>(schedule_.nodes.size())};
@@ -136,7 +135,7 @@ void Builder<T>::mv(MatRef a, Index in, Index out) {
   ScanStats& st = schedule_.stats;
   st.mv += 1;
   st.mv_by_kind[static_cast<int>(la.kind)] += 1;
-  st.flops += (apply_flops(la) + (has_v(a) ? static_cast<double>(la.rows) : 0.0)) * static_cast<double>(batch_);
+  st.flops += mv_flops(la, has_v(a), batch_);
   dst = Stamp{phase_, task_, std::max(stamp(a).depth, prefix_stamp_[static_cast<std::size_t>(in)].depth) + 1};
   st.depth = std::max(st.depth, dst.depth);
   schedule_.phases.back().tasks.back().ops.push_back(
@@ -218,7 +217,17 @@ Schedule<T> Builder<T>::finish() {
   return std::move(schedule_);
 }
 
+template <class T>
+Index workspace_values(const Schedule<T>& s, Index batch) {
+  Index values = 0;
+  for (std::size_t i = 0; i < s.slot_values.size(); ++i) values += s.slot_values[i] * (s.slot_shared[i] ? 1 : batch);
+  for (const Index v : s.v_slot_values) values += v * batch;
+  return values;
+}
+
 template class Builder<float>;
 template class Builder<double>;
+template Index workspace_values(const Schedule<float>&, Index);
+template Index workspace_values(const Schedule<double>&, Index);
 
 }  // namespace bppsa::detail

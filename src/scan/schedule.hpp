@@ -46,6 +46,21 @@ struct Node {
   std::int32_t v_slot = -1;
 };
 
+/// Flops of s_out = A · s_in for the whole batch, as ScanStats counts them: A applied to every
+/// sample, plus the addition of A's affine part when it has one.
+template <class T>
+double mv_flops(const Layout<T>& a, bool a_has_v, Index batch) {
+  return (apply_flops(a) + (a_has_v ? static_cast<double>(a.rows) : 0.0)) * static_cast<double>(batch);
+}
+
+/// Flops of the mm `plan` = A · B for the whole batch, as ScanStats counts them: the matrix
+/// product once per Jacobian it yields (once when shared by the batch), plus, when B has an
+/// affine part, v = A · v_B (+ v_A), which ScanStats counts as one more mv.
+template <class T>
+double mm_flops(const ProductPlan<T>& plan, const Layout<T>& a, bool a_has_v, bool b_has_v, Index batch) {
+  return plan.flops_per_sample * static_cast<double>(plan.out.count) + (b_has_v ? mv_flops(a, a_has_v, batch) : 0.0);
+}
+
 /// Per-position facts the builders plan on.
 template <class T>
 struct ElementInfo {
@@ -65,6 +80,11 @@ struct Schedule {
   std::vector<Index> v_slot_values;  ///< affine slots: rows per sample (stride), × batch
   ScanStats stats;                   ///< levels, counts, flops (timings left to the runner)
 };
+
+/// Values the workspace of `s` holds for a batch of `batch` samples: what Workspace::reserve
+/// allocates (per-sample slots × batch, shared slots once, affine slots × batch).
+template <class T>
+Index workspace_values(const Schedule<T>& s, Index batch);
 
 /// Records products into a Schedule while tracking what each builder must not get wrong:
 /// operand availability (written in an earlier phase or earlier in the same task), every
