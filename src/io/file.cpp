@@ -104,4 +104,8 @@ void write_file_atomic(const std::filesystem::path& path, std::span<const unsign
   if (d.fd >= 0) ::fsync(d.fd);
 }
 
+void write_file_atomic(const std::filesystem::path& path, std::string_view text) {
+  write_file_atomic(path, std::span<const unsigned char>(reinterpret_cast<const unsigned char*>(text.data()), text.size()));
+}
+
 }  // namespace bppsa

@@ -43,8 +43,18 @@ void Linear<T>::backward(const Eigen::Ref<const Matrix<T>>& x, const Matrix<T>& 
   if (dy.rows() != out() || dy.cols() != x.cols())
     detail::raise<ShapeError>("Linear::backward", "output gradient is " + shape_string(dy.rows(), dy.cols()) +
                                                       ", expected " + shape_string(out(), x.cols()));
+  param_grads(x, dy);
+  input_grad(dy, dx);
+}
+
+template <class T>
+void Linear<T>::param_grads(const Eigen::Ref<const Matrix<T>>& x, const Matrix<T>& dy) {
   grad_weight.noalias() = dy * x.transpose();
   grad_bias = dy.rowwise().sum();
+}
+
+template <class T>
+void Linear<T>::input_grad(const Matrix<T>& dy, Matrix<T>& dx) const {
   dx.noalias() = weight.transpose() * dy;
 }
 

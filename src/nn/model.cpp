@@ -3,7 +3,6 @@
 
 #include <omp.h>
 
-#include <set>
 
 #include "bppsa/core/error.hpp"
 
@@ -210,13 +209,7 @@ std::vector<NamedParam<T>> SequenceClassifier<T>::parameters() {
 
 template <class T>
 TensorFile SequenceClassifier<T>::state_dict() const {
-  TensorFile f;
-  auto self = const_cast<SequenceClassifier<T>*>(this);  // parameters() hands out mutable pointers
-  for (const auto& p : self->parameters()) {
-    std::vector<float> v(static_cast<std::size_t>(p.size));
-    for (Index i = 0; i < p.size; ++i) v[static_cast<std::size_t>(i)] = static_cast<float>(p.value[i]);
-    f.tensors[p.name] = Tensor::from_f32(v, p.shape);
-  }
+  TensorFile f = params_to_tensors(const_cast<SequenceClassifier<T>*>(this)->parameters());
   f.metadata["bppsa.model"] = to_string(config_.rnn.cell);
   f.metadata["bppsa.head"] = to_string(config_.head);
   f.metadata["bppsa.loss"] = to_string(config_.loss);
@@ -225,29 +218,7 @@ TensorFile SequenceClassifier<T>::state_dict() const {
 
 template <class T>
 void SequenceClassifier<T>::load_state_dict(const TensorFile& file) {
-  const char* op = "load_state_dict";
-  const auto expected = expected_state_dict(config_);
-  std::set<std::string> known;
-  for (const auto& [name, shape] : expected) known.insert(name);
-  for (const auto& [name, tensor] : file.tensors)
-    if (!known.count(name)) {
-      std::string list;
-      for (const auto& e : expected) list += (list.empty() ? "" : ", ") + e.first + " " + shape_list(e.second);
-      detail::raise<FormatError>(op, file.source + " holds unexpected tensor '" + name + "' " + tensor.describe() +
-                                         "; a " + describe(config_) + " model expects: " + list);
-    }
-  // Check everything before changing anything: a failed load leaves the model as it was.
-  const auto params = parameters();
-  std::vector<std::vector<float>> values;
-  for (const auto& p : params) {
-    values.push_back(file.require(p.name, p.shape, op).to_f32(p.name));
-    for (float v : values.back())
-      if (!std::isfinite(v))
-        detail::raise<NonFiniteError>(op, "tensor '" + p.name + "' in " + file.source + " holds NaN/Inf");
-  }
-  for (std::size_t k = 0; k < params.size(); ++k)
-    for (Index i = 0; i < params[k].size; ++i)
-      params[k].value[i] = static_cast<T>(values[k][static_cast<std::size_t>(i)]);
+  load_params(file, parameters(), describe(config_));
 }
 
 template class SequenceClassifier<float>;

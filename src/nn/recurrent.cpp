@@ -39,32 +39,6 @@ CellType parse_cell(std::string_view name) {
 Index gate_count(CellType c) { return c == CellType::rnn ? 1 : c == CellType::gru ? 3 : 4; }
 Index state_size(CellType c, Index hidden) { return c == CellType::lstm ? 2 * hidden : hidden; }
 
-const char* to_string(BackwardMethod m) {
-  switch (m) {
-    case BackwardMethod::bp:
-      return "bp";
-    case BackwardMethod::linear:
-      return "linear";
-    case BackwardMethod::blelloch:
-      return "blelloch";
-    case BackwardMethod::hybrid:
-      return "hybrid";
-    case BackwardMethod::automatic:
-      return "auto";
-  }
-  return "?";
-}
-
-BackwardMethod parse_backward(std::string_view name) {
-  if (name == "bp") return BackwardMethod::bp;
-  if (name == "linear") return BackwardMethod::linear;
-  if (name == "blelloch") return BackwardMethod::blelloch;
-  if (name == "hybrid") return BackwardMethod::hybrid;
-  if (name == "auto") return BackwardMethod::automatic;
-  detail::raise<InvalidArgument>(
-      "backward", "unknown backward method '" + std::string(name) + "'; use bp, blelloch, hybrid, auto or linear");
-}
-
 namespace detail {
 template <class T>
 const CellOps<T>& cell_ops(CellType c) {
@@ -84,20 +58,6 @@ template const CellOps<double>& cell_ops<double>(CellType);
 
 namespace {
 
-Algorithm scan_algorithm(BackwardMethod m) {
-  switch (m) {
-    case BackwardMethod::linear:
-      return Algorithm::linear;
-    case BackwardMethod::blelloch:
-      return Algorithm::blelloch;
-    case BackwardMethod::hybrid:
-      return Algorithm::hybrid;
-    default:
-      return Algorithm::automatic;
-  }
-}
-
-int resolve_threads(int threads) { return threads > 0 ? threads : omp_get_max_threads(); }
 
 /// Runs f(t0, t1) on `threads` threads over contiguous ranges covering steps 1..steps: steps
 /// are independent in Jacobian generation and in the pre-activation gradients.
@@ -138,10 +98,6 @@ void check_scan_memory(Index steps, Index batch, Index values_per_sample, std::s
 
 }  // namespace
 
-BackwardMethod resolve_backward(const BackwardOptions& options, Index batch) {
-  if (options.method != BackwardMethod::automatic) return options.method;
-  return resolve_threads(options.threads) < 2 * batch ? BackwardMethod::bp : BackwardMethod::automatic;
-}
 
 template <class T>
 struct Recurrent<T>::Impl {
@@ -363,10 +319,8 @@ void Recurrent<T>::backward(const Matrix<T>& grad_out, bool every_step, const Ba
       }
       double t1 = omp_get_wtime();
       local.jacobians += t1 - t0;
-      ScanOptions so;
-      so.algorithm = scan_algorithm(options.method);
+      ScanOptions so = scan_options(options);
       so.threads = threads;
-      so.chunks = options.chunks;
       L.scanner.set_options(so);
       impl_->g_last = L.g.middleCols(T_ * B, B);
       local.last_scan = L.scanner.run(L.chain, impl_->g_last, L.out);

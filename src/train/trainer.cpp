@@ -21,9 +21,55 @@ void check_data_fits(const ModelConfig& model, const SequenceDataset& data, cons
   if (data.size() == 0) detail::raise<InvalidArgument>("data", what + " is empty");
 }
 
-void gather_batch(const SequenceDataset& data, std::span<const Index> indices, std::vector<float>& x,
+void check_data_fits(const ConvNetConfig& model, Index classes, const ImageDataset& data, const std::string& what) {
+  const Shape3 shape{data.channels, data.height, data.width};
+  if (!(shape == model.input))
+    detail::raise<ShapeError>("data", what + " holds " + shape.str() + " images but the model takes " +
+                                          model.input.str() + " (change --data or the checkpoint)");
+  if (data.classes > classes)
+    detail::raise<InvalidArgument>("data", what + " has " + std::to_string(data.classes) +
+                                               " classes but the network has " + std::to_string(classes) +
+                                               " outputs (end the architecture with linear:" +
+                                               std::to_string(data.classes) + ")");
+  if (data.size() == 0) detail::raise<InvalidArgument>("data", what + " is empty");
+}
+
+template <class T>
+T batch_loss(SequenceClassifier<T>& model, const SequenceDataset& data, std::span<const float> x, Index n,
+             std::span<const std::int64_t> y, const BackwardOptions* options, StepTimes* times,
+             std::vector<std::int64_t>* predictions) {
+  return options ? model.loss_and_grad(x, n, data.steps, y, *options, times, predictions)
+                 : model.evaluate(x, n, data.steps, y, predictions);
+}
+
+template <class T>
+T batch_loss(ConvNet<T>& model, const ImageDataset&, std::span<const float> x, Index n,
+             std::span<const std::int64_t> y, const BackwardOptions* options, StepTimes* times,
+             std::vector<std::int64_t>* predictions) {
+  return options ? model.loss_and_grad(x, n, y, *options, times, predictions) : model.evaluate(x, n, y, predictions);
+}
+
+namespace {
+/// What a model must do before an epoch (refuse a scan that cannot fit) and after each
+/// optimizer step (keep pruned weights at zero).
+template <class T>
+void before_epoch(SequenceClassifier<T>& model, const SequenceDataset& data, Index batch, const BackwardOptions& o) {
+  model.rnn().check_backward_memory(data.steps, batch, o);
+}
+template <class T>
+void before_epoch(ConvNet<T>&, const ImageDataset&, Index, const BackwardOptions&) {}
+template <class T>
+void after_step(SequenceClassifier<T>&) {}
+template <class T>
+void after_step(ConvNet<T>& model) {
+  model.apply_masks();
+}
+}  // namespace
+
+template <class Data>
+void gather_batch(const Data& data, std::span<const Index> indices, std::vector<float>& x,
                   std::vector<std::int64_t>& y) {
-  const std::size_t per = static_cast<std::size_t>(data.steps * data.features);
+  const std::size_t per = data.sample(0).size();
   x.resize(indices.size() * per);
   y.resize(indices.size());
   for (std::size_t k = 0; k < indices.size(); ++k) {
@@ -33,8 +79,8 @@ void gather_batch(const SequenceDataset& data, std::span<const Index> indices, s
   }
 }
 
-template <class T>
-EvalReport evaluate(SequenceClassifier<T>& model, const SequenceDataset& data, Index batch) {
+template <class Model, class Data>
+EvalReport evaluate(Model& model, const Data& data, Index batch) {
   EvalReport r;
   const double t0 = omp_get_wtime();
   std::vector<Index> idx;
@@ -47,7 +93,7 @@ EvalReport evaluate(SequenceClassifier<T>& model, const SequenceDataset& data, I
     idx.resize(static_cast<std::size_t>(n));
     for (Index k = 0; k < n; ++k) idx[static_cast<std::size_t>(k)] = start + k;
     gather_batch(data, idx, x, y);
-    loss_sum += static_cast<double>(model.evaluate(x, n, data.steps, y, &pred)) * static_cast<double>(n);
+    loss_sum += static_cast<double>(batch_loss(model, data, x, n, y, nullptr, nullptr, &pred)) * static_cast<double>(n);
     for (Index k = 0; k < n; ++k) correct += pred[static_cast<std::size_t>(k)] == y[static_cast<std::size_t>(k)];
   }
   r.samples = data.size();
@@ -57,12 +103,12 @@ EvalReport evaluate(SequenceClassifier<T>& model, const SequenceDataset& data, I
   return r;
 }
 
-template <class T>
-EpochReport train_epoch(SequenceClassifier<T>& model, Optimizer<T>& optimizer, const SequenceDataset& train,
-                        Index epoch, const TrainConfig& config, const ProgressFn& progress) {
+template <class Model, class Data, class T>
+EpochReport train_epoch(Model& model, Optimizer<T>& optimizer, const Data& train, Index epoch,
+                        const TrainConfig& config, const ProgressFn& progress) {
   if (config.batch < 1)
     detail::raise<InvalidArgument>("train", "batch size must be ≥ 1 (got " + std::to_string(config.batch) + ")");
-  model.rnn().check_backward_memory(train.steps, std::min(config.batch, train.size()), config.backward);
+  before_epoch(model, train, std::min(config.batch, train.size()), config.backward);
   EpochReport r;
   r.epoch = epoch;
   const double t0 = omp_get_wtime();
@@ -79,9 +125,10 @@ EpochReport train_epoch(SequenceClassifier<T>& model, Optimizer<T>& optimizer, c
                  std::span<const Index>(order).subspan(static_cast<std::size_t>(start), static_cast<std::size_t>(n)), x,
                  y);
     StepTimes st;
-    const T loss = model.loss_and_grad(x, n, train.steps, y, config.backward, &st, &pred);
+    const T loss = batch_loss(model, train, x, n, y, &config.backward, &st, &pred);
     const double t_opt = omp_get_wtime();
     optimizer.step(params);
+    after_step(model);
     r.optimizer_seconds += omp_get_wtime() - t_opt;
     r.forward_seconds += st.forward;
     r.backward_seconds += st.backward;
@@ -99,11 +146,19 @@ EpochReport train_epoch(SequenceClassifier<T>& model, Optimizer<T>& optimizer, c
   return r;
 }
 
-template EvalReport evaluate<float>(SequenceClassifier<float>&, const SequenceDataset&, Index);
-template EvalReport evaluate<double>(SequenceClassifier<double>&, const SequenceDataset&, Index);
-template EpochReport train_epoch<float>(SequenceClassifier<float>&, Optimizer<float>&, const SequenceDataset&, Index,
-                                        const TrainConfig&, const ProgressFn&);
-template EpochReport train_epoch<double>(SequenceClassifier<double>&, Optimizer<double>&, const SequenceDataset&, Index,
-                                         const TrainConfig&, const ProgressFn&);
+#define BPPSA_TRAINER(M, D, T)                                                                                  \
+  template EvalReport evaluate(M<T>&, const D&, Index);                                                       \
+  template EpochReport train_epoch(M<T>&, Optimizer<T>&, const D&, Index, const TrainConfig&, const ProgressFn&); \
+  template T batch_loss(M<T>&, const D&, std::span<const float>, Index, std::span<const std::int64_t>,       \
+                        const BackwardOptions*, StepTimes*, std::vector<std::int64_t>*);
+BPPSA_TRAINER(SequenceClassifier, SequenceDataset, float)
+BPPSA_TRAINER(SequenceClassifier, SequenceDataset, double)
+BPPSA_TRAINER(ConvNet, ImageDataset, float)
+BPPSA_TRAINER(ConvNet, ImageDataset, double)
+#undef BPPSA_TRAINER
+template void gather_batch(const SequenceDataset&, std::span<const Index>, std::vector<float>&,
+                           std::vector<std::int64_t>&);
+template void gather_batch(const ImageDataset&, std::span<const Index>, std::vector<float>&,
+                           std::vector<std::int64_t>&);
 
 }  // namespace bppsa

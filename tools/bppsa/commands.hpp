@@ -14,5 +14,6 @@ Command add_train(CLI::App& app);
 Command add_eval(CLI::App& app);
 Command add_grad(CLI::App& app);
 Command add_simulate(CLI::App& app);
+Command add_jacobians(CLI::App& app);
 
 }  // namespace bppsa::cli

@@ -22,37 +22,103 @@ struct EvalArgs {
   bool json = false;
 };
 
+/// Prints an evaluation report (text or one JSON object).
+void print_eval(const EvalArgs& a, const EvalReport& r, const std::string& model, const std::string& data) {
+  if (a.json) {
+    std::cout << nlohmann::json{{"checkpoint", a.checkpoint}, {"model", model},           {"data", data},
+                                {"split", a.split},           {"samples", r.samples},      {"loss", r.loss},
+                                {"accuracy", r.accuracy},     {"seconds", r.seconds}}
+                     .dump()
+              << "\n";
+  } else {
+    std::printf("%s: %s accuracy %.2f%% (loss %.4f) on %lld %s samples of %s [%s], %.1f s\n", a.checkpoint.c_str(),
+                a.split.c_str(), 100 * r.accuracy, r.loss, static_cast<long long>(r.samples), a.split.c_str(),
+                data.c_str(), model.c_str(), r.seconds);
+  }
+}
+
 int run_eval(const EvalArgs& a) {
   const TensorFile file = read_safetensors(a.checkpoint);
+  if (file.metadata_or("bppsa.model", a.model) == "cnn") {
+    ConvNet<float> model(convnet_config_from_state_dict(file));
+    model.load_state_dict(file);
+    auto [train, test] = load_images(a.data, a.json);
+    const ImageDataset* data = a.split == "train" ? &train : &test;
+    check_data_fits(model.config(), model.classes(), *data, "the " + a.split + " data");
+    print_eval(a, evaluate(model, *data, a.batch), describe(model.config()), data->name);
+    return 0;
+  }
   const ModelConfig config = checkpoint_config(file, a.model);
   SequenceClassifier<float> model(config);
   model.load_state_dict(file);
   auto [train, test] = load_data(a.data, a.json);
   const SequenceDataset* data = a.split == "train" ? &train : &test;
   check_data_fits(config, *data, "the " + a.split + " data");
-  const EvalReport r = evaluate(model, *data, a.batch);
-  if (a.json) {
-    std::cout << nlohmann::json{{"checkpoint", a.checkpoint}, {"model", describe(config)}, {"data", data->name},
-                                {"split", a.split},           {"samples", r.samples},      {"loss", r.loss},
-                                {"accuracy", r.accuracy},     {"seconds", r.seconds}}
-                     .dump()
-              << "\n";
-  } else {
-    std::printf("%s: %s accuracy %.2f%% (loss %.4f) on %lld %s sequences of %s [%s], %.1f s\n", a.checkpoint.c_str(),
-                a.split.c_str(), 100 * r.accuracy, r.loss, static_cast<long long>(r.samples), a.split.c_str(),
-                data->name.c_str(), describe(config).c_str(), r.seconds);
-  }
+  print_eval(a, evaluate(model, *data, a.batch), describe(config), data->name);
   return 0;
 }
 
 struct GradArgs {
   std::string model;
+  std::string arch;
   std::string weights, batch, out;
   BackwardArgs backward;
 };
 
+/// Writes loss and gradients (atomically) and prints a summary.
+template <class Model>
+void write_grads(const GradArgs& a, Model& model, float loss, const std::string& description) {
+  TensorFile g;
+  g.tensors["loss"] = Tensor::from_f32(std::vector<float>{loss}, {});
+  for (const auto& p : model.parameters())
+    g.tensors[p.name] = Tensor::from_f32(std::span<const float>(p.grad, static_cast<std::size_t>(p.size)), p.shape);
+  g.metadata["bppsa.model"] = description;
+  g.metadata["bppsa.backward"] = a.backward.backward;
+  write_safetensors(a.out, g);
+  std::printf("loss %.6f; %zu gradients written to %s (%s, backward %s)\n", loss, g.tensors.size() - 1, a.out.c_str(),
+              description.c_str(), a.backward.backward.c_str());
+}
+
+void require_finite(const std::vector<float>& x, const GradArgs& a) {
+  for (float v : x)
+    if (!std::isfinite(v)) detail::raise<NonFiniteError>("grad", "tensor 'x' in " + a.batch + " holds NaN/Inf");
+}
+
+int run_grad_cnn(const GradArgs& a) {
+  const char* op = "grad";
+  const TensorFile w = read_safetensors(a.weights);
+  const TensorFile xb = read_safetensors(a.batch);
+  const Tensor& xt = xb.at("x", op);
+  if (xt.shape.size() != 4)
+    detail::raise<ShapeError>(op, "tensor 'x' in " + a.batch + " has shape " + shape_list(xt.shape) +
+                                      ", expected [batch, channels, height, width]");
+  const Index B = xt.shape[0];
+  xb.require("y", {B}, op);
+  ConvNetConfig config;
+  config.input = {xt.shape[1], xt.shape[2], xt.shape[3]};
+  if (!a.arch.empty()) {
+    config.layers = parse_arch(a.arch);
+  } else {
+    const std::string arch = w.metadata_or("bppsa.arch", "");
+    if (arch.empty())
+      detail::raise<InvalidArgument>(op, "--model cnn needs --arch SPEC (" + a.weights +
+                                             " does not record its architecture)");
+    config.layers = parse_arch(arch);
+  }
+  ConvNet<float> model(config);
+  model.load_state_dict(w);
+  const std::vector<float> x = xt.to_f32("x");
+  require_finite(x, a);
+  const std::vector<std::int64_t> y = xb.at("y", op).to_i64("y");
+  const float loss = model.loss_and_grad(x, B, y, to_options(a.backward));
+  write_grads(a, model, loss, describe(config));
+  return 0;
+}
+
 int run_grad(const GradArgs& a) {
   const char* op = "grad";
+  if (a.model == "cnn") return run_grad_cnn(a);
+  if (!a.arch.empty()) detail::raise<InvalidArgument>(op, "--arch is for --model cnn");
   const TensorFile w = read_safetensors(a.weights);
   const ModelConfig config = config_from_state_dict(w, parse_cell(a.model));
   SequenceClassifier<float> model(config);
@@ -67,18 +133,9 @@ int run_grad(const GradArgs& a) {
   xb.require("y", {B}, op);
   const std::vector<float> x = xt.to_f32("x");
   const std::vector<std::int64_t> y = xb.at("y", op).to_i64("y");
-  for (float v : x)
-    if (!std::isfinite(v)) detail::raise<NonFiniteError>(op, "tensor 'x' in " + a.batch + " holds NaN/Inf");
+  require_finite(x, a);
   const float loss = model.loss_and_grad(x, B, T, y, to_options(a.backward));
-  TensorFile g;
-  g.tensors["loss"] = Tensor::from_f32(std::vector<float>{loss}, {});
-  for (const auto& p : model.parameters())
-    g.tensors[p.name] = Tensor::from_f32(std::span<const float>(p.grad, static_cast<std::size_t>(p.size)), p.shape);
-  g.metadata["bppsa.model"] = describe(config);
-  g.metadata["bppsa.backward"] = a.backward.backward;
-  write_safetensors(a.out, g);
-  std::printf("loss %.6f; %zu gradients written to %s (%s, backward %s)\n", loss, g.tensors.size() - 1, a.out.c_str(),
-              describe(config).c_str(), a.backward.backward.c_str());
+  write_grads(a, model, loss, describe(config));
   return 0;
 }
 
@@ -91,7 +148,7 @@ Command add_eval(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingFile);
   sub->add_option("--model", a->model, "cell type when the checkpoint does not record it (rnn, gru, lstm)")
-      ->check(CLI::IsMember({"rnn", "gru", "lstm"}));
+      ->check(CLI::IsMember({"rnn", "gru", "lstm", "cnn"}));
   add_data_options(*sub, a->data);
   sub->add_option("--split", a->split, "which part of the data: test or train")
       ->check(CLI::IsMember({"test", "train"}))
@@ -106,12 +163,18 @@ Command add_grad(CLI::App& app) {
   CLI::App* sub =
       app.add_subcommand("grad",
                          "loss and gradients of one batch for the PyTorch module rnn = nn.RNN|GRU|LSTM(I, H, layers, "
-                         "batch_first=True), head = nn.Linear(H, C), output head(out[:, -1]), mean cross-entropy");
-  sub->add_option("--model", a->model, "rnn, gru or lstm")->required()->check(CLI::IsMember({"rnn", "gru", "lstm"}));
+                         "batch_first=True), head = nn.Linear(H, C), output head(out[:, -1]), or (--model cnn) "
+                         "nn.Sequential(*layers of --arch); mean cross-entropy");
+  sub->add_option("--model", a->model, "rnn, gru, lstm or cnn")
+      ->required()
+      ->check(CLI::IsMember({"rnn", "gru", "lstm", "cnn"}));
+  sub->add_option("--arch", a->arch,
+                  "cnn: conv:OUT:K:S:P[:D], maxpool:K:S[:P], avgpool:K:S[:P], relu, tanh, flatten, linear:OUT, "
+                  "comma-separated, or vgg11, vgg11/N (default: the weights' bppsa.arch metadata)");
   sub->add_option("--weights", a->weights, "state_dict (F32) under PyTorch's names")
       ->required()
       ->check(CLI::ExistingFile);
-  sub->add_option("--batch", a->batch, "x: F32 [B, T, I], y: I64 [B]")->required()->check(CLI::ExistingFile);
+  sub->add_option("--batch", a->batch, "x: F32 [B, T, I] (cnn: [B, C, H, W]), y: I64 [B]")->required()->check(CLI::ExistingFile);
   sub->add_option("--out", a->out, "written atomically: loss (F32 []) and each parameter's gradient")->required();
   add_backward_options(*sub, a->backward);
   return [a] { return run_grad(*a); };

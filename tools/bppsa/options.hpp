@@ -6,12 +6,14 @@
 #include <utility>
 
 #include "bppsa/data/dataset.hpp"
+#include "bppsa/data/image.hpp"
 #include "bppsa/nn/model.hpp"
 
 namespace bppsa::cli {
 
 struct ModelArgs {
   std::string model = "rnn";
+  std::string arch;  ///< cnn: SPEC or a named architecture (bppsa/nn/arch.hpp)
   Index hidden = 20;
   Index layers = 1;
   std::string head = "last";
@@ -32,6 +34,11 @@ struct DataArgs {
 void add_data_options(CLI::App& app, DataArgs& a);
 /// Loads and splits the data set; prints a one-line summary unless quiet.
 std::pair<SequenceDataset, SequenceDataset> load_data(const DataArgs& a, bool quiet);
+/// Image data for CNNs: --data mnist (1×32×32, zero-padded digits) or cifar10 (binary batches
+/// in --data-dir), standardised per channel; same summary and limits.
+std::pair<ImageDataset, ImageDataset> load_images(const DataArgs& a, bool quiet);
+/// True for the data sets load_images serves.
+bool image_data(const std::string& data);
 
 struct BackwardArgs {
   std::string backward = "blelloch";

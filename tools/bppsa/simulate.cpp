@@ -283,9 +283,7 @@ int run(const Args& a) {
                            {"max_abs_error", worst},
                            {"bp_mean_abs_error", validated ? bp_sum / validated : 0.0},
                            {"bp_max_abs_error", bp_worst}};
-    const std::string text = doc.dump(2) + "\n";
-    write_file_atomic(a.json,
-                      std::span<const unsigned char>(reinterpret_cast<const unsigned char*>(text.data()), text.size()));
+    write_file_atomic(a.json, doc.dump(2) + "\n");
   }
   return 0;
 }

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "bppsa/bppsa.hpp"
@@ -34,6 +35,8 @@ struct Args {
   std::string save, resume, log;
   bool no_progress = false;
   bool check = false;
+  std::string init;    ///< cnn: start from these weights (e.g. a dense model to prune)
+  double prune = -1;   ///< cnn: global magnitude pruning to this sparsity before training
   CLI::App* app = nullptr;
 };
 
@@ -84,45 +87,31 @@ std::vector<std::vector<float>> copy_grads(const std::vector<NamedParam<float>>&
   return g;
 }
 
-int run(const Args& a) {
-  if (!a.save.empty()) {  // fail before training, not after the first epoch
-    const std::filesystem::path dir = std::filesystem::path(a.save).parent_path();
-    std::error_code ec;
-    if (!dir.empty() && !std::filesystem::is_directory(dir, ec))
-      detail::raise<InvalidArgument>(
-          "train", "--save " + a.save + ": the folder " + dir.string() + " does not exist; create it first");
-    if (access(dir.empty() ? "." : dir.c_str(), W_OK) != 0)
-      detail::raise<InvalidArgument>("train", "--save " + a.save + ": the folder " +
-                                                  (dir.empty() ? std::string(".") : dir.string()) + " is not writable");
-  }
-  const auto [train, test] = load_data(a.data, false);
-  ModelConfig config;
-  std::unique_ptr<SequenceClassifier<float>> model;
-  TensorFile resumed;
-  Index first_epoch = 1;
-  if (!a.resume.empty()) {
-    resumed = read_safetensors(a.resume);
-    config = checkpoint_config(resumed, a.model.model);
-    // Flags given explicitly must agree with the checkpoint.
-    auto conflict = [&](const char* flag, const std::string& given, const std::string& saved) {
-      if (a.app->count(flag) && given != saved)
-        detail::raise<InvalidArgument>("resume", std::string(flag) + " " + given + " conflicts with the checkpoint " +
-                                                     a.resume + " (" + saved + "); drop the flag or start afresh");
-    };
-    conflict("--model", a.model.model, to_string(config.rnn.cell));
-    conflict("--hidden", std::to_string(a.model.hidden), std::to_string(config.rnn.hidden));
-    conflict("--layers", std::to_string(a.model.layers), std::to_string(config.rnn.layers));
-    model = std::make_unique<SequenceClassifier<float>>(config);
-    model->load_state_dict(resumed);
-    first_epoch = meta_index(resumed, "bppsa.epoch") + 1;
-  } else {
-    config = model_config(a.model, train.features, train.classes);
-    model = std::make_unique<SequenceClassifier<float>>(config);
-    model->reset_parameters(a.seed);
-  }
-  check_data_fits(config, train, "the training data");
-  check_data_fits(config, test, "the test data");
+void check_save_folder(const Args& a) {
+  if (a.save.empty()) return;  // fail before training, not after the first epoch
+  const std::filesystem::path dir = std::filesystem::path(a.save).parent_path();
+  std::error_code ec;
+  if (!dir.empty() && !std::filesystem::is_directory(dir, ec))
+    detail::raise<InvalidArgument>("train",
+                                   "--save " + a.save + ": the folder " + dir.string() + " does not exist; create it first");
+  if (access(dir.empty() ? "." : dir.c_str(), W_OK) != 0)
+    detail::raise<InvalidArgument>("train", "--save " + a.save + ": the folder " +
+                                                (dir.empty() ? std::string(".") : dir.string()) + " is not writable");
+}
 
+/// A flag given explicitly must agree with the checkpoint being resumed.
+void require_same(const Args& a, const char* flag, const std::string& given, const std::string& saved) {
+  if (a.app->count(flag) && given != saved)
+    detail::raise<InvalidArgument>("resume", std::string(flag) + " " + given + " conflicts with the checkpoint " +
+                                                 a.resume + " (" + saved + "); drop the flag or start afresh");
+}
+
+/// The loop shared by every model: optimizer (and its resumed state), epochs with progress,
+/// evaluation, JSON-lines log, atomic checkpoints, and the final BPPSA-vs-BP check.
+template <class Model, class Data>
+int train_loop(const Args& a, Model& model, const std::string& description, const Data& train, const Data& test,
+               const TensorFile& resumed, const std::map<std::string, std::string>& metadata) {
+  const Index first_epoch = a.resume.empty() ? 1 : meta_index(resumed, "bppsa.epoch") + 1;
   OptimizerConfig oc;
   oc.type = parse_optimizer(a.optimizer);
   oc.lr = a.lr;
@@ -130,7 +119,7 @@ int run(const Args& a) {
   oc.weight_decay = a.weight_decay;
   oc.clip_grad_norm = a.clip;
   Optimizer<float> optimizer(oc);
-  auto params = model->parameters();
+  auto params = model.parameters();
   if (!a.resume.empty()) {
     const std::string op_path = optimizer_path(a.resume);
     if (!std::filesystem::exists(op_path))
@@ -150,7 +139,7 @@ int run(const Args& a) {
   tc.backward = to_options(a.backward);
 
   const BackwardMethod resolved = resolve_backward(tc.backward, std::min(a.batch, train.size()));
-  std::cerr << "model: " << describe(config) << ", backward " << a.backward.backward
+  std::cerr << "model: " << description << ", backward " << a.backward.backward
             << (tc.backward.method == BackwardMethod::automatic
                     ? std::string(resolved == BackwardMethod::bp ? " (→ bp: the batch keeps every thread busy)"
                                                                  : " (→ scan, algorithm by the cost model)")
@@ -161,14 +150,11 @@ int run(const Args& a) {
   if (!a.log.empty()) {
     log.open(a.log, a.resume.empty() ? std::ios::trunc : std::ios::app);
     if (!log) detail::raise<IoError>("train", "cannot open the log file " + a.log + " for writing");
-    log << nlohmann::json{{"event", "start"},          {"model", describe(config)},
-                          {"data", train.name},        {"backward", a.backward.backward},
-                          {"optimizer", a.optimizer},  {"lr", a.lr},
-                          {"batch", a.batch},          {"seed", a.seed},
-                          {"first_epoch", first_epoch}}
-               .dump()
-        << "\n"
-        << std::flush;
+    nlohmann::json start{{"event", "start"},         {"model", description}, {"data", train.name},
+                         {"backward", a.backward.backward}, {"optimizer", a.optimizer}, {"lr", a.lr},
+                         {"batch", a.batch},         {"seed", a.seed},       {"first_epoch", first_epoch}};
+    for (const auto& [k, v] : metadata) start[k] = v;
+    log << start.dump() << "\n" << std::flush;
   }
   if (first_epoch > a.epochs)
     std::cerr << "the checkpoint already completed epoch " << first_epoch - 1 << " of " << a.epochs
@@ -176,10 +162,10 @@ int run(const Args& a) {
 
   for (Index epoch = first_epoch; epoch <= a.epochs; ++epoch) {
     ProgressBar bar("epoch " + std::to_string(epoch) + "/" + std::to_string(a.epochs), "batch", !a.no_progress);
-    const EpochReport r = train_epoch(*model, optimizer, train, epoch, tc,
+    const EpochReport r = train_epoch(model, optimizer, train, epoch, tc,
                                       [&](Index done, Index total, double loss) { bar.update(done, total, loss); });
     bar.finish();
-    const EvalReport e = evaluate(*model, test, 256);
+    const EvalReport e = evaluate(model, test, 256);
     std::printf(
         "epoch %lld/%lld  train loss %.4f acc %5.2f%%  test loss %.4f acc %5.2f%%  %.1f s (forward %.1f, backward %.1f "
         "of which Jacobians %.1f, optimizer %.2f; eval %.1f s)\n",
@@ -210,11 +196,12 @@ int run(const Args& a) {
       // pair or a consistent new weights file with its matching state.
       TensorFile os = optimizer.state(params);
       write_safetensors(optimizer_path(a.save), os);
-      TensorFile ck = model->state_dict();
+      TensorFile ck = model.state_dict();
       ck.metadata["bppsa.epoch"] = std::to_string(epoch);
       ck.metadata["bppsa.step"] = std::to_string(optimizer.steps());
       ck.metadata["bppsa.data"] = train.name;
       ck.metadata["bppsa.backward"] = a.backward.backward;
+      for (const auto& [k, v] : metadata) ck.metadata[k] = v;
       write_safetensors(a.save, ck);
       std::cerr << "saved " << a.save << " (epoch " << epoch << ")\n";
     }
@@ -232,15 +219,14 @@ int run(const Args& a) {
     if (resolve_backward(scan, n) == BackwardMethod::bp) scan.method = BackwardMethod::blelloch;
     BackwardOptions bp = tc.backward;
     bp.method = BackwardMethod::bp;
-    model->loss_and_grad(x, n, train.steps, y, bp);
+    batch_loss(model, train, x, n, y, &bp, nullptr, nullptr);
     const auto ref = copy_grads(params);
-    model->loss_and_grad(x, n, train.steps, y, scan);
+    batch_loss(model, train, x, n, y, &scan, nullptr, nullptr);
     const auto got = copy_grads(params);
     std::string where;
     const double err = max_relative_error(got, ref, params, &where);
-    std::printf("gradient check (one batch of %lld, T = %lld): %s vs bp, largest relative error %.3g (%s)\n",
-                static_cast<long long>(n), static_cast<long long>(train.steps), to_string(scan.method), err,
-                where.c_str());
+    std::printf("gradient check (one batch of %lld): %s vs bp, largest relative error %.3g (%s)\n",
+                static_cast<long long>(n), to_string(scan.method), err, where.c_str());
     if (!(err <= 1e-3)) {
       std::fprintf(stderr, "bppsa: error: gradient check failed (%.3g > 1e-3)\n", err);
       return 3;
@@ -249,11 +235,86 @@ int run(const Args& a) {
   return 0;
 }
 
+int run_recurrent(const Args& a) {
+  if (a.app->count("--arch") || a.app->count("--init") || a.app->count("--prune"))
+    detail::raise<InvalidArgument>("train", "--arch, --init and --prune are for --model cnn");
+  const auto [train, test] = load_data(a.data, false);
+  ModelConfig config;
+  std::unique_ptr<SequenceClassifier<float>> model;
+  TensorFile resumed;
+  if (!a.resume.empty()) {
+    resumed = read_safetensors(a.resume);
+    config = checkpoint_config(resumed, a.model.model);
+    require_same(a, "--model", a.model.model, to_string(config.rnn.cell));
+    require_same(a, "--hidden", std::to_string(a.model.hidden), std::to_string(config.rnn.hidden));
+    require_same(a, "--layers", std::to_string(a.model.layers), std::to_string(config.rnn.layers));
+    model = std::make_unique<SequenceClassifier<float>>(config);
+    model->load_state_dict(resumed);
+  } else {
+    config = model_config(a.model, train.features, train.classes);
+    model = std::make_unique<SequenceClassifier<float>>(config);
+    model->reset_parameters(a.seed);
+  }
+  check_data_fits(config, train, "the training data");
+  check_data_fits(config, test, "the test data");
+  return train_loop(a, *model, describe(config), train, test, resumed, {});
+}
+
+int run_cnn(const Args& a) {
+  if (a.resume.empty() && a.init.empty() && a.model.arch.empty())
+    detail::raise<InvalidArgument>("train", "--model cnn needs --arch (e.g. vgg11/8, or conv:8:3:1:1,relu,"
+                                            "maxpool:2:2,flatten,linear:10), or --init/--resume from a cnn checkpoint");
+  if (!a.resume.empty() && (!a.init.empty() || a.prune >= 0))
+    detail::raise<InvalidArgument>("train", "--resume continues a run as it was saved (its masks included); "
+                                            "--init and --prune start a new one");
+  const auto [train, test] = load_images(a.data, false);
+  const std::string source = !a.resume.empty() ? a.resume : a.init;
+  TensorFile file;
+  ConvNetConfig config;
+  if (!source.empty()) {
+    file = read_safetensors(source);
+    config = convnet_config_from_state_dict(file);
+    if (a.app->count("--arch") && parse_arch(a.model.arch) != config.layers)
+      detail::raise<InvalidArgument>("train", "--arch " + a.model.arch + " differs from the architecture of " +
+                                                  source + " (" + arch_string(config.layers) + "); drop --arch");
+  } else {
+    config.input = {train.channels, train.height, train.width};
+    config.layers = parse_arch(a.model.arch);
+  }
+  config.loss = parse_loss(a.model.loss);
+  ConvNet<float> model(config);
+  check_data_fits(config, model.classes(), train, "the training data");
+  check_data_fits(config, model.classes(), test, "the test data");
+  std::map<std::string, std::string> meta;
+  if (source.empty()) {
+    model.reset_parameters(a.seed);
+  } else {
+    model.load_state_dict(file);
+  }
+  if (a.prune >= 0) {
+    const PruneReport r = prune_global_magnitude(model, a.prune);
+    std::cerr << "prune: " << r.str() << "\n";
+    meta["bppsa.sparsity"] = std::to_string(r.sparsity());
+  } else if (!a.resume.empty() && std::stod(file.metadata_or("bppsa.sparsity", "0")) > 0) {
+    const PruneReport r = masks_from_zeros(model);  // a pruned run: keep its masks
+    std::cerr << "prune: masks restored from " << a.resume << ": " << r.str() << "\n";
+    meta["bppsa.sparsity"] = file.metadata_or("bppsa.sparsity");
+  }
+  const std::string init = !a.init.empty() ? a.init : file.metadata_or("bppsa.init", "");
+  if (!init.empty()) meta["bppsa.init"] = init;
+  return train_loop(a, model, describe(config), train, test, a.resume.empty() ? TensorFile{} : file, meta);
+}
+
+int run(const Args& a) {
+  check_save_folder(a);
+  return a.model.model == "cnn" ? run_cnn(a) : run_recurrent(a);
+}
+
 }  // namespace
 
 Command add_train(CLI::App& app) {
   auto a = std::make_shared<Args>();
-  CLI::App* sub = app.add_subcommand("train", "train a recurrent classifier with BP or BPPSA");
+  CLI::App* sub = app.add_subcommand("train", "train a recurrent or convolutional classifier with BP or BPPSA");
   a->app = sub;
   add_model_options(*sub, a->model);
   add_data_options(*sub, a->data);
@@ -280,6 +341,12 @@ Command add_train(CLI::App& app) {
   sub->add_option("--resume", a->resume, "continue from a checkpoint written by --save")->check(CLI::ExistingFile);
   sub->add_option("--log", a->log, "write per-epoch metrics as JSON lines");
   sub->add_flag("--no-progress", a->no_progress, "no progress bar");
+  sub->add_option("--init", a->init, "cnn: start from the weights of this checkpoint (e.g. a trained dense model)")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--prune", a->prune,
+                  "cnn: before training, prune this fraction of all conv and linear weights by global magnitude "
+                  "(e.g. 0.9); the masks stay fixed while retraining")
+      ->check(CLI::Range(0.0, 0.999999));
   sub->add_flag("--check", a->check, "at the end, compare one batch's BPPSA gradients with BP's and print the error");
   return [a] { return run(*a); };
 }

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <span>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -16,5 +17,7 @@ std::vector<unsigned char> read_file(const std::filesystem::path& path);
 /// fsync'ed, then renamed over `path`. On any failure the temporary is removed, the old file
 /// (if any) is untouched, and IoError is thrown.
 void write_file_atomic(const std::filesystem::path& path, std::span<const unsigned char> bytes);
+/// The same for text (JSON reports, logs).
+void write_file_atomic(const std::filesystem::path& path, std::string_view text);
 
 }  // namespace bppsa

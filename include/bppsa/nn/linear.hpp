@@ -22,6 +22,9 @@ class Linear {
   void forward(const Eigen::Ref<const Matrix<T>>& x, Matrix<T>& y) const;
   /// From dy (out × N) and the forward input x: sets grad_weight, grad_bias, and dx = W^T dy.
   void backward(const Eigen::Ref<const Matrix<T>>& x, const Matrix<T>& dy, Matrix<T>& dx);
+  /// The two halves of backward: grad_weight = dy x^T, grad_bias = Σ dy; and dx = W^T dy.
+  void param_grads(const Eigen::Ref<const Matrix<T>>& x, const Matrix<T>& dy);
+  void input_grad(const Matrix<T>& dy, Matrix<T>& dx) const;
 
   RowMatrix<T> weight;  ///< out × in, PyTorch layout
   Vector<T> bias;

@@ -13,6 +13,7 @@
 #include "bppsa/io/safetensors.hpp"
 #include "bppsa/nn/linear.hpp"
 #include "bppsa/nn/loss.hpp"
+#include "bppsa/nn/params.hpp"
 #include "bppsa/nn/recurrent.hpp"
 
 namespace bppsa {
@@ -36,16 +37,6 @@ struct StepTimes {
   double forward = 0;
   double backward = 0;
   BackwardTimes detail;
-};
-
-/// A named parameter: PyTorch name and shape, row-major values and the last gradient.
-template <class T>
-struct NamedParam {
-  std::string name;
-  std::vector<Index> shape;
-  T* value = nullptr;
-  const T* grad = nullptr;
-  Index size = 0;
 };
 
 template <class T>

@@ -6,6 +6,8 @@
 #include <functional>
 
 #include "bppsa/data/dataset.hpp"
+#include "bppsa/data/image.hpp"
+#include "bppsa/nn/conv_net.hpp"
 #include "bppsa/nn/model.hpp"
 #include "bppsa/train/optimizer.hpp"
 
@@ -38,25 +40,40 @@ struct EpochReport {
 /// Called after every optimizer step: batches done, batches in the epoch, running loss.
 using ProgressFn = std::function<void(Index done, Index total, double running_loss)>;
 
+/// The models and data sets the loop serves: a SequenceClassifier on a SequenceDataset, or a
+/// ConvNet on an ImageDataset (pruned ConvNets keep their masked weights at zero).
+///
 /// Mean loss and accuracy of the model on a data set (batches of `batch`).
-template <class T>
-EvalReport evaluate(SequenceClassifier<T>& model, const SequenceDataset& data, Index batch = 256);
+template <class Model, class Data>
+EvalReport evaluate(Model& model, const Data& data, Index batch = 256);
 
 /// One epoch over `train` (all samples, last batch partial). Throws what the model throws
 /// (NonFiniteError when the loss diverges) before any parameter is updated with bad values.
+template <class Model, class Data, class T>
+EpochReport train_epoch(Model& model, Optimizer<T>& optimizer, const Data& train, Index epoch,
+                        const TrainConfig& config, const ProgressFn& progress = {});
+
+/// Loss (and gradients when `options` is given) of one batch, whatever the model: the
+/// sequence models take the step count from the data set.
 template <class T>
-EpochReport train_epoch(SequenceClassifier<T>& model, Optimizer<T>& optimizer, const SequenceDataset& train,
-                        Index epoch, const TrainConfig& config, const ProgressFn& progress = {});
+T batch_loss(SequenceClassifier<T>& model, const SequenceDataset& data, std::span<const float> x, Index n,
+             std::span<const std::int64_t> y, const BackwardOptions* options, StepTimes* times,
+             std::vector<std::int64_t>* predictions);
+template <class T>
+T batch_loss(ConvNet<T>& model, const ImageDataset& data, std::span<const float> x, Index n,
+             std::span<const std::int64_t> y, const BackwardOptions* options, StepTimes* times,
+             std::vector<std::int64_t>* predictions);
 
 /// Checks that the data fits the model (features = input size, labels < classes); ShapeError
 /// / InvalidArgument saying which flag to change.
 void check_data_fits(const ModelConfig& model, const SequenceDataset& data, const std::string& what);
 
-/// Gathers samples `indices` of `data` into x (batch × steps × features) and y.
-void gather_batch(const SequenceDataset& data, std::span<const Index> indices, std::vector<float>& x,
-                  std::vector<std::int64_t>& y);
+/// Checks that images fit a CNN (C×H×W = the model's input, labels < its outputs).
+void check_data_fits(const ConvNetConfig& model, Index classes, const ImageDataset& data, const std::string& what);
 
-extern template EvalReport evaluate<float>(SequenceClassifier<float>&, const SequenceDataset&, Index);
-extern template EvalReport evaluate<double>(SequenceClassifier<double>&, const SequenceDataset&, Index);
+/// Gathers samples `indices` of `data` into x (batch × sample) and y.
+template <class Data>
+void gather_batch(const Data& data, std::span<const Index> indices, std::vector<float>& x,
+                  std::vector<std::int64_t>& y);
 
 }  // namespace bppsa
