@@ -169,8 +169,91 @@ def main():
     run(["train", "--model", "gru", "--data", "irmas", "--data-dir", irmas, "--preset", "l", "--no-progress"], 1,
         "broken.wav", "truncated WAV in the data folder")
 
+    check_cnn()
+
     print("ALL OK" if not FAILURES else f"{len(FAILURES)} FAILED: {FAILURES}")
     sys.exit(1 if FAILURES else 0)
+
+
+def write_cifar(folder, counts, rng):
+    """CIFAR-10 binary batches (1 label byte + 3072 pixel bytes per record)."""
+    os.makedirs(folder, exist_ok=True)
+    names = [f"data_batch_{k + 1}.bin" for k in range(len(counts) - 1)] + ["test_batch.bin"]
+    for name, n in zip(names, counts):
+        rec = np.zeros((n, 3073), dtype=np.uint8)
+        rec[:, 0] = rng.integers(0, 10, size=n)
+        rec[:, 1:] = rng.integers(0, 256, size=(n, 3072))
+        rec[:, 1:1025] //= 2
+        rec[:, 1:1025] += (rec[:, :1] * 12).astype(np.uint8)  # red plane carries the label: learnable
+        rec.tofile(os.path.join(folder, name))
+
+
+def check_cnn():
+    """CNNs: bad SPECs and shapes, CIFAR-10-format training, pruning, resume, malformed data."""
+    rng = np.random.default_rng(7)
+    cifar = path("cifar-10-batches-bin")
+    write_cifar(cifar, [60, 40, 30], rng)
+    arch = "conv:4:3:1:1,relu,maxpool:2:2,conv:8:3:2:1,relu,avgpool:2:2,flatten,linear:10"
+    base = ["train", "--model", "cnn", "--data", "cifar10", "--data-dir", path("."), "--batch", "16", "--lr", "1e-3",
+            "--no-progress"]
+    ck = path("cnn.safetensors")
+    r = run(base + ["--arch", arch, "--epochs", "1", "--save", ck, "--backward", "blelloch", "--check"],
+            label="cnn on CIFAR-10 binary batches (parent folder) with --check")
+    check("100 train / 30 test images of 3×32×32" in r.stderr, "CIFAR-10: 2 train batches concatenated, test batch")
+    run(base + ["--arch", "conv:4:3:1", "--epochs", "1"], 1, "conv needs conv:OUT:K:S:P", "bad SPEC: missing field")
+    run(base + ["--arch", "conv:4:3:1:1,pool:2:2,flatten,linear:10"], 1, "unknown layer 'pool'", "bad SPEC: unknown")
+    run(base + ["--arch", "conv:4:3:1:1,relu,,flatten,linear:10"], 1, "layer 2", "bad SPEC: empty layer")
+    run(base + ["--arch", "conv:4:3:1:1,linear:10"], 1, "add 'flatten' before it", "linear without flatten")
+    run(base + ["--arch", "conv:4:40:1:0,flatten,linear:10"], 1, "does not fit", "window larger than the image")
+    run(base + ["--arch", "conv:4:3:1:1,relu"], 1, "not a vector of class scores", "output not flat")
+    run(base + ["--arch", "flatten,linear:5"], 1, "5 outputs", "fewer outputs than classes")
+    run(["train", "--model", "cnn", "--data", "bitstream", "--arch", arch], 1, "a cnn needs images",
+        "cnn on sequence data")
+    run(["train", "--model", "rnn", "--data", "cifar10", "--data-dir", cifar], 1, "holds images",
+        "rnn on image data")
+    # Pruned retraining from a checkpoint, and its exact resume (masks restored from the zeros).
+    pr = path("pruned.safetensors")
+    run(base + ["--init", ck, "--prune", "0.8", "--epochs", "1", "--save", pr], label="prune 80 % and retrain")
+    shutil.copy(pr, path("pruned2.safetensors"))
+    shutil.copy(path("pruned.optim.safetensors"), path("pruned2.optim.safetensors"))
+    run(base + ["--resume", path("pruned2.safetensors"), "--epochs", "2", "--save", path("pruned2.safetensors")],
+        label="resume the pruned run")
+    run(base + ["--init", ck, "--prune", "0.8", "--epochs", "2", "--save", path("pruned3.safetensors")],
+        label="pruned run, 2 epochs straight")
+    p2, m2 = st.load(path("pruned2.safetensors"))
+    p3, _ = st.load(path("pruned3.safetensors"))
+    check(all(np.array_equal(p2[k], p3[k]) for k in p3), "resumed pruned run equals straight run")
+    ws = [v for k, v in p2.items() if k.endswith("weight")]
+    zero = sum(int((w == 0).sum()) for w in ws) / sum(w.size for w in ws)
+    check(abs(zero - 0.8) < 2e-3 and m2.get("bppsa.init") == ck, f"80 % of weights stay zero ({zero:.4f}), init kept")
+    run(base + ["--resume", pr, "--prune", "0.5", "--epochs", "3"], 1, "--init and --prune start a new one",
+        "--resume with --prune")
+    r = run(["eval", "--checkpoint", pr, "--data", "cifar10", "--data-dir", cifar, "--json"], label="eval a cnn")
+    if r.returncode == 0:
+        check(json.loads(r.stdout)["samples"] == 30, "eval on the 30 CIFAR-10 test images")
+    # grad --model cnn: input of the wrong rank, weights for another architecture.
+    x = rng.standard_normal((2, 3, 32, 32)).astype(np.float32)
+    st.save(path("xc.safetensors"), {"x": x, "y": np.array([1, 2], dtype=np.int64)})
+    st.save(path("xc3.safetensors"), {"x": x[:, 0], "y": np.array([1, 2], dtype=np.int64)})
+    g = path("gc.safetensors")
+    run(["grad", "--model", "cnn", "--weights", ck, "--batch", path("xc.safetensors"), "--out", g],
+        label="grad --model cnn (architecture from the checkpoint)")
+    run(["grad", "--model", "cnn", "--weights", ck, "--batch", path("xc3.safetensors"), "--out", g], 1,
+        "[batch, channels, height, width]", "cnn x of the wrong rank")
+    run(["grad", "--model", "cnn", "--arch", "conv:5:3:1:1,relu,flatten,linear:10", "--weights", ck, "--batch",
+         path("xc.safetensors"), "--out", g], 1, "0.weight", "weights of another architecture")
+    # Malformed CIFAR-10 data: a truncated batch and a bad label.
+    bad = path("bad-cifar")
+    write_cifar(bad, [3, 2], rng)
+    with open(os.path.join(bad, "data_batch_1.bin"), "r+b") as f:
+        f.truncate(3073 * 3 - 100)
+    run(base[:5] + ["--data-dir", bad, "--arch", arch, "--no-progress"], 1, "data_batch_1.bin", "truncated CIFAR batch")
+    write_cifar(bad, [3, 2], rng)
+    raw = bytearray(open(os.path.join(bad, "test_batch.bin"), "rb").read())
+    raw[3073] = 10
+    open(os.path.join(bad, "test_batch.bin"), "wb").write(bytes(raw))
+    run(base[:5] + ["--data-dir", bad, "--arch", arch, "--no-progress"], 1, "label", "CIFAR label out of range")
+    run(base[:5] + ["--data-dir", path("nowhere"), "--arch", arch], 1, "cifar", "missing CIFAR folder")
 
 
 if __name__ == "__main__":
