@@ -137,6 +137,14 @@ std::pair<ImageDataset, ImageDataset> mnist_image_split(const ImageDataset& all,
   return split(all, test_count(all.size()), seed);
 }
 
+std::pair<ImageDataset, ImageDataset> mnist_cnn_data(const std::filesystem::path& dir, std::uint64_t seed) {
+  auto d = mnist_image_split(load_mnist_images(dir, 2), seed);
+  const float mean[] = {0.1307f}, stdev[] = {0.3081f};
+  normalize_channels(d.first, mean, stdev);
+  normalize_channels(d.second, mean, stdev);
+  return d;
+}
+
 std::filesystem::path default_mnist_dir() {
   const char* env = std::getenv("BPPSA_MNIST");
   if (env != nullptr && *env != '\0') return env;

@@ -102,10 +102,7 @@ std::pair<ImageDataset, ImageDataset> load_images(const DataArgs& a, bool quiet)
   std::pair<ImageDataset, ImageDataset> out;
   if (a.data == "mnist") {
     const auto dir = a.dir.empty() ? default_mnist_dir() : std::filesystem::path(a.dir);
-    out = mnist_image_split(load_mnist_images(dir, 2), a.data_seed);
-    const float mean[] = {0.1307f}, stdev[] = {0.3081f};  // torchvision's MNIST statistics
-    normalize_channels(out.first, mean, stdev);
-    normalize_channels(out.second, mean, stdev);
+    out = mnist_cnn_data(dir, a.data_seed);
   } else if (a.data == "cifar10") {
     if (a.dir.empty())
       detail::raise<InvalidArgument>("data", "--data cifar10 needs --data-dir pointing at cifar-10-batches-bin (the "

@@ -32,6 +32,11 @@ ImageDataset load_mnist_images(const std::filesystem::path& dir, Index pad = 2);
 /// the same digits, in the same order.
 std::pair<ImageDataset, ImageDataset> mnist_image_split(const ImageDataset& all, std::uint64_t seed = 7);
 
+/// The CNN data of `bppsa train --data mnist`: load_mnist_images(dir, 2) split by
+/// mnist_image_split(seed), then standardised with MNIST's usual statistics (mean 0.1307,
+/// std 0.3081, as torchvision's examples).
+std::pair<ImageDataset, ImageDataset> mnist_cnn_data(const std::filesystem::path& dir, std::uint64_t seed);
+
 /// Where scripts/setup.sh unpacks the package: <repo>/data/mnist (overridden by BPPSA_MNIST).
 std::filesystem::path default_mnist_dir();
 
