@@ -327,6 +327,15 @@ inline std::vector<AlgoCase> all_algorithms() {
           {Algorithm::hybrid, 0, "hybrid/auto"}, {Algorithm::automatic, 0, "auto"}};
 }
 
+/// ScanOptions from an algorithm, a thread count and (hybrid) a chunk count.
+inline bppsa::ScanOptions opts(bppsa::Algorithm a, int threads, int chunks = 0) {
+  bppsa::ScanOptions o;
+  o.algorithm = a;
+  o.threads = threads;
+  o.chunks = chunks;
+  return o;
+}
+
 inline bppsa::ScanOptions options_for(const AlgoCase& a, int threads = 2) {
   bppsa::ScanOptions o;
   o.algorithm = a.algorithm;

@@ -11,16 +11,10 @@ namespace {
 
 using namespace bppsa;
 using oracle::Rng;
+using oracle::opts;
 /// 0/1 structure of a matrix (entry-wise "structurally nonzero").
 using Structure = Eigen::Matrix<int, Eigen::Dynamic, Eigen::Dynamic>;
 
-ScanOptions opts(Algorithm a, int threads, int chunks = 0) {
-  ScanOptions o;
-  o.algorithm = a;
-  o.threads = threads;
-  o.chunks = chunks;
-  return o;
-}
 
 Structure structure(const CsrPattern& p) {
   Structure s = Structure::Zero(p.rows(), p.cols());

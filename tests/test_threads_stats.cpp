@@ -6,14 +6,8 @@ namespace {
 using namespace bppsa;
 using oracle::Md;
 using oracle::Rng;
+using oracle::opts;
 
-ScanOptions opts(Algorithm a, int threads, int chunks = 0) {
-  ScanOptions o;
-  o.algorithm = a;
-  o.threads = threads;
-  o.chunks = chunks;
-  return o;
-}
 
 /// ⌈log2(x)⌉ for x ≥ 1, by integer doubling.
 Index ceil_log2(Index x) {

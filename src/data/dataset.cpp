@@ -27,13 +27,7 @@ void SequenceDataset::validate(const std::string& op) const {
                                       std::to_string(y.size()) + " samples of " + std::to_string(steps) + " × " +
                                       std::to_string(features) + " (expected " +
                                       std::to_string(y.size() * steps * features) + ")");
-  if (!class_names.empty() && static_cast<Index>(class_names.size()) != classes)
-    detail::raise<ShapeError>(op, what + " has " + std::to_string(class_names.size()) + " class names for " +
-                                      std::to_string(classes) + " classes");
-  for (std::size_t i = 0; i < y.size(); ++i)
-    if (y[i] < 0 || y[i] >= classes)
-      detail::raise<FormatError>(op, what + ": sample " + std::to_string(i) + " has label " + std::to_string(y[i]) +
-                                         ", outside [0, " + std::to_string(classes) + ")");
+  detail::check_labels(y, classes, class_names, op, what);
   const auto bad = std::find_if(x.begin(), x.end(), [](float v) { return !std::isfinite(v); });
   if (bad != x.end()) {
     const auto at = static_cast<Index>(bad - x.begin());

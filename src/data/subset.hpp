@@ -15,6 +15,19 @@
 
 namespace bppsa::detail {
 
+/// The checks every labelled data set shares: `class_names` empty or one per class, every
+/// label in [0, classes). `what` names the data set in messages.
+inline void check_labels(const std::vector<std::int64_t>& y, Index classes,
+                         const std::vector<std::string>& class_names, const std::string& op, const std::string& what) {
+  if (!class_names.empty() && static_cast<Index>(class_names.size()) != classes)
+    raise<ShapeError>(op, what + " has " + std::to_string(class_names.size()) + " class names for " +
+                              std::to_string(classes) + " classes");
+  for (std::size_t i = 0; i < y.size(); ++i)
+    if (y[i] < 0 || y[i] >= classes)
+      raise<FormatError>(op, what + ": sample " + std::to_string(i) + " has label " + std::to_string(y[i]) +
+                                 ", outside [0, " + std::to_string(classes) + ")");
+}
+
 /// `out` (data's shape, classes and names, no samples yet) filled with the samples of `data`
 /// at `indices`, in that order. D has x (`per` values a sample, contiguous), y, name, size()
 /// and sample(i). Throws ShapeError if data.x does not hold per values a sample and

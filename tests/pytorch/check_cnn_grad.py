@@ -9,17 +9,15 @@ the requested sparsity, and PyTorch computes the loss bppsa reports for it.
 
 Usage: check_cnn_grad.py BPPSA_BINARY WORK_DIR. Exit 77 (CTest: skipped) without torch."""
 import os
-import subprocess
 import sys
 
 import numpy as np
 
-try:
-    import torch
-    from torch import nn
-except ImportError:
-    print("PyTorch is not installed (Debian: apt-get install python3-torch); skipping")
-    sys.exit(77)
+from common import rel_err, require_torch, run
+
+require_torch()
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import safetensors_np as st  # noqa: E402
@@ -33,20 +31,6 @@ CASES = [
     ("conv:3:3:3:0,relu,flatten,linear:6,tanh,linear:4", (2, 9, 9)),
     ("vgg11/16", (3, 32, 32)),
 ]
-
-
-def rel_err(a, b):
-    den = float(np.max(np.abs(b))) if b.size else 0.0
-    num = float(np.max(np.abs(a - b))) if b.size else 0.0
-    return num / den if den > 0 else num
-
-
-def run(cmd):
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        print("FAILED:", " ".join(cmd), "\n", r.stdout, r.stderr)
-        sys.exit(1)
-    return r.stdout
 
 
 def check_case(binary, work, arch, shape, rng, case):

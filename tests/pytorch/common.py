@@ -1,0 +1,31 @@
+"""Shared by the PyTorch cross-checks: the relative error they all use, running the bppsa
+binary, and the skip (exit 77 for CTest) when PyTorch is missing."""
+import subprocess
+import sys
+
+import numpy as np
+
+
+def require_torch():
+    """Imports torch, or exits 77 (CTest: skipped) with the Debian package to install."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("PyTorch is not installed (Debian: apt-get install python3-torch); skipping")
+        sys.exit(77)
+
+
+def rel_err(a, b):
+    """max |a − b| / max |b| (the absolute error when b is all zeros)."""
+    den = float(np.max(np.abs(b))) if b.size else 0.0
+    num = float(np.max(np.abs(a - b))) if b.size else 0.0
+    return num / den if den > 0 else num
+
+
+def run(cmd):
+    """Runs cmd; on failure prints it with its output and exits 1."""
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        print("FAILED:", " ".join(cmd), "\n", r.stdout, r.stderr)
+        sys.exit(1)
+    return r.stdout
