@@ -18,6 +18,7 @@
 #include "bppsa/data/irmas.hpp"
 #include "bppsa/io/safetensors.hpp"
 #include "expect_error.hpp"
+#include "temp_dir.hpp"
 
 namespace fs = std::filesystem;
 using bppsa::Index;
@@ -63,12 +64,7 @@ std::vector<unsigned char> wav_bytes(int rate, int channels, const std::vector<f
   return b;
 }
 
-void write_bytes(const fs::path& path, const std::vector<unsigned char>& bytes) {
-  fs::create_directories(path.parent_path());
-  std::ofstream f(path, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  ASSERT_TRUE(f.good()) << path;
-}
+using testutil::write_bytes;
 
 void write_wav(const fs::path& path, int rate, int channels, const std::vector<float>& samples) {
   write_bytes(path, wav_bytes(rate, channels, samples));
@@ -104,15 +100,8 @@ std::vector<float> interleave(const std::vector<float>& l, const std::vector<flo
 /// A fresh folder per test, removed afterwards.
 class TempDir : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / ("bppsa_audio_" + std::string(info->test_suite_name()) + "_" + info->name() +
-                                        "_" + std::to_string(getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
+  testutil::TempDir tmp_;
+  const fs::path& dir_ = tmp_.path;
 };
 
 constexpr int k_rate = 22050;

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "expect_error.hpp"
+#include "temp_dir.hpp"
 
 namespace {
 
@@ -236,12 +237,9 @@ TEST(Mnist, DefaultDirFollowsEnvironment) {
 
 /// A folder of ten one-image digit files (digit d's pixels all d/10), one of which a test breaks.
 struct FakeMnist {
-  fs::path dir;
+  testutil::TempDir tmp;
+  const fs::path& dir = tmp.path;
   FakeMnist() {
-    dir = fs::temp_directory_path() / ("bppsa_test_mnist_" + std::to_string(::getpid()) + "_" +
-                                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir);
-    fs::create_directories(dir);
     for (int d = 0; d < 10; ++d) {
       std::string body = "{\"data\": [";
       for (int i = 0; i < 784; ++i) {
@@ -251,7 +249,6 @@ struct FakeMnist {
       write(d, body + "]}");
     }
   }
-  ~FakeMnist() { fs::remove_all(dir); }
   void write(int digit, const std::string& body) const {
     std::ofstream(dir / (std::to_string(digit) + ".json")) << body;
   }

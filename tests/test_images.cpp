@@ -18,33 +18,19 @@
 #include <vector>
 
 #include "expect_error.hpp"
+#include "temp_dir.hpp"
 
 namespace {
 
 using testutil::expect_error;
 using testutil::message_of;
+using testutil::TempDir;
+using testutil::write_bytes;
 
 using namespace bppsa;
 using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 using Bytes = std::vector<unsigned char>;
-
-/// A fresh folder for the running test, removed afterwards.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("bppsa_test_images_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
-
-void write_bytes(const fs::path& file, const Bytes& bytes) {
-  std::ofstream(file, std::ios::binary)
-      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-}
 
 void write_text(const fs::path& file, const std::string& text) { std::ofstream(file, std::ios::binary) << text; }
 

@@ -16,8 +16,11 @@
 #include <vector>
 
 #include "expect_error.hpp"
+#include "temp_dir.hpp"
 
 namespace {
+
+using testutil::TempDir;
 
 using testutil::expect_error;
 using testutil::message_of;
@@ -45,18 +48,6 @@ void append(Bytes& b, std::initializer_list<T> values) {
     std::memcpy(b.data() + at, &v, sizeof(T));
   }
 }
-
-/// A fresh empty folder, removed with everything in it at the end of the test.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("bppsa_test_io_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 // {"a": F32 [2] = {1, -2.5}, "b": I64 [] = 7}, metadata {"format": "pt"}: 138 header bytes + 6 spaces.
 const std::string kHeader = R"({"__metadata__":{"format":"pt"},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
