@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from common import rel_err, require_torch, run
+from common import rel_err, require_torch, run, worst_grad_error
 
 require_torch()
 import torch  # noqa: E402
@@ -53,14 +53,10 @@ def check_case(binary, work, arch, shape, rng, case):
         gpath = os.path.join(work, f"g{case}_{backward}.safetensors")
         run([binary, "grad", "--model", "cnn", "--arch", arch, "--weights", wpath, "--batch", xpath, "--out", gpath,
              "--backward", backward] + extra)
-        g, _ = st.load(gpath)
-        errs = {"loss": rel_err(g["loss"].astype(np.float64), np.float64(loss.item()))}
-        for name, p in model.named_parameters():
-            if name not in g:
-                print(f"missing gradient {name} in {gpath}")
-                return False
-            errs[name] = rel_err(g[name].astype(np.float64), p.grad.numpy().astype(np.float64))
-        name, e = max(errs.items(), key=lambda kv: kv[1])
+        result = worst_grad_error(gpath, model, loss)
+        if result is None:
+            return False
+        name, e = result
         status = "ok" if e <= 1e-4 else "FAIL"
         print(f"{arch} on {shape} B={b} {backward:8s}: max rel err {e:.2e} ({name}) {status}")
         ok = ok and e <= 1e-4

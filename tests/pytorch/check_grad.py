@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 
-from common import rel_err, require_torch, run
+from common import rel_err, require_torch, run, worst_grad_error
 
 require_torch()
 import torch  # noqa: E402
@@ -38,20 +38,14 @@ def check_case(binary, work, cell, layers, rng, case):
     wpath, xpath = os.path.join(work, f"w{case}.safetensors"), os.path.join(work, f"x{case}.safetensors")
     st.save(wpath, {k: v.detach().numpy() for k, v in model.state_dict().items()})
     st.save(xpath, {"x": x.numpy(), "y": y.numpy()})
-    worst = 0.0
     for backward, extra in (("bp", []), ("blelloch", []), ("hybrid", ["--threads", "2"]), ("auto", [])):
         gpath = os.path.join(work, f"g{case}_{backward}.safetensors")
         run([binary, "grad", "--model", cell, "--weights", wpath, "--batch", xpath, "--out", gpath,
              "--backward", backward] + extra)
-        g, _ = st.load(gpath)
-        errs = {"loss": rel_err(g["loss"].astype(np.float64), np.float64(loss.item()))}
-        for name, p in model.named_parameters():
-            if name not in g:
-                print(f"missing gradient {name} in {gpath}")
-                return False
-            errs[name] = rel_err(g[name].astype(np.float64), p.grad.numpy().astype(np.float64))
-        name, e = max(errs.items(), key=lambda kv: kv[1])
-        worst = max(worst, e)
+        result = worst_grad_error(gpath, model, loss)
+        if result is None:
+            return False
+        name, e = result
         status = "ok" if e <= 1e-4 else "FAIL"
         print(f"{cell} layers={layers} I={i} H={h} C={c} T={t} B={b} {backward:8s}: max rel err {e:.2e} ({name}) {status}")
         if e > 1e-4:

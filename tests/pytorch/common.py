@@ -22,6 +22,22 @@ def rel_err(a, b):
     return num / den if den > 0 else num
 
 
+def worst_grad_error(gpath, model, loss):
+    """The largest rel_err over the loss and every parameter gradient of `model` (after its
+    loss.backward()) against the safetensors bppsa wrote to gpath, as (name, error); None
+    (and a message) when a gradient is missing."""
+    import safetensors_np as st
+
+    g, _ = st.load(gpath)
+    errs = {"loss": rel_err(g["loss"].astype(np.float64), np.float64(loss.item()))}
+    for name, p in model.named_parameters():
+        if name not in g:
+            print(f"missing gradient {name} in {gpath}")
+            return None
+        errs[name] = rel_err(g[name].astype(np.float64), p.grad.numpy().astype(np.float64))
+    return max(errs.items(), key=lambda kv: kv[1])
+
+
 def run(cmd):
     """Runs cmd; on failure prints it with its output and exits 1."""
     r = subprocess.run(cmd, capture_output=True, text=True)
