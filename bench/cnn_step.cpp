@@ -65,7 +65,7 @@ int run_export(const Args& a) {
   ConvNet<float> model = pruned_model(a, &r);
   std::filesystem::create_directories(a.out);
   TensorFile init = model.state_dict();
-  init.metadata["bppsa.sparsity"] = std::to_string(r.sparsity());
+  init.metadata[kSparsityKey] = std::to_string(r.sparsity());
   write_safetensors(std::filesystem::path(a.out) / "init.safetensors", init);
   const auto [train, test] = mnist(a);
   TensorFile data;
@@ -93,9 +93,7 @@ int run_time(const Args& a) {
   std::vector<float> x;
   std::vector<std::int64_t> y;
   gather_batch(train, std::span<const Index>(order).first(static_cast<std::size_t>(a.batch)), x, y);
-  BackwardOptions o;
-  o.method = parse_backward(a.method);
-  o.threads = a.threads;
+  const BackwardOptions o{parse_backward(a.method), a.threads, 0};
   std::vector<double> fw, bw, jac, scan, par;
   double first_loss = 0;
   for (int it = 0; it < a.warmup + a.reps; ++it) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <stdexcept>
 
 #include "bppsa/core/error.hpp"
 
@@ -93,9 +94,27 @@ PruneReport masks_from_zeros(ConvNet<T>& model) {
   return install(model, [&](Index i, Index k) { return values[static_cast<std::size_t>(i)][k] != T(0); });
 }
 
+template <class T>
+std::optional<PruneReport> restore_masks(ConvNet<T>& model, const TensorFile& checkpoint) {
+  const std::string value = checkpoint.metadata_or(kSparsityKey, "0");
+  double sparsity = 0;
+  try {
+    std::size_t used = 0;
+    sparsity = std::stod(value, &used);
+    if (used != value.size()) throw std::invalid_argument(value);
+  } catch (const std::exception&) {
+    detail::raise<FormatError>("prune", checkpoint.source + ": metadata " + kSparsityKey + " = '" + value +
+                                            "' is not a number");
+  }
+  if (!(sparsity > 0)) return std::nullopt;
+  return masks_from_zeros(model);
+}
+
 template PruneReport prune_global_magnitude(ConvNet<float>&, double);
 template PruneReport prune_global_magnitude(ConvNet<double>&, double);
 template PruneReport masks_from_zeros(ConvNet<float>&);
 template PruneReport masks_from_zeros(ConvNet<double>&);
+template std::optional<PruneReport> restore_masks(ConvNet<float>&, const TensorFile&);
+template std::optional<PruneReport> restore_masks(ConvNet<double>&, const TensorFile&);
 
 }  // namespace bppsa

@@ -217,18 +217,15 @@ int run_report(const Args& a) {
   ConvNet<float> model(config);
   if (!a.weights.empty()) {
     model.load_state_dict(w);
-    if (a.prune <= 0 && std::stod(w.metadata_or("bppsa.sparsity", "0")) > 0) masks_from_zeros(model);
+    if (a.prune <= 0) restore_masks(model, w);
   } else {
     model.reset_parameters(a.seed);
   }
   std::string pruned = "unpruned";
   if (a.prune > 0) pruned = prune_global_magnitude(model, a.prune).str();
   else if (!model.layer(0).mask().empty()) pruned = "masks of " + a.weights;
-  BackwardOptions bo;
-  bo.method = parse_backward(a.backward);
+  BackwardOptions bo{parse_backward(a.backward), a.threads, a.chunks};
   if (bo.method == BackwardMethod::bp) bo.method = BackwardMethod::linear;  // BP's products = the linear scan's
-  bo.threads = a.threads;
-  bo.chunks = a.chunks;
   const double t0 = omp_get_wtime();
   const ScanReport r = scan_report(model.chain(a.batch), scan_options(bo));
   const double plan_seconds = omp_get_wtime() - t0;

@@ -294,11 +294,12 @@ int run_cnn(const Args& a) {
   if (a.prune >= 0) {
     const PruneReport r = prune_global_magnitude(model, a.prune);
     std::cerr << "prune: " << r.str() << "\n";
-    meta["bppsa.sparsity"] = std::to_string(r.sparsity());
-  } else if (!a.resume.empty() && std::stod(file.metadata_or("bppsa.sparsity", "0")) > 0) {
-    const PruneReport r = masks_from_zeros(model);  // a pruned run: keep its masks
-    std::cerr << "prune: masks restored from " << a.resume << ": " << r.str() << "\n";
-    meta["bppsa.sparsity"] = file.metadata_or("bppsa.sparsity");
+    meta[kSparsityKey] = std::to_string(r.sparsity());
+  } else if (!a.resume.empty()) {
+    if (const auto r = restore_masks(model, file)) {  // a pruned run: keep its masks
+      std::cerr << "prune: masks restored from " << a.resume << ": " << r->str() << "\n";
+      meta[kSparsityKey] = file.metadata_or(kSparsityKey);
+    }
   }
   const std::string init = !a.init.empty() ? a.init : file.metadata_or("bppsa.init", "");
   if (!init.empty()) meta["bppsa.init"] = init;

@@ -2,6 +2,7 @@
 // magnitude pruning of a CNN's weights to a target sparsity, masks kept fixed while training.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,5 +32,14 @@ PruneReport prune_global_magnitude(ConvNet<T>& model, double sparsity);
 /// Masks the weights that are exactly zero: restores the masks of a pruned checkpoint.
 template <class T>
 PruneReport masks_from_zeros(ConvNet<T>& model);
+
+/// Checkpoint metadata recording the sparsity a model was pruned to ("0.900000").
+inline constexpr const char* kSparsityKey = "bppsa.sparsity";
+
+/// For a checkpoint saved from a pruned run (kSparsityKey > 0), whose weights the model has
+/// loaded: restores its masks from the zero weights (masks_from_zeros) and returns the
+/// report; nullopt for an unpruned checkpoint. FormatError when the value is not a number.
+template <class T>
+std::optional<PruneReport> restore_masks(ConvNet<T>& model, const TensorFile& checkpoint);
 
 }  // namespace bppsa
