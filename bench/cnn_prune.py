@@ -41,8 +41,9 @@ def last_json(text):
 
 
 def read_log(path):
+    """The epoch records of a `bppsa train --log` file."""
     with open(path) as f:
-        return [json.loads(line) for line in f if '"epoch"' in line and '"event": "epoch"' in line.replace('":"', '": "')]
+        return [r for r in map(json.loads, f) if r.get("event") == "epoch"]
 
 
 def main():

@@ -167,13 +167,7 @@ ModelConfig model_config(const Args& a) {
   return c;
 }
 
-BackwardOptions backward_options(const Args& a) {
-  BackwardOptions o;
-  o.method = parse_backward(a.method);
-  o.threads = a.threads;
-  o.chunks = a.chunks;
-  return o;
-}
+BackwardOptions backward_options(const Args& a) { return {parse_backward(a.method), a.threads, a.chunks}; }
 
 json header(const Args& a, const BackwardOptions& o, Index batch) {
   return {{"impl", "bppsa"},

@@ -14,7 +14,7 @@ std::string Shape3::str() const {
 
 std::string Window2d::str() const {
   auto pair = [](Index a, Index b) { return a == b ? std::to_string(a) : std::to_string(a) + "×" + std::to_string(b); };
-  std::string s = pair(kh, kw) + (kh == kw ? "×" + std::to_string(kw) : "") + " s" + pair(sh, sw) + " p" + pair(ph, pw);
+  std::string s = std::to_string(kh) + "×" + std::to_string(kw) + " s" + pair(sh, sw) + " p" + pair(ph, pw);
   if (dh != 1 || dw != 1) s += " d" + pair(dh, dw);
   return s;
 }

@@ -47,11 +47,7 @@ Algorithm scan_algorithm(BackwardMethod m) {
 }
 
 ScanOptions scan_options(const BackwardOptions& options) {
-  ScanOptions o;
-  o.algorithm = scan_algorithm(options.method);
-  o.threads = options.threads;
-  o.chunks = options.chunks;
-  return o;
+  return {.algorithm = scan_algorithm(options.method), .threads = options.threads, .chunks = options.chunks};
 }
 
 int resolve_threads(int threads) { return threads > 0 ? threads : omp_get_max_threads(); }

@@ -132,13 +132,7 @@ void add_backward_options(CLI::App& app, BackwardArgs& a) {
       ->check(CLI::Range(0, 1 << 20));
 }
 
-BackwardOptions to_options(const BackwardArgs& a) {
-  BackwardOptions o;
-  o.method = parse_backward(a.backward);
-  o.threads = a.threads;
-  o.chunks = a.chunks;
-  return o;
-}
+BackwardOptions to_options(const BackwardArgs& a) { return {parse_backward(a.backward), a.threads, a.chunks}; }
 
 ModelConfig model_config(const ModelArgs& a, Index input, Index classes) {
   ModelConfig c;
