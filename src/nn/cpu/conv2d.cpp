@@ -129,10 +129,10 @@ void Conv2d<T>::backward_input(const Matrix<T>&, const Matrix<T>&, const Matrix<
   const Index B = g_out.cols(), P = plane(), K = patch(), O = this->out_.c;
   g_in.resize(this->in_.size(), B);
   const CColMap<T> wt(weight.data(), K, O);
-  std::vector<std::vector<T>> scratch(static_cast<std::size_t>(team(threads)));
+  if (dcols_.size() < static_cast<std::size_t>(team(threads))) dcols_.resize(static_cast<std::size_t>(team(threads)));
 #pragma omp parallel for num_threads(team(threads)) schedule(static)
   for (Index b = 0; b < B; ++b) {
-    auto& dcols = scratch[static_cast<std::size_t>(omp_get_thread_num())];
+    auto& dcols = dcols_[static_cast<std::size_t>(omp_get_thread_num())];
     dcols.resize(static_cast<std::size_t>(P * K));
     // dcols_b (P × K) = G_b^T (P × O) · W (O × K)
     ColMap<T>(dcols.data(), P, K).noalias() = CColMap<T>(g_out.col(b).data(), P, O) * wt.transpose();
@@ -149,22 +149,27 @@ void Conv2d<T>::param_grads(const Matrix<T>&, const Matrix<T>& g_out, int thread
   // A fixed number of partial sums over fixed sample ranges, added in order: the result does
   // not depend on the thread count.
   const Index parts = std::min<Index>(B, 8);
-  std::vector<Matrix<T>> part(static_cast<std::size_t>(parts), Matrix<T>::Zero(K, O));
-  std::vector<Vector<T>> part_b(static_cast<std::size_t>(parts), Vector<T>::Zero(O));
+  part_.resize(static_cast<std::size_t>(parts));
+  part_b_.resize(static_cast<std::size_t>(parts));
 #pragma omp parallel for num_threads(team(threads)) schedule(static, 1)
-  for (Index t = 0; t < parts; ++t)
+  for (Index t = 0; t < parts; ++t) {
+    Matrix<T>& part = part_[static_cast<std::size_t>(t)];
+    Vector<T>& part_b = part_b_[static_cast<std::size_t>(t)];
+    part.setZero(K, O);
+    part_b.setZero(O);
     for (Index b = t * B / parts; b < (t + 1) * B / parts; ++b) {
       const CColMap<T> gb(g_out.col(b).data(), P, O);
       // ∇W^T (K × O) += cols_b^T (K × P) · G_b^T (P × O)
-      part[static_cast<std::size_t>(t)].noalias() += CColMap<T>(cols_.data() + b * P * K, P, K).transpose() * gb;
-      part_b[static_cast<std::size_t>(t)] += gb.colwise().sum().transpose();
+      part.noalias() += CColMap<T>(cols_.data() + b * P * K, P, K).transpose() * gb;
+      part_b += gb.colwise().sum().transpose();
     }
+  }
   ColMap<T> gw(grad_weight.data(), K, O);  // [O, K] row-major = K × O column-major
   gw.setZero();
   grad_bias.setZero();
   for (Index t = 0; t < parts; ++t) {
-    gw += part[static_cast<std::size_t>(t)];
-    grad_bias += part_b[static_cast<std::size_t>(t)];
+    gw += part_[static_cast<std::size_t>(t)];
+    grad_bias += part_b_[static_cast<std::size_t>(t)];
   }
   this->apply_mask();
 }
