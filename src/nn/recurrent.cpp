@@ -11,6 +11,7 @@
 #include <random>
 
 #include "bppsa/core/error.hpp"
+#include "bppsa/jacobian/product.hpp"
 #include "core/random.hpp"
 #include "core/finite.hpp"
 #include "nn/cell.hpp"
@@ -79,7 +80,7 @@ double physical_memory_bytes() {
 /// keeps up to as many intermediate products again: refuse up front, with the numbers, what
 /// cannot fit, instead of dying in the allocator halfway through an epoch.
 void check_scan_memory(Index steps, Index batch, Index values_per_sample, std::size_t scalar, BackwardMethod method,
-                       Index layer) {
+                       Index layer, const char* op = "Recurrent::backward") {
   const double bytes = static_cast<double>(steps) * static_cast<double>(batch) *
                        static_cast<double>(values_per_sample) * static_cast<double>(scalar);
   const double need = (method == BackwardMethod::blelloch || method == BackwardMethod::automatic ? 2 : 1) * bytes;
@@ -92,7 +93,26 @@ void check_scan_memory(Index steps, Index batch, Index values_per_sample, std::s
                   "no Jacobians)",
                   to_string(method), static_cast<long long>(layer), need / 1e9, bytes / 1e9, have / 1e9,
                   need > bytes ? ", --backward hybrid" : "");
-    detail::raise<InvalidArgument>("Recurrent::backward", msg);
+    detail::raise<InvalidArgument>(op, msg);
+  }
+}
+
+/// Sequential BP through one layer (back-propagation through time with vector-Jacobian
+/// products, no Jacobians formed): g (S × (T+1)B) comes with block T set and receives every
+/// g_t for t = T−1..0; pg receives the pre-activation gradients. `above` (H × TB, the
+/// gradient on the layer's outputs) is injected into the h rows of g_{t−1} when `inject`.
+template <class T>
+void bp_recurrence(const detail::CellOps<T>& ops, CellType cell, const RecurrentLayerParams<T>& p,
+                   const detail::LayerRecord<T>& rec, const Matrix<T>& above, bool inject, Matrix<T>& g,
+                   detail::PreactGrads<T>& pg) {
+  const Index T_ = rec.steps, B = rec.batch, H = rec.hidden;
+  auto& dh = cell == CellType::gru ? pg.dh : pg.dx;
+  for (Index t = T_; t >= 1; --t) {
+    ops.preact(rec, g, pg, t, t + 1);
+    auto gprev = g.middleCols((t - 1) * B, B);
+    if (inject && t >= 2) gprev.topRows(H) = above.middleCols((t - 2) * B, B);
+    gprev.topRows(H).noalias() += p.w_hh.transpose() * dh.middleCols((t - 1) * B, B);
+    ops.direct(rec, g, t, gprev);
   }
 }
 
@@ -112,10 +132,36 @@ struct Recurrent<T>::Impl {
     Index chain_steps = -1, chain_batch = -1;
     Scanner<T> scanner;
     Gradients<T> out;
+    Matrix<T> g_final;  ///< extra gradient on s_T (set_final_state_grad), empty = none
   };
   std::vector<Layer> layer;
   Matrix<T> gx;  ///< gradient on the current layer's input (passes to the layer below)
   Matrix<T> g_last;
+  // Layer-by-layer backward: backward_begin's copy of the head gradient, and the layer whose
+  // backward_layer comes next (−1: none, backward_begin first). The layer below needs the
+  // layer above's gx, hence the strict top-down order.
+  Matrix<T> grad_out;
+  bool every_step = false;
+  Index next_layer = -1;
+
+  void check_order(Index l, const char* op) const {
+    if (next_layer < 0)
+      detail::raise<InvalidArgument>(op, "layer " + std::to_string(l) +
+                                             ": call backward_begin() after forward() first (layers then run "
+                                             "top-down, each once)");
+    if (l != next_layer)
+      detail::raise<InvalidArgument>(op, "layer " + std::to_string(l) + " out of order: layer " +
+                                             std::to_string(next_layer) +
+                                             " is next (layers run top-down: the layer below needs the gradient "
+                                             "the layer above passes down)");
+  }
+  /// The extra final-state gradient of layer l must be S × B for the current forward.
+  void check_final_grad(Index l, Index S, Index B, const char* op) const {
+    const Matrix<T>& gf = layer[static_cast<std::size_t>(l)].g_final;
+    if (gf.size() != 0 && (gf.rows() != S || gf.cols() != B))
+      detail::raise<ShapeError>(op, "final-state gradient of layer " + std::to_string(l) + " is " +
+                                        shape_string(gf.rows(), gf.cols()) + ", expected " + shape_string(S, B));
+  }
 };
 
 template <class T>
@@ -168,6 +214,21 @@ void Recurrent<T>::set_initial_state(Index layer, Matrix<T> s0) {
 }
 
 template <class T>
+void Recurrent<T>::set_final_state_grad(Index layer, Matrix<T> g) {
+  const char* op = "Recurrent::set_final_state_grad";
+  if (layer < 0 || layer >= config_.layers)
+    detail::raise<InvalidArgument>(
+        op, "layer " + std::to_string(layer) + " out of range (the model has " + std::to_string(config_.layers) + ")");
+  const Index S = state_size(config_.cell, config_.hidden);
+  // Only the rows are known here: the batch is the next forward's.
+  if (g.size() != 0 && g.rows() != S)
+    detail::raise<ShapeError>(op, "final-state gradient of layer " + std::to_string(layer) + " is " +
+                                      shape_string(g.rows(), g.cols()) + ", expected " + std::to_string(S) +
+                                      " rows (state size × batch)");
+  impl_->layer[static_cast<std::size_t>(layer)].g_final = std::move(g);
+}
+
+template <class T>
 void Recurrent<T>::forward(const Matrix<T>& x, Index steps, Index batch) {
   const char* op = "Recurrent::forward";
   if (steps < 1 || batch < 1)
@@ -179,6 +240,7 @@ void Recurrent<T>::forward(const Matrix<T>& x, Index steps, Index batch) {
                                       " (input size × steps·batch, time-major columns)");
   steps_ = steps;
   batch_ = batch;
+  impl_->next_layer = -1;  // a layer-by-layer backward in progress belonged to the previous forward
   const Index H = config_.hidden, S = state_size(config_.cell, H), G = gate_count(config_.cell);
   const auto& ops = detail::cell_ops<T>(config_.cell);
   for (Index l = 0; l < config_.layers; ++l) {
@@ -253,99 +315,165 @@ const Chain<T>& Recurrent<T>::chain(Index layer) const {
 template <class T>
 void Recurrent<T>::backward(const Matrix<T>& grad_out, bool every_step, const BackwardOptions& options,
                             BackwardTimes* times) {
+  backward_begin(grad_out, every_step);
+  for (Index l = config_.layers - 1; l >= 0; --l) backward_layer(l, options, times);
+}
+
+template <class T>
+void Recurrent<T>::backward_begin(const Matrix<T>& grad_out, bool every_step) {
   const char* op = "Recurrent::backward";
   const Index T_ = steps_, B = batch_, H = config_.hidden, S = state_size(config_.cell, H);
+  impl_->next_layer = -1;
   if (T_ == 0) detail::raise<InvalidArgument>(op, "call forward() before backward()");
   if (grad_out.rows() != H || grad_out.cols() != T_ * B)
     detail::raise<ShapeError>(op, "output gradient is " + shape_string(grad_out.rows(), grad_out.cols()) +
                                       ", expected " + shape_string(H, T_ * B) + " (hidden × steps·batch)");
+  for (Index l = 0; l < config_.layers; ++l) impl_->check_final_grad(l, S, B, op);
+  impl_->grad_out = grad_out;
+  impl_->every_step = every_step;
+  impl_->next_layer = config_.layers - 1;
+}
+
+template <class T>
+void Recurrent<T>::backward_layer(Index l, const BackwardOptions& options, BackwardTimes* times) {
+  const char* op = "Recurrent::backward";
+  impl_->check_order(l, "Recurrent::backward_layer");
+  const Index T_ = steps_, B = batch_, H = config_.hidden, S = state_size(config_.cell, H);
+  impl_->check_final_grad(l, S, B, op);  // may have been set after backward_begin
+  // Until this layer is done, the order is broken: a throw below leaves its gradients half
+  // written, so the next layer must not run on them (backward_begin starts over).
+  impl_->next_layer = -1;
   const auto& ops = detail::cell_ops<T>(config_.cell);
   const int threads = resolve_threads(options.threads);
   const bool scan = resolve_backward(options, B) != BackwardMethod::bp;
   BackwardTimes local;
 
-  for (Index l = config_.layers - 1; l >= 0; --l) {
-    auto& L = impl_->layer[static_cast<std::size_t>(l)];
-    auto& rec = L.rec;
-    const auto& p = params_[static_cast<std::size_t>(l)];
-    auto& gp = grads_[static_cast<std::size_t>(l)];
-    // Gradient on this layer's outputs h_1..h_T (H × TB): from the head or the layer above.
-    const Matrix<T>& above = (l == config_.layers - 1) ? grad_out : impl_->gx;
-    const bool inject = every_step || l < config_.layers - 1;
-    const Index G = gate_count(config_.cell) * H;
-    L.g.setZero(S, (T_ + 1) * B);
-    L.g.middleCols(T_ * B, B).topRows(H) = above.middleCols((T_ - 1) * B, B);
-    L.pg.dx.resize(G, T_ * B);
-    if (config_.cell == CellType::gru) L.pg.dh.resize(G, T_ * B);
-    auto& dh = config_.cell == CellType::gru ? L.pg.dh : L.pg.dx;
+  auto& L = impl_->layer[static_cast<std::size_t>(l)];
+  auto& rec = L.rec;
+  const auto& p = params_[static_cast<std::size_t>(l)];
+  auto& gp = grads_[static_cast<std::size_t>(l)];
+  // Gradient on this layer's outputs h_1..h_T (H × TB): from the head or the layer above.
+  const Matrix<T>& above = (l == config_.layers - 1) ? impl_->grad_out : impl_->gx;
+  const bool inject = impl_->every_step || l < config_.layers - 1;
+  const Index G = gate_count(config_.cell) * H;
+  L.g.setZero(S, (T_ + 1) * B);
+  L.g.middleCols(T_ * B, B).topRows(H) = above.middleCols((T_ - 1) * B, B);
+  // The next stage's gradient on s_T: part of g_T for BP and for the scan (its g_last) alike.
+  if (L.g_final.size() != 0) L.g.middleCols(T_ * B, B) += L.g_final;
+  L.pg.dx.resize(G, T_ * B);
+  if (config_.cell == CellType::gru) L.pg.dh.resize(G, T_ * B);
+  auto& dh = config_.cell == CellType::gru ? L.pg.dh : L.pg.dx;
 
-    if (!scan) {
-      double t0 = omp_get_wtime();
-      for (Index t = T_; t >= 1; --t) {
-        ops.preact(rec, L.g, L.pg, t, t + 1);
-        auto gprev = L.g.middleCols((t - 1) * B, B);
-        if (inject && t >= 2) gprev.topRows(H) = above.middleCols((t - 2) * B, B);
-        gprev.topRows(H).noalias() += p.w_hh.transpose() * dh.middleCols((t - 1) * B, B);
-        ops.direct(rec, L.g, t, gprev);
-      }
-      local.scan += omp_get_wtime() - t0;
-      if (!detail::all_finite(L.g.data(), L.g.size()))
-        detail::raise<NonFiniteError>(op, "state gradients of layer " + std::to_string(l) +
-                                              " are not finite (NaN/Inf): the loss or the weights diverged; "
-                                              "lower the learning rate");
-    } else {
-      double t0 = omp_get_wtime();
-      // S = W_hh^T first: make_chain reads the RNN's shared matrix's shape from it.
-      *L.w_hh_t = p.w_hh.transpose();  // in place: the chain's shared S keeps its identity
-      if (L.chain_steps != T_ || L.chain_batch != B) {
-        L.chain = Chain<T>(B);
-        check_backward_memory(T_, B, options);
-        ops.make_chain(p, rec, L.w_hh_t, L.chain);
-        L.chain_steps = T_;
-        L.chain_batch = B;
-      }
-      parallel_over_steps(threads, T_, [&](Index t0r, Index t1r) { ops.fill_jacobians(p, rec, L.chain, t0r, t1r); });
-      if (inject) {
-        for (Index k = 1; k < T_; ++k) {
-          Matrix<T>* e = L.chain.injection(k);
-          if (!e || e->rows() != S || e->cols() != B) {
-            L.chain.set_injection(k, Matrix<T>::Zero(S, B));
-            e = L.chain.injection(k);
-          }
-          e->topRows(H) = above.middleCols((k - 1) * B, B);
-        }
-      } else if (L.chain.has_injections()) {
-        L.chain.clear_injections();
-      }
-      double t1 = omp_get_wtime();
-      local.jacobians += t1 - t0;
-      ScanOptions so = scan_options(options);
-      so.threads = threads;
-      L.scanner.set_options(so);
-      impl_->g_last = L.g.middleCols(T_ * B, B);
-      local.last_scan = L.scanner.run(L.chain, impl_->g_last, L.out);
-      for (Index k = 0; k < T_; ++k) L.g.middleCols(k * B, B) = L.out.g(k);
-      local.scan += omp_get_wtime() - t1;
+  if (!scan) {
+    double t0 = omp_get_wtime();
+    bp_recurrence(ops, config_.cell, p, rec, above, inject, L.g, L.pg);
+    local.scan += omp_get_wtime() - t0;
+    if (!detail::all_finite(L.g.data(), L.g.size()))
+      detail::raise<NonFiniteError>(op, "state gradients of layer " + std::to_string(l) +
+                                            " are not finite (NaN/Inf): the loss or the weights diverged; "
+                                            "lower the learning rate");
+  } else {
+    double t0 = omp_get_wtime();
+    // S = W_hh^T first: make_chain reads the RNN's shared matrix's shape from it.
+    *L.w_hh_t = p.w_hh.transpose();  // in place: the chain's shared S keeps its identity
+    if (L.chain_steps != T_ || L.chain_batch != B) {
+      L.chain = Chain<T>(B);
+      L.chain_steps = L.chain_batch = -1;  // rebuilt below; not a valid chain if that throws
+      check_backward_memory(T_, B, options);
+      ops.make_chain(p, rec, L.w_hh_t, L.chain);
+      L.chain_steps = T_;
+      L.chain_batch = B;
     }
-
-    double t2 = omp_get_wtime();
-    if (scan) parallel_over_steps(threads, T_, [&](Index t0r, Index t1r) { ops.preact(rec, L.g, L.pg, t0r, t1r); });
-    gp.w_ih.noalias() = L.pg.dx * rec.x.transpose();
-    gp.b_ih = L.pg.dx.rowwise().sum();
-    gp.w_hh.noalias() = dh * rec.h.leftCols(T_ * B).transpose();
-    gp.b_hh = dh.rowwise().sum();
-    Matrix<T>& gx = l == 0 ? input_grad_ : impl_->gx;
-    Matrix<T> next = p.w_ih.transpose() * L.pg.dx;
-    gx = std::move(next);
-    L.g0 = L.g.leftCols(B);
-    local.params += omp_get_wtime() - t2;
+    parallel_over_steps(threads, T_, [&](Index t0r, Index t1r) { ops.fill_jacobians(p, rec, L.chain, t0r, t1r); });
+    if (inject) {
+      for (Index k = 1; k < T_; ++k) {
+        Matrix<T>* e = L.chain.injection(k);
+        if (!e || e->rows() != S || e->cols() != B) {
+          L.chain.set_injection(k, Matrix<T>::Zero(S, B));
+          e = L.chain.injection(k);
+        }
+        e->topRows(H) = above.middleCols((k - 1) * B, B);
+      }
+    } else if (L.chain.has_injections()) {
+      L.chain.clear_injections();
+    }
+    double t1 = omp_get_wtime();
+    local.jacobians += t1 - t0;
+    ScanOptions so = scan_options(options);
+    so.threads = threads;
+    L.scanner.set_options(so);
+    impl_->g_last = L.g.middleCols(T_ * B, B);
+    local.last_scan = L.scanner.run(L.chain, impl_->g_last, L.out);
+    for (Index k = 0; k < T_; ++k) L.g.middleCols(k * B, B) = L.out.g(k);
+    local.scan += omp_get_wtime() - t1;
   }
+
+  double t2 = omp_get_wtime();
+  if (scan) parallel_over_steps(threads, T_, [&](Index t0r, Index t1r) { ops.preact(rec, L.g, L.pg, t0r, t1r); });
+  gp.w_ih.noalias() = L.pg.dx * rec.x.transpose();
+  gp.b_ih = L.pg.dx.rowwise().sum();
+  gp.w_hh.noalias() = dh * rec.h.leftCols(T_ * B).transpose();
+  gp.b_hh = dh.rowwise().sum();
+  Matrix<T>& gx = l == 0 ? input_grad_ : impl_->gx;
+  Matrix<T> next = p.w_ih.transpose() * L.pg.dx;
+  gx = std::move(next);
+  L.g0 = L.g.leftCols(B);
+  local.params += omp_get_wtime() - t2;
+  impl_->next_layer = l - 1;  // −1 after layer 0: the backward is complete
+
   if (times) {
     times->jacobians += local.jacobians;
     times->scan += local.scan;
     times->params += local.params;
     times->last_scan = local.last_scan;
   }
+}
+
+template <class T>
+std::pair<Jacobian<T>, Matrix<T>> Recurrent<T>::layer_transfer(Index l, const BackwardOptions& options) {
+  const char* op = "Recurrent::layer_transfer";
+  impl_->check_order(l, op);
+  const Index T_ = steps_, B = batch_, H = config_.hidden, S = state_size(config_.cell, H);
+  const auto& ops = detail::cell_ops<T>(config_.cell);
+  auto& L = impl_->layer[static_cast<std::size_t>(l)];
+  const auto& rec = L.rec;
+  const auto& p = params_[static_cast<std::size_t>(l)];
+
+  // M: the layer's Jacobian chain, generated as the scan path does (same chain, so a scan
+  // backward_layer after this reuses it), folded from J_1^T: acc = J_1^T · … · J_t^T. The
+  // fold is sequential (T − 1 products of S × S per sample); a stage is short.
+  *L.w_hh_t = p.w_hh.transpose();
+  if (L.chain_steps != T_ || L.chain_batch != B) {
+    L.chain = Chain<T>(B);
+    L.chain_steps = L.chain_batch = -1;  // rebuilt below; not a valid chain if that throws
+    check_scan_memory(T_, B, config_.cell == CellType::rnn ? H : S * S, sizeof(T), BackwardMethod::linear, l, op);
+    ops.make_chain(p, rec, L.w_hh_t, L.chain);
+    L.chain_steps = T_;
+    L.chain_batch = B;
+  }
+  const int threads = resolve_threads(options.threads);
+  parallel_over_steps(threads, T_, [&](Index t0r, Index t1r) { ops.fill_jacobians(p, rec, L.chain, t0r, t1r); });
+  Jacobian<T> m = L.chain.jacobian(1);
+  for (Index t = 2; t <= T_; ++t) m = multiply(m, L.chain.jacobian(t));
+
+  // v: g_0 by sequential BP with g_T from the head or the layer above only (no final-state
+  // gradient), into locals so that grads(), state0_grad() and the next backward_layer are
+  // untouched.
+  const Matrix<T>& above = (l == config_.layers - 1) ? impl_->grad_out : impl_->gx;
+  const bool inject = impl_->every_step || l < config_.layers - 1;
+  const Index G = gate_count(config_.cell) * H;
+  Matrix<T> g = Matrix<T>::Zero(S, (T_ + 1) * B);
+  g.middleCols(T_ * B, B).topRows(H) = above.middleCols((T_ - 1) * B, B);
+  detail::PreactGrads<T> pg;
+  pg.dx.resize(G, T_ * B);
+  if (config_.cell == CellType::gru) pg.dh.resize(G, T_ * B);
+  bp_recurrence(ops, config_.cell, p, rec, above, inject, g, pg);
+  Matrix<T> v = g.leftCols(B);
+  if (!detail::all_finite(v.data(), v.size()))
+    detail::raise<NonFiniteError>(op, "initial-state gradient of layer " + std::to_string(l) +
+                                          " is not finite (NaN/Inf): the loss or the weights diverged; "
+                                          "lower the learning rate");
+  return {std::move(m), std::move(v)};
 }
 
 template class Recurrent<float>;

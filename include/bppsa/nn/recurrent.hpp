@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "bppsa/nn/backward.hpp"
@@ -74,11 +75,40 @@ class Recurrent {
   /// Top layer's outputs h_1 … h_T: H × (steps·batch), time-major columns.
   Eigen::Block<const Matrix<T>, Eigen::Dynamic, Eigen::Dynamic, true> output() const;
 
+  /// Optional extra gradient on a layer's FINAL state s_T (state_size × batch; LSTM: rows
+  /// 0..H−1 on h_T, H..2H−1 on c_T), added to g_T by every later backward (every method):
+  /// when a sequence is split over time, what the stage after this one sends back as its
+  /// state0_grad(). Empty = none (the default). It lives until replaced or cleared (set an
+  /// empty matrix): it is NOT consumed by a backward. The rows are checked here (ShapeError);
+  /// the columns, which depend on the batch of the forward it is used with, by
+  /// backward_begin() and backward_layer().
+  void set_final_state_grad(Index layer, Matrix<T> g);
+
   /// Backward from ∂ℓ/∂(top-layer outputs), H × (steps·batch) time-major. every_step = false
   /// means only the last step's block is non-zero (many-to-one): the top layer's scan is
   /// then linear (no injections). Fills grads(), input_grad() and state0_grad().
+  /// Same as backward_begin() then backward_layer(l) for l = layers − 1 … 0.
   void backward(const Matrix<T>& grad_out, bool every_step, const BackwardOptions& options,
                 BackwardTimes* times = nullptr);
+
+  /// Layer-by-layer backward (for pipelines that exchange state gradients between stages):
+  /// checks the shapes as backward() does and keeps a copy of grad_out for the layers.
+  void backward_begin(const Matrix<T>& grad_out, bool every_step);
+  /// One layer of backward(): its state gradients, parameter gradients, the gradient on its
+  /// input (passed to the layer below; input_grad() for layer 0) and its state0_grad().
+  /// Layers run top-down: layers − 1 first, then each one below, after backward_begin();
+  /// InvalidArgument otherwise. `times` accumulates this layer's times.
+  void backward_layer(Index layer, const BackwardOptions& options, BackwardTimes* times = nullptr);
+  /// The layer's map from the extra gradient on its final state (set_final_state_grad) to its
+  /// initial-state gradient, which is affine: g_0 = M · g_in + v per sample, where
+  /// M = J_1^T · J_2^T ⋯ J_T^T (state_size × state_size per sample; M^T = ∂s_T/∂s_0) and v
+  /// is the g_0 of this backward without an extra final gradient (the gradients from the
+  /// head or the layer above at every step, the last one included). Same ordering rule as
+  /// backward_layer(layer) — the layer above must have had its backward_layer() — but it does
+  /// not advance it: backward_layer(layer) comes next and gives exactly what it gives
+  /// without this call. Fills chain(layer) (so checks memory like a scan backward).
+  std::pair<Jacobian<T>, Matrix<T>> layer_transfer(Index layer, const BackwardOptions& options);
+
   /// Throws InvalidArgument, with the numbers, when a scan backward of this many steps and
   /// samples cannot fit in this machine's memory (the Jacobians: steps × batch × values per
   /// Jacobian; twice that for Blelloch's intermediate products); bp stores none. backward()
