@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(g++ cmake make pkg-config libeigen3-dev libcli11-dev nlohmann-json3-dev libgtest-dev libbenchmark-dev
-  libsndfile1-dev libaubio-dev python3 python3-numpy python3-torch python3-matplotlib)
+  libsndfile1-dev libaubio-dev python3 python3-numpy python3-torch python3-matplotlib libopenmpi-dev openmpi-bin
+  iproute2)
 command -v npm >/dev/null || packages+=(npm)
 missing=()
 for p in "${packages[@]}"; do

@@ -8,6 +8,7 @@
 #include "bppsa/io/safetensors.hpp"
 #include "bppsa/train/trainer.hpp"
 #include "commands.hpp"
+#include "model_parallel.hpp"
 #include "options.hpp"
 
 namespace bppsa::cli {
@@ -58,12 +59,6 @@ int run_eval(const EvalArgs& a) {
   return 0;
 }
 
-struct GradArgs {
-  std::string model;
-  std::string arch;
-  std::string weights, batch, out;
-  BackwardArgs backward;
-};
 
 /// Writes loss and gradients (atomically) and prints a summary.
 template <class Model>
@@ -117,6 +112,7 @@ int run_grad_cnn(const GradArgs& a) {
 
 int run_grad(const GradArgs& a) {
   const char* op = "grad";
+  if (a.mp.enabled) return run_grad_model_parallel(a);
   if (a.model == "cnn") return run_grad_cnn(a);
   if (!a.arch.empty()) detail::raise<InvalidArgument>(op, "--arch is for --model cnn");
   const TensorFile w = read_safetensors(a.weights);
@@ -177,6 +173,7 @@ Command add_grad(CLI::App& app) {
   sub->add_option("--batch", a->batch, "x: F32 [B, T, I] (cnn: [B, C, H, W]), y: I64 [B]")->required()->check(CLI::ExistingFile);
   sub->add_option("--out", a->out, "written atomically: loss (F32 []) and each parameter's gradient")->required();
   add_backward_options(*sub, a->backward);
+  add_model_parallel_options(*sub, a->mp);
   return [a] { return run_grad(*a); };
 }
 

@@ -14,31 +14,15 @@
 #include "bppsa/io/safetensors.hpp"
 #include "bppsa/train/trainer.hpp"
 #include "commands.hpp"
+#include "model_parallel.hpp"
 #include "options.hpp"
 #include "progress.hpp"
 
 namespace bppsa::cli {
 namespace {
 
-struct Args {
-  ModelArgs model;
-  DataArgs data;
-  BackwardArgs backward;
-  Index epochs = 1;
-  Index batch = 16;
-  double lr = 3e-5;
-  std::string optimizer = "adam";
-  double momentum = 0;
-  double weight_decay = 0;
-  double clip = 0;
-  std::uint64_t seed = 4202;
-  std::string save, resume, log;
-  bool no_progress = false;
-  bool check = false;
-  std::string init;    ///< cnn: start from these weights (e.g. a dense model to prune)
-  double prune = -1;   ///< cnn: global magnitude pruning to this sparsity before training
-  CLI::App* app = nullptr;
-};
+using Args = TrainArgs;
+
 
 std::string optimizer_path(const std::string& checkpoint) {
   const std::string ext = ".safetensors";
@@ -103,7 +87,7 @@ void check_save_folder(const Args& a) {
 void require_same(const Args& a, const char* flag, const std::string& given, const std::string& saved) {
   if (a.app->count(flag) && given != saved)
     detail::raise<InvalidArgument>("resume", std::string(flag) + " " + given + " conflicts with the checkpoint " +
-                                                 a.resume + " (" + saved + "); drop the flag or start afresh");
+                                                 (a.resume.empty() ? a.init : a.resume) + " (" + saved + "); drop the flag or start afresh");
 }
 
 /// The loop shared by every model: optimizer (and its resumed state), epochs with progress,
@@ -236,14 +220,16 @@ int train_loop(const Args& a, Model& model, const std::string& description, cons
 }
 
 int run_recurrent(const Args& a) {
-  if (a.app->count("--arch") || a.app->count("--init") || a.app->count("--prune"))
-    detail::raise<InvalidArgument>("train", "--arch, --init and --prune are for --model cnn");
+  if (a.app->count("--arch") || a.app->count("--prune"))
+    detail::raise<InvalidArgument>("train", "--arch and --prune are for --model cnn");
+  if (!a.resume.empty() && !a.init.empty())
+    detail::raise<InvalidArgument>("train", "--resume continues a run as it was saved; --init starts a new one");
   const auto [train, test] = load_data(a.data, false);
   ModelConfig config;
   std::unique_ptr<SequenceClassifier<float>> model;
   TensorFile resumed;
-  if (!a.resume.empty()) {
-    resumed = read_safetensors(a.resume);
+  if (!a.resume.empty() || !a.init.empty()) {
+    resumed = read_safetensors(a.resume.empty() ? a.init : a.resume);
     config = checkpoint_config(resumed, a.model.model);
     require_same(a, "--model", a.model.model, to_string(config.rnn.cell));
     require_same(a, "--hidden", std::to_string(a.model.hidden), std::to_string(config.rnn.hidden));
@@ -257,7 +243,9 @@ int run_recurrent(const Args& a) {
   }
   check_data_fits(config, train, "the training data");
   check_data_fits(config, test, "the test data");
-  return train_loop(a, *model, describe(config), train, test, resumed, {});
+  std::map<std::string, std::string> meta;
+  if (!a.init.empty()) meta["bppsa.init"] = a.init;
+  return train_loop(a, *model, describe(config), train, test, a.resume.empty() ? TensorFile{} : resumed, meta);
 }
 
 int run_cnn(const Args& a) {
@@ -308,6 +296,7 @@ int run_cnn(const Args& a) {
 
 int run(const Args& a) {
   check_save_folder(a);
+  if (a.mp.enabled) return run_train_model_parallel(a);
   return a.model.model == "cnn" ? run_cnn(a) : run_recurrent(a);
 }
 
@@ -342,13 +331,14 @@ Command add_train(CLI::App& app) {
   sub->add_option("--resume", a->resume, "continue from a checkpoint written by --save")->check(CLI::ExistingFile);
   sub->add_option("--log", a->log, "write per-epoch metrics as JSON lines");
   sub->add_flag("--no-progress", a->no_progress, "no progress bar");
-  sub->add_option("--init", a->init, "cnn: start from the weights of this checkpoint (e.g. a trained dense model)")
+  sub->add_option("--init", a->init, "start from the weights of this checkpoint (e.g. a trained dense model to prune, or a checkpoint of a model-parallel run)")
       ->check(CLI::ExistingFile);
   sub->add_option("--prune", a->prune,
                   "cnn: before training, prune this fraction of all conv and linear weights by global magnitude "
                   "(e.g. 0.9); the masks stay fixed while retraining")
       ->check(CLI::Range(0.0, 0.999999));
   sub->add_flag("--check", a->check, "at the end, compare one batch's BPPSA gradients with BP's and print the error");
+  add_model_parallel_options(*sub, a->mp);
   return [a] { return run(*a); };
 }
 

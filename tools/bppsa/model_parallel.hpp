@@ -1,0 +1,60 @@
+// Model-parallel training and gradients across MPI ranks (`mpirun -np K bppsa train
+// --model-parallel …`): the flags, and the commands' arguments they join. Built from
+// model_parallel.cpp with MPI, or model_parallel_none.cpp (a clear error) without.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+#include "options.hpp"
+
+namespace bppsa::cli {
+
+struct MpArgs {
+  bool enabled = false;
+  int stages = 0;
+  int replicas = 1;
+  int micro_batches = 1;
+  std::string backward = "bppsa";
+  std::string scan = "doubling";
+  double timeout = 120;
+};
+/// --model-parallel, --stages, --replicas, --micro-batches, --mp-backward, --mp-scan, --mp-timeout.
+void add_model_parallel_options(CLI::App& app, MpArgs& a);
+
+struct TrainArgs {
+  ModelArgs model;
+  DataArgs data;
+  BackwardArgs backward;
+  Index epochs = 1;
+  Index batch = 16;
+  double lr = 3e-5;
+  std::string optimizer = "adam";
+  double momentum = 0;
+  double weight_decay = 0;
+  double clip = 0;
+  std::uint64_t seed = 4202;
+  std::string save, resume, log;
+  bool no_progress = false;
+  bool check = false;
+  std::string init;    ///< cnn: start from these weights (e.g. a dense model to prune)
+  double prune = -1;   ///< cnn: global magnitude pruning to this sparsity before training
+  MpArgs mp;
+  CLI::App* app = nullptr;
+};
+
+struct GradArgs {
+  std::string model;
+  std::string arch;
+  std::string weights, batch, out;
+  BackwardArgs backward;
+  MpArgs mp;
+};
+
+/// `bppsa train --model-parallel`: one rank of the job.
+int run_train_model_parallel(const TrainArgs& a);
+/// `bppsa grad --model-parallel`: the batch's loss and gradients, written by rank 0.
+int run_grad_model_parallel(const GradArgs& a);
+
+}  // namespace bppsa::cli
