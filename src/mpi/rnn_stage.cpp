@@ -102,6 +102,7 @@ class RnnStage final : public Stage<T> {
     const Index l = layer_of(pass);
     if (pass == 0) {
       head_backward(s);
+      set_final(s, nullptr);  // the previous step's (maybe of another batch size) must not linger
       rnn.backward_begin(s.dout, every());
     }
     rnn.set_final_state_grad(l, Matrix<T>());
