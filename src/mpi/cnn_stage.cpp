@@ -19,25 +19,15 @@ class CnnStage final : public Stage<T> {
 
   int passes() const override { return 1; }
 
-  void ensure_slots(int count) override {
-    while (static_cast<int>(slots_.size()) < count) {
-      auto s = std::make_unique<Slot>(config_);
-      if (!slots_.empty()) copy_params(*slots_.front(), *s);
-      slots_.push_back(std::move(s));
-    }
-  }
+  void ensure_slots(int count) override { slots_.ensure(count, config_); }
 
-  void reset_parameters(std::uint64_t seed) override {
-    for (auto& s : slots_) s->net.reset_parameters(seed);
-  }
-  void load_state_dict(const TensorFile& file) override {
-    for (auto& s : slots_) s->net.load_state_dict(file);
-  }
-  TensorFile state_dict() override { return slots_.front()->net.state_dict(); }
+  void reset_parameters(std::uint64_t seed) override { slots_.reset_parameters(seed); }
+  void load_state_dict(const TensorFile& file) override { slots_.load_state_dict(file); }
+  TensorFile state_dict() override { return slots_.state_dict(); }
 
   std::vector<NamedParam<T>> params(int slot, Index first, Index last) override {
     std::vector<NamedParam<T>> out;
-    ConvNet<T>& net = slots_.at(static_cast<std::size_t>(slot))->net;
+    ConvNet<T>& net = slots_[slot].net;
     for (Index i = first; i < last; ++i)
       for (const ParamRef<T>& p : net.layer(i).params())
         out.push_back({std::to_string(i) + "." + p.suffix, p.shape, p.value, p.grad, p.size});
@@ -107,12 +97,7 @@ class CnnStage final : public Stage<T> {
     Index jt_batch = -1;
   };
   static std::size_t u(Index i) { return static_cast<std::size_t>(i); }
-  Slot& slot(int m) { return *slots_.at(static_cast<std::size_t>(m)); }
-
-  void copy_params(Slot& from, Slot& to) {
-    auto a = from.net.parameters(), b = to.net.parameters();
-    for (std::size_t i = 0; i < a.size(); ++i) std::copy(a[i].value, a[i].value + a[i].size, b[i].value);
-  }
+  Slot& slot(int m) { return slots_[m]; }
 
   /// Sequential BP through layers last−1 … first; parameter gradients on the way.
   Matrix<T> bp(int m, const Matrix<T>* g_out, bool need_input) {
@@ -133,7 +118,7 @@ class CnnStage final : public Stage<T> {
   Index first_, last_;
   bool is_last_;
   int threads_;
-  std::vector<std::unique_ptr<Slot>> slots_;
+  Slots<Slot> slots_;
 };
 
 }  // namespace

@@ -243,10 +243,7 @@ template <class T>
 void ModelParallel<T>::parameters_changed() {
   auto [a, b] = owned();
   const auto from = impl_->params(0, a, b);
-  for (int m = 1; m < options_.micro_batches; ++m) {
-    const auto to = impl_->params(m, a, b);
-    for (std::size_t i = 0; i < from.size(); ++i) std::copy(from[i].value, from[i].value + from[i].size, to[i].value);
-  }
+  for (int m = 1; m < options_.micro_batches; ++m) detail::copy_values(from, impl_->params(m, a, b));
 }
 
 namespace {

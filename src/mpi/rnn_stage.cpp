@@ -22,27 +22,14 @@ class RnnStage final : public Stage<T> {
 
   int passes() const override { return static_cast<int>(config_.rnn.layers); }
 
-  void ensure_slots(int count) override {
-    while (static_cast<int>(slots_.size()) < count) {
-      auto s = std::make_unique<Slot>(config_);
-      if (!slots_.empty()) {
-        auto a = slots_.front()->net.parameters(), b = s->net.parameters();
-        for (std::size_t i = 0; i < a.size(); ++i) std::copy(a[i].value, a[i].value + a[i].size, b[i].value);
-      }
-      slots_.push_back(std::move(s));
-    }
-  }
+  void ensure_slots(int count) override { slots_.ensure(count, config_); }
 
-  void reset_parameters(std::uint64_t seed) override {
-    for (auto& s : slots_) s->net.reset_parameters(seed);
-  }
-  void load_state_dict(const TensorFile& file) override {
-    for (auto& s : slots_) s->net.load_state_dict(file);
-  }
-  TensorFile state_dict() override { return slots_.front()->net.state_dict(); }
+  void reset_parameters(std::uint64_t seed) override { slots_.reset_parameters(seed); }
+  void load_state_dict(const TensorFile& file) override { slots_.load_state_dict(file); }
+  TensorFile state_dict() override { return slots_.state_dict(); }
 
   std::vector<NamedParam<T>> params(int slot, Index, Index) override {
-    return slots_.at(static_cast<std::size_t>(slot))->net.parameters();
+    return slots_[slot].net.parameters();
   }
   bool shared_weights() const override { return true; }
 
@@ -135,7 +122,7 @@ class RnnStage final : public Stage<T> {
   };
   bool every() const { return config_.head == HeadMode::every; }
   Index layer_of(int pass) const { return config_.rnn.layers - 1 - pass; }
-  Slot& slot(int m) { return *slots_.at(static_cast<std::size_t>(m)); }
+  Slot& slot(int m) { return slots_[m]; }
   BackwardOptions bp_options() const { return {BackwardMethod::bp, threads_, 0}; }
 
   /// The gradient on the top layer's outputs from this stage's head (zero without one); the
@@ -174,7 +161,7 @@ class RnnStage final : public Stage<T> {
   Index steps_, first_, last_;
   bool is_last_;
   int threads_;
-  std::vector<std::unique_ptr<Slot>> slots_;
+  Slots<Slot> slots_;
 };
 
 }  // namespace

@@ -52,6 +52,38 @@ class Stage {
   virtual void push(int m, int pass, const Matrix<T>& g_out) = 0;
 };
 
+/// Copies parameter values (same list, in the same order, of two copies of one model).
+template <class T>
+void copy_values(const std::vector<NamedParam<T>>& from, const std::vector<NamedParam<T>>& to) {
+  for (std::size_t i = 0; i < from.size(); ++i) std::copy(from[i].value, from[i].value + from[i].size, to[i].value);
+}
+
+/// The micro-batch slots of a stage: each holds a whole model (`net`, with parameters()) and
+/// what the stage records per micro-batch; a new slot starts from slot 0's parameters.
+template <class Slot>
+class Slots {
+ public:
+  template <class Config>
+  void ensure(int count, const Config& config) {
+    while (static_cast<int>(slots_.size()) < count) {
+      auto s = std::make_unique<Slot>(config);
+      if (!slots_.empty()) copy_values(slots_.front()->net.parameters(), s->net.parameters());
+      slots_.push_back(std::move(s));
+    }
+  }
+  void reset_parameters(std::uint64_t seed) {
+    for (auto& s : slots_) s->net.reset_parameters(seed);
+  }
+  void load_state_dict(const TensorFile& file) {
+    for (auto& s : slots_) s->net.load_state_dict(file);
+  }
+  TensorFile state_dict() const { return slots_.front()->net.state_dict(); }
+  Slot& operator[](int m) { return *slots_.at(static_cast<std::size_t>(m)); }
+
+ private:
+  std::vector<std::unique_ptr<Slot>> slots_;
+};
+
 template <class T>
 std::unique_ptr<Stage<T>> make_cnn_stage(const ConvNetConfig& config, Index first, Index last, bool is_last,
                                          int threads);
