@@ -15,7 +15,8 @@
 #   scripts/netlab.sh up N DELAY_MS [DIR]  create N hosts (1..64) with one-way delay DELAY_MS
 #                                          (decimal, e.g. 0.1, 1, 10; 0 allowed); DIR defaults
 #                                          to /tmp/bppsa-netlab.  Any previous lab is torn down.
-#   scripts/netlab.sh down [DIR]           stop the switch, delete namespaces and links
+#   scripts/netlab.sh down [DIR]           stop the switch, end processes still running in the
+#                                          lab namespaces, delete namespaces and links
 #                                          (idempotent; also cleans leftovers of a crashed run)
 #   scripts/netlab.sh rtt [DIR]            median TCP round trip bppsa-h0 <-> bppsa-h1
 #   scripts/netlab.sh stats [DIR]          print the switch's frame counters (incl. drops)
@@ -48,7 +49,7 @@ die() { echo "netlab: error: $*" >&2; exit 1; }
 log() { echo "netlab: $*" >&2; }
 
 need_root_and_ip() {
-  [[ $(id -u) -eq 0 ]] || die "must run as root (network namespaces and AF_PACKET need it)"
+  [[ $EUID -eq 0 ]] || die "must run as root (network namespaces and AF_PACKET need it)"
   command -v ip >/dev/null || die "'ip' (iproute2) not found"
 }
 
@@ -65,7 +66,7 @@ canon_dir() { realpath -m -- "${1:-$DEFAULT_DIR}"; }
 
 # Stop the switch recorded in DIR/switch.pid, and any other process running DIR/delay_switch.
 stop_switch() {
-  local dir=$1 pid
+  local dir=$1 pid exe stopped=0
   local pids=()
   if [[ -f $dir/switch.pid ]]; then pids+=("$(cat "$dir/switch.pid")"); fi
   # A crashed run may have lost its pid file: find switches started from this DIR's binary.
@@ -82,10 +83,13 @@ stop_switch() {
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
     log "stopped delay_switch (pid $pid)"
+    stopped=1
   done
   rm -f "$dir/switch.pid"
   # The switch prints its counters on exit; show them (dropped frames are worth knowing about).
-  if [[ -f $dir/switch.log ]]; then grep 'exit:' "$dir/switch.log" | tail -n 1 >&2 || true; fi
+  if (( stopped )) && [[ -f $dir/switch.log ]]; then
+    grep 'exit:' "$dir/switch.log" | tail -n 1 >&2 || true
+  fi
 }
 
 cmd_down() {
@@ -127,6 +131,7 @@ cmd_up() {
   local n=$1 delay_ms=$2 dir=${3:-$DEFAULT_DIR}
   need_root_and_ip
   [[ $n =~ ^[0-9]+$ ]] || die "N must be an integer, got '$n'"
+  n=$((10#$n))             # "08" is 8, not an octal error
   (( n >= 1 && n <= 64 )) || die "N must be between 1 and 64, got $n"
   [[ $delay_ms =~ ^[0-9]+(\.[0-9]+)?$|^\.[0-9]+$ ]] || die "DELAY_MS must be a non-negative decimal, got '$delay_ms'"
   local delay_us
@@ -154,6 +159,7 @@ cmd_up() {
   done
 
   # One port alone cannot forward anything; the switch needs >= 2 ports.
+  rm -f "$dir/switch.log"
   if (( n >= 2 )); then
     local ports=()
     for ((i = 0; i < n; i++)); do ports+=("$LINK$i"); done

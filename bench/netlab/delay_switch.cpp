@@ -16,7 +16,7 @@
 //     PACKET_IGNORE_OUTGOING so our own transmissions are not read back, the port put into
 //     promiscuous mode via PACKET_ADD_MEMBERSHIP/PACKET_MR_PROMISC).
 //   * PACKET_VNET_HDR is enabled on every socket.  veth does TSO/GSO and checksum offload, so a
-//     frame read from a veth can be a up-to-64 KiB GSO super-frame whose TCP/UDP checksum has
+//     frame read from a veth can be an up-to-64 KiB GSO super-frame whose TCP/UDP checksum has
 //     not been computed yet (CHECKSUM_PARTIAL).  Without the virtio_net_hdr the kernel would
 //     hand us such frames without their offload metadata and we could neither re-send them
 //     (larger than the MTU: EMSGSIZE) nor deliver them with a valid checksum.  With the header
@@ -34,7 +34,10 @@
 //   * In this VM a timed wake-up arrives some tens of microseconds late (timer, vCPU idle exit,
 //     scheduling).  The switch measures that overshoot (running average), asks to be woken that
 //     much earlier and releases frames due within that margin, so on average frames leave at
-//     their due time; the exit counters report mean/min/max of (release time - due time).
+//     their due time; the counters report mean/min/p50/p99/max of (release time - due time).
+//     Frames due together leave one after another: each send() of a 64 KiB frame costs tens of
+//     microseconds because the kernel runs the receiving host's network stack inside it, so
+//     the tail of a bulk burst leaves later (much like serialisation delay on a real link).
 //   * SIGINT/SIGTERM end the loop cleanly (they are blocked except inside ppoll, so there is no
 //     race); SIGUSR1 prints the counters.  Counters are printed to stderr on exit.
 
@@ -51,8 +54,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -67,7 +70,7 @@ namespace {
 // The virtio_net_hdr that PACKET_VNET_HDR prepends to every frame (ABI from
 // <linux/virtio_net.h>, which is not valid C++: it has a member named `class`).
 struct VnetHdr {
-  uint8_t flags;  // VNET_F_NEEDS_CSUM / VNET_F_DATA_VALID
+  uint8_t flags;  // 1 = NEEDS_CSUM (csum_start/offset valid), 2 = DATA_VALID (rx only)
   uint8_t gso_type;
   uint16_t hdr_len;
   uint16_t gso_size;
@@ -125,6 +128,27 @@ struct Counters {
   // How late frames leave compared with their due time (negative: early, see early_ns).
   int64_t late_sum_ns = 0, late_min_ns = INT64_MAX, late_max_ns = INT64_MIN;
   uint64_t late_n = 0;
+  // Histogram of the same in 10 us buckets from -200 us to +10 ms (ends clamp), for percentiles.
+  static constexpr int64_t kHistLo = -200000, kHistStep = 10000;
+  static constexpr int kHistN = 1021;
+  uint64_t late_hist[kHistN] = {};
+
+  void add_late(int64_t late) {
+    late_sum_ns += late;
+    late_n += 1;
+    late_min_ns = std::min(late_min_ns, late);
+    late_max_ns = std::max(late_max_ns, late);
+    late_hist[std::clamp<int64_t>((late - kHistLo) / kHistStep, 0, kHistN - 1)] += 1;
+  }
+  // Upper edge (us) of the bucket holding quantile q.
+  double late_quantile_us(double q) const {
+    uint64_t want = uint64_t(q * double(late_n)), seen = 0;
+    for (int b = 0; b < kHistN; ++b) {
+      seen += late_hist[b];
+      if (seen > want) return double(kHistLo + (b + 1) * kHistStep) / 1e3;
+    }
+    return double(late_max_ns) / 1e3;
+  }
 };
 
 uint64_t mac_key(const uint8_t* m) {
@@ -198,23 +222,26 @@ void print_counters(const Counters& c, const std::vector<Port>& ports, const cha
   }
   static uint64_t kdrops_total = 0;
   kdrops_total += kdrops;
-  uint64_t dropped =
-      c.drop_trunc + c.drop_queue + c.drop_send + c.drop_local + kdrops_total;
+  uint64_t dropped = c.drop_trunc + c.drop_queue + c.drop_send + c.drop_local + kdrops_total;
+  char late[160] = "";
+  if (c.late_n)
+    std::snprintf(late, sizeof late,
+                  ", release time - due time: mean %.1f us, min %.1f, p50 <%.0f, p99 <%.0f, "
+                  "max %.1f us",
+                  double(c.late_sum_ns) / double(c.late_n) / 1e3, double(c.late_min_ns) / 1e3,
+                  c.late_quantile_us(0.5), c.late_quantile_us(0.99), double(c.late_max_ns) / 1e3);
   std::fprintf(stderr,
                "delay_switch: %s: received %llu frames (%llu bytes), forwarded %llu frames "
                "(%llu bytes), flooded %llu, dropped %llu (truncated %llu, queue-full %llu, "
                "send-error %llu, same-port %llu, kernel-rx %llu), max queue %llu frames / "
-               "%llu bytes, release time - due time: mean %.1f us, min %.1f us, max %.1f us\n",
+               "%llu bytes%s\n",
                when, (unsigned long long)c.rx_frames, (unsigned long long)c.rx_bytes,
                (unsigned long long)c.fwd_frames, (unsigned long long)c.fwd_bytes,
                (unsigned long long)c.flooded, (unsigned long long)dropped,
                (unsigned long long)c.drop_trunc, (unsigned long long)c.drop_queue,
                (unsigned long long)c.drop_send, (unsigned long long)c.drop_local,
                (unsigned long long)kdrops_total, (unsigned long long)c.max_queue_frames,
-               (unsigned long long)c.max_queue_bytes,
-               c.late_n ? double(c.late_sum_ns) / double(c.late_n) / 1e3 : 0.0,
-               c.late_n ? double(c.late_min_ns) / 1e3 : 0.0,
-               c.late_n ? double(c.late_max_ns) / 1e3 : 0.0);
+               (unsigned long long)c.max_queue_bytes, late);
 }
 
 }  // namespace
@@ -322,11 +349,7 @@ int main(int argc, char** argv) {
     int64_t now = now_ns();
     while (!queue.empty() && queue.front().due_ns <= now + early_ns) {
       Frame& f = queue.front();
-      const int64_t late = now - f.due_ns;
-      c.late_sum_ns += late;
-      c.late_n += 1;
-      c.late_min_ns = std::min(c.late_min_ns, late);
-      c.late_max_ns = std::max(c.late_max_ns, late);
+      c.add_late(now - f.due_ns);
       const uint8_t* eth = f.bytes.data() + kVnetHdr;
       // DATA_VALID is only meaningful on receive; do not hand it back to the kernel.
       reinterpret_cast<VnetHdr*>(f.bytes.data())->flags &= uint8_t(~VNET_F_DATA_VALID);
