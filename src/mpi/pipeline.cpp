@@ -202,7 +202,7 @@ void ModelParallel<T>::gather(bool grads, const std::function<void(const NamedPa
       throw CommError("[model-parallel] stage " + std::to_string(s) + " sent " + std::to_string(bytes.size()) +
                       " bytes of " + what + ", expected " + std::to_string(need) + ": the ranks disagree about the model");
     std::vector<T> values(need / sizeof(T));
-    std::memcpy(values.data(), bytes.data(), need);
+    if (need > 0) std::memcpy(values.data(), bytes.data(), need);  // a stage of parameter-free layers sends none
     std::size_t off = 0;
     for (const auto& p : params) {
       take(p, values.data() + off);
