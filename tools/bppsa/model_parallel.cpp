@@ -69,29 +69,6 @@ struct Job {
   std::variant<SequenceDataset, ImageDataset> train, test;
 };
 
-template <class Data>
-void batch_of(const Data& data, std::span<const Index> idx, std::vector<float>& x, std::vector<std::int64_t>& y) {
-  gather_batch(data, idx, x, y);
-}
-
-/// Largest over tensors of max|a − b| / max|b| (b the reference).
-double worst_relative(const TensorFile& got, const TensorFile& ref, std::string* where) {
-  double worst = 0;
-  for (const auto& [name, r] : ref.tensors) {
-    const auto rv = r.to_f32(name), gv = got.at(name, "check").to_f32(name);
-    double num = 0, den = 1e-30;
-    for (std::size_t i = 0; i < rv.size(); ++i) {
-      num = std::max(num, std::abs(static_cast<double>(gv[i]) - rv[i]));
-      den = std::max(den, std::abs(static_cast<double>(rv[i])));
-    }
-    if (num / den >= worst) {
-      worst = num / den;
-      *where = name;
-    }
-  }
-  return worst;
-}
-
 int train_rank(const TrainArgs& a, Comm& world) {
   const bool root = world.rank() == 0;
   if (!a.resume.empty())
@@ -109,30 +86,14 @@ int train_rank(const TrainArgs& a, Comm& world) {
   Job job;
   if (cnn) {
     auto [train, test] = load_images(a.data, !root);
-    ConvNetConfig config;
-    if (!a.init.empty()) {
-      config = convnet_config_from_state_dict(init);
-    } else {
-      if (a.model.arch.empty()) detail::raise<InvalidArgument>("train", "--model cnn needs --arch (or --init CKPT)");
-      config.input = {train.channels, train.height, train.width};
-      config.layers = parse_arch(a.model.arch);
-    }
-    config.loss = parse_loss(a.model.loss);
-    {
-      ConvNet<float> probe(config);
-      check_data_fits(config, probe.classes(), train, "the training data");
-      check_data_fits(config, probe.classes(), test, "the test data");
-    }
+    const ConvNetConfig config = cnn_train_config(a, train, test, a.init.empty() ? nullptr : &init);
     job.model = std::make_unique<ModelParallel<float>>(world, config, po);
     job.description = describe(config);
     job.train = std::move(train);
     job.test = std::move(test);
   } else {
     auto [train, test] = load_data(a.data, !root);
-    const ModelConfig config = a.init.empty() ? model_config(a.model, train.features, train.classes)
-                                              : checkpoint_config(init, a.model.model);
-    check_data_fits(config, train, "the training data");
-    check_data_fits(config, test, "the test data");
+    const ModelConfig config = recurrent_train_config(a, train, test, a.init.empty() ? nullptr : &init);
     job.model = std::make_unique<ModelParallel<float>>(world, config, train.steps, po);
     job.description = describe(config);
     job.train = std::move(train);
@@ -198,7 +159,7 @@ int train_rank(const TrainArgs& a, Comm& world) {
     for (Index b = 0; b < batches; ++b) {
       const Index s0 = b * a.batch, s1 = std::min(n, s0 + a.batch);
       const std::span<const Index> idx(order.data() + s0, static_cast<std::size_t>(s1 - s0));
-      std::visit([&](const auto& d) { batch_of(d, idx, x, y); }, job.train);
+      std::visit([&](const auto& d) { gather_batch(d, idx, x, y); }, job.train);
       mpi::PipelineStats st;
       const float loss = mp.loss_and_grad(x, s1 - s0, y, &st);
       if (!std::isfinite(loss))
@@ -223,7 +184,7 @@ int train_rank(const TrainArgs& a, Comm& world) {
       const Index s1 = std::min(nt, s0 + 256);
       std::vector<Index> idx(static_cast<std::size_t>(s1 - s0));
       for (Index i = s0; i < s1; ++i) idx[static_cast<std::size_t>(i - s0)] = i;
-      std::visit([&](const auto& d) { batch_of(d, idx, x, y); }, job.test);
+      std::visit([&](const auto& d) { gather_batch(d, idx, x, y); }, job.test);
       const auto [l, c] = mp.evaluate(x, s1 - s0, y);
       test_loss += l;
       correct += c;
@@ -270,7 +231,7 @@ int train_rank(const TrainArgs& a, Comm& world) {
     const Index n = std::min<Index>(a.batch, std::visit([](const auto& d) { return d.size(); }, job.train));
     std::vector<Index> idx(static_cast<std::size_t>(n));
     for (Index i = 0; i < n; ++i) idx[static_cast<std::size_t>(i)] = i;
-    std::visit([&](const auto& d) { batch_of(d, idx, x, y); }, job.train);
+    std::visit([&](const auto& d) { gather_batch(d, idx, x, y); }, job.train);
     const TensorFile weights = mp.state_dict();
     mp.loss_and_grad(x, n, y);
     const TensorFile got = mp.gradients();
@@ -292,8 +253,15 @@ int train_rank(const TrainArgs& a, Comm& world) {
         for (const auto& p : single.parameters())
           ref.tensors[p.name] = Tensor::from_f32(std::span<const float>(p.grad, static_cast<std::size_t>(p.size)), p.shape);
       }
+      std::vector<std::vector<float>> g, r;
+      std::vector<std::string> names;
+      for (const auto& [name, t] : ref.tensors) {
+        names.push_back(name);
+        r.push_back(t.to_f32(name));
+        g.push_back(got.at(name, "check").to_f32(name));
+      }
       std::string where;
-      const double err = worst_relative(got, ref, &where);
+      const double err = max_relative_error(g, r, names, &where);
       std::printf("gradient check (one batch of %lld): model-parallel %s over %d stages vs single-process bp, largest "
                   "relative error %.3g (%s)\n",
                   static_cast<long long>(n), a.mp.backward.c_str(), mp.stages(), err, where.c_str());

@@ -6,6 +6,10 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "bppsa/nn/conv_net.hpp"
+#include "bppsa/io/safetensors.hpp"
 
 #include "options.hpp"
 
@@ -51,6 +55,22 @@ struct GradArgs {
   BackwardArgs backward;
   MpArgs mp;
 };
+
+/// Shared by single-process and model-parallel training (train.cpp):
+/// The recurrent model a run trains: from `checkpoint` (--model/--hidden/--layers, when given,
+/// must agree with it) or from the flags and the data; checked against both data sets.
+ModelConfig recurrent_train_config(const TrainArgs& a, const SequenceDataset& train, const SequenceDataset& test,
+                                   const TensorFile* checkpoint);
+/// The CNN a run trains: from `checkpoint` (--arch, when given, must agree) or from --arch and
+/// the images' shape; --loss; checked against both data sets.
+ConvNetConfig cnn_train_config(const TrainArgs& a, const ImageDataset& train, const ImageDataset& test,
+                               const TensorFile* checkpoint);
+/// --check's measure: the largest over tensors of max|a − b| / max|b| (b the reference), and
+/// which tensor (names[i]). The denominator is floored at 1e-7 × the largest |b| of any
+/// tensor: a tensor whose gradient has vanished below float resolution of the whole gradient
+/// (e.g. W_ih after hundreds of zero-padded steps, ~1e-45) would otherwise compare denormals.
+double max_relative_error(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b,
+                          const std::vector<std::string>& names, std::string* where);
 
 /// `bppsa train --model-parallel`: one rank of the job.
 int run_train_model_parallel(const TrainArgs& a);

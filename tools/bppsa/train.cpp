@@ -40,31 +40,6 @@ Index meta_index(const TensorFile& f, const std::string& key) {
   }
 }
 
-/// Largest over tensors of max|a − b| / max|b|, and which tensor. The denominator is floored
-/// at 1e-7 × the largest |b| of any tensor: a tensor whose gradient has vanished below float
-/// resolution of the whole gradient (e.g. W_ih after hundreds of zero-padded steps, ~1e-45)
-/// would otherwise compare denormals.
-double max_relative_error(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b,
-                          const std::vector<NamedParam<float>>& params, std::string* where) {
-  double global = 0;
-  for (const auto& t : b)
-    for (float v : t) global = std::max(global, std::abs(static_cast<double>(v)));
-  double worst = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    double num = 0, den = 1e-7 * global;
-    for (std::size_t k = 0; k < a[i].size(); ++k) {
-      num = std::max(num, std::abs(static_cast<double>(a[i][k]) - b[i][k]));
-      den = std::max(den, std::abs(static_cast<double>(b[i][k])));
-    }
-    const double e = den > 0 ? num / den : num;
-    if (e >= worst) {
-      worst = e;
-      *where = params[i].name;
-    }
-  }
-  return worst;
-}
-
 std::vector<std::vector<float>> copy_grads(const std::vector<NamedParam<float>>& params) {
   std::vector<std::vector<float>> g;
   for (const auto& p : params) g.emplace_back(p.grad, p.grad + p.size);
@@ -208,7 +183,9 @@ int train_loop(const Args& a, Model& model, const std::string& description, cons
     batch_loss(model, train, x, n, y, &scan, nullptr, nullptr);
     const auto got = copy_grads(params);
     std::string where;
-    const double err = max_relative_error(got, ref, params, &where);
+    std::vector<std::string> names;
+    for (const auto& p : params) names.push_back(p.name);
+    const double err = max_relative_error(got, ref, names, &where);
     std::printf("gradient check (one batch of %lld): %s vs bp, largest relative error %.3g (%s)\n",
                 static_cast<long long>(n), to_string(scan.method), err, where.c_str());
     if (!(err <= 1e-3)) {
@@ -225,54 +202,30 @@ int run_recurrent(const Args& a) {
   if (!a.resume.empty() && !a.init.empty())
     detail::raise<InvalidArgument>("train", "--resume continues a run as it was saved; --init starts a new one");
   const auto [train, test] = load_data(a.data, false);
-  ModelConfig config;
-  std::unique_ptr<SequenceClassifier<float>> model;
+  const bool from_checkpoint = !a.resume.empty() || !a.init.empty();
   TensorFile resumed;
-  if (!a.resume.empty() || !a.init.empty()) {
-    resumed = read_safetensors(a.resume.empty() ? a.init : a.resume);
-    config = checkpoint_config(resumed, a.model.model);
-    require_same(a, "--model", a.model.model, to_string(config.rnn.cell));
-    require_same(a, "--hidden", std::to_string(a.model.hidden), std::to_string(config.rnn.hidden));
-    require_same(a, "--layers", std::to_string(a.model.layers), std::to_string(config.rnn.layers));
-    model = std::make_unique<SequenceClassifier<float>>(config);
-    model->load_state_dict(resumed);
-  } else {
-    config = model_config(a.model, train.features, train.classes);
-    model = std::make_unique<SequenceClassifier<float>>(config);
-    model->reset_parameters(a.seed);
-  }
-  check_data_fits(config, train, "the training data");
-  check_data_fits(config, test, "the test data");
+  if (from_checkpoint) resumed = read_safetensors(a.resume.empty() ? a.init : a.resume);
+  const ModelConfig config = recurrent_train_config(a, train, test, from_checkpoint ? &resumed : nullptr);
+  SequenceClassifier<float> model(config);
+  if (from_checkpoint)
+    model.load_state_dict(resumed);
+  else
+    model.reset_parameters(a.seed);
   std::map<std::string, std::string> meta;
   if (!a.init.empty()) meta["bppsa.init"] = a.init;
-  return train_loop(a, *model, describe(config), train, test, a.resume.empty() ? TensorFile{} : resumed, meta);
+  return train_loop(a, model, describe(config), train, test, a.resume.empty() ? TensorFile{} : resumed, meta);
 }
 
 int run_cnn(const Args& a) {
-  if (a.resume.empty() && a.init.empty() && a.model.arch.empty())
-    detail::raise<InvalidArgument>("train", "--model cnn needs --arch (e.g. vgg11/8, or conv:8:3:1:1,relu,"
-                                            "maxpool:2:2,flatten,linear:10), or --init/--resume from a cnn checkpoint");
   if (!a.resume.empty() && (!a.init.empty() || a.prune >= 0))
     detail::raise<InvalidArgument>("train", "--resume continues a run as it was saved (its masks included); "
                                             "--init and --prune start a new one");
   const auto [train, test] = load_images(a.data, false);
   const std::string source = !a.resume.empty() ? a.resume : a.init;
   TensorFile file;
-  ConvNetConfig config;
-  if (!source.empty()) {
-    file = read_safetensors(source);
-    config = convnet_config_from_state_dict(file);
-    if (a.app->count("--arch") && parse_arch(a.model.arch) != config.layers)
-      detail::raise<InvalidArgument>("train", "--arch " + a.model.arch + " differs from the architecture of " +
-                                                  source + " (" + arch_string(config.layers) + "); drop --arch");
-  } else {
-    config.input = {train.channels, train.height, train.width};
-    config.layers = parse_arch(a.model.arch);
-  }
-  config.loss = parse_loss(a.model.loss);
+  if (!source.empty()) file = read_safetensors(source);
+  const ConvNetConfig config = cnn_train_config(a, train, test, source.empty() ? nullptr : &file);
   ConvNet<float> model(config);
-  check_data_fits(config, model.classes(), train, "the training data");
-  check_data_fits(config, model.classes(), test, "the test data");
   std::map<std::string, std::string> meta;
   if (source.empty()) {
     model.reset_parameters(a.seed);
@@ -301,6 +254,67 @@ int run(const Args& a) {
 }
 
 }  // namespace
+
+ModelConfig recurrent_train_config(const TrainArgs& a, const SequenceDataset& train, const SequenceDataset& test,
+                                   const TensorFile* checkpoint) {
+  ModelConfig config;
+  if (checkpoint) {
+    config = checkpoint_config(*checkpoint, a.model.model);
+    require_same(a, "--model", a.model.model, to_string(config.rnn.cell));
+    require_same(a, "--hidden", std::to_string(a.model.hidden), std::to_string(config.rnn.hidden));
+    require_same(a, "--layers", std::to_string(a.model.layers), std::to_string(config.rnn.layers));
+  } else {
+    config = model_config(a.model, train.features, train.classes);
+  }
+  check_data_fits(config, train, "the training data");
+  check_data_fits(config, test, "the test data");
+  return config;
+}
+
+ConvNetConfig cnn_train_config(const TrainArgs& a, const ImageDataset& train, const ImageDataset& test,
+                               const TensorFile* checkpoint) {
+  ConvNetConfig config;
+  if (checkpoint) {
+    config = convnet_config_from_state_dict(*checkpoint);
+    if (a.app->count("--arch") && parse_arch(a.model.arch) != config.layers)
+      detail::raise<InvalidArgument>("train", "--arch " + a.model.arch + " differs from the architecture of " +
+                                                  checkpoint->source + " (" + arch_string(config.layers) +
+                                                  "); drop --arch");
+  } else {
+    if (a.model.arch.empty())
+      detail::raise<InvalidArgument>("train", "--model cnn needs --arch (e.g. vgg11/8, or conv:8:3:1:1,relu,"
+                                              "maxpool:2:2,flatten,linear:10), or --init/--resume from a cnn "
+                                              "checkpoint");
+    config.input = {train.channels, train.height, train.width};
+    config.layers = parse_arch(a.model.arch);
+  }
+  config.loss = parse_loss(a.model.loss);
+  const Index classes = ConvNet<float>(config).classes();
+  check_data_fits(config, classes, train, "the training data");
+  check_data_fits(config, classes, test, "the test data");
+  return config;
+}
+
+double max_relative_error(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b,
+                          const std::vector<std::string>& names, std::string* where) {
+  double global = 0;
+  for (const auto& t : b)
+    for (float v : t) global = std::max(global, std::abs(static_cast<double>(v)));
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    double num = 0, den = 1e-7 * global;
+    for (std::size_t k = 0; k < a[i].size(); ++k) {
+      num = std::max(num, std::abs(static_cast<double>(a[i][k]) - b[i][k]));
+      den = std::max(den, std::abs(static_cast<double>(b[i][k])));
+    }
+    const double e = den > 0 ? num / den : num;
+    if (e >= worst) {
+      worst = e;
+      *where = names[i];
+    }
+  }
+  return worst;
+}
 
 Command add_train(CLI::App& app) {
   auto a = std::make_shared<Args>();
