@@ -75,13 +75,11 @@ std::vector<double> layer_costs(const ConvNetConfig& config) {
   return c;
 }
 
-std::vector<std::byte> encode_matrix(const Matrix<float>& m) {
-  std::vector<Transfer<float>> t{Transfer<float>::vector(m)};
-  return encode<float>(t);
-}
-std::vector<std::byte> encode_matrix(const Matrix<double>& m) {
-  std::vector<Transfer<double>> t{Transfer<double>::vector(m)};
-  return encode<double>(t);
+/// Activations and gradients travel as one constant transfer (the scan's wire format).
+template <class T>
+std::vector<std::byte> encode_matrix(const Matrix<T>& m) {
+  const std::vector<Transfer<T>> t{Transfer<T>::vector(m)};
+  return encode<T>(t);
 }
 template <class T>
 Matrix<T> decode_matrix(std::span<const std::byte> b) {

@@ -115,7 +115,7 @@ class RnnStage final : public Stage<T> {
   struct Slot {
     explicit Slot(const ModelConfig& c) : net(c) {}
     SequenceClassifier<T> net;
-    Matrix<T> x, logits, dlogits, dout, dh;
+    Matrix<T> x, logits, dlogits, dout;
     std::vector<std::int64_t> labels;
     Index batch = 0;
     bool has_head = false;
@@ -130,17 +130,13 @@ class RnnStage final : public Stage<T> {
   void head_backward(Slot& s) {
     Recurrent<T>& rnn = s.net.rnn();
     Linear<T>& head = s.net.head();
-    const Index H = config_.rnn.hidden, B = s.batch;
+    const Index H = config_.rnn.hidden;
     if (!s.has_head) {
       s.dout.setZero(H, rnn.output().cols());
       head.grad_weight.setZero(head.weight.rows(), head.weight.cols());
       head.grad_bias.setZero(head.bias.size());
-    } else if (every()) {
-      head.backward(rnn.output(), s.dlogits, s.dout);
     } else {
-      head.backward(rnn.output().rightCols(B), s.dlogits, s.dh);
-      s.dout.setZero(H, rnn.output().cols());
-      s.dout.rightCols(B) = s.dh;
+      s.net.head_backward(s.dlogits, s.dout);
     }
   }
 

@@ -154,18 +154,22 @@ void SequenceClassifier<T>::backward(const BackwardOptions& options, BackwardTim
   if (batch_ == 0)
     detail::raise<InvalidArgument>("SequenceClassifier::backward",
                                    "no loss to differentiate: call forward_loss (or loss_and_grad) first");
-  const Index batch = batch_, H = config_.rnn.hidden;
-  const bool every = config_.head == HeadMode::every;
-  if (every) {
-    head_.backward(rnn_.output(), dlogits_, dout_);
-  } else {
-    head_.backward(rnn_.output().rightCols(batch), dlogits_, dh_);
-    dout_.setZero(H, rnn_.output().cols());
-    dout_.rightCols(batch) = dh_;
-  }
+  head_backward(dlogits_, dout_);
   BackwardTimes bt;
-  rnn_.backward(dout_, every, options, &bt);
+  rnn_.backward(dout_, config_.head == HeadMode::every, options, &bt);
   if (times) *times = bt;
+}
+
+template <class T>
+void SequenceClassifier<T>::head_backward(const Matrix<T>& dlogits, Matrix<T>& dout) {
+  if (config_.head == HeadMode::every) {
+    head_.backward(rnn_.output(), dlogits, dout);
+  } else {
+    const Index batch = dlogits.cols();
+    head_.backward(rnn_.output().rightCols(batch), dlogits, dh_);
+    dout.setZero(config_.rnn.hidden, rnn_.output().cols());
+    dout.rightCols(batch) = dh_;
+  }
 }
 
 template <class T>

@@ -64,6 +64,11 @@ class SequenceClassifier {
                  std::vector<std::int64_t>* predictions = nullptr);
   void backward(const BackwardOptions& options, BackwardTimes* times = nullptr);
 
+  /// ∂ℓ/∂(top-layer outputs), H × (steps·batch), from ∂ℓ/∂logits of the last forward through
+  /// the head, whose parameter gradients it sets: every step's block (head=every), or only the
+  /// last step's (head=last; dlogits is C × batch). What backward() feeds the recurrent stack.
+  void head_backward(const Matrix<T>& dlogits, Matrix<T>& dout);
+
   /// Every parameter in PyTorch's state_dict order.
   std::vector<NamedParam<T>> parameters();
   Recurrent<T>& rnn() { return rnn_; }
