@@ -53,9 +53,36 @@ void read_batch(const std::filesystem::path& file, ImageDataset& out) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(file, ec))
     detail::raise<IoError>(kOp, "CIFAR-10 file " + quoted(file) + " is missing; " + kHint);
-  const std::vector<unsigned char> bytes = read_file(file);
+  detail::parse_cifar10_batch(read_file(file), file.string(), out);
+}
+
+/// Room in `out` for the records of `files`, so that appending batch after batch does not
+/// copy the images read so far (sizes that cannot be read only make the guess smaller).
+void reserve_for(const std::vector<std::filesystem::path>& files, ImageDataset& out) {
+  Index records = 0;
+  for (const auto& f : files) {
+    std::error_code ec;
+    const auto bytes = std::filesystem::file_size(f, ec);
+    if (!ec) records += static_cast<Index>(bytes) / kRecord;
+  }
+  out.y.reserve(static_cast<std::size_t>(records));
+  out.x.reserve(static_cast<std::size_t>(records * kPixels));
+}
+
+/// batches.meta.txt's names, one a line, or the standard ten when the file is absent.
+std::vector<std::string> read_class_names(const std::filesystem::path& folder) {
+  const std::filesystem::path file = folder / "batches.meta.txt";
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec))
+    return {"airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"};
+  return detail::parse_cifar10_class_names(read_file(file), file.string());
+}
+
+}  // namespace
+
+void detail::parse_cifar10_batch(std::span<const unsigned char> bytes, const std::string& source, ImageDataset& out) {
   auto bad = [&](const std::string& msg) {
-    detail::raise<FormatError>(kOp, "CIFAR-10 file " + quoted(file) + ": " + msg);
+    detail::raise<FormatError>(kOp, "CIFAR-10 file '" + source + "': " + msg);
   };
   const auto size = static_cast<Index>(bytes.size());
   if (size == 0) bad("is empty (0 bytes; a batch is a sequence of 3073-byte records)");
@@ -81,26 +108,8 @@ void read_batch(const std::filesystem::path& file, ImageDataset& out) {
   }
 }
 
-/// Room in `out` for the records of `files`, so that appending batch after batch does not
-/// copy the images read so far (sizes that cannot be read only make the guess smaller).
-void reserve_for(const std::vector<std::filesystem::path>& files, ImageDataset& out) {
-  Index records = 0;
-  for (const auto& f : files) {
-    std::error_code ec;
-    const auto bytes = std::filesystem::file_size(f, ec);
-    if (!ec) records += static_cast<Index>(bytes) / kRecord;
-  }
-  out.y.reserve(static_cast<std::size_t>(records));
-  out.x.reserve(static_cast<std::size_t>(records * kPixels));
-}
-
-/// batches.meta.txt's names, one a line, or the standard ten when the file is absent.
-std::vector<std::string> read_class_names(const std::filesystem::path& folder) {
-  const std::filesystem::path file = folder / "batches.meta.txt";
-  std::error_code ec;
-  if (!std::filesystem::exists(file, ec))
-    return {"airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"};
-  const std::vector<unsigned char> bytes = read_file(file);
+std::vector<std::string> detail::parse_cifar10_class_names(std::span<const unsigned char> bytes,
+                                                           const std::string& source) {
   const std::string text(bytes.begin(), bytes.end());
   const char* blanks = " \t\r\n\f\v";
   std::vector<std::string> names;
@@ -113,12 +122,10 @@ std::vector<std::string> read_class_names(const std::filesystem::path& folder) {
     start = end + 1;
   }
   if (names.size() != 10)
-    detail::raise<FormatError>(kOp, "CIFAR-10 file " + quoted(file) + " lists " + std::to_string(names.size()) +
+    detail::raise<FormatError>(kOp, "CIFAR-10 file '" + source + "' lists " + std::to_string(names.size()) +
                                         " class names, not 10 (one a line)");
   return names;
 }
-
-}  // namespace
 
 std::pair<ImageDataset, ImageDataset> load_cifar10(const std::filesystem::path& dir) {
   const std::filesystem::path folder = batches_dir(dir);

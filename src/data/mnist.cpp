@@ -40,35 +40,7 @@ Index read_digit(const std::filesystem::path& file, std::vector<float>& x, const
   std::error_code ec;
   if (!std::filesystem::is_regular_file(file, ec))
     detail::raise<IoError>(op, "MNIST file " + quoted(file) + " is missing; " + kHint);
-  const std::vector<unsigned char> bytes = read_file(file);
-  auto bad = [&](const std::string& msg) { detail::raise<FormatError>(op, "MNIST file " + quoted(file) + ": " + msg); };
-
-  nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(bytes.begin(), bytes.end());
-  } catch (const nlohmann::json::exception& e) {
-    bad(std::string("not valid JSON (truncated or corrupted?): ") + e.what());
-  }
-  if (!doc.is_object() || !doc.contains("data") || !doc["data"].is_array())
-    bad("expected {\"data\": [numbers]}, found no \"data\" list");
-  const nlohmann::json& data = doc["data"];
-  const auto n = static_cast<Index>(data.size());
-  if (n % kPixels != 0)
-    bad("holds " + std::to_string(n) + " values, not a multiple of 784 = 28 × 28 (truncated or not MNIST?)");
-
-  auto where = [](Index i) {
-    return "value " + std::to_string(i) + " (image " + std::to_string(i / kPixels) + ", pixel " +
-           std::to_string(i % kPixels) + ")";
-  };
-  x.reserve(x.size() + data.size());
-  for (Index i = 0; i < n; ++i) {
-    const nlohmann::json& v = data[static_cast<std::size_t>(i)];
-    if (!v.is_number()) bad(where(i) + " is a " + std::string(v.type_name()) + " (" + v.dump() + "), not a number");
-    const double p = v.get<double>();
-    if (!std::isfinite(p) || p < 0.0 || p > 1.0) bad(where(i) + " is " + v.dump() + ", outside [0, 1]");
-    x.push_back(static_cast<float>(p));
-  }
-  return n / kPixels;
+  return detail::parse_mnist_digits(read_file(file), file.string(), x, op);
 }
 
 /// Every digit of the package, 0s first: 784 pixels an image in x, its digit in y.
@@ -94,6 +66,42 @@ Digits read_digits(const std::filesystem::path& dir, const std::string& op) {
 Index test_count(Index size) { return size / 5; }
 
 }  // namespace
+
+Index detail::parse_mnist_digits(std::span<const unsigned char> json, const std::string& source,
+                                 std::vector<float>& x, const std::string& op) {
+  auto bad = [&](const std::string& msg) { detail::raise<FormatError>(op, "MNIST file '" + source + "': " + msg); };
+
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(json.begin(), json.end());
+  } catch (const nlohmann::json::exception& e) {
+    bad(std::string("not valid JSON (truncated or corrupted?): ") + e.what());
+  }
+  if (!doc.is_object() || !doc.contains("data") || !doc["data"].is_array())
+    bad("expected {\"data\": [numbers]}, found no \"data\" list");
+  const nlohmann::json& data = doc["data"];
+  const auto n = static_cast<Index>(data.size());
+  if (n % kPixels != 0)
+    bad("holds " + std::to_string(n) + " values, not a multiple of 784 = 28 × 28 (truncated or not MNIST?)");
+
+  auto where = [](Index i) {
+    return "value " + std::to_string(i) + " (image " + std::to_string(i / kPixels) + ", pixel " +
+           std::to_string(i % kPixels) + ")";
+  };
+  x.reserve(x.size() + data.size());
+  for (Index i = 0; i < n; ++i) {
+    const nlohmann::json& v = data[static_cast<std::size_t>(i)];
+    // Only the type is named: dumping a nested value would recurse as deep as the file nests.
+    if (!v.is_number()) {
+      const std::string type = v.type_name();
+      bad(where(i) + " is " + (type[0] == 'a' || type[0] == 'o' ? "an " : "a ") + type + ", not a number");
+    }
+    const double p = v.get<double>();
+    if (!std::isfinite(p) || p < 0.0 || p > 1.0) bad(where(i) + " is " + v.dump() + ", outside [0, 1]");
+    x.push_back(static_cast<float>(p));
+  }
+  return n / kPixels;
+}
 
 SequenceDataset load_mnist(const std::filesystem::path& dir, MnistLayout layout) {
   Digits digits = read_digits(dir, "load_mnist");

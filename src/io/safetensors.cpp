@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <charconv>
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -82,6 +83,18 @@ void check_bytes(const Tensor& t, const std::string& what) {
   detail::raise<FormatError>("Tensor", what + " is " + t.describe() + "; expected dtype " + wanted);
 }
 
+/// A header value for a message: its JSON text when it is a scalar or a flat list (cut at 64
+/// characters), else only its type. Never recursive: nesting in a header is as deep as the
+/// file is long, and dumping it would overflow the stack.
+std::string brief(const json& v) {
+  const bool flat = v.is_primitive() || (v.is_array() && std::all_of(v.begin(), v.end(), [](const json& x) {
+                                          return x.is_primitive();
+                                        }));
+  if (!flat) return std::string("(a nested JSON ") + v.type_name() + ")";
+  const std::string text = v.dump();
+  return text.size() > 64 ? text.substr(0, 60) + " …" : text;
+}
+
 /// Throws FormatError "[safetensors] file F: msg".
 struct Bad {
   std::string file;
@@ -115,19 +128,19 @@ Entry parse_entry(const std::string& name, const json& v, std::uint64_t data_siz
   auto nonneg = [](const json& x) {
     return x.is_number_unsigned() || (x.is_number_integer() && x.get<std::int64_t>() >= 0);
   };
-  if (!sh.is_array()) bad(tn + ": shape " + sh.dump() + " is not a list of non-negative integers");
+  if (!sh.is_array()) bad(tn + ": shape " + brief(sh) + " is not a list of non-negative integers");
   for (const json& x : sh) {
     if (!nonneg(x) || x.get<std::uint64_t>() > std::uint64_t(std::numeric_limits<Index>::max()))
-      bad(tn + ": shape " + sh.dump() + " is not a list of non-negative integers");
+      bad(tn + ": shape " + brief(sh) + " is not a list of non-negative integers");
     e.tensor.shape.push_back(x.get<Index>());
   }
   const auto numel = checked_numel(e.tensor.shape);
-  if (!numel) bad(tn + ": shape " + sh.dump() + " has more elements than can be addressed");
+  if (!numel) bad(tn + ": shape " + brief(sh) + " has more elements than can be addressed");
 
   const json& off = v["data_offsets"];
   if (!off.is_array() || off.size() != 2 || !nonneg(off[0]) || !nonneg(off[1]) ||
       off[0].get<std::uint64_t>() > off[1].get<std::uint64_t>())
-    bad(tn + ": data_offsets " + off.dump() + " is not [begin, end] with 0 <= begin <= end");
+    bad(tn + ": data_offsets " + brief(off) + " is not [begin, end] with 0 <= begin <= end");
   e.begin = off[0].get<std::uint64_t>();
   e.end = off[1].get<std::uint64_t>();
   if (e.end > data_size)
@@ -221,6 +234,19 @@ std::vector<std::int64_t> Tensor::to_i64(const std::string& what) const {
 std::string TensorFile::metadata_or(const std::string& key, const std::string& fallback) const {
   const auto it = metadata.find(key);
   return it == metadata.end() ? fallback : it->second;
+}
+
+std::int64_t TensorFile::metadata_count(const std::string& key, std::int64_t fallback, const std::string& op) const {
+  const auto it = metadata.find(key);
+  if (it == metadata.end()) return fallback;
+  const std::string& v = it->second;
+  constexpr std::int64_t kMax = std::int64_t{1} << 53;  // exact in a double, far from overflow when incremented
+  std::int64_t n = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (v.empty() || v.front() == '-' || ec != std::errc() || end != v.data() + v.size() || n > kMax)
+    detail::raise<FormatError>(op, "file " + file_name(source) + ": metadata '" + key + "' = '" + v.substr(0, 64) +
+                                       (v.size() > 64 ? "…" : "") + "' is not a whole number in [0, 2^53]");
+  return n;
 }
 
 const Tensor& TensorFile::at(const std::string& name, const std::string& op) const {

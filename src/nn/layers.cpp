@@ -2,6 +2,9 @@
 // src/nn/cpu/{conv2d,pool2d,pointwise}.cpp.
 #include "bppsa/nn/layers.hpp"
 
+#include <cstdio>
+#include <utility>
+
 #include "bppsa/core/error.hpp"
 #include "nn/cnn_layers.hpp"
 
@@ -78,6 +81,23 @@ void Layer<T>::apply_mask() {
 
 template <class T>
 std::unique_ptr<Layer<T>> make_layer(const LayerSpec& spec, const Shape3& in, bool flat, const std::string& where) {
+  // Extents come from architecture strings and checkpoint metadata: multiply them in double
+  // (they can overflow Index) and refuse what the Jacobians' 32-bit indices cannot address.
+  const double in_size = static_cast<double>(in.c) * static_cast<double>(in.h) * static_cast<double>(in.w);
+  double weights = 0;
+  if (spec.type == LayerType::conv)
+    weights = static_cast<double>(spec.out) * static_cast<double>(in.c) * static_cast<double>(spec.window.kh) *
+              static_cast<double>(spec.window.kw);
+  if (spec.type == LayerType::linear) weights = static_cast<double>(spec.out) * in_size;
+  constexpr double kMaxElements = 2147483647.0;  // 2^31 − 1
+  for (const auto& [what, n] : {std::pair<const char*, double>{"input", in_size}, {"weight", weights}})
+    if (n > kMaxElements) {
+      char count[32];
+      std::snprintf(count, sizeof count, "%.3g", n);
+      detail::raise<ShapeError>(where, std::string("its ") + what + " would have " + count +
+                                           " elements, more than 2^31 − 1 (the most a layer's Jacobian can index): "
+                                           "use smaller layers or a smaller input");
+    }
   const bool spatial = spec.type == LayerType::conv || spec.type == LayerType::maxpool ||
                        spec.type == LayerType::avgpool;
   if (spatial && flat)

@@ -2,9 +2,12 @@
 #include "bppsa/train/optimizer.hpp"
 
 #include <cmath>
+#include <limits>
 
 #include "bppsa/core/error.hpp"
 #include "core/finite.hpp"
+#include "nn/cuda/gpu_model.hpp"
+#include "train/step_constants.hpp"
 
 namespace bppsa {
 
@@ -28,6 +31,29 @@ Optimizer<T>::Optimizer(OptimizerConfig config) : config_(config) {
     detail::raise<InvalidArgument>(op, "Adam needs betas in [0, 1) and eps > 0");
   if (config.weight_decay < 0) detail::raise<InvalidArgument>(op, "weight decay must be ≥ 0");
   if (config.clip_grad_norm < 0) detail::raise<InvalidArgument>(op, "gradient clipping norm must be ≥ 0 (0 = off)");
+}
+
+template <class T>
+Optimizer<T>::~Optimizer() = default;
+template <class T>
+Optimizer<T>::Optimizer(Optimizer&&) noexcept = default;
+template <class T>
+Optimizer<T>& Optimizer<T>::operator=(Optimizer&&) noexcept = default;
+
+template <class T>
+void Optimizer<T>::step(SequenceClassifier<T>& model) {
+  if (model.device() == Device::cpu) {
+    step(model.parameters());
+    return;
+  }
+  detail::gpu::ModelGpu<T>* g = model.gpu();
+  if (!gpu_) {
+    gpu_ = detail::gpu::make_optimizer_gpu(*g);
+    if (!m_.empty()) gpu_->upload(m_, v_);  // a resumed state (load_state) or earlier CPU steps
+  }
+  ++step_;
+  gpu_->step(*g, detail::step_constants<T>(config_, step_));
+  last_norm_ = std::numeric_limits<double>::quiet_NaN();
 }
 
 template <class T>
@@ -91,6 +117,15 @@ TensorFile Optimizer<T>::state(const std::vector<NamedParam<T>>& params) const {
   TensorFile f;
   f.metadata["optimizer"] = to_string(config_.type);
   f.metadata["step"] = std::to_string(step_);
+  if (gpu_) {  // the device holds the current state
+    m_.assign(params.size(), {});
+    v_.assign(params.size(), {});
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      m_[i].assign(static_cast<std::size_t>(params[i].size), T(0));
+      v_[i].assign(static_cast<std::size_t>(params[i].size), T(0));
+    }
+    gpu_->download(m_, v_);
+  }
   if (m_.empty()) return f;
   auto put = [&](const std::string& name, const std::vector<T>& src, const std::vector<Index>& shape) {
     std::vector<double> d(src.begin(), src.end());
@@ -115,27 +150,38 @@ void Optimizer<T>::load_state(const TensorFile& file, const std::vector<NamedPar
     detail::raise<FormatError>(op, file.source + " holds " + (saved.empty() ? std::string("no optimizer") : saved) +
                                        " state but this run uses " + to_string(config_.type) +
                                        "; pass the same --optimizer as the run that saved it");
-  const std::string step = file.metadata_or("step", "0");
-  try {
-    step_ = std::stoll(step);
-  } catch (const std::exception&) {
-    detail::raise<FormatError>(op, file.source + " has a malformed step count '" + step + "'");
-  }
-  m_.clear();
-  v_.clear();
-  if (step_ == 0) return;
-  m_.resize(params.size());
-  v_.resize(params.size());
-  auto get = [&](const std::string& name, const std::vector<Index>& shape, std::vector<T>& dst) {
+  // Everything is read and checked before any member changes: a bad file leaves the
+  // optimizer as it was.
+  const std::int64_t step = file.metadata_count("step", 0, op);
+  std::vector<std::vector<T>> m, v;
+  auto get = [&](const std::string& name, const std::vector<Index>& shape, bool nonnegative) {
     const auto d = file.require(name, shape, op).to_f64(name);
-    dst.assign(d.begin(), d.end());
+    for (double x : d)
+      if (!std::isfinite(x) || (nonnegative && x < 0))
+        detail::raise<NonFiniteError>(op, "tensor '" + name + "' in " + file.source + " holds " +
+                                              (std::isfinite(x) ? "a negative value" : "NaN/Inf") +
+                                              "; the optimizer state is corrupt (start afresh)");
+    return std::vector<T>(d.begin(), d.end());
   };
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    if (config_.type == OptimizerType::adam) {
-      get(params[i].name + ".exp_avg", params[i].shape, m_[i]);
-      get(params[i].name + ".exp_avg_sq", params[i].shape, v_[i]);
+  if (step > 0) {
+    for (const auto& p : params) {
+      if (config_.type == OptimizerType::adam) {
+        m.push_back(get(p.name + ".exp_avg", p.shape, false));
+        v.push_back(get(p.name + ".exp_avg_sq", p.shape, true));
+      } else {
+        m.push_back(get(p.name + ".momentum_buffer", p.shape, false));
+        v.emplace_back();
+      }
+    }
+  }
+  step_ = step;
+  m_ = std::move(m);
+  v_ = std::move(v);
+  if (gpu_) {  // the device state follows the loaded one
+    if (m_.empty()) {
+      gpu_.reset();  // step 0: fresh zeros at the next device step
     } else {
-      get(params[i].name + ".momentum_buffer", params[i].shape, m_[i]);
+      gpu_->upload(m_, v_);
     }
   }
 }

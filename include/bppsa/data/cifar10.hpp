@@ -3,7 +3,10 @@
 
 #include <array>
 #include <filesystem>
+#include <span>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "bppsa/data/image.hpp"
 
@@ -24,6 +27,14 @@ namespace bppsa {
 /// (truncated: the size and the record count are named), a label byte > 9 (the record is
 /// named), or a batches.meta.txt that does not list ten names.
 std::pair<ImageDataset, ImageDataset> load_cifar10(const std::filesystem::path& dir);
+
+namespace detail {
+/// The parsers behind load_cifar10, on a file's bytes (`source` names it in messages): one
+/// batch's records appended to `out` (a 3×32×32 data set), and batches.meta.txt's ten class
+/// names. The same FormatErrors as load_cifar10.
+void parse_cifar10_batch(std::span<const unsigned char> bytes, const std::string& source, ImageDataset& out);
+std::vector<std::string> parse_cifar10_class_names(std::span<const unsigned char> bytes, const std::string& source);
+}  // namespace detail
 
 /// The usual CIFAR-10 channel means and standard deviations (R, G, B) of the [0, 1] pixels.
 inline constexpr std::array<float, 3> kCifar10Mean{0.4914f, 0.4822f, 0.4465f};

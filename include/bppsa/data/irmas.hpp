@@ -2,11 +2,13 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "bppsa/data/dataset.hpp"
+#include "bppsa/io/safetensors.hpp"
 
 namespace bppsa {
 
@@ -35,6 +37,9 @@ struct Audio {
 };
 /// Reads a WAV (any format libsndfile reads). IoError / FormatError name the file.
 Audio read_audio(const std::filesystem::path& path);
+/// Decodes a sound file held in memory, as read_audio does a file (`source` names it in
+/// messages). FormatError for anything that is not complete, decodable audio.
+Audio decode_audio(std::span<const unsigned char> bytes, const std::string& source);
 
 /// MFCC of one channel as librosa.feature.mfcc(y, sr, n_mfcc, n_fft, hop_length, n_mels =
 /// n_filters) computes it with its defaults (centred frames, periodic Hann, power spectrum,
@@ -64,6 +69,14 @@ SequenceDataset load_irmas(const std::filesystem::path& folder, const MfccPreset
                            const std::filesystem::path& cache = {});
 
 namespace detail {
+/// The feature cache's reader behind load_irmas, on a parsed file (`file.source` names it):
+/// the data set it holds when its metadata format and key match `key`, nothing when they do
+/// not (a cache of other inputs, to recompute). FormatError telling the user to delete it
+/// when x is not F32 [labels.size(), steps (any > 0 if steps is 0), features], y not I64
+/// equal to `labels`, or x holds NaN/Inf.
+std::optional<SequenceDataset> mfcc_cache_dataset(const TensorFile& file, const std::string& key,
+                                                  const std::vector<std::int64_t>& labels, Index steps,
+                                                  Index features);
 /// Throws InvalidArgument (prefixed by `op`) unless 2 ≤ n_mfcc ≤ n_filters, n_fft ≥ 2 and
 /// 1 ≤ hop ≤ n_fft.
 void check_mfcc_preset(const std::string& op, const MfccPreset& preset);

@@ -2,6 +2,9 @@
 #pragma once
 
 #include <filesystem>
+#include <span>
+#include <string>
+#include <vector>
 
 #include "bppsa/data/dataset.hpp"
 #include "bppsa/data/image.hpp"
@@ -36,6 +39,15 @@ std::pair<ImageDataset, ImageDataset> mnist_image_split(const ImageDataset& all,
 /// mnist_image_split(seed), then standardised with MNIST's usual statistics (mean 0.1307,
 /// std 0.3081, as torchvision's examples).
 std::pair<ImageDataset, ImageDataset> mnist_cnn_data(const std::filesystem::path& dir, std::uint64_t seed);
+
+namespace detail {
+/// The parser behind load_mnist, on one digit file's bytes: appends the images of
+/// {"data": [784·count numbers in [0, 1]]} to `x` (784 values each) and returns their count.
+/// FormatError "[op] MNIST file '<source>': …" naming the problem (malformed JSON, no "data"
+/// list, a length that is not a multiple of 784, a value that is not a number in [0, 1]).
+Index parse_mnist_digits(std::span<const unsigned char> json, const std::string& source, std::vector<float>& x,
+                         const std::string& op = "load_mnist");
+}  // namespace detail
 
 /// Where scripts/setup.sh unpacks the package: <repo>/data/mnist (overridden by BPPSA_MNIST).
 std::filesystem::path default_mnist_dir();

@@ -55,6 +55,10 @@ class TensorFile {
   const Tensor& at(const std::string& name, const std::string& op = "safetensors") const;
   /// The metadata value under `key`, or `fallback` when the file has none.
   std::string metadata_or(const std::string& key, const std::string& fallback = "") const;
+  /// The metadata value under `key` as a count (an epoch, a step): decimal digits only, at
+  /// most 2^53; `fallback` when the file has none. Otherwise FormatError "[op] file F:
+  /// metadata 'key' = 'v' is not a whole number in [0, 2^53]".
+  std::int64_t metadata_count(const std::string& key, std::int64_t fallback, const std::string& op = "safetensors") const;
   /// at(), then checks the shape: -1 in `expected` matches any extent. Mismatch →
   /// ShapeError "[op] tensor 'rnn.weight_hh_l0' in F has shape [20, 21], expected [20, 20]".
   const Tensor& require(const std::string& name, const std::vector<Index>& expected,

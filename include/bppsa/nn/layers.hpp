@@ -110,7 +110,9 @@ class Layer {
 /// Builds the layer a spec describes for an input shape. `flat`: the input is a [B, N]
 /// tensor (after flatten or linear; shape N×1×1), which conv and pooling cannot take and
 /// linear needs. Throws ShapeError when it does not fit, naming `where` (e.g. "layer 5
-/// (linear:10)") and the shapes, e.g. "its input is 64×4×4, not flat: add 'flatten' before it".
+/// (linear:10)") and the shapes, e.g. "its input is 64×4×4, not flat: add 'flatten' before it",
+/// and when its input or weight would hold more than 2^31 − 1 elements (the Jacobians index
+/// with 32-bit integers), before allocating anything.
 template <class T>
 std::unique_ptr<Layer<T>> make_layer(const LayerSpec& spec, const Shape3& in, bool flat, const std::string& where);
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -11,6 +12,11 @@
 #include "bppsa/nn/model.hpp"
 
 namespace bppsa {
+
+namespace detail::gpu {
+template <class T>
+class OptimizerGpu;
+}  // namespace detail::gpu
 
 enum class OptimizerType { sgd, adam };
 const char* to_string(OptimizerType o);
@@ -34,14 +40,23 @@ template <class T>
 class Optimizer {
  public:
   explicit Optimizer(OptimizerConfig config);
+  ~Optimizer();
+  Optimizer(Optimizer&&) noexcept;
+  Optimizer& operator=(Optimizer&&) noexcept;
   const OptimizerConfig& config() const { return config_; }
+  /// One step on host parameters (a Device::cpu model's parameters()).
   void step(const std::vector<NamedParam<T>>& params);
+  /// One step on a model's parameters wherever they live: Device::cpu, step(model.parameters());
+  /// Device::cuda, the same update (norm, clipping, Adam/SGD) queued on the GPU, its state kept
+  /// there, nothing copied to the host. Use one model with one optimizer.
+  void step(SequenceClassifier<T>& model);
   std::int64_t steps() const { return step_; }
-  /// Global gradient 2-norm seen by the last step (before clipping).
+  /// Global gradient 2-norm seen by the last step (before clipping); NaN after a Device::cuda
+  /// step (the norm stays on the GPU).
   double last_grad_norm() const { return last_norm_; }
 
   /// Tensors "<param>.exp_avg", "<param>.exp_avg_sq" (Adam) or "<param>.momentum_buffer" (SGD)
-  /// and metadata "optimizer", "step".
+  /// and metadata "optimizer", "step" (after Device::cuda steps: downloaded from the GPU).
   TensorFile state(const std::vector<NamedParam<T>>& params) const;
   /// Restores state(); FormatError if it does not match the parameters or the optimizer type.
   void load_state(const TensorFile& file, const std::vector<NamedParam<T>>& params);
@@ -50,7 +65,8 @@ class Optimizer {
   OptimizerConfig config_;
   std::int64_t step_ = 0;
   double last_norm_ = 0;
-  std::vector<std::vector<T>> m_, v_;
+  mutable std::vector<std::vector<T>> m_, v_;  ///< on the GPU once gpu_ exists (state() downloads)
+  std::unique_ptr<detail::gpu::OptimizerGpu<T>> gpu_;
 };
 
 extern template class Optimizer<float>;

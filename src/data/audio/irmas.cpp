@@ -22,6 +22,7 @@ namespace fs = std::filesystem;
 
 const std::string k_op = "load_irmas";
 const std::string k_format = "bppsa-mfcc-2";
+const std::string k_delete_hint = "; delete it to recompute the features";
 
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
@@ -129,38 +130,13 @@ std::string cache_key(const std::vector<Entry>& files, const MfccPreset& preset,
 /// fit the inputs, is a FormatError telling the user to delete it.
 std::optional<SequenceDataset> read_cache(const fs::path& cache, const std::string& key,
                                           const std::vector<std::int64_t>& labels, Index steps, Index features) {
-  const std::string hint = "; delete it to recompute the features";
   TensorFile file;
   try {
     file = read_safetensors(cache);
   } catch (const FormatError& e) {
-    detail::raise<FormatError>(k_op, "cache " + cache.string() + " is unreadable (" + e.what() + ")" + hint);
+    detail::raise<FormatError>(k_op, "cache " + cache.string() + " is unreadable (" + e.what() + ")" + k_delete_hint);
   }
-  if (file.metadata_or("format") != k_format || file.metadata_or("key") != key) return std::nullopt;
-
-  const auto bad = [&](const std::string& why) {
-    detail::raise<FormatError>(k_op, "cache " + cache.string() + " is malformed (" + why + ")" + hint);
-  };
-  if (!file.contains("x") || !file.contains("y")) bad("it lacks tensor 'x' or 'y'");
-  const Tensor& x = file.tensors.at("x");
-  const Tensor& y = file.tensors.at("y");
-  const auto n = static_cast<Index>(labels.size());
-  if (x.dtype != DType::f32 || x.shape.size() != 3 || x.shape[0] != n || x.shape[2] != features ||
-      (steps > 0 && x.shape[1] != steps) || x.shape[1] <= 0)
-    bad("x is " + x.describe() + ", expected F32 [" + std::to_string(n) + ", " +
-        (steps > 0 ? std::to_string(steps) : std::string("steps")) + ", " + std::to_string(features) + "]");
-  if (y.dtype != DType::i64 || y.shape.size() != 1 || y.shape[0] != n)
-    bad("y is " + y.describe() + ", expected I64 [" + std::to_string(n) + "]");
-
-  SequenceDataset data;
-  data.steps = x.shape[1];
-  data.features = features;
-  data.x = x.to_f32("x");
-  data.y = y.to_i64("y");
-  if (data.y != labels) bad("its labels differ from those of the file names");
-  for (float v : data.x)
-    if (!std::isfinite(v)) bad("x holds NaN or Inf");
-  return data;
+  return detail::mfcc_cache_dataset(file, key, labels, steps, features);
 }
 
 /// Features of one file written into its slice [steps][features] of x (already zeroed).
@@ -189,6 +165,36 @@ void compute_file(const Entry& file, const MfccPreset& preset, int rate, const s
 }
 
 }  // namespace
+
+std::optional<SequenceDataset> detail::mfcc_cache_dataset(const TensorFile& file, const std::string& key,
+                                                          const std::vector<std::int64_t>& labels, Index steps,
+                                                          Index features) {
+  if (file.metadata_or("format") != k_format || file.metadata_or("key") != key) return std::nullopt;
+
+  const auto bad = [&](const std::string& why) {
+    detail::raise<FormatError>(k_op, "cache " + file.source + " is malformed (" + why + ")" + k_delete_hint);
+  };
+  if (!file.contains("x") || !file.contains("y")) bad("it lacks tensor 'x' or 'y'");
+  const Tensor& x = file.tensors.at("x");
+  const Tensor& y = file.tensors.at("y");
+  const auto n = static_cast<Index>(labels.size());
+  if (x.dtype != DType::f32 || x.shape.size() != 3 || x.shape[0] != n || x.shape[2] != features ||
+      (steps > 0 && x.shape[1] != steps) || x.shape[1] <= 0)
+    bad("x is " + x.describe() + ", expected F32 [" + std::to_string(n) + ", " +
+        (steps > 0 ? std::to_string(steps) : std::string("steps")) + ", " + std::to_string(features) + "]");
+  if (y.dtype != DType::i64 || y.shape.size() != 1 || y.shape[0] != n)
+    bad("y is " + y.describe() + ", expected I64 [" + std::to_string(n) + "]");
+
+  SequenceDataset data;
+  data.steps = x.shape[1];
+  data.features = features;
+  data.x = x.to_f32("x");
+  data.y = y.to_i64("y");
+  if (data.y != labels) bad("its labels differ from those of the file names");
+  for (float v : data.x)
+    if (!std::isfinite(v)) bad("x holds NaN or Inf");
+  return data;
+}
 
 MfccPreset mfcc_preset(const std::string& name) {
   if (name == "s") return {"s", 20, 4096, 512, 128};
