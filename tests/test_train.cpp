@@ -132,11 +132,14 @@ TEST(Train, ScanThatCannotFitIsRefusedBeforeAllocating) {
   Recurrent<float> rnn({CellType::gru, 1, 1024, 1});
   BackwardOptions o;
   o.method = BackwardMethod::blelloch;
-  const std::string msg = testutil::message_of<InvalidArgument>([&] { rnn.check_backward_memory(1000000, 1000, o); });
+  const std::string msg = testutil::message_of<ResourceError>([&] { rnn.check_backward_memory(1000000, 1000, o); });
   EXPECT_NE(msg.find("--batch"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("GB"), std::string::npos) << msg;
-  o.method = BackwardMethod::bp;  // stores no Jacobians
-  EXPECT_NO_THROW(rnn.check_backward_memory(1000000, 1000, o));
+  EXPECT_NE(msg.find("PB"), std::string::npos) << msg;
+  o.method = BackwardMethod::bp;  // stores no Jacobians, but its own record and gradients are checked too
+  EXPECT_THROW(rnn.check_backward_memory(1000000, 1000, o), ResourceError);
+  EXPECT_NO_THROW(rnn.check_backward_memory(30000, 1, o));  // ~2 GB; its scan would need 126 GB of Jacobians
+  o.method = BackwardMethod::blelloch;
+  EXPECT_THROW(rnn.check_backward_memory(30000, 1, o), ResourceError);
   o.method = BackwardMethod::hybrid;  // a small problem fits: 10 × 16 × 1024² floats = 0.67 GB
   EXPECT_NO_THROW(rnn.check_backward_memory(10, 16, o));
 }

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "bppsa/core/error.hpp"
+#include "bppsa/core/memory.hpp"
 #include "core/random.hpp"
 
 namespace bppsa {
@@ -14,6 +15,86 @@ namespace bppsa {
 std::string describe(const ConvNetConfig& c) {
   return "cnn " + c.input.str() + " [" + arch_string(c.layers) + "] loss=" + to_string(c.loss);
 }
+
+namespace {
+
+// Memory estimates, in bytes as doubles (extents come from architecture strings and
+// checkpoints: they can overflow Index), for checks made before anything is allocated.
+
+/// Weights of a layer as make_layer sizes them (conv, linear; 0 for the others).
+double layer_weights(const LayerSpec& s, const Shape3& in) {
+  const double c = static_cast<double>(in.c), hw = static_cast<double>(in.h) * static_cast<double>(in.w);
+  const double out = static_cast<double>(s.out);
+  if (s.type == LayerType::conv)
+    return out * c * static_cast<double>(s.window.kh) * static_cast<double>(s.window.kw) + out;
+  if (s.type == LayerType::linear) return out * c * hw + out;
+  return 0;
+}
+
+double size_of(const Shape3& s) {
+  return static_cast<double>(s.c) * static_cast<double>(s.h) * static_cast<double>(s.w);
+}
+
+/// What a forward keeps per sample for a layer: its output, a convolution's im2col columns,
+/// a max-pool's argmax taps.
+template <class T>
+double forward_bytes_per_sample(const Layer<T>& l) {
+  const double taps = static_cast<double>(l.spec().window.kh) * static_cast<double>(l.spec().window.kw);
+  double b = size_of(l.out_shape()) * sizeof(T);
+  if (l.type() == LayerType::conv)
+    b += static_cast<double>(l.out_shape().h) * static_cast<double>(l.out_shape().w) *
+         static_cast<double>(l.in_shape().c) * taps * sizeof(T);
+  if (l.type() == LayerType::maxpool) b += size_of(l.out_shape()) * sizeof(std::int32_t);
+  return b;
+}
+
+/// A layer's J^T: values per sample (not shared by the batch), and what is held once
+/// (shared values, the CSR pattern and its index map). Upper bounds (padding and masks only
+/// remove entries).
+struct JacobianBytes {
+  double per_sample = 0, shared = 0;
+};
+template <class T>
+JacobianBytes jacobian_bytes(const Layer<T>& l) {
+  const double taps = static_cast<double>(l.spec().window.kh) * static_cast<double>(l.spec().window.kw);
+  const double in = size_of(l.in_shape()), out = size_of(l.out_shape()), index = sizeof(std::int32_t);
+  switch (l.type()) {
+    case LayerType::conv: {
+      const double nnz = out * static_cast<double>(l.in_shape().c) * taps;
+      return {0, nnz * (sizeof(T) + 2 * index) + in * index};
+    }
+    case LayerType::maxpool:
+      return {out * taps * sizeof(T), out * taps * index + in * index};
+    case LayerType::avgpool:
+      return {0, out * taps * (sizeof(T) + index) + in * index};
+    case LayerType::relu:
+    case LayerType::tanh:
+      return {in * sizeof(T), 0};
+    case LayerType::linear:
+      return {0, in * out * sizeof(T)};
+    case LayerType::flatten:
+      break;
+  }
+  return {};
+}
+
+/// What a forward of `batch` samples keeps: the input and, per layer, forward_bytes_per_sample.
+template <class T>
+double forward_bytes(const std::vector<std::unique_ptr<Layer<T>>>& layers, const Shape3& input, Index batch) {
+  double per_sample = size_of(input) * (sizeof(T) + sizeof(float));  // act_[0] and the caller's float batch
+  for (const auto& l : layers) per_sample += forward_bytes_per_sample(*l);
+  return per_sample * static_cast<double>(batch);
+}
+
+/// BP's gradients ∂ℓ/∂(output of every layer) for `batch` samples.
+template <class T>
+double bp_grad_bytes(const std::vector<std::unique_ptr<Layer<T>>>& layers, Index batch) {
+  double per_sample = 0;
+  for (const auto& l : layers) per_sample += size_of(l->out_shape()) * sizeof(T);
+  return per_sample * static_cast<double>(batch);
+}
+
+}  // namespace
 
 /// One batch size's scan: the chain (layouts fixed, values rewritten every step), the scanner
 /// that keeps its plan (symbolic SpGEMM included) and the gradients.
@@ -30,9 +111,14 @@ ConvNet<T>::ConvNet(ConvNetConfig config) : config_(std::move(config)) {
   if (config_.layers.empty()) detail::raise<InvalidArgument>("cnn", "the architecture has no layers");
   Shape3 shape = config_.input;
   bool flat = false;
+  double weights = 0;
   for (std::size_t i = 0; i < config_.layers.size(); ++i) {
     const LayerSpec& spec = config_.layers[i];
     const std::string where = "layer " + std::to_string(i) + " (" + spec.str() + ")";
+    weights += layer_weights(spec, shape);
+    check_memory("cnn", "the network " + describe(config_) + " up to " + where,
+                 {{"weights and their gradients", 2 * weights * sizeof(T)}},
+                 "use fewer or narrower layers (e.g. vgg11/8) or a smaller input");
     layers_.push_back(make_layer<T>(spec, shape, flat, where));
     shape = layers_.back()->out_shape();
     flat = flat || spec.type == LayerType::flatten || spec.type == LayerType::linear;
@@ -69,6 +155,9 @@ void ConvNet<T>::forward(std::span<const float> x, Index batch, std::span<const 
                                       "] = " + std::to_string(batch * n));
   if (static_cast<Index>(labels.size()) != batch)
     detail::raise<ShapeError>(op, std::to_string(labels.size()) + " labels for a batch of " + std::to_string(batch));
+  check_memory(op, "a forward pass of batch " + std::to_string(batch) + " through " + describe(config_),
+               {{"activations", forward_bytes(layers_, config_.input, batch)}},
+               "use a smaller --batch or a smaller network");
   act_[0] = Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic>>(x.data(), n, batch).cast<T>();
   for (std::size_t i = 0; i < layers_.size(); ++i) layers_[i]->forward(act_[i], act_[i + 1], 0);
 }
@@ -110,6 +199,25 @@ template <class T>
 typename ConvNet<T>::Scan& ConvNet<T>::scan_for(Index batch) {
   auto& s = scans_[batch];
   if (!s) {
+    // The chain, before it is made: Jacobians of every chained layer for this batch, the scan's
+    // gradients, the forward it runs with, and the chains other batch sizes already hold.
+    double jacobians = 0, grads = size_of(config_.input), held = 0;
+    for (Index li : chain_layers_) {
+      const Layer<T>& l = *layers_[static_cast<std::size_t>(li)];
+      const JacobianBytes j = jacobian_bytes(l);
+      jacobians += j.per_sample * static_cast<double>(batch) + j.shared;
+      grads += size_of(l.out_shape());
+    }
+    for (const auto& [b, other] : scans_)
+      if (other)
+        for (Index k = 1; k <= other->chain.size(); ++k)
+          held += static_cast<double>(other->chain.jacobian(k).values().size()) * sizeof(T);
+    check_memory("cnn", "the BPPSA scan of batch " + std::to_string(batch) + " through " + describe(config_),
+                 {{"Jacobians", jacobians},
+                  {"gradients", grads * static_cast<double>(batch) * sizeof(T)},
+                  {"activations", forward_bytes(layers_, config_.input, batch)},
+                  {"chains of other batch sizes", held}},
+                 "use a smaller --batch, or --backward bp (which stores no Jacobians)");
     s = std::make_unique<Scan>(batch);
     for (Index li : chain_layers_) s->chain.push_back(layers_[static_cast<std::size_t>(li)]->make_jacobian(batch));
   }
@@ -126,6 +234,10 @@ void ConvNet<T>::backward(const BackwardOptions& options, BackwardTimes* times) 
   BackwardTimes bt;
   if (resolve_backward(options, batch_) == BackwardMethod::bp || chain_layers_.empty()) {
     // Sequential BP: one vector-Jacobian product per layer, parameter gradients on the way.
+    check_memory("cnn", "the BP backward of batch " + std::to_string(batch_) + " through " + describe(config_),
+                 {{"gradients", bp_grad_bytes(layers_, batch_)},
+                  {"activations", forward_bytes(layers_, config_.input, batch_)}},
+                 "use a smaller --batch or a smaller network");
     grad_.resize(layers_.size());
     grad_.back() = dlogits_;
     for (Index i = L - 1; i >= 0; --i) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <string>
+#include <unordered_set>
 
 #include "bppsa/core/error.hpp"
 #include "scan/cost_model.hpp"
@@ -73,6 +74,37 @@ std::vector<ElementInfo<T>> scan_elements(const Chain<T>& chain) {
 }
 
 template <class T>
+std::vector<MemoryItem> run_memory(const Schedule<T>& schedule, const Chain<T>& chain) {
+  const Index n = chain.size(), batch = chain.batch();
+  const auto scalar = static_cast<double>(sizeof(T));
+  double grads = 0;
+  for (Index k = 0; k <= n; ++k) grads += static_cast<double>(chain.dim(k));
+  // Patterns the plan made: those of products, not already held by the chain's elements.
+  std::unordered_set<const CsrPattern*> held;
+  for (Index k = 1; k <= n; ++k)
+    if (const CsrPatternPtr& p = chain.jacobian(k).layout().pattern) held.insert(p.get());
+  double patterns = 0;
+  std::size_t ops = 0;
+  for (const Node<T>& node : schedule.nodes) {
+    const CsrPatternPtr& p = node.plan.out.pattern;
+    if (p && held.insert(p.get()).second)
+      patterns += (static_cast<double>(p->nnz()) + static_cast<double>(p->rows()) + 1) * sizeof(std::int32_t);
+  }
+  for (const Phase& phase : schedule.phases)
+    for (const Task& task : phase.tasks) ops += task.ops.size();
+  // Workspace::reserve's sizes (workspace_values), summed in double: they cannot overflow here.
+  const auto b = static_cast<double>(batch);
+  double workspace = 0;
+  for (std::size_t i = 0; i < schedule.slot_values.size(); ++i)
+    workspace += static_cast<double>(schedule.slot_values[i]) * (schedule.slot_shared[i] ? 1 : b);
+  for (const Index v : schedule.v_slot_values) workspace += static_cast<double>(v) * b;
+  return {{"workspace of intermediate products", workspace * scalar},  // first: Scanner::run drops it on the GPU
+          {"gradients g_0 … g_N", grads * b * scalar},
+          {"SpGEMM fill-in patterns", patterns},
+          {"schedule", static_cast<double>(schedule.nodes.size() * sizeof(Node<T>) + ops * sizeof(Op))}};
+}
+
+template <class T>
 void bind_operands(const Chain<T>& chain, const Matrix<T>& g_last, Gradients<T>& out, Operands<T>& operands,
                    std::vector<Index>& dims, int threads) {
   const Index n = chain.size();
@@ -102,6 +134,8 @@ template PlannedSchedule<float> plan_run(std::vector<ElementInfo<float>>, Index,
 template PlannedSchedule<double> plan_run(std::vector<ElementInfo<double>>, Index, const ScanOptions&, int);
 template std::vector<ElementInfo<float>> scan_elements(const Chain<float>&);
 template std::vector<ElementInfo<double>> scan_elements(const Chain<double>&);
+template std::vector<MemoryItem> run_memory(const Schedule<float>&, const Chain<float>&);
+template std::vector<MemoryItem> run_memory(const Schedule<double>&, const Chain<double>&);
 template void bind_operands(const Chain<float>&, const Matrix<float>&, Gradients<float>&, Operands<float>&,
                             std::vector<Index>&, int);
 template void bind_operands(const Chain<double>&, const Matrix<double>&, Gradients<double>&, Operands<double>&,

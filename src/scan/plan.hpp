@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "bppsa/core/memory.hpp"
 #include "bppsa/scan/chain.hpp"
 #include "scan/cpu/executor.hpp"
 #include "scan/schedule.hpp"
@@ -44,6 +45,13 @@ PlannedSchedule<T> plan_run(std::vector<ElementInfo<T>> elements, Index batch, c
 /// position i is J_{N−i+1}^T with the affine part e_{N−i} when that injection is set.
 template <class T>
 std::vector<ElementInfo<T>> scan_elements(const Chain<T>& chain);
+
+/// What a run of `schedule` over `chain` holds beyond the chain itself, by part: the workspace
+/// (Workspace::reserve), the gradients g_0 … g_N, the SpGEMM fill-in patterns the plan made
+/// and the schedule's own bookkeeping. Scanner::run checks it (check_memory) after planning
+/// and before allocating the workspace and the gradients.
+template <class T>
+std::vector<MemoryItem> run_memory(const Schedule<T>& schedule, const Chain<T>& chain);
 
 /// Binds a run's data to scan positions, as execute() reads it: shapes out.g(k) (d_k × batch),
 /// sets g_N, and points operands at the elements, their affine parts and the prefixes

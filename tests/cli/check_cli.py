@@ -51,6 +51,7 @@ def main():
     run(["train", "--batch", "0"], 2, "--batch", "batch 0")
     run(["train", "--backward", "magic"], 2, "--backward", "unknown backward")
     run(["grad", "--model", "rnn"], 2, "required", "grad without files")
+    run(["train", "--device", "tpu"], 2, "--device", "unknown device")
 
     # Training, checkpoint, log.
     ck1 = path("a.safetensors")
@@ -142,6 +143,23 @@ def main():
     st.save(path("x_noy.safetensors"), {"x": x})
     run(["grad", "--model", "gru", "--weights", path("c.safetensors"), "--batch", path("x_noy.safetensors"),
          "--out", g], 1, "'y'", "missing y")
+
+    # --device cuda where it cannot run (a build without CUDA, a machine without a GPU): exit 1 with
+    # the reason; where a GPU is usable (the GPU machine) the same commands succeed.
+    for args, label in (
+            (SMALL + ["--epochs", "1", "--device", "cuda"], "train --device cuda"),
+            (["grad", "--model", "gru", "--weights", path("c.safetensors"), "--batch", path("x.safetensors"),
+              "--out", path("g_cuda.safetensors"), "--device", "cuda"], "grad --device cuda"),
+            (["eval", "--checkpoint", path("c.safetensors"), "--data", "bitstream", "--steps", "15", "--samples", "120",
+              "--device", "cuda"], "eval --device cuda")):
+        r = subprocess.run([BIN] + args, capture_output=True, text=True)
+        why = [m for m in ("built without CUDA: ", "no CUDA device: ") if m in r.stderr]
+        check((r.returncode == 1 and len(why) == 1 and "--device cpu" in r.stderr) or r.returncode == 0,
+              f"{label}: rc {r.returncode} ({why[0].strip() if why else 'ran on a GPU' if r.returncode == 0 else r.stderr.strip()[-300:]})")
+    r = subprocess.run([BIN] + SMALL[:1] + ["--model", "cnn", "--arch", "flatten,linear:10", "--data", "mnist", "--device",
+                                            "cuda"], capture_output=True, text=True)
+    check(r.returncode == 1 and ("built without CUDA" in r.stderr or "no CUDA device" in r.stderr or
+                                 "recurrent models" in r.stderr), f"train --device cuda --model cnn: rc {r.returncode}")
 
     # IRMAS-format audio end to end: a folder of short stereo WAVs in the training-set layout.
     import wave

@@ -144,6 +144,15 @@ int run_table1(const Args& a) {
   }
   nlohmann::json baseline;
   if (!a.no_baseline) {
+    // The baseline's dense rows: min(vectors, outputs) × inputs floats per op, the largest
+    // for ReLU (65,536 × 65,536 at most: 17 GB), held by the Python process.
+    double largest = 0;
+    for (std::size_t i = 0; i < 3; ++i)
+      largest = std::max(largest, static_cast<double>(std::min<Index>(a.vectors, layers[i]->out_shape().size())) *
+                                static_cast<double>(layers[i]->in_shape().size()) * sizeof(float));
+    check_memory("jacobians", "the PyTorch baseline with --vectors " + std::to_string(a.vectors),
+                 {{"dense Jacobian rows (vectors × inputs, float)", largest}},
+                 "use fewer --vectors (512 is the default; the rest is extrapolated) or --no-baseline");
     baseline = run_baseline(a, threads);
     for (auto& r : rows) {
       const std::string op = r["op"];
@@ -198,6 +207,21 @@ int run_table1(const Args& a) {
   return 0;
 }
 
+/// --input CxHxW: three positive integers whose product a layer's input can hold (2^31 − 1
+/// elements, the most a Jacobian can index), so that nothing downstream multiplies past Index.
+Shape3 parse_input(const std::string& input) {
+  const char* op = "jacobians";
+  Index v[3] = {0, 0, 0};
+  char tail = 0;
+  if (std::sscanf(input.c_str(), "%ldx%ldx%ld%c", &v[0], &v[1], &v[2], &tail) != 3 || v[0] < 1 || v[1] < 1 || v[2] < 1)
+    detail::raise<InvalidArgument>(op, "--input '" + input + "' is not CxHxW with positive integers (e.g. 3x32x32)");
+  constexpr double kMaxElements = 2147483647.0;
+  if (static_cast<double>(v[0]) * static_cast<double>(v[1]) * static_cast<double>(v[2]) > kMaxElements)
+    detail::raise<InvalidArgument>(op, "--input " + input + " holds more than 2^31 − 1 elements (the most a "
+                                       "layer's Jacobian can index); use a smaller input");
+  return {v[0], v[1], v[2]};
+}
+
 int run_report(const Args& a) {
   const char* op = "jacobians";
   ConvNetConfig config;
@@ -209,10 +233,7 @@ int run_report(const Args& a) {
     if (a.arch.empty())
       detail::raise<InvalidArgument>(op, "give --table1, or --arch SPEC (and --input CxHxW), or --weights CKPT");
     config.layers = parse_arch(a.arch);
-    Index v[3];
-    if (std::sscanf(a.input.c_str(), "%ldx%ldx%ld", &v[0], &v[1], &v[2]) != 3 || v[0] < 1 || v[1] < 1 || v[2] < 1)
-      detail::raise<InvalidArgument>(op, "--input '" + a.input + "' is not CxHxW (e.g. 3x32x32)");
-    config.input = {v[0], v[1], v[2]};
+    config.input = parse_input(a.input);
   }
   ConvNet<float> model(config);
   if (!a.weights.empty()) {
@@ -293,9 +314,10 @@ Command add_jacobians(CLI::App& app) {
   sub->add_option("--backward", a->backward, "the scan to report: blelloch, hybrid, linear (= BP's order), auto")
       ->check(CLI::IsMember({"blelloch", "hybrid", "linear", "auto", "bp"}))
       ->capture_default_str();
-  sub->add_option("--threads", a->threads, "threads (0 = all cores); hybrid plans one chunk per thread");
-  sub->add_option("--chunks", a->chunks, "hybrid chunks (0 = automatic)");
-  sub->add_option("--repeats", a->repeats, "--table1: timed repetitions (median)")->check(CLI::Range(1, 1000));
+  sub->add_option("--threads", a->threads, "threads (0 = all cores); hybrid plans one chunk per thread")
+      ->check(CLI::Range(0, 4096));
+  sub->add_option("--chunks", a->chunks, "hybrid chunks (0 = automatic)")->check(CLI::Range(0, 1 << 20));
+  sub->add_option("--repeats", a->repeats, "--table1: timed repetitions (median)")->check(CLI::Range(1, 100));
   sub->add_option("--vectors", a->vectors, "--table1: basis vectors the PyTorch baseline times per op")
       ->check(CLI::Range(16, 1 << 20))
       ->capture_default_str();

@@ -1,8 +1,10 @@
 // bppsa: command-line entry point. Maps every exception to a message and a non-zero exit.
 #include <iostream>
+#include <new>
 
 #include "bppsa/core/error.hpp"
 #include "commands.hpp"
+#include "options.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"bppsa — back-propagation by parallel scan (BPPSA, Wang, Bai & Pekhimenko, MLSys 2020)"};
@@ -14,6 +16,7 @@ int main(int argc, char** argv) {
   const bppsa::cli::Command grad = bppsa::cli::add_grad(app);
   const bppsa::cli::Command simulate = bppsa::cli::add_simulate(app);
   const bppsa::cli::Command jacobians = bppsa::cli::add_jacobians(app);
+  bppsa::cli::require_numbers(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -27,8 +30,14 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("grad")) return grad();
     if (app.got_subcommand("simulate")) return simulate();
     if (app.got_subcommand("jacobians")) return jacobians();
-  } catch (const bppsa::Error& e) {
+  } catch (const bppsa::Error& e) {  // ResourceError (too big for this machine's memory) included
     std::cerr << "bppsa: error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::bad_alloc& e) {
+    // Every size a flag or a file drives is checked before allocating (bppsa/core/memory.hpp):
+    // this means a check is missing.
+    std::cerr << "bppsa: internal error: out of memory (" << e.what()
+              << ") where no size check expected it; please report the command\n";
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "bppsa: internal error: " << e.what() << "\n";

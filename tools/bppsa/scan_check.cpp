@@ -67,6 +67,14 @@ int run(const Args& a) {
   spec.shared = a.shared;
   spec.affine = a.affine;
   spec.seed = a.seed;
+  // The chain (generated in double, then cast) and the scans' gradients and workspace, before
+  // any of it is allocated; Scanner::run checks its own part again once planned.
+  const bool dense = spec.kind == ChainKind::dense || spec.kind == ChainKind::mixed;
+  check_memory("scan-check",
+               "a " + a.kind + " chain of N = " + std::to_string(a.n) + " Jacobians, d = " + std::to_string(a.dim) +
+                   ", batch " + std::to_string(a.batch) + (spec.shared ? " (shared)" : ""),
+               {{"Jacobians, gradients and workspace", random_problem_bytes<T>(spec)}},
+               std::string("use a smaller --n, --dim or --batch") + (dense ? " (dense elements hold d² values)" : ""));
   const auto t0 = std::chrono::steady_clock::now();
   const RandomProblem<T> p = random_problem<T>(spec);
   const double gen_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

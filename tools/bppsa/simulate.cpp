@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <iomanip>
 #include <iostream>
@@ -38,6 +39,7 @@ struct Args {
 };
 
 constexpr Index kMaxN = 10000000;                  // the schedule alone takes a few hundred bytes per element
+constexpr double kScheduleBytes = 350;             // measured: 3.0–3.4 GB planning n = 10^7 (linear–blelloch)
 constexpr double kMeasureLimit = 2.0 * (1 << 30);  // the real chain --validate builds
 
 /// Rethrows an InvalidArgument from a parser with the flag's name in front.
@@ -71,6 +73,35 @@ void check_args(const Args& a) {
   if (a.repeats < 1) detail::raise<InvalidArgument>(op, "--repeats must be ≥ 1, got " + std::to_string(a.repeats));
   if (a.precision != "float" && a.precision != "double")
     detail::raise<InvalidArgument>(op, "--precision: expected float or double, got '" + a.precision + "'");
+}
+
+/// What simulate allocates whatever the chain's values: the element layout (a CSR band pattern,
+/// sdd's d × d stand-in for S), the calibration chain (a real one, as calibrate() sizes it)
+/// and the planned schedules; refused before any of it is built.
+template <class T>
+void check_memory_needs(const Args& a, const RandomChainSpec& spec, Index n_max) {
+  const double d = static_cast<double>(a.dim);
+  double layout = 0;
+  if (spec.kind == ChainKind::csr) layout = (4 * d + 1) * sizeof(std::int32_t);
+  if (spec.kind == ChainKind::shared_dense_diag) layout = d * d * sizeof(T);
+  RandomChainSpec cal = spec;
+  const CalibrationOptions defaults;
+  cal.n = std::min(n_max, a.calibration_n);
+  if (cal.n > 4 && std::has_single_bit(static_cast<std::uint64_t>(cal.n))) cal.n -= cal.n / 4;
+  const double full = random_problem_bytes<T>(cal);
+  if (full > defaults.max_bytes && cal.n > 64)
+    cal.n = std::max<Index>(64, static_cast<Index>(static_cast<double>(cal.n) * defaults.max_bytes / full));
+  RandomChainSpec largest = spec;
+  largest.n = n_max;
+  check_memory("simulate",
+               "simulating a " + a.kind + " chain of up to n = " + std::to_string(n_max) + ", d = " +
+                   std::to_string(a.dim) + ", batch " + std::to_string(a.batch),
+               {{"the calibration chain (" + std::to_string(cal.n) + " elements)", random_problem_bytes<T>(cal)},
+                {"the element layout", layout},
+                {"the schedule (about 350 bytes per element)", kScheduleBytes * static_cast<double>(n_max)},
+                {"the real chains (--validate, mixed)",
+                 a.validate || spec.kind == ChainKind::mixed ? random_problem_bytes<T>(largest) : 0}},
+               "use a smaller --dim, --batch or --n");
 }
 
 struct Row {
@@ -126,6 +157,7 @@ int run(const Args& a) {
   spec.seed = a.seed;
   const int cores = omp_get_num_procs();
   const Index n_max = *std::max_element(a.n.begin(), a.n.end());
+  check_memory_needs<T>(a, spec, n_max);
 
   // Refuse up front what cannot be built: the real chains of --validate and mixed layouts.
   for (Index n : a.n) {
@@ -302,21 +334,39 @@ Command add_simulate(CLI::App& app) {
       "and prints the error. Kinds dense, diag, csr and sdd need no values at any n; mixed takes its layouts from "
       "the real generator, so it is limited to chains that fit in 2 GiB. See docs/simulate.md.");
   c->add_option("--algo", args->algo, "linear | blelloch | hybrid | auto (resolved per P by the cost model)")
+      ->check(CLI::IsMember({"linear", "blelloch", "hybrid", "auto"}))
       ->capture_default_str();
-  c->add_option("--n", args->n, "chain lengths N, comma-separated")->delimiter(',')->capture_default_str();
-  c->add_option("--p", args->p, "virtual worker counts P, comma-separated")->delimiter(',')->capture_default_str();
-  c->add_option("--dim", args->dim, "dimension d of every g_k")->capture_default_str();
+  c->add_option("--n", args->n, "chain lengths N, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::Range(Index{1}, kMaxN))
+      ->capture_default_str();
+  c->add_option("--p", args->p, "virtual worker counts P, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  c->add_option("--dim", args->dim, "dimension d of every g_k")
+      ->check(CLI::Range(Index{1}, Index{1000000}))
+      ->capture_default_str();
   c->add_option("--kind", args->kind,
                 "Jacobian kind: dense | diag | csr | sdd (shared dense × per-sample diagonal) | mixed (n limited)")
+      ->check(CLI::IsMember({"dense", "diag", "csr", "sdd", "mixed"}))
       ->capture_default_str();
-  c->add_option("--batch", args->batch, "batch size B")->capture_default_str();
-  c->add_option("--chunks", args->chunks, "hybrid: chunks per chain (0 = P)")->capture_default_str();
-  c->add_option("--precision", args->precision, "float | double")->capture_default_str();
+  c->add_option("--batch", args->batch, "batch size B")
+      ->check(CLI::Range(Index{1}, Index{1000000}))
+      ->capture_default_str();
+  c->add_option("--chunks", args->chunks, "hybrid: chunks per chain (0 = P)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  c->add_option("--precision", args->precision, "float | double")
+      ->check(CLI::IsMember({"float", "double"}))
+      ->capture_default_str();
   c->add_flag("--shared", args->shared, "one Jacobian per element shared by the batch (Linear-like)");
   c->add_flag("--affine", args->affine, "per-step gradient injections e_k (per-step losses)");
   c->add_option("--calibration-n", args->calibration_n, "length of the chain the costs are calibrated on")
+      ->check(CLI::Range(Index{1}, kMaxN))
       ->capture_default_str();
   c->add_option("--repeats", args->repeats, "timed passes per calibration regime and runs per measurement")
+      ->check(CLI::Range(1, 100))
       ->capture_default_str();
   c->add_flag("--validate", args->validate,
               "measure the real scanner at every P ≤ this machine's cores and print the prediction's error");

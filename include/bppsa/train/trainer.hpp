@@ -49,6 +49,15 @@ EvalReport evaluate(Model& model, const Data& data, Index batch = 256);
 
 /// One epoch over `train` (all samples, last batch partial). Throws what the model throws
 /// (NonFiniteError when the loss diverges) before any parameter is updated with bad values.
+///
+/// A SequenceClassifier on Device::cuda trains and evaluates on the GPU: the data set is
+/// uploaded once and kept there while the same SequenceDataset (same object, same sizes) is
+/// passed again (ResourceError, with the numbers, when it does not fit); every batch is gathered
+/// on the device in the same shuffled order as on the CPU (so CPU and GPU runs from one seed see
+/// the same batches); forward, loss, backward and the optimizer step are queued without waiting,
+/// and the host reads the previous step's status (loss, correct count, errors) through pinned
+/// memory while the next runs. Times come from CUDA events. The model's host copies are stale
+/// until read (parameters(), state_dict(): they download what changed).
 template <class Model, class Data, class T>
 EpochReport train_epoch(Model& model, Optimizer<T>& optimizer, const Data& train, Index epoch,
                         const TrainConfig& config, const ProgressFn& progress = {});

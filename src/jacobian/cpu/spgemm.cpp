@@ -3,6 +3,10 @@
 #include "jacobian/cpu/spgemm.hpp"
 
 #include <algorithm>
+#include <limits>
+
+#include "bppsa/core/error.hpp"
+#include "bppsa/core/memory.hpp"
 
 namespace bppsa::detail {
 
@@ -13,8 +17,21 @@ SpGemmSymbolic spgemm_symbolic(const CsrPattern& a, const CsrPattern& b) {
   std::vector<std::int32_t> row_ptr(static_cast<std::size_t>(a.rows()) + 1, 0);
   std::vector<std::int32_t> col_idx;
   double terms = 0;
+  // Fill-in can reach rows × cols: refuse a pattern beyond the CSR index type, or beyond half
+  // of what one request may use (growing the vector doubles it), as soon as it gets there.
+  const double memory = memory_limit_bytes();
+  const double limit = std::min<double>(std::numeric_limits<std::int32_t>::max(),
+                                        memory > 0 ? kMemoryShare * memory / (2 * sizeof(std::int32_t)) : 1e300);
   for (Index i = 0; i < a.rows(); ++i) {
     const std::size_t row_begin = col_idx.size();
+    if (static_cast<double>(row_begin) > limit)
+      raise<ResourceError>("spgemm", "the fill-in pattern of a " + shape_string(a.rows(), a.cols()) + " · " +
+                                         shape_string(b.rows(), b.cols()) + " CSR product passes " +
+                                         std::to_string(row_begin) + " nonzeros at row " + std::to_string(i) +
+                                         " of " + std::to_string(a.rows()) + " (more than 2^31 − 1 or " +
+                                         format_bytes(memory * kMemoryShare / 2) +
+                                         "); use a smaller or sparser network, or --backward bp or hybrid (fewer "
+                                         "products)");
     for (std::int32_t p = arp[i]; p < arp[i + 1]; ++p) {
       const std::int32_t k = aci[p];
       terms += brp[k + 1] - brp[k];
