@@ -6,6 +6,7 @@
 
 #include "bppsa/nn/model.hpp"
 #include "bppsa/nn/recurrent.hpp"
+#include "core/denormals.hpp"
 #include "expect_error.hpp"
 #include "oracle.hpp"
 
@@ -18,6 +19,20 @@ using oracle::Md;
 using oracle::Rng;
 
 constexpr std::array<CellType, 3> kCells = {CellType::rnn, CellType::gru, CellType::lstm};
+
+/// A cell type with its activation: the plain RNN with tanh and with relu, GRU, LSTM.
+struct CellVariant {
+  CellType cell;
+  Nonlinearity nonlinearity = Nonlinearity::tanh;
+  RecurrentConfig config(Index input, Index hidden, Index layers) const {
+    return {cell, input, hidden, layers, nonlinearity};
+  }
+  /// A seed offset that differs between variants.
+  std::uint64_t id() const { return static_cast<std::uint64_t>(cell) + 7 * static_cast<std::uint64_t>(nonlinearity); }
+};
+constexpr std::array<CellVariant, 4> kVariants = {
+    CellVariant{CellType::rnn}, CellVariant{CellType::rnn, Nonlinearity::relu}, CellVariant{CellType::gru},
+    CellVariant{CellType::lstm}};
 
 Md random_matrix(Index rows, Index cols, Rng& rng, double bound = 1.0) {
   std::uniform_real_distribution<double> u(-bound, bound);
@@ -77,23 +92,27 @@ double central_diff(S& v, double h, const std::function<double()>& f) {
 }
 
 std::string cell_name(CellType c) { return to_string(c); }
+std::string cell_name(const CellVariant& v) {
+  return v.nonlinearity == Nonlinearity::relu ? cell_name(v.cell) + "_relu" : cell_name(v.cell);
+}
 
 // ---------------------------------------------------------------------------------------
 // 1. Generated transposed state Jacobians J_t^T = (∂s_t/∂s_{t−1})^T vs finite differences.
 // tanh and σ are smooth everywhere, so no kinks need handling (unlike ReLU or max-pool).
 
-class CellJacobian : public ::testing::TestWithParam<std::tuple<CellType, Index>> {};
-INSTANTIATE_TEST_SUITE_P(Cells, CellJacobian, ::testing::Combine(::testing::ValuesIn(kCells), ::testing::Values(1, 3)),
+class CellJacobian : public ::testing::TestWithParam<std::tuple<CellVariant, Index>> {};
+INSTANTIATE_TEST_SUITE_P(Cells, CellJacobian, ::testing::Combine(::testing::ValuesIn(kVariants), ::testing::Values(1, 3)),
                          [](const auto& info) {
                            return cell_name(std::get<0>(info.param)) + "_steps" +
                                   std::to_string(std::get<1>(info.param));
                          });
 
 TEST_P(CellJacobian, MatchesFiniteDifferences) {
-  const auto [cell, steps] = GetParam();
+  const auto [variant, steps] = GetParam();
+  const CellType cell = variant.cell;
   const Index I = 3, H = 4, B = 2, S = state_size(cell, H);
-  Rng rng(17 + static_cast<std::uint64_t>(cell) * 10 + static_cast<std::uint64_t>(steps));
-  const RecurrentConfig cfg{cell, I, H, 1};
+  Rng rng(17 + variant.id() * 10 + static_cast<std::uint64_t>(steps));
+  const RecurrentConfig cfg = variant.config(I, H, 1);
   Recurrent<double> rnn(cfg);
   rnn.reset_parameters(rng());
   scale_weights(rnn, 2.5);
@@ -152,9 +171,9 @@ TEST_P(CellJacobian, MatchesFiniteDifferences) {
 
 constexpr double kFdStep = 1e-6, kFdRtol = 1e-6, kFdAtol = 1e-8;
 
-class ModelGradient : public ::testing::TestWithParam<std::tuple<CellType, Index, HeadMode, LossType>> {};
+class ModelGradient : public ::testing::TestWithParam<std::tuple<CellVariant, Index, HeadMode, LossType>> {};
 INSTANTIATE_TEST_SUITE_P(Cells, ModelGradient,
-                         ::testing::Combine(::testing::ValuesIn(kCells), ::testing::Values(1, 2),
+                         ::testing::Combine(::testing::ValuesIn(kVariants), ::testing::Values(1, 2),
                                             ::testing::Values(HeadMode::last, HeadMode::every),
                                             ::testing::Values(LossType::cross_entropy, LossType::mse)),
                          [](const auto& info) {
@@ -164,12 +183,13 @@ INSTANTIATE_TEST_SUITE_P(Cells, ModelGradient,
                          });
 
 TEST_P(ModelGradient, MatchesFiniteDifferences) {
-  const auto [cell, layers, head, loss_type] = GetParam();
+  const auto [variant, layers, head, loss_type] = GetParam();
+  const CellType cell = variant.cell;
   const Index I = 3, H = 4, C = 5, T = 4, B = 3, S = state_size(cell, H);
-  Rng rng(1000 + static_cast<std::uint64_t>(cell) * 100 + static_cast<std::uint64_t>(layers) * 10 +
+  Rng rng(1000 + variant.id() * 100 + static_cast<std::uint64_t>(layers) * 10 +
           static_cast<std::uint64_t>(head) * 2 + static_cast<std::uint64_t>(loss_type));
   ModelConfig mc;
-  mc.rnn = {cell, I, H, layers};
+  mc.rnn = variant.config(I, H, layers);
   mc.classes = C;
   mc.head = head;
   mc.loss = loss_type;
@@ -265,9 +285,9 @@ template <class T>
   return ::testing::AssertionSuccess();
 }
 
-class ScanVsBp : public ::testing::TestWithParam<std::tuple<CellType, Index, HeadMode, Index>> {};
+class ScanVsBp : public ::testing::TestWithParam<std::tuple<CellVariant, Index, HeadMode, Index>> {};
 INSTANTIATE_TEST_SUITE_P(Cells, ScanVsBp,
-                         ::testing::Combine(::testing::ValuesIn(kCells), ::testing::Values(1, 2, 3),
+                         ::testing::Combine(::testing::ValuesIn(kVariants), ::testing::Values(1, 2, 3),
                                             ::testing::Values(HeadMode::last, HeadMode::every),
                                             ::testing::Values(1, 2, 7, 65)),
                          [](const auto& info) {
@@ -277,9 +297,9 @@ INSTANTIATE_TEST_SUITE_P(Cells, ScanVsBp,
                          });
 
 TEST_P(ScanVsBp, SameGradients) {
-  const auto [cell, layers, head, steps] = GetParam();
+  const auto [variant, layers, head, steps] = GetParam();
   ModelConfig mc;
-  mc.rnn = {cell, 3, 4, layers};
+  mc.rnn = variant.config(3, 4, layers);
   mc.classes = 5;
   mc.head = head;
   Rng rng(7 + static_cast<std::uint64_t>(steps) * 31 + static_cast<std::uint64_t>(layers));
@@ -369,6 +389,51 @@ TEST(RecurrentThreads, BlellochBitIdenticalAcrossThreadCounts) {
 }
 
 // ---------------------------------------------------------------------------------------
+// 4b. Subnormals are flushed while the engine computes, on its own threads only.
+
+float subnormal_product() {
+  volatile float a = 1e-30f, b = 1e-10f;  // 1e-40: subnormal in float
+  return a * b;
+}
+
+TEST(FlushDenormals, GuardFlushesAndRestores) {
+  ASSERT_NE(subnormal_product(), 0.0f) << "this test assumes IEEE subnormals by default";
+  {
+    detail::FlushDenormals outer;
+#if defined(__x86_64__) || defined(__i386__) || defined(__aarch64__)
+    EXPECT_EQ(subnormal_product(), 0.0f);
+#endif
+    { detail::FlushDenormals inner; }
+#if defined(__x86_64__) || defined(__i386__) || defined(__aarch64__)
+    EXPECT_EQ(subnormal_product(), 0.0f) << "an inner guard restored too much";
+#endif
+  }
+  EXPECT_NE(subnormal_product(), 0.0f) << "the guard did not restore the caller's mode";
+}
+
+// 600 tanh steps with small recurrent weights: the gradient of the first steps decays through
+// the subnormal range (where it is flushed) and every method still matches sequential BP in
+// double per tensor; the caller's thread keeps IEEE subnormals afterwards.
+TEST(FlushDenormals, DecayingGradientsMatchDoubleBp) {
+  ModelConfig mc;
+  mc.rnn = {CellType::rnn, 2, 6, 1};
+  mc.classes = 3;
+  mc.head = HeadMode::last;
+  Rng rng(2024);
+  const Problem pb = random_problem(4, 600, 2, 3, rng);
+  const auto ref = model_grads<double>(mc, 11, pb, {BackwardMethod::bp});
+  const Matrix<double>& gx = ref.back();  // the input gradient: the first steps' are subnormal in float
+  ASSERT_GT((gx.array().abs() < 1.17549435e-38).count(), 0) << "the gradient never reached the subnormal range";
+  for (BackwardMethod m : {BackwardMethod::bp, BackwardMethod::blelloch, BackwardMethod::hybrid}) {
+    const auto got = model_grads<float>(mc, 11, pb, {m, 2});
+    std::vector<Matrix<double>> as_double;
+    for (const auto& g : got) as_double.push_back(g.template cast<double>());
+    EXPECT_TRUE(grads_close(as_double, ref, 1e-4)) << to_string(m);
+  }
+  EXPECT_NE(subnormal_product(), 0.0f);
+}
+
+// ---------------------------------------------------------------------------------------
 // 5. Errors name the problem.
 
 TEST(RecurrentErrors, Shapes) {
@@ -433,6 +498,11 @@ TEST(RecurrentErrors, ParseNames) {
   expect_error<InvalidArgument>([] { parse_backward("scan"); }, {"'scan'", "blelloch"});
   expect_error<InvalidArgument>([] { parse_head("first"); }, {"'first'", "last", "every"});
   expect_error<InvalidArgument>([] { parse_loss("nll"); }, {"'nll'", "ce or mse"});
+  EXPECT_EQ(parse_nonlinearity("relu"), Nonlinearity::relu);
+  EXPECT_EQ(parse_nonlinearity(to_string(Nonlinearity::tanh)), Nonlinearity::tanh);
+  expect_error<InvalidArgument>([] { parse_nonlinearity("sigmoid"); }, {"'sigmoid'", "tanh or relu"});
+  expect_error<InvalidArgument>([] { Recurrent<float>({CellType::gru, 3, 4, 1, Nonlinearity::relu}); },
+                                {"relu", "plain RNN", "gru"});
 }
 
 }  // namespace

@@ -45,11 +45,14 @@ struct CellOps {
   void (*direct)(const LayerRecord<T>& rec, const Matrix<T>& g, Index t, Eigen::Ref<Matrix<T>> prev);
 };
 
+/// The ops of a cell type (nonlinearity: the plain RNN's activation).
 template <class T>
-const CellOps<T>& cell_ops(CellType c);
+const CellOps<T>& cell_ops(CellType c, Nonlinearity nonlinearity = Nonlinearity::tanh);
 
 template <class T>
 const CellOps<T>& rnn_ops();
+template <class T>
+const CellOps<T>& rnn_relu_ops();
 template <class T>
 const CellOps<T>& gru_ops();
 template <class T>

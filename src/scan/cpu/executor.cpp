@@ -1,5 +1,6 @@
 // OpenMP executor for scan schedules (CPU half).
 #include "scan/cpu/executor.hpp"
+#include "core/denormals.hpp"
 
 #include <omp.h>
 
@@ -135,6 +136,7 @@ void execute(const Schedule<T>& schedule, const Operands<T>& operands, Workspace
 
 #pragma omp parallel num_threads(threads)
   {
+    detail::FlushDenormals flush;
     const int tid = omp_get_thread_num();
     const int team = omp_get_num_threads();
     Scratch<T>& scratch = ws.scratch[static_cast<std::size_t>(tid)];

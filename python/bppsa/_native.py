@@ -1,0 +1,59 @@
+# The boundary to bppsa's native engine (bppsa._C): tensors cross as TensorRef views of their
+# storage (pointer, dtype, shape, strides, device), checked again on the C++ side.
+import os
+
+import torch
+
+from . import _C
+
+_DTYPES = {
+    torch.float32: "float32",
+    torch.float64: "float64",
+    torch.int32: "int32",
+    torch.int64: "int64",
+}
+SUPPORTED_FLOATS = (torch.float32, torch.float64)
+
+
+def ref(t):
+    """A TensorRef view of tensor t (None stays None). The tensor must outlive the call."""
+    if t is None:
+        return None
+    name = _DTYPES.get(t.dtype, str(t.dtype).replace("torch.", ""))
+    index = -1 if t.device.index is None else t.device.index
+    return _C.TensorRef(t.data_ptr(), name, list(t.shape), list(t.stride()), t.device.type, index)
+
+
+def check_float(what, t):
+    """Raises for tensors the engine does not take: other dtypes, other devices."""
+    if t.dtype not in SUPPORTED_FLOATS:
+        raise NotImplementedError(
+            f"bppsa: {what} has dtype {t.dtype}; bppsa computes in float32 or float64 "
+            f"(convert with .float() or .double())")
+    if t.device.type != "cpu":
+        raise NotImplementedError(
+            f"bppsa: {what} is on {t.device}; bppsa's PyTorch integration runs on the CPU engine "
+            f"(the CUDA backend is not available from Python yet): use .cpu()")
+    if t.layout != torch.strided:
+        raise NotImplementedError(f"bppsa: {what} has layout {t.layout}; expected a dense (strided) tensor")
+
+
+def layer_engine(dtype, cell, input_size, hidden_size, nonlinearity):
+    cls = _C.LayerEngineF32 if dtype == torch.float32 else _C.LayerEngineF64
+    return cls(cell, input_size, hidden_size, nonlinearity)
+
+
+def affine_scan(dtype):
+    return _C.affine_scan_f32 if dtype == torch.float32 else _C.affine_scan_f64
+
+
+def resolve_threads(threads):
+    """threads = 0 means every core this process may run on. Resolved here rather than by
+    OpenMP's default, which PyTorch lowers to its own intra-op thread count (the physical
+    cores) in the OpenMP runtime both share."""
+    if threads > 0:
+        return threads
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1

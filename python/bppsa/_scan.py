@@ -1,0 +1,184 @@
+# bppsa.scan: the scan engine from PyTorch, differentiable (its backward pass is itself a
+# BPPSA scan, over the transposed elements in reverse order).
+import torch
+from torch.autograd.function import once_differentiable
+
+from . import _native
+
+ALGORITHMS = ("blelloch", "hybrid", "linear", "auto")
+
+
+class _Element:
+    """One scan element a_i, checked: dense (count, rows, cols) or a shared CSR matrix."""
+
+    def __init__(self, index, t, batch):
+        what = f"jacobians[{index}]"
+        self.tensor = t
+        if t.layout == torch.sparse_csr:
+            if t.dim() != 2:
+                raise NotImplementedError(f"bppsa.scan: {what} is a batched sparse CSR tensor; only 2-D CSR "
+                                          "matrices (shared by the batch) are supported")
+            if t.dtype not in _native.SUPPORTED_FLOATS:
+                raise NotImplementedError(f"bppsa.scan: {what} has dtype {t.dtype}; use float32 or float64")
+            if t.device.type != "cpu":
+                raise NotImplementedError(f"bppsa.scan: {what} is on {t.device}; the scan runs on the CPU here")
+            self.kind = "csr"
+            self.rows, self.cols = t.shape
+            self.count = 1
+            self.values = t.values().contiguous()
+            self.crow = t.crow_indices().contiguous()
+            self.col = t.col_indices().contiguous()
+            return
+        _native.check_float(what, t)
+        if t.dim() == 2:
+            self.count = 1
+            self.rows, self.cols = t.shape
+        elif t.dim() == 3:
+            self.count, self.rows, self.cols = t.shape
+            if self.count not in (1, batch):
+                raise ValueError(f"bppsa.scan: {what} has {self.count} matrices (shape {list(t.shape)}); expected "
+                                 f"a 2-D matrix shared by the batch or one per sample ({batch}, rows, cols)")
+        else:
+            raise ValueError(f"bppsa.scan: {what} has shape {list(t.shape)}; expected (rows, cols) or "
+                             f"(batch, rows, cols)")
+        self.kind = "dense"
+        self.values = t.reshape(self.count, self.rows, self.cols).contiguous()
+        self.crow = self.col = None
+
+    def native(self):
+        r = _native.ref
+        if self.kind == "csr":
+            return _native._C.ElementRef("csr", self.rows, self.cols, 1, r(self.values), r(self.crow), r(self.col))
+        return _native._C.ElementRef("dense", self.rows, self.cols, self.count, r(self.values))
+
+
+def _elements(jacobians, batch):
+    if isinstance(jacobians, torch.Tensor):
+        if jacobians.layout != torch.strided:
+            raise NotImplementedError("bppsa.scan: give sparse elements as a list of 2-D torch.sparse_csr tensors")
+        if jacobians.dim() not in (3, 4):
+            raise ValueError(f"bppsa.scan: jacobians has shape {list(jacobians.shape)}; expected (N, d, d) shared "
+                             "by the batch, (N, B, d, d) per sample, or a list of 2-D / 3-D tensors")
+        jacobians = list(jacobians.unbind(0))
+    elif not isinstance(jacobians, (list, tuple)):
+        raise TypeError(f"bppsa.scan: jacobians must be a tensor or a list of tensors, got {type(jacobians).__name__}")
+    out = []
+    for i, t in enumerate(jacobians):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"bppsa.scan: jacobians[{i}] is a {type(t).__name__}, expected a tensor")
+        out.append(_Element(i, t, batch))
+    return out
+
+
+def _check_chain(elements, g_last):
+    d = g_last.shape[1]
+    for i, e in enumerate(elements):
+        if e.cols != d:
+            prev = "g_last" if i == 0 else f"jacobians[{i - 1}]"
+            raise ValueError(f"bppsa.scan: jacobians[{i}] is {e.rows}×{e.cols} but {prev} gives vectors of length "
+                             f"{d}: element i must be (len(s_i) × len(s_(i-1))), i.e. J^T of the layer one step "
+                             "closer to the input")
+        if e.values.dtype != g_last.dtype:
+            raise ValueError(f"bppsa.scan: jacobians[{i}] is {e.values.dtype} but g_last is {g_last.dtype}")
+        d = e.rows
+
+
+def _run(elements, g_last, injections, transpose, algorithm, threads):
+    batch = g_last.shape[0]
+    dims = [g_last.shape[1]] + [e.cols if transpose else e.rows for e in elements]
+    outs = [torch.empty((batch, d), dtype=g_last.dtype) for d in dims]
+    r = _native.ref
+    inj = [] if injections is None else [_native._C.TensorRef() if e is None else r(e) for e in injections]
+    _native.affine_scan(g_last.dtype)([e.native() for e in elements], r(g_last), [r(o) for o in outs], inj,
+                                      transpose, algorithm, _native.resolve_threads(threads))
+    return outs
+
+
+class _ScanFunction(torch.autograd.Function):
+    # y_0 = g, y_i = A_i y_(i-1). With ȳ_i the incoming gradients, λ_N = ȳ_N and
+    # λ_(i-1) = A_i^T λ_i + ȳ_(i-1): the same scan over A_N^T … A_1^T with injections (spec §1).
+    # Then ∂/∂g = λ_0 and ∂/∂A_i = λ_i y_(i-1)^T (summed over the batch when A_i is shared).
+
+    @staticmethod
+    def forward(ctx, elements, algorithm, threads, g_last, *tensors):
+        outs = _run(elements, g_last, None, False, algorithm, threads)
+        ctx.elements, ctx.algorithm, ctx.threads = elements, algorithm, threads
+        ctx.save_for_backward(*outs)
+        return tuple(outs)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, *grads):
+        ys = ctx.saved_tensors
+        elements = ctx.elements
+        n = len(elements)
+        grads = [torch.zeros_like(y) if g is None else g.contiguous() for g, y in zip(grads, ys)]
+        # Reverse the array: s'_0 = ȳ_N, s'_j = A_(N-j+1)^T s'_(j-1) + ȳ_(N-j).
+        rev = list(reversed(elements))
+        lam = _run(rev, grads[n], list(reversed(grads[:n])), True, ctx.algorithm, ctx.threads)
+        lam = list(reversed(lam))  # lam[i] = λ_i
+        out = [None, None, None, lam[0]]
+        for i, e in enumerate(elements, start=1):
+            if not ctx.needs_input_grad[3 + i]:
+                out.append(None)
+                continue
+            if e.kind == "csr":
+                raise NotImplementedError("bppsa.scan: gradients with respect to sparse CSR elements are not "
+                                          "supported; detach them (they need no gradient as inputs)")
+            # λ_i y_(i-1)^T per sample: (B, rows, cols); shared elements sum over the batch.
+            g = torch.einsum("br,bc->brc", lam[i], ys[i - 1])
+            g = g.sum(0) if e.count == 1 else g
+            out.append(g.reshape(e.tensor.shape))
+        return tuple(out)
+
+
+def scan(jacobians, g_last, *, algorithm="blelloch", threads=0):
+    r"""Every gradient of a chain by parallel scan: s_0 = g_last, s_i = A_i · s_(i-1).
+
+    For a chain x_k = f_k(x_(k-1)), k = 1..N, with J_k = ∂x_k/∂x_(k-1) and g_k = ∂ℓ/∂x_k,
+    back-propagation computes g_(k-1) = J_k^T g_k. Give
+
+    - ``jacobians``: A_1 … A_N = J_N^T, J_(N-1)^T, …, J_1^T — the transposed Jacobians from the
+      loss side to the input side (element i is J^T of layer N − i, i counted from 0). A_i has
+      one row per element of s_i (the layer's input) and one column per element of s_(i-1)
+      (its output): g_in = J^T g_out. As
+
+      * a tensor (N, d, d): square elements shared by the whole batch;
+      * a tensor (N, B, d, d): one matrix per sample;
+      * a list of N tensors, each (rows, cols) shared, (B, rows, cols) per sample, or a 2-D
+        ``torch.sparse_csr`` tensor (shared); rectangular elements are fine as long as
+        consecutive ones chain.
+
+    - ``g_last``: (B, d_N), the gradient of the loss with respect to the chain's output, one
+      row per sample.
+
+    Returns the inclusive scan s_0 … s_N = g_N, g_(N-1), …, g_0 (g_0 included): a tensor
+    (N+1, B, d) when ``jacobians`` was a tensor, else a list of N+1 tensors (B, d_k).
+
+    ``algorithm``: ``'blelloch'`` (Θ(log N) levels, spec §2), ``'hybrid'`` (chunked),
+    ``'linear'`` (sequential BP, the reference), ``'auto'`` (bppsa's cost model).
+    ``threads``: OpenMP threads, 0 = all cores. The parallel algorithms reassociate the
+    products, so results may differ from the sequential order in the last bits.
+
+    Differentiable with respect to ``g_last`` and dense elements; the backward pass is itself a
+    scan over the transposed elements in reverse order.
+    """
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"bppsa.scan: unknown algorithm '{algorithm}'; use one of {', '.join(ALGORITHMS)}")
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 0:
+        raise ValueError(f"bppsa.scan: threads must be an int ≥ 0 (0 = all cores), got {threads!r}")
+    if not isinstance(g_last, torch.Tensor):
+        raise TypeError(f"bppsa.scan: g_last must be a tensor, got {type(g_last).__name__}")
+    _native.check_float("g_last", g_last)
+    if g_last.dim() != 2:
+        raise ValueError(f"bppsa.scan: g_last has shape {list(g_last.shape)}; expected (batch, d_N)")
+    stacked = isinstance(jacobians, torch.Tensor)
+    elements = _elements(jacobians, g_last.shape[0])
+    _check_chain(elements, g_last)
+    g = g_last.contiguous()
+    tensors = [e.tensor for e in elements]
+    if torch.is_grad_enabled() and (g.requires_grad or any(t.requires_grad for t in tensors)):
+        outs = _ScanFunction.apply(elements, algorithm, threads, g, *tensors)
+    else:
+        outs = _run(elements, g, None, False, algorithm, threads)
+    return torch.stack(list(outs)) if stacked else list(outs)

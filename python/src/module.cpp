@@ -1,0 +1,93 @@
+// The native half of the `bppsa` Python package (bppsa._C): the recurrent layer engine and the
+// scan, taking tensors as TensorRef views (no libtorch: one build serves any PyTorch), with
+// bppsa's errors turned into the matching Python exceptions.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "bppsa/core/error.hpp"
+#include "recurrent_layer.hpp"
+#include "scan.hpp"
+
+namespace py = pybind11;
+using namespace bppsa;
+using namespace bppsa::python;
+
+namespace {
+
+template <class T>
+void bind_layer(py::module_& m, const char* name) {
+  py::class_<LayerEngine<T>>(m, name)
+      .def(py::init<const std::string&, Index, Index, const std::string&>(), py::arg("cell"), py::arg("input_size"),
+           py::arg("hidden_size"), py::arg("nonlinearity") = "tanh")
+      .def("forward", &LayerEngine<T>::forward, py::call_guard<py::gil_scoped_release>(), py::arg("x"), py::arg("h0"),
+           py::arg("c0"), py::arg("w_ih"), py::arg("w_hh"), py::arg("b_ih"), py::arg("b_hh"), py::arg("out"),
+           py::arg("h_n"), py::arg("c_n"))
+      .def("backward", &LayerEngine<T>::backward, py::call_guard<py::gil_scoped_release>(), py::arg("grad_out"),
+           py::arg("grad_hn"), py::arg("grad_cn"), py::arg("method"), py::arg("threads"), py::arg("chunks"),
+           py::arg("grad_x"), py::arg("grad_h0"), py::arg("grad_c0"), py::arg("grad_w_ih"), py::arg("grad_w_hh"),
+           py::arg("grad_b_ih"), py::arg("grad_b_hh"))
+      .def_property_readonly("steps", &LayerEngine<T>::steps)
+      .def_property_readonly("batch", &LayerEngine<T>::batch);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "bppsa's native engine (use the bppsa package, not this module)";
+  m.attr("__version__") = BPPSA_VERSION;
+
+  // bppsa::Error → Python: shapes and arguments are ValueErrors, NaN/Inf FloatingPointError,
+  // memory MemoryError, files OSError, missing features NotImplementedError.
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const ShapeError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const InvalidArgument& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const FormatError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const NonFiniteError& e) {
+      PyErr_SetString(PyExc_FloatingPointError, e.what());
+    } catch (const ResourceError& e) {
+      PyErr_SetString(PyExc_MemoryError, e.what());
+    } catch (const IoError& e) {
+      PyErr_SetString(PyExc_OSError, e.what());
+    } catch (const UnsupportedError& e) {
+      PyErr_SetString(PyExc_NotImplementedError, e.what());
+    } catch (const Error& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+  });
+
+  py::class_<TensorRef>(m, "TensorRef")
+      .def(py::init([](std::uintptr_t data, std::string dtype, std::vector<Index> shape, std::vector<Index> strides,
+                       std::string device, int device_index) {
+             return TensorRef{data, std::move(dtype), std::move(shape), std::move(strides), std::move(device),
+                              device_index};
+           }),
+           py::arg("data"), py::arg("dtype"), py::arg("shape"), py::arg("strides"), py::arg("device") = "cpu",
+           py::arg("device_index") = -1)
+      .def(py::init<>())
+      .def_readonly("data", &TensorRef::data)
+      .def_readonly("dtype", &TensorRef::dtype)
+      .def_readonly("shape", &TensorRef::shape)
+      .def_readonly("strides", &TensorRef::strides)
+      .def_readonly("device", &TensorRef::device)
+      .def_readonly("device_index", &TensorRef::device_index)
+      .def("__repr__", [](const TensorRef& t) { return "<TensorRef " + t.describe() + ">"; });
+
+  py::class_<ElementRef>(m, "ElementRef")
+      .def(py::init([](std::string kind, Index rows, Index cols, Index count, TensorRef values, TensorRef crow,
+                       TensorRef col) {
+             return ElementRef{std::move(kind), rows, cols, count, std::move(values), std::move(crow), std::move(col)};
+           }),
+           py::arg("kind"), py::arg("rows"), py::arg("cols"), py::arg("count"), py::arg("values"),
+           py::arg("crow") = TensorRef{}, py::arg("col") = TensorRef{});
+
+  bind_layer<float>(m, "LayerEngineF32");
+  bind_layer<double>(m, "LayerEngineF64");
+
+  m.def("affine_scan_f32", &affine_scan<float>, py::call_guard<py::gil_scoped_release>());
+  m.def("affine_scan_f64", &affine_scan<double>, py::call_guard<py::gil_scoped_release>());
+}

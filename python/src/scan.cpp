@@ -1,0 +1,141 @@
+// bppsa.scan: tensors from Python → Chain → Scanner → tensors (see scan.hpp).
+#include "scan.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "bppsa/core/error.hpp"
+#include "bppsa/scan/scanner.hpp"
+
+namespace bppsa::python {
+
+namespace {
+constexpr const char* kOp = "bppsa.scan";
+
+std::vector<std::int32_t> to_int32(const TensorRef& t, Index n, const std::string& what) {
+  std::vector<std::int32_t> v(static_cast<std::size_t>(n));
+  if (t.dtype == "int32") {
+    const auto* p = checked_data<std::int32_t>(t, {n}, kOp, what);
+    std::copy(p, p + n, v.begin());
+    return v;
+  }
+  const auto* p = checked_data<std::int64_t>(t, {n}, kOp, what);
+  for (Index i = 0; i < n; ++i) {
+    if (p[i] < 0 || p[i] > std::numeric_limits<std::int32_t>::max())
+      detail::raise<InvalidArgument>(kOp, what + " entry " + std::to_string(i) + " = " + std::to_string(p[i]) +
+                                              " is out of range (indices must fit in int32)");
+    v[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(p[i]);
+  }
+  return v;
+}
+
+/// Element i of the scan array as a Jacobian of the engine: A (rows × cols) or A^T.
+template <class T>
+Jacobian<T> make_element(const ElementRef& e, Index i, bool transpose, Index batch) {
+  const std::string what = "jacobians[" + std::to_string(i) + "]";
+  if (e.count != 1 && e.count != batch)
+    detail::raise<ShapeError>(kOp, what + " has " + std::to_string(e.count) + " matrices; expected 1 (shared) or " +
+                                       std::to_string(batch) + " (one per sample)");
+  const Index r = e.rows, c = e.cols;
+  if (e.kind == "dense") {
+    const T* p = checked_data<T>(e.values, {e.count, r, c}, kOp, what);
+    Jacobian<T> j = transpose ? Jacobian<T>::dense(c, r, e.count) : Jacobian<T>::dense(r, c, e.count);
+    for (Index s = 0; s < e.count; ++s) {
+      const T* a = p + s * r * c;
+      if (transpose)  // A^T column-major is A row-major
+        j.dense_map(s) = Eigen::Map<const Matrix<T>>(a, c, r);
+      else
+        j.dense_map(s) = Eigen::Map<const RowMatrix<T>>(a, r, c);
+    }
+    return j;
+  }
+  if (e.kind != "csr") detail::raise<InvalidArgument>(kOp, what + ": unknown element kind '" + e.kind + "'");
+  if (e.count != 1) detail::raise<InvalidArgument>(kOp, what + ": CSR elements are shared by the batch");
+  std::vector<std::int32_t> crow = to_int32(e.crow, r + 1, what + " crow_indices");
+  const Index nnz = crow.back();
+  if (crow.front() != 0 || nnz < 0 || (e.values.shape.size() == 1 && e.values.shape[0] != nnz))
+    detail::raise<InvalidArgument>(kOp, what + ": crow_indices must start at 0 and end at nnz (" +
+                                            std::to_string(e.values.numel()) + ")");
+  std::vector<std::int32_t> col = to_int32(e.col, nnz, what + " col_indices");
+  const T* v = checked_data<T>(e.values, {nnz}, kOp, what + " values");
+  auto pattern = std::make_shared<CsrPattern>(r, c, crow, col);
+  pattern->require_valid(std::string(kOp) + ": " + what);
+  if (!transpose) {
+    Jacobian<T> j = Jacobian<T>::csr(pattern);
+    std::copy(v, v + nnz, j.values().begin());
+    return j;
+  }
+  // A^T in CSR: a counting sort of the entries by column (rows of A^T), stable in rows.
+  std::vector<std::int32_t> tptr(static_cast<std::size_t>(c + 1), 0), tcol(static_cast<std::size_t>(nnz));
+  for (Index k = 0; k < nnz; ++k) ++tptr[static_cast<std::size_t>(col[static_cast<std::size_t>(k)]) + 1];
+  for (Index k = 0; k < c; ++k) tptr[static_cast<std::size_t>(k + 1)] += tptr[static_cast<std::size_t>(k)];
+  std::vector<std::int32_t> next(tptr.begin(), tptr.end() - 1);
+  std::vector<T> tval(static_cast<std::size_t>(nnz));
+  for (Index row = 0; row < r; ++row)
+    for (std::int32_t k = crow[static_cast<std::size_t>(row)]; k < crow[static_cast<std::size_t>(row + 1)]; ++k) {
+      const auto dst = static_cast<std::size_t>(next[static_cast<std::size_t>(col[static_cast<std::size_t>(k)])]++);
+      tcol[dst] = static_cast<std::int32_t>(row);
+      tval[dst] = v[k];
+    }
+  Jacobian<T> j = Jacobian<T>::csr(make_csr_pattern(c, r, std::move(tptr), std::move(tcol)));
+  std::copy(tval.begin(), tval.end(), j.values().begin());
+  return j;
+}
+}  // namespace
+
+template <class T>
+void affine_scan(const std::vector<ElementRef>& elements, const TensorRef& g_last, const std::vector<TensorRef>& out,
+                 const std::vector<TensorRef>& injections, bool transpose, const std::string& algorithm, int threads) {
+  const Index n = static_cast<Index>(elements.size());
+  if (g_last.shape.size() != 2)
+    detail::raise<ShapeError>(kOp, "g_last has shape " + shape_text(g_last.shape) + ", expected (batch, d_N)");
+  const Index batch = g_last.shape[0];
+  if (static_cast<Index>(out.size()) != n + 1)
+    detail::raise<InvalidArgument>(kOp, "expected " + std::to_string(n + 1) + " output buffers");
+  if (!injections.empty() && static_cast<Index>(injections.size()) != n)
+    detail::raise<InvalidArgument>(kOp, "expected " + std::to_string(n) + " injections (or none)");
+  if (threads < 0) detail::raise<InvalidArgument>(kOp, "threads must be ≥ 0 (0 = all cores)");
+
+  // Forward (layer) order: J_k^T = a_{N−k+1}, so the chain is the scan array reversed.
+  Chain<T> chain(batch);
+  for (Index k = 1; k <= n; ++k) {
+    const Index i = n - k;  // elements[i] = a_{i+1}
+    chain.push_back(make_element<T>(elements[static_cast<std::size_t>(i)], i, transpose, batch));
+  }
+  for (Index i = 0; i < static_cast<Index>(injections.size()); ++i) {
+    const TensorRef& e = injections[static_cast<std::size_t>(i)];
+    if (e.data == 0 && e.shape.empty()) continue;
+    const Index k = n - 1 - i;  // e_{i+1} is added to s_{i+1} = g_{N−i−1}
+    const Index d = chain.dim(k);
+    const T* p = checked_data<T>(e, {batch, d}, kOp, "injection " + std::to_string(i + 1));
+    chain.set_injection(k, Eigen::Map<const Matrix<T>>(p, d, batch));
+  }
+  const Index d_last = chain.empty() ? (g_last.shape.size() == 2 ? g_last.shape[1] : 0) : chain.dim(n);
+  const T* gp = checked_data<T>(g_last, {batch, d_last}, kOp, "g_last");
+  const Eigen::Map<const Matrix<T>> g(gp, d_last, batch);
+
+  ScanOptions options;
+  options.algorithm = parse_algorithm(algorithm);
+  options.threads = threads;
+  Gradients<T> grads;
+  if (n == 0) {
+    T* o = checked_data<T>(out[0], {batch, d_last}, kOp, "output 0");
+    Eigen::Map<Matrix<T>>(o, d_last, batch) = g;
+    return;
+  }
+  Scanner<T> scanner(options);
+  scanner.run(chain, g, grads);
+  for (Index i = 0; i <= n; ++i) {
+    const Matrix<T>& gk = grads.g(n - i);
+    T* o = checked_data<T>(out[static_cast<std::size_t>(i)], {batch, gk.rows()}, kOp, "output " + std::to_string(i));
+    Eigen::Map<Matrix<T>>(o, gk.rows(), batch) = gk;
+  }
+}
+
+template void affine_scan<float>(const std::vector<ElementRef>&, const TensorRef&, const std::vector<TensorRef>&,
+                                 const std::vector<TensorRef>&, bool, const std::string&, int);
+template void affine_scan<double>(const std::vector<ElementRef>&, const TensorRef&, const std::vector<TensorRef>&,
+                                  const std::vector<TensorRef>&, bool, const std::string&, int);
+
+}  // namespace bppsa::python

@@ -1,0 +1,40 @@
+// What crosses the Python boundary: a view of a tensor's storage (pointer, dtype, shape and
+// strides in elements, device), never owned and never copied by itself. Every use checks it
+// against what the operation expects and throws a bppsa error naming the tensor otherwise.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bppsa/core/types.hpp"
+
+namespace bppsa::python {
+
+struct TensorRef {
+  std::uintptr_t data = 0;
+  std::string dtype;                 ///< "float32", "float64", "int32", "int64", …
+  std::vector<Index> shape;
+  std::vector<Index> strides;        ///< in elements, as torch.Tensor.stride()
+  std::string device = "cpu";        ///< "cpu", "cuda", …
+  int device_index = -1;
+
+  Index numel() const;
+  bool c_contiguous() const;
+  /// "float32 [16, 1000, 1] on cpu".
+  std::string describe() const;
+};
+
+template <class T>
+const char* dtype_name();
+
+/// The tensor's data as T*, after checking that `t` is a C-contiguous `dtype_name<T>()` tensor
+/// on the CPU whose shape is `shape` (−1 matches any extent). Throws ShapeError (shape),
+/// InvalidArgument (dtype, layout) or UnsupportedError (device), naming `op` and `what`.
+template <class T>
+T* checked_data(const TensorRef& t, const std::vector<Index>& shape, const char* op, const std::string& what);
+
+/// "[16, 1000, 1]" with −1 shown as "*".
+std::string shape_text(const std::vector<Index>& shape);
+
+}  // namespace bppsa::python

@@ -1,0 +1,80 @@
+# What bppsa.nn refuses, with an exception that names the problem (never a crash).
+import pytest
+import torch
+from torch.nn.utils.rnn import pack_padded_sequence
+
+import bppsa
+
+
+def test_constructor_errors():
+    with pytest.raises(NotImplementedError, match="proj_size"):
+        bppsa.nn.LSTM(3, 8, proj_size=4)
+    with pytest.raises(ValueError, match="dropout"):
+        bppsa.nn.GRU(3, 8, dropout=1.5)
+    with pytest.raises(ValueError, match="hidden_size must be greater than zero"):
+        bppsa.nn.GRU(3, 0)
+    with pytest.raises(TypeError, match="num_layers"):
+        bppsa.nn.GRU(3, 4, num_layers=1.5)
+    with pytest.raises(ValueError, match="Unknown nonlinearity 'sigmoid'"):
+        bppsa.nn.RNN(3, 4, nonlinearity="sigmoid")
+    with pytest.raises(ValueError, match="unknown backward method 'scan'"):
+        bppsa.nn.RNN(3, 4, backward="scan")
+    with pytest.raises(ValueError, match="threads"):
+        bppsa.nn.RNN(3, 4, threads=-2)
+    with pytest.raises(NotImplementedError, match="float16"):
+        bppsa.nn.GRU(3, 4, dtype=torch.float16)
+    with pytest.raises(NotImplementedError, match="cuda"):
+        bppsa.nn.GRU(3, 4, device="cuda")
+    with pytest.warns(UserWarning, match="dropout"):
+        bppsa.nn.GRU(3, 4, dropout=0.5)
+
+
+def test_forward_errors():
+    m = bppsa.nn.GRU(3, 4, num_layers=2)
+    with pytest.raises(NotImplementedError, match="PackedSequence"):
+        packed = pack_padded_sequence(torch.randn(5, 2, 3), torch.tensor([5, 3]))
+        m(packed)
+    with pytest.raises(ValueError, match="Expected input to be 2D or 3D, got 4D"):
+        m(torch.randn(2, 2, 2, 3))
+    with pytest.raises(RuntimeError, match="input.size\\(-1\\) must be equal to input_size. Expected 3, got 5"):
+        m(torch.randn(4, 2, 5))
+    with pytest.raises(RuntimeError, match=r"Expected hidden size \(2, 2, 4\), got \[1, 2, 4\]"):
+        m(torch.randn(4, 2, 3), torch.randn(1, 2, 4))
+    with pytest.raises(NotImplementedError, match="torch.float16"):
+        m(torch.randn(4, 2, 3).half())
+    with pytest.raises(NotImplementedError, match="torch.int64"):
+        m(torch.ones(4, 2, 3, dtype=torch.int64))
+    with pytest.raises(RuntimeError, match="input is torch.float64 but the parameters are torch.float32"):
+        m(torch.randn(4, 2, 3, dtype=torch.float64))
+    with pytest.raises(NotImplementedError, match="meta"):  # any non-CPU device, CUDA included
+        m(torch.empty(4, 2, 3, device="meta"))
+    with pytest.raises(RuntimeError, match="hx must be a tuple"):
+        bppsa.nn.LSTM(3, 4)(torch.randn(4, 2, 3), torch.randn(1, 2, 4))
+    with pytest.raises(RuntimeError, match="hx must be a Tensor"):
+        m(torch.randn(4, 2, 3), (torch.randn(2, 2, 4), torch.randn(2, 2, 4)))
+    with pytest.raises(RuntimeError, match="hx should also be 2-D"):
+        m(torch.randn(4, 3), torch.randn(2, 1, 4))
+    with pytest.raises(ValueError, match="steps"):  # an empty sequence
+        m(torch.randn(0, 2, 3))
+
+
+def test_non_finite_values_are_reported():
+    m = bppsa.nn.RNN(3, 4, backward="blelloch")
+    x = torch.randn(6, 2, 3)
+    out, _ = m(x)
+    bad = torch.full_like(out, float("nan"))
+    with pytest.raises(FloatingPointError, match="NaN"):
+        torch.autograd.backward(out, bad)
+
+
+def test_non_contiguous_inputs_and_gradients_are_fine():
+    torch.manual_seed(0)
+    ref = torch.nn.GRU(3, 4, batch_first=True)
+    torch.manual_seed(0)
+    ours = bppsa.nn.GRU(3, 4, batch_first=True, backward="blelloch")
+    x = torch.randn(3, 6, 6)[:, :, ::2].detach().requires_grad_(True)  # a strided view
+    assert not x.is_contiguous()
+    go = torch.randn(6, 3, 4).transpose(0, 1)  # a non-contiguous output gradient
+    (ga,) = torch.autograd.grad(ref(x)[0], [x], go)
+    (gb,) = torch.autograd.grad(ours(x)[0], [x], go)
+    assert torch.allclose(ga, gb, rtol=1e-5, atol=1e-6)

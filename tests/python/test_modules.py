@@ -1,0 +1,293 @@
+# bppsa.nn.RNN/GRU/LSTM against the same torch.nn module with the same weights: outputs and
+# every gradient (float32 within 1e-5 relative per tensor), gradcheck in double, state_dict
+# round trips, dropout, unbatched input, thread-count independence.
+import copy
+import io
+import random
+
+import pytest
+import torch
+
+import bppsa
+from util import BPPSA, TORCH, flat_state, rel_err, run, twins
+
+METHODS = ["auto", "blelloch", "hybrid", "bp"]
+
+
+def _configs():
+    """Random configurations (fixed seed): cell, layers, directions, batch_first, bias, hx, T,
+    batch, sizes and backward method. A few long sequences up to T = 1000."""
+    rng = random.Random(20261123)
+    out = []
+    for i in range(36):
+        kind = ["RNN", "GRU", "LSTM"][i % 3]
+        cfg = dict(kind=kind, layers=rng.choice([1, 1, 2, 3]), bidirectional=rng.random() < 0.4,
+                   batch_first=rng.random() < 0.5, bias=rng.random() < 0.8, hx=rng.random() < 0.5,
+                   steps=rng.choice([1, 2, 5, 17, 64]), batch=rng.choice([1, 3, 8]), input=rng.choice([1, 4, 7]),
+                   hidden=rng.choice([1, 5, 16]), method=METHODS[i % 4],
+                   relu=kind == "RNN" and rng.random() < 0.5)
+        out.append(cfg)
+    for j, kind in enumerate(["RNN", "GRU", "LSTM", "RNN"]):  # long sequences, the paper's sizes
+        out.append(dict(kind=kind, layers=1 + j % 2, bidirectional=j == 3, batch_first=True, bias=True, hx=j % 2 == 0,
+                        steps=1000, batch=4, input=1, hidden=20, method=["blelloch", "hybrid", "auto", "blelloch"][j],
+                        relu=False))
+    return out
+
+
+CONFIGS = _configs()
+
+
+def _id(c):
+    return (f"{c['kind']}{'_relu' if c['relu'] else ''}_L{c['layers']}{'_bi' if c['bidirectional'] else ''}"
+            f"{'_bf' if c['batch_first'] else ''}{'' if c['bias'] else '_nobias'}{'_hx' if c['hx'] else ''}"
+            f"_T{c['steps']}_B{c['batch']}_{c['method']}")
+
+
+def _inputs(c, dtype, grad_hx=True):
+    directions = 2 if c["bidirectional"] else 1
+    shape = (c["batch"], c["steps"], c["input"]) if c["batch_first"] else (c["steps"], c["batch"], c["input"])
+    x = torch.randn(shape, dtype=dtype, requires_grad=True)
+    hx = None
+    if c["hx"]:
+        hs = (c["layers"] * directions, c["batch"], c["hidden"])
+        h0 = (0.5 * torch.randn(hs, dtype=dtype)).requires_grad_(grad_hx)
+        hx = (h0, (0.5 * torch.randn(hs, dtype=dtype)).requires_grad_(grad_hx)) if c["kind"] == "LSTM" else h0
+    out_shape = shape[:2] + (c["hidden"] * directions,)
+    head = torch.randn(out_shape, dtype=dtype)
+    return x, hx, head
+
+
+def _modules(c, dtype=torch.float32):
+    kwargs = dict(num_layers=c["layers"], bias=c["bias"], batch_first=c["batch_first"],
+                  bidirectional=c["bidirectional"])
+    if c["relu"]:
+        kwargs["nonlinearity"] = "relu"
+    return twins(c["kind"], c["input"], c["hidden"], dtype=dtype, backward=c["method"], **kwargs)
+
+
+@pytest.mark.parametrize("c", CONFIGS, ids=[_id(c) for c in CONFIGS])
+def test_matches_torch(c):
+    ref, ours = _modules(c)
+    for p, q in zip(ref.parameters(), ours.parameters()):
+        assert torch.equal(p, q), "same seed, same initial weights"
+    x, hx, head = _inputs(c, torch.float32)
+    out_r, h_r, g_r = run(ref, x, hx, head)
+    out_o, h_o, g_o = run(ours, x, hx, head)
+    assert out_o.shape == out_r.shape and out_o.dtype == out_r.dtype
+    assert rel_err(out_o, out_r) <= 1e-5
+    for a, b in zip(h_o, h_r):
+        assert a.shape == b.shape
+        assert rel_err(a, b) <= 1e-5
+    names = ["x"] + (["h0", "c0"] if c["kind"] == "LSTM" else ["h0"]) * c["hx"] + [n for n, _ in ref.named_parameters()]
+    assert len(g_o) == len(g_r) == len(names)
+    for name, a, b in zip(names, g_o, g_r):
+        assert a.shape == b.shape, name
+        assert rel_err(a, b) <= 1e-5, f"{name}: relative error {rel_err(a, b):.3g}"
+
+
+GRADCHECK = [
+    dict(kind="RNN", layers=2, bidirectional=True, relu=False, method="blelloch"),
+    dict(kind="RNN", layers=1, bidirectional=False, relu=True, method="hybrid"),
+    dict(kind="GRU", layers=2, bidirectional=False, relu=False, method="blelloch"),
+    dict(kind="GRU", layers=1, bidirectional=True, relu=False, method="bp"),
+    dict(kind="LSTM", layers=2, bidirectional=True, relu=False, method="blelloch"),
+    dict(kind="LSTM", layers=1, bidirectional=False, relu=False, method="auto"),
+]
+
+
+def _functional_call(module, params, args):
+    try:
+        from torch.func import functional_call  # PyTorch ≥ 2.0
+    except ImportError:
+        from torch.nn.utils.stateless import functional_call  # PyTorch 1.13
+    return functional_call(module, params, args)
+
+
+@pytest.mark.parametrize("c", GRADCHECK, ids=lambda c: f"{c['kind']}_L{c['layers']}_{c['method']}")
+def test_gradcheck_double(c):
+    kwargs = dict(num_layers=c["layers"], bidirectional=c["bidirectional"])
+    if c["relu"]:
+        kwargs["nonlinearity"] = "relu"
+    torch.manual_seed(5)
+    m = BPPSA[c["kind"]](3, 4, backward=c["method"], **kwargs).double()
+    names = [n for n, _ in m.named_parameters()]
+    params = [p.detach().clone().requires_grad_(True) for p in m.parameters()]
+    d = 2 if c["bidirectional"] else 1
+    x = torch.randn(5, 2, 3, dtype=torch.float64, requires_grad=True)
+    h0 = torch.randn(c["layers"] * d, 2, 4, dtype=torch.float64, requires_grad=True)
+    c0 = torch.randn(c["layers"] * d, 2, 4, dtype=torch.float64, requires_grad=True)
+    lstm = c["kind"] == "LSTM"
+
+    def f(x, h0, c0, *ps):
+        out, h = _functional_call(m, dict(zip(names, ps)), (x, (h0, c0) if lstm else h0))
+        return (out,) + tuple(flat_state(h))
+
+    assert torch.autograd.gradcheck(f, (x, h0, c0, *params), eps=1e-6, atol=1e-7, rtol=1e-5)
+
+
+def test_unbatched_input_matches_torch():
+    for kind in ("RNN", "GRU", "LSTM"):
+        for batch_first in (False, True):
+            ref, ours = twins(kind, 3, 6, num_layers=2, batch_first=batch_first, backward="blelloch")
+            x = torch.randn(9, 3, requires_grad=True)
+            h = torch.randn(2, 6)
+            hx = (h, torch.randn(2, 6)) if kind == "LSTM" else h
+            head = torch.randn(9, 6)
+            out_r, h_r, g_r = run(ref, x, hx, head)
+            out_o, h_o, g_o = run(ours, x, hx, head)
+            assert out_o.shape == out_r.shape == (9, 6)
+            assert all(a.shape == b.shape == (2, 6) for a, b in zip(h_o, h_r))
+            assert rel_err(out_o, out_r) <= 1e-5
+            assert all(rel_err(a, b) <= 1e-5 for a, b in zip(g_o, g_r))
+
+
+def test_state_dict_round_trip():
+    for kind in ("RNN", "GRU", "LSTM"):
+        ref = TORCH[kind](4, 8, num_layers=2, bidirectional=True, bias=True)
+        ours = BPPSA[kind](4, 8, num_layers=2, bidirectional=True, bias=True)
+        assert list(ref.state_dict().keys()) == list(ours.state_dict().keys())
+        ours.load_state_dict(ref.state_dict(), strict=True)
+        for (n1, p1), (n2, p2) in zip(ref.named_parameters(), ours.named_parameters()):
+            assert n1 == n2 and torch.equal(p1, p2)
+        with torch.no_grad():
+            for p in ours.parameters():
+                p.mul_(0.5)
+        back = TORCH[kind](4, 8, num_layers=2, bidirectional=True)
+        back.load_state_dict(ours.state_dict(), strict=True)
+        x = torch.randn(6, 3, 4)
+        assert rel_err(ours(x)[0], back(x)[0]) <= 1e-5
+        # Shapes that do not match fail strictly, as with torch's module.
+        with pytest.raises(RuntimeError):
+            BPPSA[kind](4, 8, num_layers=1).load_state_dict(ref.state_dict(), strict=True)
+
+
+def test_module_attributes_and_repr_like_torch():
+    for kind in ("RNN", "GRU", "LSTM"):
+        ref, ours = twins(kind, 3, 5, num_layers=2, bias=False, batch_first=True, dropout=0.25, bidirectional=True)
+        for attr in ("input_size", "hidden_size", "num_layers", "bias", "batch_first", "dropout", "bidirectional",
+                     "mode", "_flat_weights_names"):
+            assert getattr(ours, attr) == getattr(ref, attr), attr
+        assert [[tuple(w.shape) for w in ws] for ws in ours.all_weights] == \
+            [[tuple(w.shape) for w in ws] for ws in ref.all_weights]
+        assert repr(ours).startswith(kind + "(3, 5, num_layers=2, bias=False, batch_first=True, dropout=0.25")
+        ours.flatten_parameters()  # compatibility no-op
+    # torch ≥ 2's positional order (torch 1.13 read a fourth positional argument as bias).
+    assert bppsa.nn.RNN(2, 3, 1, "relu").nonlinearity == "relu"
+    assert bppsa.nn.RNN(2, 3, 1, "relu").mode == "RNN_RELU"
+
+
+def test_dropout_between_layers():
+    for kind in ("RNN", "GRU", "LSTM"):
+        ref, ours = twins(kind, 3, 5, num_layers=3, dropout=0.4)
+        x = torch.randn(7, 4, 3)
+        ours.train()
+        torch.manual_seed(99)
+        a = ours(x)[0]
+        torch.manual_seed(99)
+        b = ours(x)[0]
+        torch.manual_seed(100)
+        c = ours(x)[0]
+        assert torch.equal(a, b), "the same RNG state gives the same masks"
+        assert not torch.equal(a, c), "training mode drops units"
+        ours.eval()
+        ref.eval()
+        assert rel_err(ours(x)[0], ref(x)[0]) <= 1e-5, "no dropout in eval mode"
+        # Training mode against a stack of one-layer torch modules with F.dropout in between, under
+        # the same RNG state: the masks, the outputs and the gradients all match.
+        ours.train()
+        layers = []
+        for layer in range(3):
+            m = TORCH[kind](3 if layer == 0 else 5, 5)
+            m.load_state_dict({k.replace(f"_l{layer}", "_l0"): v for k, v in ours.state_dict().items()
+                               if k.endswith(f"_l{layer}")})
+            layers.append(m)
+        x.requires_grad_(True)
+        torch.manual_seed(7)
+        out = ours(x)[0]
+        g_ours = torch.autograd.grad((out ** 2).sum(), [x] + list(ours.parameters()))
+        torch.manual_seed(7)
+        h = x
+        for layer, m in enumerate(layers):
+            h = m(h)[0]
+            if layer < 2:
+                h = torch.nn.functional.dropout(h, p=0.4, training=True)
+        params = [p for m in layers for p in m.parameters()]
+        g_ref = torch.autograd.grad((h ** 2).sum(), [x] + params)
+        assert rel_err(out, h) <= 1e-5
+        assert all(rel_err(a, b) <= 1e-5 for a, b in zip(g_ours, g_ref))
+
+
+def test_no_grad_eval_and_requires_grad_combinations():
+    ref, ours = twins("GRU", 3, 6, num_layers=2)
+    x = torch.randn(5, 2, 3)
+    with torch.no_grad():
+        out, h = ours(x)
+    assert not out.requires_grad and out.grad_fn is None
+    assert rel_err(out, ref(x)[0]) <= 1e-5
+    for p in ours.parameters():
+        p.requires_grad_(False)
+    out, _ = ours(x)
+    assert out.grad_fn is None
+    x.requires_grad_(True)  # only the input needs a gradient
+    out, _ = ours(x)
+    (g,) = torch.autograd.grad(out.sum(), [x])
+    (g_ref,) = torch.autograd.grad(ref(x)[0].sum(), [x])
+    assert rel_err(g, g_ref) <= 1e-5
+
+
+def test_retain_graph_and_two_forwards_before_backward():
+    ref, ours = twins("LSTM", 2, 4, num_layers=2, backward="blelloch")
+    x1, x2 = torch.randn(6, 3, 2), torch.randn(9, 3, 2)
+    l_o = ours(x1)[0].sum() + 2 * ours(x2)[0].sum()  # two graphs alive at once
+    l_r = ref(x1)[0].sum() + 2 * ref(x2)[0].sum()
+    g_o = torch.autograd.grad(l_o, list(ours.parameters()), retain_graph=True)
+    g_o2 = torch.autograd.grad(l_o, list(ours.parameters()))  # the retained graph again
+    g_r = torch.autograd.grad(l_r, list(ref.parameters()))
+    for a, b, c in zip(g_o, g_o2, g_r):
+        assert torch.equal(a, b)
+        assert rel_err(a, c) <= 1e-5
+
+
+@pytest.mark.parametrize("method", ["blelloch", "bp", "hybrid"])
+def test_threads_do_not_change_results(method):
+    torch.manual_seed(3)
+    base = bppsa.nn.GRU(3, 8, num_layers=2, bidirectional=True)
+    x = torch.randn(300, 5, 3, requires_grad=True)
+    results = []
+    for threads in (1, 2, 3, 1):
+        m = copy.deepcopy(base)
+        m.set_backward(method, threads)
+        out, _ = m(x)
+        results.append(torch.autograd.grad((out * out).sum(), [x] + list(m.parameters())))
+    for r in results[1:]:
+        for a, b in zip(r, results[0]):
+            if method == "hybrid":  # hybrid's chunk count follows the thread count: reassociated sums
+                assert rel_err(a, b) <= 1e-5
+            else:
+                assert torch.equal(a, b)
+
+
+def test_pickle_deepcopy_and_double():
+    m = bppsa.nn.LSTM(3, 4, num_layers=2, backward="blelloch")
+    x = torch.randn(5, 2, 3)
+    m(x)[0].sum().backward()  # engines now in its pools
+    buf = io.BytesIO()
+    torch.save(m, buf)
+    buf.seek(0)
+    m2 = torch.load(buf)
+    m3 = copy.deepcopy(m)
+    for other in (m2, m3):
+        assert torch.equal(other(x)[0], m(x)[0])
+    md = copy.deepcopy(m).double()
+    assert md(x.double())[0].dtype == torch.float64
+    assert rel_err(md(x.double())[0], m(x)[0]) <= 1e-5
+
+
+def test_caller_keeps_ieee_subnormals():
+    """bppsa flushes subnormals on its own compute only: torch's thread keeps its mode."""
+    torch.set_flush_denormal(False)
+    rnn = bppsa.nn.RNN(1, 8, batch_first=True)
+    out, _ = rnn(torch.randn(2, 300, 1, requires_grad=True))
+    out[:, -1].sum().backward()
+    tiny = torch.tensor([1e-30], dtype=torch.float32) * torch.tensor([1e-10], dtype=torch.float32)
+    assert tiny.item() != 0.0
