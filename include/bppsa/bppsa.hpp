@@ -3,6 +3,7 @@
 
 #include "bppsa/core/error.hpp"
 #include "bppsa/core/machine.hpp"
+#include "bppsa/core/memory.hpp"
 #include "bppsa/core/types.hpp"
 #include "bppsa/data/bitstream.hpp"
 #include "bppsa/data/cifar10.hpp"

@@ -5,6 +5,7 @@
 
 
 #include "bppsa/core/error.hpp"
+#include "nn/cuda/gpu_model.hpp"
 
 namespace bppsa {
 
@@ -56,64 +57,60 @@ ModelConfig config_from_state_dict(const TensorFile& file, CellType cell, HeadMo
     detail::raise<ShapeError>(op, "tensor 'rnn.weight_ih_l0' in " + file.source + " has " + std::to_string(w.shape[0]) +
                                       " rows, not a multiple of " + std::to_string(g) + " (the gate count of " +
                                       to_string(cell) + "): is --model right?");
+  if (w.shape[1] < 1)
+    detail::raise<ShapeError>(op, "tensor 'rnn.weight_ih_l0' in " + file.source + " has shape " + shape_list(w.shape) +
+                                      ": the model needs at least one input feature");
   c.rnn.layers = layers;
   c.rnn.hidden = w.shape[0] / g;
   c.rnn.input = w.shape[1];
   const Tensor& hw = file.at("rnn.weight_hh_l0", op);
-  if (hw.shape.size() != 2 || hw.shape[1] * g != hw.shape[0])
+  if (hw.shape != std::vector<Index>{w.shape[0], c.rnn.hidden})
     detail::raise<ShapeError>(op, "tensor 'rnn.weight_hh_l0' in " + file.source + " has shape " + shape_list(hw.shape) +
                                       ", expected [" + std::to_string(w.shape[0]) + ", " +
                                       std::to_string(c.rnn.hidden) + "] for a " + to_string(cell) +
                                       " (is --model right?)");
   const Tensor& hd = file.at("head.weight", op);
-  if (hd.shape.size() != 2)
+  if (hd.shape.size() != 2 || hd.shape[0] < 1)
     detail::raise<ShapeError>(op, "tensor 'head.weight' in " + file.source + " has shape " + shape_list(hd.shape) +
-                                      ", expected [classes, " + std::to_string(c.rnn.hidden) + "]");
+                                      ", expected [classes ≥ 1, " + std::to_string(c.rnn.hidden) + "]");
   c.classes = hd.shape[0];
+  // Every tensor of the config, with its shape, before anything is allocated for it: the
+  // model's size is then bounded by the file's own bytes (a 0-byte tensor of shape
+  // [4·10^9, 0] cannot make a model of 10^9 hidden units).
+  for (const auto& [name, shape] : expected_state_dict(c)) file.require(name, shape, op);
   return c;
 }
 
-template <class T>
-SequenceClassifier<T>::SequenceClassifier(ModelConfig config)
-    : config_(config), rnn_(config.rnn), head_(config.rnn.hidden, config.classes) {}
+namespace detail::gpu {
 
-template <class T>
-void SequenceClassifier<T>::reset_parameters(std::uint64_t seed) {
-  rnn_.reset_parameters(seed);
-  head_.reset_parameters(seed ^ 0x9E3779B97F4A7C15ull);
-}
-
-template <class T>
-void SequenceClassifier<T>::forward(std::span<const float> x, Index batch, Index steps,
-                                    std::span<const std::int64_t> labels) {
-  const char* op = "model";
-  const Index I = config_.rnn.input;
-  if (batch < 1 || steps < 1)
-    detail::raise<ShapeError>(op, "need at least one sample and one step (got batch " + std::to_string(batch) +
-                                      ", steps " + std::to_string(steps) + ")");
-  if (static_cast<Index>(x.size()) != batch * steps * I)
-    detail::raise<ShapeError>(op, "input holds " + std::to_string(x.size()) + " values, expected [" +
-                                      std::to_string(batch) + ", " + std::to_string(steps) + ", " + std::to_string(I) +
-                                      "] = " + std::to_string(batch * steps * I));
-  if (static_cast<Index>(labels.size()) != batch)
-    detail::raise<ShapeError>(op, std::to_string(labels.size()) + " labels for a batch of " + std::to_string(batch));
-  x_.resize(I, steps * batch);
-  for (Index b = 0; b < batch; ++b)
-    for (Index t = 0; t < steps; ++t)
-      for (Index i = 0; i < I; ++i)
-        x_(i, t * batch + b) = static_cast<T>(x[static_cast<std::size_t>((b * steps + t) * I + i)]);
-  rnn_.forward(x_, steps, batch);
-  if (config_.head == HeadMode::every) {
-    head_.forward(rnn_.output(), logits_);
-    col_labels_.resize(static_cast<std::size_t>(steps * batch));
-    for (Index t = 0; t < steps; ++t)
-      for (Index b = 0; b < batch; ++b)
-        col_labels_[static_cast<std::size_t>(t * batch + b)] = labels[static_cast<std::size_t>(b)];
-  } else {
-    head_.forward(rnn_.output().rightCols(batch), logits_);
-    col_labels_.assign(labels.begin(), labels.end());
+void raise_status(const ModelConfig& config, const DeviceStatus& status) {
+  if ((status.flags & kLossNotFinite) != 0)  // the CPU's message (src/nn/loss.cpp)
+    raise<NonFiniteError>("loss", std::string("the ") + to_string(config.loss) +
+                                      " loss is not finite (NaN/Inf): the model diverged or the inputs hold NaN/Inf; "
+                                      "lower the learning rate or check the data");
+  if ((status.flags & kGradNotFinite) != 0)
+    raise<NonFiniteError>("SequenceClassifier::backward",
+                          "gradients are not finite (NaN/Inf): the loss or the weights diverged; lower the "
+                          "learning rate");
+  if ((status.flags & kParamNotFinite) != 0) {
+    std::string name = "?";
+    std::uint64_t at = status.bad_param;
+    for (const auto& [n, shape] : expected_state_dict(config)) {
+      std::uint64_t size = 1;
+      for (const Index d : shape) size *= static_cast<std::uint64_t>(d);
+      if (at < size) {
+        name = n;
+        break;
+      }
+      at -= size;
+    }
+    raise<NonFiniteError>("optimizer", "parameter '" + name +
+                                           "' is not finite (NaN/Inf) after an optimizer step: training diverged; "
+                                           "lower the learning rate");
   }
 }
+
+}  // namespace detail::gpu
 
 namespace {
 template <class T>
@@ -130,22 +127,172 @@ void argmax_last(const Matrix<T>& logits, Index batch, std::vector<std::int64_t>
 }  // namespace
 
 template <class T>
-T SequenceClassifier<T>::evaluate(std::span<const float> x, Index batch, Index steps,
-                                  std::span<const std::int64_t> labels, std::vector<std::int64_t>* predictions) {
-  forward(x, batch, steps, labels);
-  batch_ = 0;  // the recorded forward is no longer the one a loss gradient was taken of
-  const T l = loss<T>(config_.loss, logits_, col_labels_, nullptr);
+SequenceClassifier<T>::SequenceClassifier(ModelConfig config)
+    : config_(config), rnn_(config.rnn), head_(config.rnn.hidden, config.classes) {
+  if (config.rnn.device == Device::cuda)
+    gpu_ = detail::gpu::make_model_gpu<T>(*rnn_.gpu(), config.rnn, config.classes, config.head == HeadMode::every,
+                                          config.loss);
+}
+
+template <class T>
+SequenceClassifier<T>::~SequenceClassifier() = default;
+template <class T>
+SequenceClassifier<T>::SequenceClassifier(SequenceClassifier&&) noexcept = default;
+template <class T>
+SequenceClassifier<T>& SequenceClassifier<T>::operator=(SequenceClassifier&&) noexcept = default;
+
+template <class T>
+void SequenceClassifier<T>::reset_parameters(std::uint64_t seed) {
+  rnn_.reset_parameters(seed);
+  head_.reset_parameters(seed ^ 0x9E3779B97F4A7C15ull);
+  if (gpu_) {  // every value replaced: the host copy is the current one
+    gpu_->head_sync.host_newer = true;
+    gpu_->head_sync.device_newer = false;
+  }
+}
+
+template <class T>
+detail::gpu::ModelGpu<T>* SequenceClassifier<T>::gpu() {
+  if (!gpu_) return nullptr;
+  rnn_.gpu();  // uploads the recurrent parameters the host changed
+  if (gpu_->head_sync.host_newer) {
+    gpu_->upload_head(head_);
+    gpu_->head_sync.host_newer = false;
+  }
+  gpu_->initial_states = rnn_.initial_states();
+  gpu_->final_grads = rnn_.final_grads();
+  return gpu_.get();
+}
+
+template <class T>
+void SequenceClassifier<T>::synchronize() {
+  if (!gpu_) return;
+  const detail::gpu::DeviceStatus st = gpu_->stack().read_status();
+  if (st.flags != 0) {
+    gpu_->stack().clear_flags();
+    detail::gpu::raise_status(config_, st);
+  }
+}
+
+template <class T>
+void SequenceClassifier<T>::pull() {
+  if (!gpu_) return;
+  synchronize();
+  rnn_.pull();
+  auto& h = gpu_->head_sync;
+  if (h.device_newer || h.grads_newer) gpu_->download_head(head_, h.device_newer, h.grads_newer);
+  h.device_newer = h.grads_newer = false;
+}
+
+template <class T>
+void SequenceClassifier<T>::sync_to_host() {
+  pull();
+}
+
+template <class T>
+std::size_t SequenceClassifier<T>::device_bytes() const {
+  return gpu_ ? gpu_->device_bytes() : 0;
+}
+
+template <class T>
+Linear<T>& SequenceClassifier<T>::head() {
+  if (gpu_) {
+    pull();
+    gpu_->head_sync.host_newer = true;  // the caller may change it
+  }
+  return head_;
+}
+
+template <class T>
+void SequenceClassifier<T>::set_batch(std::span<const float> x, Index batch, Index steps,
+                                      std::span<const std::int64_t> labels) {
+  const char* op = "model";
+  const Index I = config_.rnn.input;
+  if (batch < 1 || steps < 1)
+    detail::raise<ShapeError>(op, "need at least one sample and one step (got batch " + std::to_string(batch) +
+                                      ", steps " + std::to_string(steps) + ")");
+  if (static_cast<Index>(x.size()) != batch * steps * I)
+    detail::raise<ShapeError>(op, "input holds " + std::to_string(x.size()) + " values, expected [" +
+                                      std::to_string(batch) + ", " + std::to_string(steps) + ", " + std::to_string(I) +
+                                      "] = " + std::to_string(batch * steps * I));
+  if (static_cast<Index>(labels.size()) != batch)
+    detail::raise<ShapeError>(op, std::to_string(labels.size()) + " labels for a batch of " + std::to_string(batch));
+  stored_ = 0;
+  if (gpu_) {
+    // The GPU computes the loss without looking at label ranges: check them here, as loss() does.
+    for (Index b = 0; b < batch; ++b)
+      if (labels[static_cast<std::size_t>(b)] < 0 || labels[static_cast<std::size_t>(b)] >= config_.classes)
+        detail::raise<InvalidArgument>("loss", "label " + std::to_string(labels[static_cast<std::size_t>(b)]) +
+                                                   " (prediction " + std::to_string(b) + ") is outside [0, " +
+                                                   std::to_string(config_.classes) +
+                                                   "): the data has more classes than the model's head");
+    gpu()->set_batch(x, batch, steps, labels);
+  } else {
+    x_.resize(I, steps * batch);
+    for (Index b = 0; b < batch; ++b)
+      for (Index t = 0; t < steps; ++t)
+        for (Index i = 0; i < I; ++i)
+          x_(i, t * batch + b) = static_cast<T>(x[static_cast<std::size_t>((b * steps + t) * I + i)]);
+    labels_.assign(labels.begin(), labels.end());
+  }
+  steps_ = steps;
+  stored_ = batch;
+}
+
+template <class T>
+T SequenceClassifier<T>::run_forward(bool grad, std::vector<std::int64_t>* predictions) {
+  const Index batch = stored_, steps = steps_;
+  if (batch == 0)
+    detail::raise<InvalidArgument>("SequenceClassifier::forward_loss",
+                                   "no batch to run: call set_batch (or forward_loss with a batch) first");
+  if (gpu_) {
+    detail::gpu::ModelGpu<T>* g = gpu();
+    g->forward_loss(grad, 0);
+    const detail::gpu::DeviceStatus st = g->stack().read_status();  // waits for the loss
+    if (st.flags != 0) {  // throws NonFiniteError as the CPU's loss() would
+      g->stack().clear_flags();
+      detail::gpu::raise_status(config_, st);
+    }
+    if (predictions) g->download_predictions(*predictions);
+    return static_cast<T>(st.loss);
+  }
+  rnn_.forward(x_, steps, batch);
+  const std::span<const std::int64_t> labels(labels_);
+  if (config_.head == HeadMode::every) {
+    head_.forward(rnn_.output(), logits_);
+    col_labels_.resize(static_cast<std::size_t>(steps * batch));
+    for (Index t = 0; t < steps; ++t)
+      for (Index b = 0; b < batch; ++b)
+        col_labels_[static_cast<std::size_t>(t * batch + b)] = labels[static_cast<std::size_t>(b)];
+  } else {
+    head_.forward(rnn_.output().rightCols(batch), logits_);
+    col_labels_.assign(labels.begin(), labels.end());
+  }
+  const T l = loss<T>(config_.loss, logits_, col_labels_, grad ? &dlogits_ : nullptr);
   argmax_last(logits_, batch, predictions);
   return l;
 }
 
 template <class T>
+T SequenceClassifier<T>::evaluate(std::span<const float> x, Index batch, Index steps,
+                                  std::span<const std::int64_t> labels, std::vector<std::int64_t>* predictions) {
+  batch_ = 0;  // the recorded forward is no longer the one a loss gradient was taken of
+  set_batch(x, batch, steps, labels);
+  return run_forward(false, predictions);
+}
+
+template <class T>
 T SequenceClassifier<T>::forward_loss(std::span<const float> x, Index batch, Index steps,
                                       std::span<const std::int64_t> labels, std::vector<std::int64_t>* predictions) {
-  forward(x, batch, steps, labels);
-  const T l = loss<T>(config_.loss, logits_, col_labels_, &dlogits_);
-  argmax_last(logits_, batch, predictions);
-  batch_ = batch;
+  set_batch(x, batch, steps, labels);
+  return forward_loss(predictions);
+}
+
+template <class T>
+T SequenceClassifier<T>::forward_loss(std::vector<std::int64_t>* predictions) {
+  batch_ = 0;
+  const T l = run_forward(true, predictions);
+  batch_ = stored_;
   return l;
 }
 
@@ -154,6 +301,19 @@ void SequenceClassifier<T>::backward(const BackwardOptions& options, BackwardTim
   if (batch_ == 0)
     detail::raise<InvalidArgument>("SequenceClassifier::backward",
                                    "no loss to differentiate: call forward_loss (or loss_and_grad) first");
+  if (gpu_) {
+    detail::gpu::ModelGpu<T>* g = gpu();
+    g->backward(options, 0);
+    g->stack().sync.grads_newer = true;
+    g->head_sync.grads_newer = true;
+    if (times) {
+      StepTimes st;
+      double optimizer = 0;
+      g->step_times(0, st, optimizer);
+      *times = st.detail;
+    }
+    return;
+  }
   head_backward(dlogits_, dout_);
   BackwardTimes bt;
   rnn_.backward(dout_, config_.head == HeadMode::every, options, &bt);
@@ -162,6 +322,10 @@ void SequenceClassifier<T>::backward(const BackwardOptions& options, BackwardTim
 
 template <class T>
 void SequenceClassifier<T>::head_backward(const Matrix<T>& dlogits, Matrix<T>& dout) {
+  if (gpu_)
+    detail::raise<UnsupportedError>("SequenceClassifier::head_backward",
+                                    "a Device::cuda model runs its head on the GPU inside backward(); head_backward "
+                                    "takes host matrices of a Device::cpu model");
   if (config_.head == HeadMode::every) {
     head_.backward(rnn_.output(), dlogits, dout);
   } else {
@@ -176,6 +340,15 @@ template <class T>
 T SequenceClassifier<T>::loss_and_grad(std::span<const float> x, Index batch, Index steps,
                                        std::span<const std::int64_t> labels, const BackwardOptions& options,
                                        StepTimes* times, std::vector<std::int64_t>* predictions) {
+  if (gpu_) {  // timed on the GPU with CUDA events
+    const T l = forward_loss(x, batch, steps, labels, predictions);
+    backward(options);
+    StepTimes st;
+    double optimizer = 0;
+    gpu_->step_times(0, st, optimizer);  // waits for the backward
+    if (times) *times = st;
+    return l;
+  }
   const double t0 = omp_get_wtime();
   const T l = forward_loss(x, batch, steps, labels, predictions);
   const double t1 = omp_get_wtime();
@@ -192,6 +365,10 @@ T SequenceClassifier<T>::loss_and_grad(std::span<const float> x, Index batch, In
 
 template <class T>
 std::vector<NamedParam<T>> SequenceClassifier<T>::parameters() {
+  if (gpu_) {
+    pull();
+    gpu_->head_sync.host_newer = true;  // writes through the pointers go up before the next device step
+  }
   std::vector<NamedParam<T>> out;
   const auto names = expected_state_dict(config_);
   auto add = [&](std::size_t i, T* v, const T* g, Index n) {

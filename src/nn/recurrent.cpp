@@ -4,17 +4,18 @@
 #include "bppsa/nn/recurrent.hpp"
 
 #include <omp.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <random>
 
 #include "bppsa/core/error.hpp"
+#include "bppsa/core/memory.hpp"
 #include "bppsa/jacobian/product.hpp"
 #include "core/random.hpp"
+#include "core/denormals.hpp"
 #include "core/finite.hpp"
 #include "nn/cell.hpp"
+#include "nn/cuda/gpu_model.hpp"
 
 namespace bppsa {
 
@@ -37,15 +38,23 @@ CellType parse_cell(std::string_view name) {
   detail::raise<InvalidArgument>("model", "unknown recurrent cell '" + std::string(name) + "'; use rnn, gru or lstm");
 }
 
+const char* to_string(Nonlinearity n) { return n == Nonlinearity::relu ? "relu" : "tanh"; }
+
+Nonlinearity parse_nonlinearity(std::string_view name) {
+  if (name == "tanh") return Nonlinearity::tanh;
+  if (name == "relu") return Nonlinearity::relu;
+  detail::raise<InvalidArgument>("model", "unknown nonlinearity '" + std::string(name) + "'; use tanh or relu");
+}
+
 Index gate_count(CellType c) { return c == CellType::rnn ? 1 : c == CellType::gru ? 3 : 4; }
 Index state_size(CellType c, Index hidden) { return c == CellType::lstm ? 2 * hidden : hidden; }
 
 namespace detail {
 template <class T>
-const CellOps<T>& cell_ops(CellType c) {
+const CellOps<T>& cell_ops(CellType c, Nonlinearity nonlinearity) {
   switch (c) {
     case CellType::rnn:
-      return rnn_ops<T>();
+      return nonlinearity == Nonlinearity::relu ? rnn_relu_ops<T>() : rnn_ops<T>();
     case CellType::gru:
       return gru_ops<T>();
     case CellType::lstm:
@@ -53,8 +62,8 @@ const CellOps<T>& cell_ops(CellType c) {
   }
   return rnn_ops<T>();
 }
-template const CellOps<float>& cell_ops<float>(CellType);
-template const CellOps<double>& cell_ops<double>(CellType);
+template const CellOps<float>& cell_ops<float>(CellType, Nonlinearity);
+template const CellOps<double>& cell_ops<double>(CellType, Nonlinearity);
 }  // namespace detail
 
 namespace {
@@ -66,35 +75,68 @@ template <class F>
 void parallel_over_steps(int threads, Index steps, F&& f) {
 #pragma omp parallel num_threads(threads)
   {
+    detail::FlushDenormals flush;
     const Index nt = omp_get_num_threads(), id = omp_get_thread_num();
     f(1 + steps * id / nt, 1 + steps * (id + 1) / nt);
   }
 }
 
-double physical_memory_bytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && size > 0 ? static_cast<double>(pages) * static_cast<double>(size) : 0;
+/// What a layer stack holds for steps × batch, part by part, in bytes (doubles: absurd sizes
+/// cannot overflow). Every layer keeps its own record, gradients, chain and scanner.
+struct StackBytes {
+  double params = 0;     ///< weights and their gradients
+  double record = 0;     ///< forward: inputs, states, gates (detail::LayerRecord)
+  double grads = 0;      ///< backward: state and pre-activation gradients, input gradients
+  double jacobians = 0;  ///< scan: steps × batch × values per Jacobian
+  double workspace = 0;  ///< scan: intermediate products (Blelloch keeps about as many again)
+};
+
+StackBytes stack_bytes(const RecurrentConfig& c, Index steps, Index batch, std::size_t scalar, BackwardMethod method) {
+  const double H = static_cast<double>(c.hidden), G = static_cast<double>(gate_count(c.cell)) * H,
+               S = static_cast<double>(state_size(c.cell, c.hidden)), T = static_cast<double>(steps),
+               B = static_cast<double>(batch), TB = T * B, T1B = (T + 1) * B, size = static_cast<double>(scalar);
+  const bool rnn = c.cell == CellType::rnn, lstm = c.cell == CellType::lstm, gru = c.cell == CellType::gru;
+  StackBytes b;
+  for (Index l = 0; l < c.layers; ++l) {
+    const double I = static_cast<double>(l == 0 ? c.input : c.hidden);
+    b.params += 2 * (G * (I + H) + 2 * G);
+    b.record += I * TB + H * T1B * (lstm ? 2 : 1) + G * TB * (rnn ? 1 : 2) + (rnn ? 0 : H * TB);
+    b.grads += S * T1B + G * TB * (gru ? 2 : 1) + I * TB;
+    if (method != BackwardMethod::bp) {
+      b.jacobians += TB * (rnn ? H : S * S) + S * T1B;  // and the scan's g_0 … g_T
+      if (method == BackwardMethod::blelloch || method == BackwardMethod::automatic)
+        b.workspace += TB * (rnn ? H * H : S * S);
+    }
+  }
+  for (double* v : {&b.params, &b.record, &b.grads, &b.jacobians, &b.workspace}) *v *= size;
+  return b;
 }
 
-/// BPPSA stores every step's Jacobian (steps · batch · values each) and the Blelloch scan
-/// keeps up to as many intermediate products again: refuse up front, with the numbers, what
-/// cannot fit, instead of dying in the allocator halfway through an epoch.
-void check_scan_memory(Index steps, Index batch, Index values_per_sample, std::size_t scalar, BackwardMethod method,
-                       Index layer, const char* op = "Recurrent::backward") {
-  const double bytes = static_cast<double>(steps) * static_cast<double>(batch) *
-                       static_cast<double>(values_per_sample) * static_cast<double>(scalar);
-  const double need = (method == BackwardMethod::blelloch || method == BackwardMethod::automatic ? 2 : 1) * bytes;
-  const double have = physical_memory_bytes();
-  if (have > 0 && need > 0.8 * have) {
-    char msg[512];
-    std::snprintf(msg, sizeof msg,
-                  "the %s scan of layer %lld needs about %.1f GB (%.1f GB of Jacobians: steps × batch × values per "
-                  "Jacobian) but this machine has %.1f GB; use a smaller --batch%s, or --backward bp (which stores "
-                  "no Jacobians)",
-                  to_string(method), static_cast<long long>(layer), need / 1e9, bytes / 1e9, have / 1e9,
-                  need > bytes ? ", --backward hybrid" : "");
-    detail::raise<InvalidArgument>(op, msg);
-  }
+std::string stack_string(const RecurrentConfig& c, Index steps, Index batch) {
+  return std::to_string(steps) + " steps × batch " + std::to_string(batch) + " through " + to_string(c.cell) +
+         " hidden " + std::to_string(c.hidden) + " × " + std::to_string(c.layers) + " layer" +
+         (c.layers == 1 ? "" : "s");
+}
+
+/// The whole footprint of a training step (forward, backward and, for a scan, every layer's
+/// Jacobians and workspace): refused up front, with the numbers, instead of dying in the
+/// allocator halfway through an epoch.
+void check_step_memory(const RecurrentConfig& c, Index steps, Index batch, std::size_t scalar, BackwardMethod method,
+                       const char* op) {
+  const StackBytes b = stack_bytes(c, steps, batch, scalar, method);
+  const bool scan = method != BackwardMethod::bp;
+  const bool blelloch = method == BackwardMethod::blelloch || method == BackwardMethod::automatic;
+  check_memory(op,
+               std::string(scan ? std::string("the ") + to_string(method) + " scan" : std::string("BP")) +
+                   " backward of " + stack_string(c, steps, batch),
+               {{"Jacobians (steps × batch × values per Jacobian)", b.jacobians},
+                {"scan workspace", b.workspace},
+                {"forward record", b.record},
+                {"gradients", b.grads},
+                {"weights", b.params}},
+               scan ? std::string("use a smaller --batch") + (blelloch ? ", --backward hybrid" : "") +
+                          ", or --backward bp (which stores no Jacobians)"
+                    : "use a smaller --batch, shorter sequences or a smaller --hidden");
 }
 
 /// Sequential BP through one layer (back-propagation through time with vector-Jacobian
@@ -143,6 +185,8 @@ struct Recurrent<T>::Impl {
   Matrix<T> grad_out;
   bool every_step = false;
   Index next_layer = -1;
+  std::unique_ptr<detail::gpu::RecurrentGpu<T>> gpu;  ///< Device::cuda: the GPU half
+  Matrix<T> host_out;                                  ///< Device::cuda: output()'s download
 
   void check_order(Index l, const char* op) const {
     if (next_layer < 0)
@@ -171,6 +215,14 @@ Recurrent<T>::Recurrent(RecurrentConfig config) : config_(config), impl_(std::ma
                                                     std::to_string(config.input) + ", hidden " +
                                                     std::to_string(config.hidden) + ", layers " +
                                                     std::to_string(config.layers) + ")");
+  if (config.cell != CellType::rnn && config.nonlinearity != Nonlinearity::tanh)
+    detail::raise<InvalidArgument>("Recurrent", std::string("nonlinearity 'relu' applies to the plain RNN cell only, not ") +
+                                                    to_string(config.cell));
+  check_memory("Recurrent",
+               std::string("a ") + to_string(config.cell) + " with input " + std::to_string(config.input) +
+                   ", hidden " + std::to_string(config.hidden) + " and " + std::to_string(config.layers) + " layers",
+               {{"weights and their gradients", stack_bytes(config, 1, 1, sizeof(T), BackwardMethod::bp).params}},
+               "use a smaller --hidden or fewer --layers");
   const Index gh = gate_count(config.cell) * config.hidden;
   params_.resize(static_cast<std::size_t>(config.layers));
   for (Index l = 0; l < config.layers; ++l) {
@@ -182,6 +234,7 @@ Recurrent<T>::Recurrent(RecurrentConfig config) : config_(config), impl_(std::ma
   }
   grads_ = params_;
   impl_->layer.resize(static_cast<std::size_t>(config.layers));
+  if (config.device == Device::cuda) impl_->gpu = detail::gpu::make_recurrent_gpu<T>(config);
 }
 
 template <class T>
@@ -190,6 +243,73 @@ template <class T>
 Recurrent<T>::Recurrent(Recurrent&&) noexcept = default;
 template <class T>
 Recurrent<T>& Recurrent<T>::operator=(Recurrent&&) noexcept = default;
+
+template <class T>
+void Recurrent<T>::pull() const {
+  detail::gpu::RecurrentGpu<T>* g = impl_->gpu.get();
+  if (!g) return;
+  if (g->sync.device_newer) {
+    g->download_params(params_);
+    g->sync.device_newer = false;
+  }
+  if (g->sync.grads_newer) {
+    g->download_grads(grads_);
+    g->sync.grads_newer = false;
+  }
+}
+
+template <class T>
+detail::gpu::RecurrentGpu<T>* Recurrent<T>::gpu() {
+  detail::gpu::RecurrentGpu<T>* g = impl_->gpu.get();
+  if (g && g->sync.host_newer) {
+    g->upload_params(params_);
+    g->sync.host_newer = false;
+  }
+  return g;
+}
+
+template <class T>
+RecurrentLayerParams<T>& Recurrent<T>::params(Index layer) {
+  pull();
+  if (impl_->gpu) impl_->gpu->sync.host_newer = true;  // the caller may change them
+  return params_.at(static_cast<std::size_t>(layer));
+}
+
+template <class T>
+const RecurrentLayerParams<T>& Recurrent<T>::params(Index layer) const {
+  pull();
+  return params_.at(static_cast<std::size_t>(layer));
+}
+
+template <class T>
+const RecurrentLayerParams<T>& Recurrent<T>::grads(Index layer) const {
+  pull();
+  return grads_.at(static_cast<std::size_t>(layer));
+}
+
+template <class T>
+Index Recurrent<T>::steps() const {
+  return impl_->gpu ? impl_->gpu->steps() : steps_;
+}
+
+template <class T>
+Index Recurrent<T>::batch() const {
+  return impl_->gpu ? impl_->gpu->batch() : batch_;
+}
+
+template <class T>
+std::vector<const Matrix<T>*> Recurrent<T>::initial_states() const {
+  std::vector<const Matrix<T>*> out;
+  for (const auto& L : impl_->layer) out.push_back(L.s0.size() != 0 ? &L.s0 : nullptr);
+  return out;
+}
+
+template <class T>
+std::vector<const Matrix<T>*> Recurrent<T>::final_grads() const {
+  std::vector<const Matrix<T>*> out;
+  for (const auto& L : impl_->layer) out.push_back(L.g_final.size() != 0 ? &L.g_final : nullptr);
+  return out;
+}
 
 template <class T>
 void Recurrent<T>::reset_parameters(std::uint64_t seed) {
@@ -201,6 +321,10 @@ void Recurrent<T>::reset_parameters(std::uint64_t seed) {
     for (Index i = 0; i < p.w_hh.size(); ++i) p.w_hh.data()[i] = draw();
     for (Index i = 0; i < p.b_ih.size(); ++i) p.b_ih[i] = draw();
     for (Index i = 0; i < p.b_hh.size(); ++i) p.b_hh[i] = draw();
+  }
+  if (impl_->gpu) {  // every value replaced: the host copy is the current one
+    impl_->gpu->sync.host_newer = true;
+    impl_->gpu->sync.device_newer = false;
   }
 }
 
@@ -229,8 +353,9 @@ void Recurrent<T>::set_final_state_grad(Index layer, Matrix<T> g) {
 }
 
 template <class T>
-void Recurrent<T>::forward(const Matrix<T>& x, Index steps, Index batch) {
+void Recurrent<T>::forward(const Eigen::Ref<const Matrix<T>>& x, Index steps, Index batch) {
   const char* op = "Recurrent::forward";
+  detail::FlushDenormals flush;
   if (steps < 1 || batch < 1)
     detail::raise<ShapeError>(op, "need at least one step and one sample (got " + std::to_string(steps) +
                                       " steps, batch " + std::to_string(batch) + ")");
@@ -238,11 +363,36 @@ void Recurrent<T>::forward(const Matrix<T>& x, Index steps, Index batch) {
     detail::raise<ShapeError>(op, "input is " + shape_string(x.rows(), x.cols()) + ", expected " +
                                       shape_string(config_.input, steps * batch) +
                                       " (input size × steps·batch, time-major columns)");
+  if (impl_->gpu) {
+    const Index S = state_size(config_.cell, config_.hidden);
+    for (Index l = 0; l < config_.layers; ++l) {
+      const Matrix<T>& s0 = impl_->layer[static_cast<std::size_t>(l)].s0;
+      if (s0.size() != 0 && (s0.rows() != S || s0.cols() != batch))
+        detail::raise<ShapeError>(op, "initial state of layer " + std::to_string(l) + " is " +
+                                          shape_string(s0.rows(), s0.cols()) + ", expected " + shape_string(S, batch));
+    }
+    impl_->next_layer = -1;
+    detail::gpu::RecurrentGpu<T>* g = gpu();
+    g->resize(steps, batch);
+    if (x.outerStride() == x.rows()) {
+      g->upload_input(x.data());
+    } else {
+      const Matrix<T> packed = x;
+      g->upload_input(packed.data());
+    }
+    g->forward(initial_states());
+    steps_ = steps;
+    batch_ = batch;
+    return;
+  }
+  check_memory(op, "a forward pass of " + stack_string(config_, steps, batch),
+               {{"forward record", stack_bytes(config_, steps, batch, sizeof(T), BackwardMethod::bp).record}},
+               "use a smaller --batch, shorter sequences or a smaller --hidden");
   steps_ = steps;
   batch_ = batch;
   impl_->next_layer = -1;  // a layer-by-layer backward in progress belonged to the previous forward
   const Index H = config_.hidden, S = state_size(config_.cell, H), G = gate_count(config_.cell);
-  const auto& ops = detail::cell_ops<T>(config_.cell);
+  const auto& ops = detail::cell_ops<T>(config_.cell, config_.nonlinearity);
   for (Index l = 0; l < config_.layers; ++l) {
     auto& L = impl_->layer[static_cast<std::size_t>(l)];
     auto& rec = L.rec;
@@ -277,16 +427,24 @@ void Recurrent<T>::forward(const Matrix<T>& x, Index steps, Index batch) {
 
 template <class T>
 Eigen::Block<const Matrix<T>, Eigen::Dynamic, Eigen::Dynamic, true> Recurrent<T>::output() const {
+  if (impl_->gpu) {
+    impl_->gpu->download_output(impl_->host_out);
+    const Matrix<T>& out = impl_->host_out;
+    return out.rightCols(out.cols());
+  }
   const auto& h = impl_->layer.back().rec.h;
   return h.rightCols(steps_ * batch_);
 }
 
 template <class T>
 void Recurrent<T>::check_backward_memory(Index steps, Index batch, const BackwardOptions& options) const {
-  if (resolve_backward(options, batch) == BackwardMethod::bp) return;
-  const Index H = config_.hidden, S = state_size(config_.cell, H);
-  check_scan_memory(steps, batch, config_.cell == CellType::rnn ? H : S * S, sizeof(T), options.method,
-                    config_.layers - 1);
+  if (impl_->gpu) {
+    impl_->gpu->check_backward_memory(steps, batch, options);
+    return;
+  }
+  const BackwardMethod m = resolve_backward(options, batch);
+  check_step_memory(config_, steps, batch, sizeof(T), m == BackwardMethod::bp ? m : options.method,
+                    "Recurrent::backward");
 }
 
 template <class T>
@@ -294,6 +452,11 @@ Matrix<T> Recurrent<T>::state(Index layer, Index t) const {
   if (layer < 0 || layer >= config_.layers || t < 0 || t > steps_)
     detail::raise<InvalidArgument>("Recurrent::state",
                                    "layer " + std::to_string(layer) + ", step " + std::to_string(t) + " out of range");
+  if (impl_->gpu) {
+    Matrix<T> s;
+    impl_->gpu->download_state(layer, t, s);
+    return s;
+  }
   const auto& rec = impl_->layer[static_cast<std::size_t>(layer)].rec;
   const Index H = config_.hidden;
   Matrix<T> s(state_size(config_.cell, H), batch_);
@@ -304,23 +467,34 @@ Matrix<T> Recurrent<T>::state(Index layer, Index t) const {
 
 template <class T>
 const Matrix<T>& Recurrent<T>::state0_grad(Index layer) const {
-  return impl_->layer.at(static_cast<std::size_t>(layer)).g0;
+  auto& L = impl_->layer.at(static_cast<std::size_t>(layer));
+  if (impl_->gpu && steps() > 0) impl_->gpu->download_state0_grad(layer, L.g0);
+  return L.g0;
+}
+
+template <class T>
+const Matrix<T>& Recurrent<T>::input_grad() const {
+  if (impl_->gpu && steps() > 0) impl_->gpu->download_input_grad(input_grad_);
+  return input_grad_;
 }
 
 template <class T>
 const Chain<T>& Recurrent<T>::chain(Index layer) const {
+  if (impl_->gpu)
+    detail::raise<UnsupportedError>("Recurrent::chain", "a Device::cuda layer generates its Jacobians on the GPU and "
+                                                        "keeps no host chain; inspect chains with Device::cpu");
   return impl_->layer.at(static_cast<std::size_t>(layer)).chain;
 }
 
 template <class T>
-void Recurrent<T>::backward(const Matrix<T>& grad_out, bool every_step, const BackwardOptions& options,
+void Recurrent<T>::backward(const Eigen::Ref<const Matrix<T>>& grad_out, bool every_step, const BackwardOptions& options,
                             BackwardTimes* times) {
   backward_begin(grad_out, every_step);
   for (Index l = config_.layers - 1; l >= 0; --l) backward_layer(l, options, times);
 }
 
 template <class T>
-void Recurrent<T>::backward_begin(const Matrix<T>& grad_out, bool every_step) {
+void Recurrent<T>::backward_begin(const Eigen::Ref<const Matrix<T>>& grad_out, bool every_step) {
   const char* op = "Recurrent::backward";
   const Index T_ = steps_, B = batch_, H = config_.hidden, S = state_size(config_.cell, H);
   impl_->next_layer = -1;
@@ -329,7 +503,15 @@ void Recurrent<T>::backward_begin(const Matrix<T>& grad_out, bool every_step) {
     detail::raise<ShapeError>(op, "output gradient is " + shape_string(grad_out.rows(), grad_out.cols()) +
                                       ", expected " + shape_string(H, T_ * B) + " (hidden × steps·batch)");
   for (Index l = 0; l < config_.layers; ++l) impl_->check_final_grad(l, S, B, op);
-  impl_->grad_out = grad_out;
+  if (detail::gpu::RecurrentGpu<T>* g = gpu()) {
+    const Matrix<T> packed = grad_out;  // contiguous, whatever the caller's strides
+    // Only the last step's block when every_step is false (many-to-one), as the CPU reads it.
+    const T* top = every_step ? g->upload_grad_out(packed.data(), packed.size())
+                              : g->upload_grad_out(packed.data() + (T_ - 1) * B * H, H * B);
+    g->backward_begin(top, every_step);
+  } else {
+    impl_->grad_out = grad_out;
+  }
   impl_->every_step = every_step;
   impl_->next_layer = config_.layers - 1;
 }
@@ -337,13 +519,19 @@ void Recurrent<T>::backward_begin(const Matrix<T>& grad_out, bool every_step) {
 template <class T>
 void Recurrent<T>::backward_layer(Index l, const BackwardOptions& options, BackwardTimes* times) {
   const char* op = "Recurrent::backward";
+  detail::FlushDenormals flush;
   impl_->check_order(l, "Recurrent::backward_layer");
   const Index T_ = steps_, B = batch_, H = config_.hidden, S = state_size(config_.cell, H);
   impl_->check_final_grad(l, S, B, op);  // may have been set after backward_begin
+  if (impl_->gpu) {
+    backward_layer_gpu(l, options, times);
+    return;
+  }
+  check_backward_memory(T_, B, options);  // before the gradients (and a scan's Jacobians) are sized
   // Until this layer is done, the order is broken: a throw below leaves its gradients half
   // written, so the next layer must not run on them (backward_begin starts over).
   impl_->next_layer = -1;
-  const auto& ops = detail::cell_ops<T>(config_.cell);
+  const auto& ops = detail::cell_ops<T>(config_.cell, config_.nonlinearity);
   const int threads = resolve_threads(options.threads);
   const bool scan = resolve_backward(options, B) != BackwardMethod::bp;
   BackwardTimes local;
@@ -379,7 +567,6 @@ void Recurrent<T>::backward_layer(Index l, const BackwardOptions& options, Backw
     if (L.chain_steps != T_ || L.chain_batch != B) {
       L.chain = Chain<T>(B);
       L.chain_steps = L.chain_batch = -1;  // rebuilt below; not a valid chain if that throws
-      check_backward_memory(T_, B, options);
       ops.make_chain(p, rec, L.w_hh_t, L.chain);
       L.chain_steps = T_;
       L.chain_batch = B;
@@ -430,11 +617,38 @@ void Recurrent<T>::backward_layer(Index l, const BackwardOptions& options, Backw
 }
 
 template <class T>
+void Recurrent<T>::backward_layer_gpu(Index l, const BackwardOptions& options, BackwardTimes* times) {
+  impl_->next_layer = -1;  // as the CPU path: a throw leaves the order broken
+  detail::gpu::RecurrentGpu<T>* g = gpu();
+  const Matrix<T>& gf = impl_->layer[static_cast<std::size_t>(l)].g_final;
+  g->backward_layer(l, options, gf.size() != 0 ? &gf : nullptr, 0);
+  g->check_grads();
+  g->sync.grads_newer = true;
+  const detail::gpu::DeviceStatus st = g->read_status();  // waits: the layer is done when this returns
+  if ((st.flags & detail::gpu::kGradNotFinite) != 0) {
+    g->clear_flags();
+    detail::raise<NonFiniteError>("Recurrent::backward", "gradients of layer " + std::to_string(l) +
+                                                             " are not finite (NaN/Inf): the loss or the weights "
+                                                             "diverged; lower the learning rate");
+  }
+  if (times) {
+    const BackwardTimes t = g->backward_times(0);
+    times->jacobians += t.jacobians;
+    times->scan += t.scan;
+    times->params += t.params;
+    times->last_scan = t.last_scan;
+  }
+  impl_->next_layer = l - 1;
+}
+
+template <class T>
 std::pair<Jacobian<T>, Matrix<T>> Recurrent<T>::layer_transfer(Index l, const BackwardOptions& options) {
   const char* op = "Recurrent::layer_transfer";
+  if (impl_->gpu)
+    detail::raise<UnsupportedError>(op, "layer_transfer (model-parallel stages) runs on the CPU; use Device::cpu");
   impl_->check_order(l, op);
   const Index T_ = steps_, B = batch_, H = config_.hidden, S = state_size(config_.cell, H);
-  const auto& ops = detail::cell_ops<T>(config_.cell);
+  const auto& ops = detail::cell_ops<T>(config_.cell, config_.nonlinearity);
   auto& L = impl_->layer[static_cast<std::size_t>(l)];
   const auto& rec = L.rec;
   const auto& p = params_[static_cast<std::size_t>(l)];
@@ -446,7 +660,7 @@ std::pair<Jacobian<T>, Matrix<T>> Recurrent<T>::layer_transfer(Index l, const Ba
   if (L.chain_steps != T_ || L.chain_batch != B) {
     L.chain = Chain<T>(B);
     L.chain_steps = L.chain_batch = -1;  // rebuilt below; not a valid chain if that throws
-    check_scan_memory(T_, B, config_.cell == CellType::rnn ? H : S * S, sizeof(T), BackwardMethod::linear, l, op);
+    check_step_memory(config_, T_, B, sizeof(T), BackwardMethod::linear, op);
     ops.make_chain(p, rec, L.w_hh_t, L.chain);
     L.chain_steps = T_;
     L.chain_batch = B;

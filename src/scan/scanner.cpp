@@ -6,8 +6,11 @@
 #include <chrono>
 
 #include "bppsa/core/error.hpp"
+#include "bppsa/core/memory.hpp"
+#include "core/denormals.hpp"
 #include "core/finite.hpp"
 #include "scan/cpu/executor.hpp"
+#include "scan/cuda/executor.hpp"
 #include "scan/plan.hpp"
 
 namespace bppsa {
@@ -121,6 +124,8 @@ struct Scanner<T>::Plan {
   std::vector<Index> dims;
   Algorithm algorithm = Algorithm::linear;
   int used_chunks = 1;
+  Device device = Device::cpu;
+  detail::DeviceScanPtr<T> gpu;  ///< the GPU half (Device::cuda): device buffers instead of the workspace
 };
 
 template <class T>
@@ -142,6 +147,7 @@ void Scanner<T>::set_options(const ScanOptions& options) {
 
 template <class T>
 const ScanStats& Scanner<T>::run(const Chain<T>& chain, const Matrix<T>& g_last, Gradients<T>& out) {
+  detail::FlushDenormals flush;  // this thread; the executor's threads set their own
   const auto t0 = Clock::now();
   const char* op = "scan";
   const int threads = detail::run_threads(options_);
@@ -155,7 +161,8 @@ const ScanStats& Scanner<T>::run(const Chain<T>& chain, const Matrix<T>& g_last,
   if (options_.check_inputs) check_inputs(chain, g_last, threads);
 
   bool reuse = plan_ && static_cast<Index>(plan_->signature.size()) == n + 1 && plan_->batch == batch &&
-               plan_->requested == options_.algorithm && plan_->threads == threads && plan_->chunks == options_.chunks;
+               plan_->requested == options_.algorithm && plan_->threads == threads && plan_->chunks == options_.chunks &&
+               plan_->device == options_.device;
   // The per-element bookkeeping is spread over the threads for long chains (see
   // kParallelElements): serial, it would bound the scan's speedup.
   if (reuse) {
@@ -184,16 +191,34 @@ const ScanStats& Scanner<T>::run(const Chain<T>& chain, const Matrix<T>& g_last,
     plan->algorithm = planned.algorithm;
     plan->used_chunks = planned.chunks;
     plan->schedule = std::move(planned.schedule);
-    plan->workspace.reserve(plan->schedule, batch, threads);
+    // Refuse, before the workspace and the gradients are allocated, a run that cannot fit. On
+    // the GPU the workspace is device memory (its allocation is checked there): the host holds
+    // the gradients, patterns and schedule only.
+    std::vector<MemoryItem> host = detail::run_memory(plan->schedule, chain);
+    if (options_.device == Device::cuda) host.erase(host.begin());  // the workspace, item 0
+    check_memory(op,
+                 std::string("the ") + to_string(plan->algorithm) + " scan of " + std::to_string(n) +
+                     " Jacobians × batch " + std::to_string(batch),
+                 host,
+                 "use a smaller batch or shorter chain, or the linear algorithm (sequential BP: no intermediate "
+                 "products; bppsa: --backward bp, scan-check --algo linear) or hybrid, which keeps few");
+    plan->device = options_.device;
+    if (options_.device == Device::cuda)
+      plan->gpu = detail::make_device_scan(plan->schedule, detail::scan_elements(chain), batch);
+    else
+      plan->workspace.reserve(plan->schedule, batch, threads);
     plan_ = std::move(plan);
     stats_.plan_seconds = since(tp);
   }
   stats_.plan_reused = reuse;
 
   // Operands of this run (vectors kept in the plan: no allocation once warm).
-  detail::bind_operands(chain, g_last, out, plan_->operands, plan_->dims, threads);
-
-  detail::execute(plan_->schedule, plan_->operands, plan_->workspace, batch, threads);
+  if (plan_->gpu) {
+    detail::run_device_scan(*plan_->gpu, chain, g_last, out, threads);
+  } else {
+    detail::bind_operands(chain, g_last, out, plan_->operands, plan_->dims, threads);
+    detail::execute(plan_->schedule, plan_->operands, plan_->workspace, batch, threads);
+  }
 
   if (!options_.check_inputs && !all_finite(g_last))
     detail::raise<NonFiniteError>(op, "g_N (the loss gradient) contains NaN or Inf; check the loss");
@@ -221,6 +246,12 @@ const ScanStats& Scanner<T>::run(const Chain<T>& chain, const Matrix<T>& g_last,
   stats_.mv_by_kind = planned.mv_by_kind;
   stats_.flops = planned.flops;
   stats_.workspace_bytes = plan_->workspace.bytes();
+  stats_.device = plan_->device;
+  if (plan_->gpu) {
+    const detail::DeviceScanInfo info = detail::device_scan_info(*plan_->gpu);
+    stats_.workspace_bytes = info.workspace_bytes;
+    stats_.launches = info.launches;
+  }
   stats_.seconds = since(t0);
   return stats_;
 }

@@ -21,6 +21,7 @@ struct EvalArgs {
   std::string split = "test";
   Index batch = 256;
   bool json = false;
+  std::string device = "cpu";
 };
 
 /// Prints an evaluation report (text or one JSON object).
@@ -39,8 +40,12 @@ void print_eval(const EvalArgs& a, const EvalReport& r, const std::string& model
 }
 
 int run_eval(const EvalArgs& a) {
+  const Device device = require_device(a.device);
   const TensorFile file = read_safetensors(a.checkpoint);
   if (file.metadata_or("bppsa.model", a.model) == "cnn") {
+    if (device == Device::cuda)
+      detail::raise<InvalidArgument>("eval", "--device cuda is for recurrent models; " + a.checkpoint +
+                                                 " holds a CNN, which runs on the CPU");
     ConvNet<float> model(convnet_config_from_state_dict(file));
     model.load_state_dict(file);
     auto [train, test] = load_images(a.data, a.json);
@@ -49,7 +54,8 @@ int run_eval(const EvalArgs& a) {
     print_eval(a, evaluate(model, *data, a.batch), describe(model.config()), data->name);
     return 0;
   }
-  const ModelConfig config = checkpoint_config(file, a.model);
+  ModelConfig config = checkpoint_config(file, a.model);
+  config.rnn.device = device;
   SequenceClassifier<float> model(config);
   model.load_state_dict(file);
   auto [train, test] = load_data(a.data, a.json);
@@ -112,11 +118,16 @@ int run_grad_cnn(const GradArgs& a) {
 
 int run_grad(const GradArgs& a) {
   const char* op = "grad";
+  const Device device = require_device(a.device);
+  if (device == Device::cuda && (a.mp.enabled || a.model == "cnn"))
+    detail::raise<InvalidArgument>(op, "--device cuda is for single-process recurrent models (rnn, gru, lstm); "
+                                       "drop --device cuda for --model cnn or --model-parallel");
   if (a.mp.enabled) return run_grad_model_parallel(a);
   if (a.model == "cnn") return run_grad_cnn(a);
   if (!a.arch.empty()) detail::raise<InvalidArgument>(op, "--arch is for --model cnn");
   const TensorFile w = read_safetensors(a.weights);
-  const ModelConfig config = config_from_state_dict(w, parse_cell(a.model));
+  ModelConfig config = config_from_state_dict(w, parse_cell(a.model));
+  config.rnn.device = device;
   SequenceClassifier<float> model(config);
   model.load_state_dict(w);
   const TensorFile xb = read_safetensors(a.batch);
@@ -151,6 +162,7 @@ Command add_eval(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--batch", a->batch, "evaluation batch size")->check(CLI::Range(Index{1}, Index{1} << 24));
   sub->add_flag("--json", a->json, "print one JSON object");
+  add_device_option(*sub, a->device);
   return [a] { return run_eval(*a); };
 }
 
@@ -173,6 +185,7 @@ Command add_grad(CLI::App& app) {
   sub->add_option("--batch", a->batch, "x: F32 [B, T, I] (cnn: [B, C, H, W]), y: I64 [B]")->required()->check(CLI::ExistingFile);
   sub->add_option("--out", a->out, "written atomically: loss (F32 []) and each parameter's gradient")->required();
   add_backward_options(*sub, a->backward);
+  add_device_option(*sub, a->device);
   add_model_parallel_options(*sub, a->mp);
   return [a] { return run_grad(*a); };
 }

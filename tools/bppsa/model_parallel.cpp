@@ -78,6 +78,9 @@ int train_rank(const TrainArgs& a, Comm& world) {
   if (a.clip > 0)
     detail::raise<InvalidArgument>("train", "--clip-grad-norm is not supported with --model-parallel (the norm "
                                             "would need every stage's gradients)");
+  if (a.compare_bp)
+    detail::raise<InvalidArgument>("train", "--compare-bp is not supported with --model-parallel (compare "
+                                            "--mp-backward bp and bppsa runs instead)");
   const bool cnn = a.model.model == "cnn";
   const PipelineOptions po = pipeline_options(a.mp, a.backward.threads, job_string(a));
   TensorFile init;

@@ -42,8 +42,10 @@ struct TrainArgs {
   std::string save, resume, log;
   bool no_progress = false;
   bool check = false;
+  bool compare_bp = false;  ///< after training, time one epoch of BP on a copy (scripts/run.sh)
   std::string init;    ///< cnn: start from these weights (e.g. a dense model to prune)
   double prune = -1;   ///< cnn: global magnitude pruning to this sparsity before training
+  std::string device = "cpu";  ///< --device: recurrent models on the CPU or the GPU
   MpArgs mp;
   CLI::App* app = nullptr;
 };
@@ -53,6 +55,7 @@ struct GradArgs {
   std::string arch;
   std::string weights, batch, out;
   BackwardArgs backward;
+  std::string device = "cpu";
   MpArgs mp;
 };
 

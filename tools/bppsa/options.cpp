@@ -1,15 +1,60 @@
 // Shared flags and data loading for the training-related subcommands.
 #include "options.hpp"
 
+#include <charconv>
+#include <cmath>
+#include <cstdint>
 #include <iostream>
 
+#include "bppsa/core/device.hpp"
 #include "bppsa/core/error.hpp"
+#include "bppsa/core/memory.hpp"
 #include "bppsa/data/bitstream.hpp"
 #include "bppsa/data/cifar10.hpp"
 #include "bppsa/data/irmas.hpp"
 #include "bppsa/data/mnist.hpp"
 
 namespace bppsa::cli {
+
+namespace {
+/// A validator for CLI11's option type `type` (INT, UINT or FLOAT); no description, so that
+/// --help shows the types and ranges as before.
+CLI::Validator number(const std::string& type) {
+  return CLI::Validator(
+      [type](std::string& s) -> std::string {
+        const char *b = s.data(), *e = b + s.size();
+        bool ok = false;
+        if (type == "FLOAT") {
+          char* end = nullptr;
+          const double v = std::strtod(s.c_str(), &end);
+          ok = !s.empty() && end == e && std::isfinite(v);
+        } else if (type == "UINT") {
+          std::uint64_t v = 0;
+          const auto r = std::from_chars(b, e, v);
+          ok = !s.empty() && r.ec == std::errc() && r.ptr == e;
+        } else {
+          std::int64_t v = 0;
+          const auto r = std::from_chars(b, e, v);
+          ok = !s.empty() && r.ec == std::errc() && r.ptr == e;
+        }
+        if (ok) return {};
+        return "'" + s + "' is not " +
+               (type == "FLOAT"  ? "a finite number"
+                : type == "UINT" ? "a whole number in [0, 2^64 − 1]"
+                                 : "a whole number in [−2^63, 2^63 − 1]");
+      },
+      "");
+}
+}  // namespace
+
+void require_numbers(CLI::App& app) {
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+    for (CLI::Option* opt : sub->get_options()) {
+      const std::string type = opt->get_type_name();
+      const std::string base = type.substr(0, type.find(':'));
+      if (base == "INT" || base == "UINT" || base == "FLOAT") opt->check(number(base));
+    }
+}
 
 void add_model_options(CLI::App& app, ModelArgs& a) {
   app.add_option("--model", a.model, "rnn (tanh), gru or lstm (recurrent), or cnn (needs --arch)")
@@ -73,6 +118,11 @@ Data head_of(Data d, Index limit) {
 std::pair<SequenceDataset, SequenceDataset> load_data(const DataArgs& a, bool quiet) {
   std::pair<SequenceDataset, SequenceDataset> out;
   if (a.data == "bitstream") {
+    const double samples = static_cast<double>(a.samples), steps = static_cast<double>(a.steps);
+    check_memory("data", "the bitstream data set (" + std::to_string(a.samples) + " sequences of " +
+                             std::to_string(a.steps) + " steps)",
+                 {{"samples × steps floats", samples * steps * sizeof(float)}, {"labels", samples * 8}},
+                 "use fewer --samples or --steps");
     out = bitstream_split(a.steps, a.data_seed, a.samples);
   } else if (a.data == "mnist-rows" || a.data == "mnist-pixels") {
     const auto dir = a.dir.empty() ? default_mnist_dir() : std::filesystem::path(a.dir);
@@ -133,6 +183,24 @@ void add_backward_options(CLI::App& app, BackwardArgs& a) {
 }
 
 BackwardOptions to_options(const BackwardArgs& a) { return {parse_backward(a.backward), a.threads, a.chunks}; }
+
+void add_device_option(CLI::App& app, std::string& device) {
+  app.add_option("--device", device,
+                 "cpu or cuda: where the recurrent model runs (cuda: forward, backward, loss and optimizer on the GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+}
+
+Device require_device(const std::string& name) {
+  const Device d = parse_device(name);
+  if (d == Device::cuda && !cuda_built())
+    detail::raise<UnsupportedError>("device", "built without CUDA: --device cuda needs bppsa built with "
+                                              "-DBPPSA_WITH_CUDA=ON (the CUDA toolkit); use --device cpu");
+  if (d == Device::cuda && cuda_device_count() == 0)
+    detail::raise<DeviceError>("device", cuda_summary() +
+                                             "; --device cuda needs an NVIDIA GPU and its driver; use --device cpu");
+  return d;
+}
 
 ModelConfig model_config(const ModelArgs& a, Index input, Index classes) {
   ModelConfig c;

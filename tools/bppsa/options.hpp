@@ -11,6 +11,11 @@
 
 namespace bppsa::cli {
 
+/// Makes every numeric option of every subcommand of `app` take only a number: CLI11 alone
+/// reads "" as 0, NaN and ±inf as floats that pass range checks, "-1" for an unsigned option
+/// as 2^64 − 1 and integers past the type's range as its limit. Invalid values exit 2.
+void require_numbers(CLI::App& app);
+
 struct ModelArgs {
   std::string model = "rnn";
   std::string arch;  ///< cnn: SPEC or a named architecture (bppsa/nn/arch.hpp)
@@ -47,6 +52,12 @@ struct BackwardArgs {
 };
 void add_backward_options(CLI::App& app, BackwardArgs& a);
 BackwardOptions to_options(const BackwardArgs& a);
+
+/// --device cpu|cuda (default cpu): where a recurrent model runs.
+void add_device_option(CLI::App& app, std::string& device);
+/// The device named by --device; for cuda, that this build has CUDA and this machine a GPU
+/// (UnsupportedError "built without CUDA: …", DeviceError "no CUDA device: …": exit 1).
+Device require_device(const std::string& name);
 
 /// ModelConfig from flags, with input size and classes from the data.
 ModelConfig model_config(const ModelArgs& a, Index input, Index classes);

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <type_traits>
 #include <nlohmann/json.hpp>
 
 #include "bppsa/bppsa.hpp"
@@ -31,14 +32,7 @@ std::string optimizer_path(const std::string& checkpoint) {
   return checkpoint + ".optim";
 }
 
-Index meta_index(const TensorFile& f, const std::string& key) {
-  const std::string v = f.metadata_or(key, "0");
-  try {
-    return std::stoll(v);
-  } catch (const std::exception&) {
-    detail::raise<FormatError>("resume", f.source + ": metadata " + key + " = '" + v + "' is not a number");
-  }
-}
+Index meta_index(const TensorFile& f, const std::string& key) { return f.metadata_count(key, 0, "resume"); }
 
 std::vector<std::vector<float>> copy_grads(const std::vector<NamedParam<float>>& params) {
   std::vector<std::vector<float>> g;
@@ -65,6 +59,73 @@ void require_same(const Args& a, const char* flag, const std::string& given, con
                                                  (a.resume.empty() ? a.init : a.resume) + " (" + saved + "); drop the flag or start afresh");
 }
 
+/// A copy of a model with the same weights (and pruning masks): what --compare-bp trains.
+SequenceClassifier<float> copy_of(const SequenceClassifier<float>& model) {
+  SequenceClassifier<float> copy(model.config());
+  copy.load_state_dict(model.state_dict());
+  return copy;
+}
+ConvNet<float> copy_of(const ConvNet<float>& model) {
+  ConvNet<float> copy(model.config());
+  copy.load_state_dict(model.state_dict());
+  std::vector<std::vector<std::uint8_t>> masks;
+  for (Index i = 0; i < model.size(); ++i) masks.push_back(model.layer(i).mask());
+  copy.set_masks(masks);
+  copy.apply_masks();
+  return copy;
+}
+
+/// --compare-bp: one more epoch, with sequential BP, on a copy of the trained model and its
+/// optimizer, over the same batches as the last epoch (same shuffle); the run's model, its
+/// checkpoints and the gradient check are untouched. Returns that epoch's report.
+template <class Model, class Data>
+EpochReport time_bp_epoch(const Args& a, const Model& model, const Optimizer<float>& optimizer,
+                          const std::vector<NamedParam<float>>& params, const Data& train, Index epoch,
+                          const TrainConfig& tc) {
+  Model copy = copy_of(model);
+  Optimizer<float> opt(optimizer.config());
+  opt.load_state(optimizer.state(params), copy.parameters());
+  TrainConfig bp = tc;
+  bp.backward.method = BackwardMethod::bp;
+  ProgressBar bar("timing bp", "batch", !a.no_progress);
+  const EpochReport r = train_epoch(copy, opt, train, epoch, bp,
+                                    [&](Index done, Index total, double loss) { bar.update(done, total, loss); });
+  bar.finish();
+  return r;
+}
+
+/// --check's two gradient sets for one batch from the same weights: `got` by the run's backward
+/// (a scan; blelloch when the run's resolves to BP) and `ref` by sequential BP. A Device::cuda
+/// model: its GPU gradients by the run's method against the CPU engine's BP on a CPU copy.
+/// Returns what was compared ("blelloch vs bp").
+template <class Model, class Data>
+std::string check_batch(Model& model, const Data& train, std::span<const float> x, Index n,
+                        std::span<const std::int64_t> y, const BackwardOptions& run,
+                        std::vector<std::vector<float>>& got, std::vector<std::vector<float>>& ref) {
+  BackwardOptions bp = run;
+  bp.method = BackwardMethod::bp;
+  if constexpr (std::is_same_v<Model, SequenceClassifier<float>>) {
+    if (model.device() == Device::cuda) {
+      batch_loss(model, train, x, n, y, &run, nullptr, nullptr);
+      got = copy_grads(model.parameters());
+      ModelConfig c = model.config();
+      c.rnn.device = Device::cpu;
+      SequenceClassifier<float> cpu(c);
+      cpu.load_state_dict(model.state_dict());
+      batch_loss(cpu, train, x, n, y, &bp, nullptr, nullptr);
+      ref = copy_grads(cpu.parameters());
+      return std::string("cuda ") + to_string(run.method) + " vs the CPU engine's bp";
+    }
+  }
+  BackwardOptions scan = run;
+  if (resolve_backward(scan, n) == BackwardMethod::bp) scan.method = BackwardMethod::blelloch;
+  batch_loss(model, train, x, n, y, &bp, nullptr, nullptr);
+  ref = copy_grads(model.parameters());
+  batch_loss(model, train, x, n, y, &scan, nullptr, nullptr);
+  got = copy_grads(model.parameters());
+  return std::string(to_string(scan.method)) + " vs bp";
+}
+
 /// The loop shared by every model: optimizer (and its resumed state), epochs with progress,
 /// evaluation, JSON-lines log, atomic checkpoints, and the final BPPSA-vs-BP check.
 template <class Model, class Data>
@@ -79,6 +140,12 @@ int train_loop(const Args& a, Model& model, const std::string& description, cons
   oc.clip_grad_norm = a.clip;
   Optimizer<float> optimizer(oc);
   auto params = model.parameters();
+  double values = 0;  // the weights and gradients exist; Adam's two moments (SGD's momentum) come next
+  for (const auto& p : params) values += static_cast<double>(p.size);
+  check_memory("train", "training " + description,
+               {{"weights and gradients", 2 * values * sizeof(float)},
+                {a.optimizer + " state", (oc.type == OptimizerType::adam ? 2 : 1) * values * sizeof(float)}},
+               "use a smaller model (--hidden, --layers, --arch)");
   if (!a.resume.empty()) {
     const std::string op_path = optimizer_path(a.resume);
     if (!std::filesystem::exists(op_path))
@@ -119,11 +186,13 @@ int train_loop(const Args& a, Model& model, const std::string& description, cons
     std::cerr << "the checkpoint already completed epoch " << first_epoch - 1 << " of " << a.epochs
               << "; nothing to train (raise --epochs)\n";
 
+  EpochReport last;  // the last epoch trained here (--compare-bp)
   for (Index epoch = first_epoch; epoch <= a.epochs; ++epoch) {
     ProgressBar bar("epoch " + std::to_string(epoch) + "/" + std::to_string(a.epochs), "batch", !a.no_progress);
     const EpochReport r = train_epoch(model, optimizer, train, epoch, tc,
                                       [&](Index done, Index total, double loss) { bar.update(done, total, loss); });
     bar.finish();
+    last = r;
     const EvalReport e = evaluate(model, test, 256);
     std::printf(
         "epoch %lld/%lld  train loss %.4f acc %5.2f%%  test loss %.4f acc %5.2f%%  %.1f s (forward %.1f, backward %.1f "
@@ -166,33 +235,64 @@ int train_loop(const Args& a, Model& model, const std::string& description, cons
     }
   }
 
+  // --compare-bp: BP's epoch time beside the scan's, measured in this run on the same batches.
+  std::string comparison;
+  if (a.compare_bp) {
+    if (resolved == BackwardMethod::bp)
+      comparison = "epoch time: the run's backward is bp; --compare-bp compares a scan with BP (use a scan backward)";
+    else if (last.steps == 0)
+      comparison = "epoch time: no epoch was trained in this run; nothing to compare";
+    else {
+      std::cerr << "timing one epoch of bp on a copy of the trained model (the same batches as epoch " << last.epoch
+                << "; the model is unchanged)\n";
+      const EpochReport bp = time_bp_epoch(a, model, optimizer, params, train, last.epoch, tc);
+      char line[512];
+      std::snprintf(line, sizeof line,
+                    "epoch time, this run, same %lld batches, %d threads: bp %.1f s (backward %.1f) vs %s %.1f s "
+                    "(backward %.1f, of which Jacobians %.1f): the scan takes %.2f× BP's time",
+                    static_cast<long long>(last.steps), resolve_threads(tc.backward.threads), bp.seconds,
+                    bp.backward_seconds, a.backward.backward.c_str(), last.seconds, last.backward_seconds,
+                    last.jacobian_seconds, last.seconds / std::max(bp.seconds, 1e-9));
+      comparison = line;
+      if (log.is_open())
+        log << nlohmann::json{{"event", "compare_bp"},         {"epoch", last.epoch},
+                              {"steps", last.steps},           {"bp_seconds", bp.seconds},
+                              {"bp_backward_seconds", bp.backward_seconds},
+                              {"scan_seconds", last.seconds},  {"scan_backward_seconds", last.backward_seconds},
+                              {"scan_jacobian_seconds", last.jacobian_seconds}}
+                   .dump()
+            << "\n"
+            << std::flush;
+    }
+  }
+  auto print_comparison = [&] {
+    if (!comparison.empty()) std::printf("%s\n", comparison.c_str());
+    std::fflush(stdout);
+  };
+
   if (a.check) {
-    // One batch: BPPSA's gradients against sequential BP's, from the same weights.
     const Index n = std::min<Index>(a.batch, train.size());
     std::vector<Index> idx(static_cast<std::size_t>(n));
     for (Index i = 0; i < n; ++i) idx[static_cast<std::size_t>(i)] = i;
     std::vector<float> x;
     std::vector<std::int64_t> y;
     gather_batch(train, idx, x, y);
-    BackwardOptions scan = tc.backward;
-    if (resolve_backward(scan, n) == BackwardMethod::bp) scan.method = BackwardMethod::blelloch;
-    BackwardOptions bp = tc.backward;
-    bp.method = BackwardMethod::bp;
-    batch_loss(model, train, x, n, y, &bp, nullptr, nullptr);
-    const auto ref = copy_grads(params);
-    batch_loss(model, train, x, n, y, &scan, nullptr, nullptr);
-    const auto got = copy_grads(params);
+    std::vector<std::vector<float>> got, ref;
+    const std::string what = check_batch(model, train, x, n, y, tc.backward, got, ref);
     std::string where;
     std::vector<std::string> names;
     for (const auto& p : params) names.push_back(p.name);
     const double err = max_relative_error(got, ref, names, &where);
-    std::printf("gradient check (one batch of %lld): %s vs bp, largest relative error %.3g (%s)\n",
-                static_cast<long long>(n), to_string(scan.method), err, where.c_str());
+    std::printf("gradient check (one batch of %lld): %s, largest relative error %.3g (%s)\n",
+                static_cast<long long>(n), what.c_str(), err, where.c_str());
+    print_comparison();
     if (!(err <= 1e-3)) {
       std::fprintf(stderr, "bppsa: error: gradient check failed (%.3g > 1e-3)\n", err);
       return 3;
     }
+    return 0;
   }
+  print_comparison();
   return 0;
 }
 
@@ -205,7 +305,8 @@ int run_recurrent(const Args& a) {
   const bool from_checkpoint = !a.resume.empty() || !a.init.empty();
   TensorFile resumed;
   if (from_checkpoint) resumed = read_safetensors(a.resume.empty() ? a.init : a.resume);
-  const ModelConfig config = recurrent_train_config(a, train, test, from_checkpoint ? &resumed : nullptr);
+  ModelConfig config = recurrent_train_config(a, train, test, from_checkpoint ? &resumed : nullptr);
+  config.rnn.device = parse_device(a.device);
   SequenceClassifier<float> model(config);
   if (from_checkpoint)
     model.load_state_dict(resumed);
@@ -249,6 +350,14 @@ int run_cnn(const Args& a) {
 
 int run(const Args& a) {
   check_save_folder(a);
+  if (require_device(a.device) == Device::cuda) {  // fails fast: before any data is loaded
+    if (a.mp.enabled)
+      detail::raise<InvalidArgument>("train", "--device cuda with --model-parallel: model-parallel training runs "
+                                              "on the CPU (one process per stage); drop one of them");
+    if (a.model.model == "cnn")
+      detail::raise<InvalidArgument>("train", "--device cuda is for recurrent models (rnn, gru, lstm); CNNs train "
+                                              "on the CPU");
+  }
   if (a.mp.enabled) return run_train_model_parallel(a);
   return a.model.model == "cnn" ? run_cnn(a) : run_recurrent(a);
 }
@@ -323,6 +432,7 @@ Command add_train(CLI::App& app) {
   add_model_options(*sub, a->model);
   add_data_options(*sub, a->data);
   add_backward_options(*sub, a->backward);
+  add_device_option(*sub, a->device);
   sub->add_option("--epochs", a->epochs, "epochs in all (a resumed run continues up to this)")
       ->check(CLI::Range(Index{1}, Index{1000000}))
       ->capture_default_str();
@@ -352,6 +462,9 @@ Command add_train(CLI::App& app) {
                   "(e.g. 0.9); the masks stay fixed while retraining")
       ->check(CLI::Range(0.0, 0.999999));
   sub->add_flag("--check", a->check, "at the end, compare one batch's BPPSA gradients with BP's and print the error");
+  sub->add_flag("--compare-bp", a->compare_bp,
+                "after training, time one epoch of sequential BP on a copy of the trained model (the same batches as "
+                "the last epoch) and print its epoch time beside the scan's");
   add_model_parallel_options(*sub, a->mp);
   return [a] { return run(*a); };
 }

@@ -44,6 +44,27 @@ class FormatError : public Error {
   using Error::Error;
 };
 
+/// A request that cannot fit in this machine's (or GPU's) memory, refused before allocating:
+/// the message gives the bytes needed, what they are for, what the machine has, and the fix.
+class ResourceError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A CUDA, cuBLAS or cuSPARSE call that failed; the message names the call, the file and
+/// line, and the library's own description of the error.
+class DeviceError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A feature this build of bppsa does not have ("built without CUDA: …"); the message says
+/// how to get it.
+class UnsupportedError : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 /// Builds "[op] message" and throws E. Kept out of line so call sites stay small.
 template <class E>

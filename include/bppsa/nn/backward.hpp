@@ -19,6 +19,10 @@ namespace bppsa {
 ///                             scan, with the algorithm the cost model picks.
 ///  - linear:                  Jacobians generated, then the scan engine's sequential scan
 ///                             (BP over explicit Jacobians; for testing the generators).
+/// On Device::cuda (RecurrentConfig::device): bp is a persistent BP-through-time kernel;
+/// blelloch and automatic are the fused chunked scan (Jacobians formed on the fly, never
+/// stored: src/nn/cuda/fused_scan.hpp); hybrid and linear generate the Jacobians on the GPU
+/// and run the generic GPU scan engine's hybrid (chunks, 0 = √T) or sequential schedule.
 enum class BackwardMethod { bp, linear, blelloch, hybrid, automatic };
 const char* to_string(BackwardMethod m);
 /// "bp", "linear", "blelloch", "hybrid", "auto"; InvalidArgument otherwise.

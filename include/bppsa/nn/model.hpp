@@ -3,9 +3,13 @@
 // with output head(out[:, -1]) (many-to-one) or head(out) at every step (many-to-many, the loss
 // averaged over steps, each step predicting the sequence's label). Parameters carry
 // PyTorch's state_dict names, so checkpoints load with model.load_state_dict.
+//
+// config.rnn.device = Device::cuda runs all of it on the GPU, the loss and the optimizer step
+// included (see "On the GPU" at the class).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -18,13 +22,18 @@
 
 namespace bppsa {
 
+namespace detail::gpu {
+template <class T>
+class ModelGpu;
+}  // namespace detail::gpu
+
 enum class HeadMode { last, every };
 const char* to_string(HeadMode h);
 /// "last", "every"; InvalidArgument otherwise.
 HeadMode parse_head(std::string_view name);
 
 struct ModelConfig {
-  RecurrentConfig rnn;
+  RecurrentConfig rnn;  ///< rnn.device: where the whole model runs
   Index classes = 10;
   HeadMode head = HeadMode::last;
   LossType loss = LossType::cross_entropy;
@@ -39,12 +48,25 @@ struct StepTimes {
   BackwardTimes detail;
 };
 
+/// On the GPU (config.rnn.device = Device::cuda): the recurrent stack (see Recurrent), the
+/// head, the loss, the gradients and Optimizer<T>::step(model) all run on the device; per step
+/// only the loss travels to the host (forward_loss returns it). backward() and optimizer steps
+/// are queued without waiting; errors of queued work (NaN/Inf gradients or parameters) surface
+/// at the next call that waits: forward_loss, evaluate, synchronize, sync_to_host, parameters.
+/// Host copies are caches: after backward() or a step, parameters() / sync_to_host() /
+/// state_dict() download what the GPU changed, and a change made through parameters(), rnn()
+/// or head() is uploaded before the next device computation. The trainer keeps data sets
+/// resident on the GPU and gathers batches there (bppsa/train/trainer.hpp).
 template <class T>
 class SequenceClassifier {
  public:
   explicit SequenceClassifier(ModelConfig config);
+  ~SequenceClassifier();
+  SequenceClassifier(SequenceClassifier&&) noexcept;
+  SequenceClassifier& operator=(SequenceClassifier&&) noexcept;
 
   const ModelConfig& config() const { return config_; }
+  Device device() const { return config_.rnn.device; }
   void reset_parameters(std::uint64_t seed);
 
   /// Forward and loss for a batch: x row-major [batch][steps][input] (batch_first), labels
@@ -64,15 +86,36 @@ class SequenceClassifier {
                  std::vector<std::int64_t>* predictions = nullptr);
   void backward(const BackwardOptions& options, BackwardTimes* times = nullptr);
 
+  /// Keeps a batch (same layout as forward_loss's) for forward_loss() without arguments; on
+  /// Device::cuda it is uploaded to the GPU here, once, so that repeated steps on it move no
+  /// input data (what benchmarks time). forward_loss(x, …) is set_batch then forward_loss().
+  void set_batch(std::span<const float> x, Index batch, Index steps, std::span<const std::int64_t> labels);
+  /// Forward and loss of the batch of the last set_batch (InvalidArgument when there is none).
+  T forward_loss(std::vector<std::int64_t>* predictions = nullptr);
+
+  /// Device::cuda: waits for the GPU to finish every queued operation of this model and throws
+  /// what failed meanwhile (NonFiniteError); nothing on the CPU.
+  void synchronize();
+  /// Device::cuda: synchronize(), then downloads the parameters and gradients the GPU changed
+  /// since the host copies were last current; nothing on the CPU.
+  void sync_to_host();
+  /// GPU memory this model holds (weights, forward record, gradients, scan workspace, resident
+  /// data), in bytes; 0 on the CPU.
+  std::size_t device_bytes() const;
+  /// Device::cuda: the GPU half (src/nn/cuda/gpu_model.hpp) with every host change uploaded,
+  /// for the library's trainer and optimizer; null on the CPU.
+  detail::gpu::ModelGpu<T>* gpu();
+
   /// ∂ℓ/∂(top-layer outputs), H × (steps·batch), from ∂ℓ/∂logits of the last forward through
   /// the head, whose parameter gradients it sets: every step's block (head=every), or only the
   /// last step's (head=last; dlogits is C × batch). What backward() feeds the recurrent stack.
   void head_backward(const Matrix<T>& dlogits, Matrix<T>& dout);
 
-  /// Every parameter in PyTorch's state_dict order.
+  /// Every parameter in PyTorch's state_dict order (Device::cuda: brought up to date first;
+  /// writes through the pointers are uploaded before the next device computation).
   std::vector<NamedParam<T>> parameters();
   Recurrent<T>& rnn() { return rnn_; }
-  Linear<T>& head() { return head_; }
+  Linear<T>& head();
 
   /// The state_dict as F32 tensors under PyTorch's names (metadata: the model config).
   TensorFile state_dict() const;
@@ -81,13 +124,18 @@ class SequenceClassifier {
   void load_state_dict(const TensorFile& file);
 
  private:
-  void forward(std::span<const float> x, Index batch, Index steps, std::span<const std::int64_t> labels);
+  /// Forward and loss of the stored batch; dlogits_ (or the GPU's) when grad.
+  T run_forward(bool grad, std::vector<std::int64_t>* predictions);
+  /// Device::cuda: downloads what the GPU changed (rnn and head), after reading its status.
+  void pull();
   ModelConfig config_;
   Recurrent<T> rnn_;
   Linear<T> head_;
   Matrix<T> x_, logits_, dlogits_, dout_, dh_;
-  std::vector<std::int64_t> col_labels_;
+  std::vector<std::int64_t> labels_, col_labels_;
+  Index steps_ = 0, stored_ = 0;  ///< the stored batch's steps and size (0: none)
   Index batch_ = 0;  ///< of the last forward_loss (0: none yet, or evaluate ran since)
+  std::unique_ptr<detail::gpu::ModelGpu<T>> gpu_;
 };
 
 /// Reads the model config from a state_dict's tensor shapes (I, H, C, num_layers) for the

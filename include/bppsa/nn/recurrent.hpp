@@ -7,6 +7,9 @@
 // BP) gives every state gradient → parameter gradients as batched outer-product sums (GEMMs
 // over all steps at once) and the gradient on the layer's input. Stacked layers run the
 // affine scan: the layer above injects its input gradients into the layer below (spec §1).
+//
+// RecurrentConfig::device = Device::cuda runs the same layers on the current CUDA GPU
+// (src/nn/cuda/), with this same API: see "On the GPU" at the class.
 #pragma once
 
 #include <memory>
@@ -15,9 +18,17 @@
 #include <utility>
 #include <vector>
 
+#include "bppsa/core/device.hpp"
 #include "bppsa/nn/backward.hpp"
 
 namespace bppsa {
+
+namespace detail::gpu {
+template <class T>
+class RecurrentGpu;
+}  // namespace detail::gpu
+template <class T>
+class SequenceClassifier;
 
 enum class CellType { rnn, gru, lstm };
 const char* to_string(CellType c);
@@ -28,11 +39,23 @@ Index gate_count(CellType c);
 /// Size of the scanned state: H (rnn, gru) or 2H (lstm: h then c).
 Index state_size(CellType c, Index hidden);
 
+/// The activation of the plain RNN cell (PyTorch's nn.RNN `nonlinearity`): tanh (the
+/// default, J_t^T = W_hh^T diag(1 − h_t²)) or relu (J_t^T = W_hh^T diag(1[h_t > 0])).
+/// GRU and LSTM have fixed activations and accept only tanh here.
+enum class Nonlinearity { tanh, relu };
+const char* to_string(Nonlinearity n);
+/// "tanh", "relu"; InvalidArgument otherwise.
+Nonlinearity parse_nonlinearity(std::string_view name);
+
 struct RecurrentConfig {
   CellType cell = CellType::rnn;
   Index input = 1;
   Index hidden = 20;
   Index layers = 1;
+  Nonlinearity nonlinearity = Nonlinearity::tanh;  ///< rnn only
+  /// Where the layers run: the CPU (OpenMP) or the current CUDA GPU. Device::cuda throws
+  /// UnsupportedError in a build without CUDA and DeviceError without a usable GPU.
+  Device device = Device::cpu;
 };
 
 /// One layer's parameters under PyTorch's layout: weight_ih [G·H, I_l], weight_hh [G·H, H],
@@ -43,6 +66,22 @@ struct RecurrentLayerParams {
   Vector<T> b_ih, b_hh;
 };
 
+/// On the GPU (config.device = Device::cuda). Parameters, the forward record and every gradient
+/// live in device memory, allocated once per (steps, batch) and reused. The forward runs the
+/// input projections of all steps as one cuBLAS GEMM and the recurrence as one persistent kernel
+/// per layer; the backward computes the state gradients by BP through time (a persistent kernel,
+/// `bp`), the fused chunked scan (`blelloch`, `auto`) or Jacobians generated on the GPU and the
+/// generic GPU scan engine (`linear`, `hybrid`), then every parameter gradient as GEMMs over all
+/// T·B columns. Results equal the CPU engine's to float rounding (1e-4 relative per tensor in
+/// fp32) and are bit-identical run to run. Host-visible state is synchronised on demand:
+/// params()/grads() (and state(), output(), input_grad(), state0_grad()) download what the GPU
+/// changed since; a change made through the non-const params() is uploaded before the next
+/// forward. backward() returns when the GPU has finished (it checks the gradients' finiteness,
+/// as the CPU does). BackwardOptions::threads is ignored; chunks is hybrid's chunk count (0 =
+/// √T). The persistent kernels give each block a group of samples for all T steps (no grid-wide
+/// barrier) and keep W_hh in shared memory when it fits (fp32: RNN H ≤ 239, GRU ≤ 138, LSTM ≤
+/// 119 on an H100), else read it from L2. layer_transfer() and chain() are CPU-only
+/// (UnsupportedError).
 template <class T>
 class Recurrent {
  public:
@@ -53,10 +92,11 @@ class Recurrent {
 
   const RecurrentConfig& config() const { return config_; }
   Index layers() const { return config_.layers; }
-  RecurrentLayerParams<T>& params(Index layer) { return params_.at(static_cast<std::size_t>(layer)); }
-  const RecurrentLayerParams<T>& params(Index layer) const { return params_.at(static_cast<std::size_t>(layer)); }
+  Device device() const { return config_.device; }
+  RecurrentLayerParams<T>& params(Index layer);
+  const RecurrentLayerParams<T>& params(Index layer) const;
   /// Gradients of the last backward(), same shapes as params().
-  const RecurrentLayerParams<T>& grads(Index layer) const { return grads_.at(static_cast<std::size_t>(layer)); }
+  const RecurrentLayerParams<T>& grads(Index layer) const;
 
   /// PyTorch's default initialisation: every weight and bias U(−1/√H, 1/√H), from `seed`.
   void reset_parameters(std::uint64_t seed);
@@ -66,10 +106,11 @@ class Recurrent {
   void set_initial_state(Index layer, Matrix<T> s0);
 
   /// Runs all layers over x: features × (steps·batch), time-major columns (column t·B + b
-  /// holds step t of sample b). Records what backward() needs.
-  void forward(const Matrix<T>& x, Index steps, Index batch);
-  Index steps() const { return steps_; }
-  Index batch() const { return batch_; }
+  /// holds step t of sample b). Records what backward() needs. x may be a map of the
+  /// caller's buffer (a (steps, batch, features) C-order array has exactly this layout).
+  void forward(const Eigen::Ref<const Matrix<T>>& x, Index steps, Index batch);
+  Index steps() const;
+  Index batch() const;
   /// State s_t (state_size × batch; LSTM: h over c) of a layer after forward(), 0 ≤ t ≤ steps.
   Matrix<T> state(Index layer, Index t) const;
   /// Top layer's outputs h_1 … h_T: H × (steps·batch), time-major columns.
@@ -88,12 +129,12 @@ class Recurrent {
   /// means only the last step's block is non-zero (many-to-one): the top layer's scan is
   /// then linear (no injections). Fills grads(), input_grad() and state0_grad().
   /// Same as backward_begin() then backward_layer(l) for l = layers − 1 … 0.
-  void backward(const Matrix<T>& grad_out, bool every_step, const BackwardOptions& options,
+  void backward(const Eigen::Ref<const Matrix<T>>& grad_out, bool every_step, const BackwardOptions& options,
                 BackwardTimes* times = nullptr);
 
   /// Layer-by-layer backward (for pipelines that exchange state gradients between stages):
   /// checks the shapes as backward() does and keeps a copy of grad_out for the layers.
-  void backward_begin(const Matrix<T>& grad_out, bool every_step);
+  void backward_begin(const Eigen::Ref<const Matrix<T>>& grad_out, bool every_step);
   /// One layer of backward(): its state gradients, parameter gradients, the gradient on its
   /// input (passed to the layer below; input_grad() for layer 0) and its state0_grad().
   /// Layers run top-down: layers − 1 first, then each one below, after backward_begin();
@@ -109,13 +150,14 @@ class Recurrent {
   /// without this call. Fills chain(layer) (so checks memory like a scan backward).
   std::pair<Jacobian<T>, Matrix<T>> layer_transfer(Index layer, const BackwardOptions& options);
 
-  /// Throws InvalidArgument, with the numbers, when a scan backward of this many steps and
-  /// samples cannot fit in this machine's memory (the Jacobians: steps × batch × values per
-  /// Jacobian; twice that for Blelloch's intermediate products); bp stores none. backward()
-  /// checks this itself; call it before training to fail fast.
+  /// Throws ResourceError (bppsa/core/memory.hpp), with the numbers, when a training step of
+  /// this many steps and samples cannot fit in this machine's memory: the forward record, the
+  /// gradients and, for a scan, every layer's Jacobians (steps × batch × values per Jacobian;
+  /// twice that for Blelloch's intermediate products; bp stores none). forward() and
+  /// backward() check their parts themselves; call it before training to fail fast.
   void check_backward_memory(Index steps, Index batch, const BackwardOptions& options) const;
   /// ∂ℓ/∂x, same shape as forward()'s x.
-  const Matrix<T>& input_grad() const { return input_grad_; }
+  const Matrix<T>& input_grad() const;
   /// ∂ℓ/∂s_0 of a layer (state_size × batch): g_0 of its scan.
   const Matrix<T>& state0_grad(Index layer) const;
   /// The Jacobian chain of a layer as generated by the last scan backward (J_t^T for
@@ -123,11 +165,22 @@ class Recurrent {
   const Chain<T>& chain(Index layer) const;
 
  private:
+  friend class SequenceClassifier<T>;
+  /// Device::cuda: the GPU half with the host's parameter changes uploaded; null on the CPU.
+  detail::gpu::RecurrentGpu<T>* gpu();
+  /// Device::cuda: downloads the parameters (and gradients) the GPU changed since the last call.
+  void pull() const;
+  /// Per layer, the initial states and final-state gradients set (null: none).
+  std::vector<const Matrix<T>*> initial_states() const;
+  std::vector<const Matrix<T>*> final_grads() const;
+  void backward_layer_gpu(Index layer, const BackwardOptions& options, BackwardTimes* times);
+
   struct Impl;
   RecurrentConfig config_;
-  std::vector<RecurrentLayerParams<T>> params_, grads_;
+  // Host copies; on Device::cuda a cache of the device's, brought up to date by pull().
+  mutable std::vector<RecurrentLayerParams<T>> params_, grads_;
   Index steps_ = 0, batch_ = 0;
-  Matrix<T> input_grad_;
+  mutable Matrix<T> input_grad_;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "bppsa/core/device.hpp"
 #include "bppsa/scan/chain.hpp"
 
 namespace bppsa {
@@ -42,6 +43,13 @@ struct ScanOptions {
   /// Scan every input value for NaN/Inf before running. Outputs are always checked (cheap),
   /// so with false a non-finite input is still reported as soon as it reaches a gradient.
   bool check_inputs = true;
+  /// Where the products run. Device::cuda runs the same schedule (the same algorithm, chunks
+  /// and statistics as the CPU for the same options; `threads` then only packs and unpacks on
+  /// the host and sizes hybrid chunks) on the current CUDA device: the plan allocates the
+  /// device buffers once, each run uploads the chain's values and g_N and downloads every
+  /// gradient. Results equal the CPU engine's up to float reassociation (fused multiply-adds,
+  /// library GEMMs), and exactly on small-integer data. Without CUDA: UnsupportedError.
+  Device device = Device::cpu;
 };
 
 /// What a run did. Counts are per chain (one sample); flops cover the whole batch with
@@ -68,6 +76,10 @@ struct ScanStats {
   double plan_seconds = 0;  ///< part of it spent planning (0 when the plan was reused)
   bool plan_reused = false;
   std::size_t workspace_bytes = 0;  ///< intermediate products and affine parts
+  Device device = Device::cpu;      ///< where it ran
+  /// Device::cuda: kernel launches and library calls per run. The sequential schedule needs
+  /// one per element, so launch latency (a few µs each) is its floor. 0 on the CPU.
+  Index launches = 0;
 };
 
 /// g_0 … g_N, g_k being d_k × B (one column per sample).

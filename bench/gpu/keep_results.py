@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Copies one GPU-machine run into the repository: bench/results/gpu/<gpu-name>/ (for whoever ran
+scripts/gpu_check.sh or scripts/bench_gpu.sh on a GPU, back on the development machine).
+
+Usage: keep_results.py RUN_DIR [--dest bench/results/gpu] [--allow-quick]
+
+RUN_DIR is scripts/gpu_check.sh's OUT_DIR (its benchmark/ and cpu_scaling/ folders, header.txt,
+summary.txt and summary.json are taken) or scripts/bench_gpu.sh's. <gpu-name> is the GPU's name
+from the results, lower-cased with dashes (e.g. nvidia-h100-80gb-hbm3). Files are written
+atomically; figures missing from the run (no matplotlib on the GPU machine) are drawn here when
+matplotlib is. Quick runs are refused without --allow-quick (they are smoke tests, not results)."""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+BENCH_FILES = ["gpu_bench.json", "gpu_bench.md", "gpu_fig8_sweeps.png", "gpu_shapes.png", "gpu_memory.png",
+               "gpu_roofline.png"]
+SCALING_FILES = ["cpu_scaling.json", "cpu_scaling.md", "cpu_scaling.png"]
+CHECK_FILES = {"header.txt": "gpu_check_header.txt", "summary.txt": "gpu_check_summary.txt",
+               "summary.json": "gpu_check_summary.json"}
+
+
+def find(run, name):
+    for sub in ("", "benchmark", "cpu_scaling"):
+        p = os.path.join(run, sub, name)
+        if os.path.isfile(p):
+            return p
+    return None
+
+
+def gpu_name(doc):
+    for g in doc.get("machine", {}).get("gpus") or []:
+        return g["name"]
+    for r in doc.get("records", []):
+        if r.get("gpu"):
+            return r["gpu"]
+    return None
+
+
+def copy_atomic(src, dst):
+    tmp = dst + ".tmp"
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run", help="scripts/gpu_check.sh's or scripts/bench_gpu.sh's OUT_DIR")
+    p.add_argument("--dest", default=os.path.join(ROOT, "bench", "results", "gpu"))
+    p.add_argument("--allow-quick", action="store_true")
+    a = p.parse_args()
+    bench = find(a.run, "gpu_bench.json")
+    if not bench:
+        sys.exit(f"keep_results: {a.run} holds no gpu_bench.json (nor benchmark/gpu_bench.json)")
+    with open(bench) as f:
+        doc = json.load(f)
+    if doc.get("quick") and not a.allow_quick:
+        sys.exit("keep_results: this is a --quick run (a smoke test); pass --allow-quick to keep it anyway")
+    if doc.get("device") != "cuda":
+        sys.exit(f"keep_results: this run used --device {doc.get('device')}, not a GPU")
+    name = gpu_name(doc)
+    if not name:
+        sys.exit("keep_results: the results do not name their GPU (no nvidia-smi and no PyTorch record)")
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    dest = os.path.join(a.dest, slug)
+    os.makedirs(dest, exist_ok=True)
+    copied = []
+    for n in BENCH_FILES + SCALING_FILES:
+        src = find(a.run, n)
+        if src:
+            copy_atomic(src, os.path.join(dest, n))
+            copied.append(n)
+    for n, as_name in CHECK_FILES.items():
+        src = os.path.join(a.run, n)
+        if os.path.isfile(src):
+            copy_atomic(src, os.path.join(dest, as_name))
+            copied.append(as_name)
+    py = sys.executable
+    if "gpu_fig8_sweeps.png" not in copied:
+        subprocess.run([py, os.path.join(HERE, "plot_gpu.py"), dest])
+    if "cpu_scaling.json" in copied and "cpu_scaling.png" not in copied:
+        subprocess.run([py, os.path.join(HERE, "plot_cpu_scaling.py"), dest])
+    print(f"keep_results: {len(copied)} files of the run on {name} in {dest}: {', '.join(copied)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

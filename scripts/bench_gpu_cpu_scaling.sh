@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The CPU scan engine at 1, 2, 4, 8 and 16 threads (capped at the cores present) against
+# `bppsa simulate`'s predictions (issue 14, item 9): written for the GPU machine's 16 cores, runs
+# anywhere (here: 1 and 2 threads).
+#   scripts/bench_gpu_cpu_scaling.sh OUT_DIR [--quick]
+# Chains (batch 1, N = 10^5, diagonal 256 and dense 20) with linear (BP), blelloch and hybrid, and
+# the paper's RNN (H 20, T 1000) at batch 1 and 16 with bp, blelloch and hybrid; then simulate's
+# prediction for each. Writes OUT_DIR/cpu_scaling.{json,md} and, where matplotlib is, .png
+# (bench/gpu/cpu_scaling.py and plot_cpu_scaling.py say what exactly). Full: about 3 minutes on
+# 16 cores; --quick (N 10^4, T 300, 3 repetitions): well under a minute.
+# Environment: BPPSA_BUILD_DIR (build; scripts/gpu_check.sh passes its own), PYTHON (python3),
+# BPPSA_CPU_SCALING_BUDGET (seconds for the measurements: 150, quick 45; what does not fit is
+# skipped and listed). Exit 0 when everything that ran passed, 1 otherwise, 2 on bad arguments.
+# Run on a quiet machine: any other busy process stalls the OpenMP barriers.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+
+usage() { echo "usage: scripts/bench_gpu_cpu_scaling.sh OUT_DIR [--quick]" >&2; exit 2; }
+[ $# -ge 1 ] || usage
+out=$1
+shift
+quick=()
+for a in "$@"; do
+  case $a in
+    --quick) quick=(--quick) ;;
+    *) usage ;;
+  esac
+done
+mkdir -p "$out" || { echo "bench_gpu_cpu_scaling: cannot create $out" >&2; exit 2; }
+build=${BPPSA_BUILD_DIR:-build}
+py=${PYTHON:-python3}
+budget=${BPPSA_CPU_SCALING_BUDGET:-$([ ${#quick[@]} = 1 ] && echo 45 || echo 150)}
+export OMP_WAIT_POLICY=PASSIVE
+
+# The programs (nothing to do when scripts/gpu_check.sh built them already).
+if ! timeout 120 cmake -S . -B "$build" -DBPPSA_BUILD_BENCH=ON >"$out/cpu_scaling_build.log" 2>&1 ||
+  ! timeout 400 cmake --build "$build" -j"$(nproc)" --target bench_paper bench_cpu_scaling \
+    >>"$out/cpu_scaling_build.log" 2>&1; then
+  echo "bench_gpu_cpu_scaling: building bench_paper and bench_cpu_scaling in $build failed:" >&2
+  tail -n 20 "$out/cpu_scaling_build.log" >&2
+  exit 1
+fi
+
+echo "load before the run: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores" >&2
+rc=0
+timeout --kill-after=10 $((budget + 30)) "$py" bench/gpu/cpu_scaling.py --build "$build" --out "$out" \
+  --budget "$budget" "${quick[@]}" || rc=$?
+case $rc in
+  0) ;;
+  124 | 137) echo "bench_gpu_cpu_scaling: cpu_scaling.py timed out (what it measured is in $out)" >&2 ;;
+  *) echo "bench_gpu_cpu_scaling: cpu_scaling.py failed (exit $rc)" >&2 ;;
+esac
+if [ -f "$out/cpu_scaling.json" ]; then
+  timeout 120 "$py" bench/gpu/plot_cpu_scaling.py "$out" || echo "bench_gpu_cpu_scaling: the figure failed" >&2
+  cat "$out/cpu_scaling.md"
+fi
+[ "$rc" = 0 ] || exit 1

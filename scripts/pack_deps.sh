@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Packs what a machine without a package registry (the GPU machine) needs to configure bppsa into
+# .deps/ (git-ignored; it travels with the working tree): the header-only libraries Eigen, CLI11
+# and nlohmann-json with their CMake package files, GoogleTest's sources with a GTestConfig.cmake
+# that builds them inside the project, and the commit the tree was packed at (.deps/COMMIT: the
+# copy may arrive without .git). Run it here, on the development machine (Debian packages
+# libeigen3-dev libcli11-dev nlohmann-json3-dev googletest), after every change of commit.
+# Use: cmake -DCMAKE_PREFIX_PATH=$PWD/.deps -DBPPSA_WITH_MPI=OFF -DBPPSA_WITH_AUDIO=OFF ...
+# (scripts/gpu_check.sh does).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+out=.deps
+tmp=$out.tmp
+rm -rf "$tmp"
+mkdir -p "$tmp"
+
+copy() {  # copy SOURCE DEST-UNDER-.deps
+  [ -e "$1" ] || { echo "pack_deps: $1 is missing; install the Debian package that provides it" >&2; exit 1; }
+  mkdir -p "$tmp/$(dirname "$2")"
+  cp -a "$1" "$tmp/$2"
+}
+
+# The CMake package files of these three compute their prefix from their own location (three
+# folders up), so the Debian layout below the prefix is kept as it is.
+copy /usr/include/eigen3 include/eigen3
+copy /usr/share/eigen3/cmake share/eigen3/cmake
+copy /usr/include/CLI include/CLI
+copy /usr/share/cmake/CLI11 share/cmake/CLI11
+copy /usr/include/nlohmann include/nlohmann
+copy /usr/share/cmake/nlohmann_json share/cmake/nlohmann_json
+copy /usr/src/googletest src/googletest
+rm -rf "$tmp/src/googletest/googletest/test" "$tmp/src/googletest/googlemock/test" "$tmp/src/googletest/googletest/samples"
+# The sources' own CMakeLists still add the test folders only under gtest_build_tests/gmock_build_tests (off).
+
+mkdir -p "$tmp/lib/cmake/GTest"
+cat >"$tmp/lib/cmake/GTest/GTestConfig.cmake" <<'EOF'
+# GoogleTest built from the sources packed beside this file by bppsa's scripts/pack_deps.sh:
+# find_package(GTest) (CMake's FindGTest looks for this config first) gets the targets the
+# system package gives, GTest::gtest and GTest::gtest_main (googletest ≥ 1.11 defines them).
+if(NOT TARGET GTest::gtest)
+  get_filename_component(_bppsa_gtest_src "${CMAKE_CURRENT_LIST_DIR}/../../../src/googletest" ABSOLUTE)
+  set(INSTALL_GTEST OFF CACHE BOOL "GoogleTest is built inside bppsa's build, not installed" FORCE)
+  set(BUILD_GMOCK ON CACHE BOOL "" FORCE)
+  add_subdirectory("${_bppsa_gtest_src}" "${CMAKE_BINARY_DIR}/_deps/googletest" EXCLUDE_FROM_ALL)
+  foreach(_t gtest gtest_main gmock gmock_main)
+    if(NOT TARGET GTest::${_t})
+      add_library(GTest::${_t} ALIAS ${_t})
+    endif()
+  endforeach()
+  # Debian's package puts gmock's headers beside gtest's, and some tests use its matchers.
+  target_include_directories(gtest SYSTEM INTERFACE "${_bppsa_gtest_src}/googlemock/include")
+  message(STATUS "GTest: built from ${_bppsa_gtest_src}")
+endif()
+set(GTest_FOUND TRUE)
+EOF
+
+# No package file may point back into this machine's /usr: the copy must work anywhere.
+if grep -rn --include='*.cmake' '/usr/' "$tmp/share" "$tmp/lib" | grep -v '^\s*#' >/dev/null; then
+  echo "pack_deps: absolute /usr paths in the packed CMake files:" >&2
+  grep -rn --include='*.cmake' '/usr/' "$tmp/share" "$tmp/lib" >&2
+  exit 1
+fi
+
+# The commit, for a copy of the tree that has no .git.
+{
+  if git rev-parse --git-dir >/dev/null 2>&1; then
+    dirty=$(git status --porcelain --untracked-files=no | wc -l)
+    echo "commit $(git rev-parse HEAD)$([ "$dirty" -gt 0 ] && echo " + $dirty modified tracked files")"
+    echo "subject $(git log -1 --format=%s)"
+  else
+    echo "commit unknown (packed outside a git checkout)"
+  fi
+  echo "packed $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
+  echo "eigen $(sed -n 's/.*PACKAGE_VERSION "\([0-9.]*\)".*/\1/p' /usr/share/eigen3/cmake/Eigen3ConfigVersion.cmake | head -1)"
+  echo "cli11 $(sed -n 's/set(PACKAGE_VERSION "\(.*\)")/\1/p' /usr/share/cmake/CLI11/CLI11ConfigVersion.cmake | head -1)"
+  echo "nlohmann_json $(sed -n 's/set(PACKAGE_VERSION "\(.*\)")/\1/p' /usr/share/cmake/nlohmann_json/nlohmann_jsonConfigVersion.cmake | head -1)"
+  echo "googletest $(dpkg-query -W -f='${Version}' googletest 2>/dev/null || echo unknown)"
+} >"$tmp/COMMIT"
+
+rm -rf "$out"
+mv "$tmp" "$out"
+echo "pack_deps: $(du -sh "$out" | cut -f1) in $out/ ($(head -1 "$out/COMMIT"))"

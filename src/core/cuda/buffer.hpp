@@ -1,0 +1,124 @@
+// RAII owners of CUDA resources: device memory, pinned host memory, a stream. Move-only;
+// every allocation is checked (DeviceError with the call, file and line) and a plan that
+// would not fit is refused before its first allocation (require_device_memory).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/cuda/check.hpp"
+
+namespace bppsa::detail::cuda {
+
+/// `count` values of T in device memory (uninitialised). Size 0 holds no allocation.
+template <class T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t count) : count_(count) {
+    if (count > 0) BPPSA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&data_), count * sizeof(T)));
+  }
+  ~DeviceBuffer() {
+    if (data_) cudaFree(data_);  // never throws from a destructor; a sticky error shows at the next checked call
+  }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), count_(std::exchange(o.count_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      DeviceBuffer old(std::move(*this));
+      data_ = std::exchange(o.data_, nullptr);
+      count_ = std::exchange(o.count_, 0);
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  T* data() const { return data_; }
+  std::size_t size() const { return count_; }
+  std::size_t bytes() const { return count_ * sizeof(T); }
+
+  /// Synchronous upload of a host vector that must have exactly size() values.
+  void upload(const std::vector<T>& host) {
+    if (!host.empty()) BPPSA_CUDA_CHECK(cudaMemcpy(data_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t count_ = 0;
+};
+
+/// A device buffer holding a copy of `host` (sized to it).
+template <class T>
+DeviceBuffer<T> to_device(const std::vector<T>& host) {
+  DeviceBuffer<T> b(host.size());
+  b.upload(host);
+  return b;
+}
+
+/// Page-locked host memory: what cudaMemcpyAsync needs to overlap and to reach full bandwidth.
+template <class T>
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  explicit PinnedBuffer(std::size_t count) : count_(count) {
+    if (count > 0) BPPSA_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&data_), count * sizeof(T)));
+  }
+  ~PinnedBuffer() {
+    if (data_) cudaFreeHost(data_);
+  }
+  PinnedBuffer(PinnedBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), count_(std::exchange(o.count_, 0)) {}
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
+    if (this != &o) {
+      PinnedBuffer old(std::move(*this));
+      data_ = std::exchange(o.data_, nullptr);
+      count_ = std::exchange(o.count_, 0);
+    }
+    return *this;
+  }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+
+  T* data() const { return data_; }
+  std::size_t size() const { return count_; }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t count_ = 0;
+};
+
+/// A non-blocking stream (does not synchronise with the legacy default stream).
+class Stream {
+ public:
+  Stream() { BPPSA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+  ~Stream() {
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+  Stream(Stream&& o) noexcept : stream_(std::exchange(o.stream_, nullptr)) {}
+  Stream& operator=(Stream&&) = delete;
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  cudaStream_t get() const { return stream_; }
+  void synchronize() const { BPPSA_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+/// A part of a device-memory request, for the message of require_device_memory.
+struct DeviceBytes {
+  std::string what;
+  double bytes = 0;
+};
+
+/// Throws ResourceError "[op] <what> needs 12.3 GB of GPU memory (element values 10.1 GB, …)
+/// but <device> has 7.9 GB free of 79.6 GB; <fix>" when the items do not fit in the current
+/// device's free memory (less a margin for the libraries' own workspace), before allocating.
+void require_device_memory(const std::string& op, const std::string& what, const std::vector<DeviceBytes>& items,
+                           const std::string& fix);
+
+}  // namespace bppsa::detail::cuda

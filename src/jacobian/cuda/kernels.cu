@@ -1,0 +1,62 @@
+// The flat kernels of the GPU scan: thin __global__ wrappers around the item loops of
+// items.hpp (tested on the host by tests/test_cuda_host.cpp), plus their checked launches.
+#include "core/cuda/check.hpp"
+#include "jacobian/cuda/kernels.hpp"
+
+namespace bppsa::detail::gpu {
+namespace {
+
+template <class T>
+__global__ void __launch_bounds__(kBlock)
+    mat_kernel(const MatOp* ops, Idx count, Idx batch, Idx items, T* values, const std::int32_t* indices) {
+  mat_thread(ops, count, batch, items, values, indices, blockIdx.x, blockDim.x, threadIdx.x, gridDim.x);
+}
+
+template <class T>
+__global__ void __launch_bounds__(kBlock)
+    vec_kernel(const VecOp* ops, Idx count, Idx batch, Idx items, T* values, const std::int32_t* indices) {
+  vec_thread(ops, count, batch, items, values, indices, blockIdx.x, blockDim.x, threadIdx.x, gridDim.x);
+}
+
+template <class T>
+__global__ void __launch_bounds__(kBlock) add_kernel(const VecOp* ops, Idx count, Idx batch, Idx items, T* values) {
+  add_thread(ops, count, batch, items, values, blockIdx.x, blockDim.x, threadIdx.x, gridDim.x);
+}
+
+}  // namespace
+
+template <class T>
+void launch_mat(const MatOp* ops, Idx count, Idx batch, Idx items, T* values, const std::int32_t* indices,
+                cudaStream_t stream) {
+  const Idx total = total_work(count, batch, items);
+  if (total <= 0) return;
+  mat_kernel<T><<<grid_blocks(total), kBlock, 0, stream>>>(ops, count, batch, items, values, indices);
+  BPPSA_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void launch_vec(const VecOp* ops, Idx count, Idx batch, Idx items, T* values, const std::int32_t* indices,
+                cudaStream_t stream) {
+  const Idx total = total_work(count, batch, items);
+  if (total <= 0) return;
+  vec_kernel<T><<<grid_blocks(total), kBlock, 0, stream>>>(ops, count, batch, items, values, indices);
+  BPPSA_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void launch_add(const VecOp* ops, Idx count, Idx batch, Idx items, T* values, cudaStream_t stream) {
+  const Idx total = total_work(count, batch, items);
+  if (total <= 0) return;
+  add_kernel<T><<<grid_blocks(total), kBlock, 0, stream>>>(ops, count, batch, items, values);
+  BPPSA_CUDA_CHECK_LAUNCH();
+}
+
+#define BPPSA_INSTANTIATE(T)                                                                                \
+  template void launch_mat<T>(const MatOp*, Idx, Idx, Idx, T*, const std::int32_t*, cudaStream_t);          \
+  template void launch_vec<T>(const VecOp*, Idx, Idx, Idx, T*, const std::int32_t*, cudaStream_t);          \
+  template void launch_add<T>(const VecOp*, Idx, Idx, Idx, T*, cudaStream_t);
+BPPSA_INSTANTIATE(float)
+BPPSA_INSTANTIATE(double)
+#undef BPPSA_INSTANTIATE
+
+}  // namespace bppsa::detail::gpu

@@ -1,0 +1,565 @@
+// Per-thread arithmetic and indexing of the fused chunked scan (fused_scan.hpp): the chunking,
+// the mapping of threads to columns and row tiles, and the __host__ __device__ phase functions
+// the kernels of fused_kernels_*.cu run between barriers. tests/test_cuda_fused_host.cpp replays
+// them over every (block, thread) against the CPU engine's BP. The cost model choosing the chunk
+// length and the mapping is fused_plan.hpp. No CUDA headers, no Eigen.
+//
+// The column recurrence. A "column" is a vector x that runs the BP recurrence backwards through
+// the steps of one chunk of one sample: x ← J_t^T x (+ e_{t−1}). The reduce runs the S + 1
+// columns [I | 0] of a (chunk, sample) and stores [M_c | v_c]; the push runs one column from the
+// chunk's boundary gradient and stores every g_t. J_t^T x = W_hh^T y + direct, with y (G·H) the
+// recurrent-side pre-activation gradients of x (the CPU cells' formulas and association order,
+// src/nn/cpu/*_cell.cpp): rnn y = d ⊙ x (d = 1 − h_t² or 1[h_t > 0]); gru y = (α, γ, β)-scaled
+// x and direct = z ⊙ x; lstm y from δc = x_c + o(1 − tanh²c) x_h, and the c rows f ⊙ δc.
+//
+// Threads: a thread owns `nc` columns of one (chunk, sample) and a tile of `tile` rows of the
+// product W_hh^T y, accumulated in registers; `ntile` threads (one per tile) share a column
+// group, whose x lives in shared memory (double-buffered when ntile > 1: one barrier per step).
+// W_hh sits in shared memory (zero-padded to ntile·tile columns) or, for large H, is read from a
+// padded copy in global memory (L1/L2). Thread tid of a block: tile tid / gpb, group tid % gpb,
+// so a warp's threads share a tile and read W_hh's row pieces as broadcasts.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "core/cuda/grid.hpp"
+#include "core/cuda/hd.hpp"
+#include "nn/cuda/recurrent_math.hpp"
+
+namespace bppsa::detail::gpu {
+
+// ---------------------------------------------------------------------------------------------
+// Compile-time unrolling (no #pragma: the same code is g++'s) and aligned 4-value loads
+
+template <class F, int... I>
+BPPSA_HD inline void fused_unrolled(F&& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+/// f(std::integral_constant<int, i>) for i = 0 … N−1, fully unrolled (register arrays stay registers).
+template <int N, class F>
+BPPSA_HD inline void fused_unroll(F&& f) {
+  fused_unrolled(f, std::make_integer_sequence<int, N>{});
+}
+
+/// Four consecutive values, 4·sizeof(T)-aligned: one 128-bit load (two for double).
+template <class T>
+struct alignas(4 * sizeof(T)) FusedQuad {
+  T v[4];
+};
+template <class T>
+BPPSA_HD inline FusedQuad<T> load_quad(const T* p) {
+  return *reinterpret_cast<const FusedQuad<T>*>(p);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cells, tiles and the problem's shape
+
+/// The kernels' cell families (the plain RNN's two activations share one, relu is a flag).
+enum FusedFamily : std::int32_t { kFamRnn = 0, kFamGru = 1, kFamLstm = 2 };
+BPPSA_HD inline std::int32_t fused_family(std::int32_t cell) {
+  return cell == kGru ? kFamGru : cell == kLstm ? kFamLstm : kFamRnn;
+}
+template <std::int32_t FAM>
+inline constexpr int kFamGates = FAM == kFamGru    ? 3
+                                 : FAM == kFamLstm ? 4
+                                                   : 1;
+
+/// Row tiles the column kernels are compiled for (registers per column per thread).
+inline constexpr int kFusedTiles[] = {4, 8, 16, 20, 32, 64};
+inline constexpr int kFusedTileCount = 6;
+/// The largest tile of precision `scalar` (bytes): float 64, double 32 (its 64 would spill).
+BPPSA_HD constexpr Idx fused_max_tile(Idx scalar) { return scalar == 4 ? 64 : 32; }
+/// Whether the kernels exist for `tile` rows × `nc` columns per thread in precision `scalar`
+/// (bytes): every tile up to fused_max_tile with 1 column; 4 columns for float up to tile 32
+/// (register budget: ≤ 255 registers without spills). Each reads W_hh from shared or global memory.
+BPPSA_HD inline bool fused_combo_compiled(Idx tile, Idx nc, Idx scalar) {
+  bool known = false;
+  for (int i = 0; i < kFusedTileCount; ++i) known = known || kFusedTiles[i] == tile;
+  if (!known || tile > fused_max_tile(scalar)) return false;
+  if (nc == 1) return true;
+  return nc == 4 && scalar == 4 && tile <= 32;
+}
+
+/// Calls f(std::integral_constant<int, tile>, std::integral_constant<int, nc>) for a compiled
+/// pair (host code: picks the kernel, or the phase functions the host tests replay); false when
+/// the pair is not compiled for T.
+template <class T, class F>
+bool fused_with_combo(Idx tile, Idx nc, F&& f) {
+  bool done = false;
+  auto one = [&](auto tw) {
+    constexpr int TW = decltype(tw)::value;
+    if constexpr (TW <= fused_max_tile(sizeof(T))) {
+      if (tile == TW && nc == 1) {
+        f(tw, std::integral_constant<int, 1>{});
+        done = true;
+      }
+      if constexpr (sizeof(T) == 4 && TW <= 32) {
+        if (tile == TW && nc == 4) {
+          f(tw, std::integral_constant<int, 4>{});
+          done = true;
+        }
+      }
+    }
+  };
+  one(std::integral_constant<int, 4>{});
+  one(std::integral_constant<int, 8>{});
+  one(std::integral_constant<int, 16>{});
+  one(std::integral_constant<int, 20>{});
+  one(std::integral_constant<int, 32>{});
+  one(std::integral_constant<int, 64>{});
+  return done;
+}
+
+enum FusedMode : std::int32_t { kFusedReduce = 0, kFusedPush = 1 };
+
+/// The problem and its chunks: steps 1..T in C chunks; chunk c ≥ 1 covers the L steps
+/// (chunk_begin(c), chunk_end(c)], chunk 0 the first len0 = T − (C−1)·L ∈ [1, L] steps.
+struct FusedShape {
+  std::int32_t cell = kRnnTanh;
+  Idx H = 0, G = 1, GH = 0, S = 0, B = 0, steps = 0;
+  bool inject = false;  ///< per-step injections on h_1 … h_{T−1}
+  Idx L = 1, C = 1, len0 = 0;
+  Idx ncols = 0;  ///< columns of a reduce problem: S (M_c), + 1 (v_c) with injections
+  Idx ldw = 0;    ///< row length of the padded W_hh copy (≥ every launch's ntile·tile)
+};
+
+/// Shape of (cell, H, T, B) with chunk length L (clamped to [1, T]); ldw left to the planner.
+BPPSA_HD inline FusedShape fused_shape(std::int32_t cell, Idx H, Idx steps, Idx B, bool inject, Idx L) {
+  FusedShape s;
+  s.cell = cell;
+  s.H = H;
+  s.G = cell_gates(cell);
+  s.GH = s.G * H;
+  s.S = cell_state(cell, H);
+  s.B = B;
+  s.steps = steps;
+  s.inject = inject;
+  s.L = L < 1 ? 1 : (L > steps ? steps : L);
+  s.C = (steps + s.L - 1) / s.L;
+  s.len0 = steps - (s.C - 1) * s.L;
+  s.ncols = s.S + (inject ? 1 : 0);
+  return s;
+}
+
+/// Chunk c covers steps (chunk_begin, chunk_end]: its affine total maps g_{end} to g_{begin}.
+BPPSA_HD inline Idx chunk_end(const FusedShape& s, Idx c) { return s.steps - (s.C - 1 - c) * s.L; }
+BPPSA_HD inline Idx chunk_begin(const FusedShape& s, Idx c) { return c == 0 ? 0 : chunk_end(s, c) - s.L; }
+/// Steps the push runs in chunk c: chunk 0 all of them (down to g_0); a chunk c ≥ 1 stops one
+/// short, its g_{begin} being the carry's.
+BPPSA_HD inline Idx push_steps(const FusedShape& s, Idx c) { return c == 0 ? s.len0 : s.L - 1; }
+/// The most steps any push column runs.
+BPPSA_HD inline Idx push_steps_max(const FusedShape& s) {
+  return s.C == 1 ? s.len0 : (s.len0 > s.L - 1 ? s.len0 : s.L - 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Launch geometry
+
+/// One column launch (reduce or push). Groups of `nc` columns of one (chunk, sample) share a
+/// thread's registers; `ntile` threads split the group's rows in tiles of `tile`; a block holds
+/// `gpb` groups (threads = gpb·ntile).
+struct FusedLaunch {
+  std::int32_t mode = kFusedPush;
+  Idx tile = 4, nc = 1, ntile = 1, gpb = 1;
+  Idx groups = 0, blocks = 0, threads = 0;
+  Idx steps = 0;  ///< loop trips: every column's steps ≤ this
+  Idx nbuf = 1;   ///< x buffers: 2 when ntile > 1 (the threads of a group exchange rows)
+  bool w_shared = true;
+  Idx smem = 0;  ///< dynamic shared memory in values
+};
+BPPSA_HD inline Idx launch_hpad(const FusedLaunch& l) { return l.ntile * l.tile; }
+/// Column groups per reduce problem.
+BPPSA_HD inline Idx reduce_groups_per_problem(const FusedShape& s, Idx nc) { return (s.ncols + nc - 1) / nc; }
+/// Groups of a launch: reduce (C−1)·B problems × groups each; push C·B single columns.
+BPPSA_HD inline Idx launch_groups(const FusedShape& s, std::int32_t mode, Idx nc) {
+  return mode == kFusedReduce ? (s.C - 1) * s.B * reduce_groups_per_problem(s, nc) : s.C * s.B;
+}
+
+/// Shared memory of a column launch, in values: [W_hh: GH × hpad, when shared][x: nbuf × S ×
+/// (gpb·nc)], x row r of buffer b at ((b·S + r)·gpb + group)·nc + column.
+BPPSA_HD inline Idx x_offset(const FusedShape& s, const FusedLaunch& l) {
+  return l.w_shared ? s.GH * launch_hpad(l) : 0;
+}
+BPPSA_HD inline Idx x_stride(const FusedLaunch& l) { return l.gpb * l.nc; }
+BPPSA_HD inline Idx launch_smem(const FusedShape& s, const FusedLaunch& l) {
+  return x_offset(s, l) + l.nbuf * s.S * x_stride(l);
+}
+
+/// What a thread works on: group (chunk, sample) and its first column; `valid` false for the
+/// threads past the last group.
+struct FusedGroup {
+  Idx chunk = 0, sample = 0, problem = 0, col0 = 0, steps = 0;
+  Idx slot = 0;  ///< group within the block
+  Idx tile = 0;  ///< row tile of this thread
+  bool valid = false;
+};
+BPPSA_HD inline FusedGroup fused_group(const FusedShape& s, const FusedLaunch& l, Idx block, Idx thread) {
+  FusedGroup g;
+  g.slot = thread % l.gpb;
+  g.tile = thread / l.gpb;
+  const Idx gi = block * l.gpb + g.slot;
+  g.valid = gi < l.groups && g.tile < l.ntile;
+  if (!g.valid) return g;
+  if (l.mode == kFusedReduce) {
+    const Idx per = reduce_groups_per_problem(s, l.nc);
+    g.problem = gi / per;
+    g.col0 = (gi - g.problem * per) * l.nc;
+    g.chunk = 1 + g.problem / s.B;
+    g.sample = g.problem % s.B;
+    g.steps = s.L;
+  } else {
+    g.problem = gi;
+    g.chunk = gi / s.B;
+    g.sample = gi % s.B;
+    g.steps = push_steps(s, g.chunk);
+  }
+  return g;
+}
+
+/// The carry: one block per sample, `threads` threads over the S rows, two S-vectors of shared memory.
+struct FusedCarry {
+  Idx threads = 32, blocks = 0, smem = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Kernel arguments
+
+template <class T>
+struct FusedArgs {
+  FusedShape shape;
+  FusedLaunch launch;  ///< the column launch these arguments are for
+  FusedCarry carry;
+  const T* w = nullptr;       ///< W_hh, GH × H row-major
+  T* wp = nullptr;            ///< padded copy, GH × ldw, zeros in columns ≥ H
+  const T* h = nullptr;       ///< H × (T+1)B
+  const T* c = nullptr;       ///< LSTM: H × (T+1)B
+  const T* gates = nullptr;   ///< GH × TB
+  const T* aux = nullptr;     ///< H × TB
+  const T* g_last = nullptr;  ///< S × B
+  const T* above = nullptr;   ///< H × TB injections (block t − 1: gradient on h_t); null without
+  T* g = nullptr;             ///< out: S × (T+1)B
+  T* totals = nullptr;        ///< (C−1)·B problems × S × ncols, problem ((c−1)·B + b), column-major
+};
+
+/// Offset of the total [M_c | v_c] of (chunk c ≥ 1, sample b): column j at + j·S.
+BPPSA_HD inline Idx total_offset(const FusedShape& s, Idx c, Idx b) { return ((c - 1) * s.B + b) * s.S * s.ncols; }
+
+// ---------------------------------------------------------------------------------------------
+// Prepare (flat launch): the padded W_hh copy and g_T into block T of g
+
+BPPSA_HD inline Idx prepare_items(const FusedShape& s) { return s.GH * s.ldw + s.S * s.B; }
+template <class T>
+BPPSA_HD inline void prepare_item(const FusedArgs<T>& a, Idx item) {
+  const FusedShape& s = a.shape;
+  const Idx nw = s.GH * s.ldw;
+  if (item < nw) {
+    const Idx r = item / s.ldw, i = item - r * s.ldw;
+    a.wp[item] = i < s.H ? a.w[r * s.H + i] : T(0);
+  } else {
+    const Idx o = item - nw;  // block T of g is S × B contiguous, as g_last
+    a.g[s.steps * s.B * s.S + o] = a.g_last[o];
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-unit coefficients: y (the recurrent-side pre-activation gradients) of unit k at step t for
+// a vector x, as the CPU cells' preact (same association), split into what depends on the record
+// only (shared by a thread's columns) and the per-column products.
+
+/// The record columns of (step t, sample b): rnn h_t; gru gates, M, h_{t−1}; lstm gates,
+/// tanh c_t, c_{t−1}. Unit k's values are at [k] (gates: [q·H + k]).
+template <class T>
+struct FusedStepRecord {
+  const T* p0 = nullptr;
+  const T* p1 = nullptr;
+  const T* p2 = nullptr;
+};
+template <class T, std::int32_t FAM>
+BPPSA_HD inline FusedStepRecord<T> fused_step_record(const FusedArgs<T>& a, Idx t, Idx b) {
+  const FusedShape& s = a.shape;
+  FusedStepRecord<T> r;
+  const Idx col = (t - 1) * s.B + b;  // per-step arrays; also block t − 1 of the state arrays
+  if constexpr (FAM == kFamRnn) {
+    r.p0 = a.h + (t * s.B + b) * s.H;
+  } else {
+    r.p0 = a.gates + col * s.GH;
+    r.p1 = a.aux + col * s.H;
+    r.p2 = (FAM == kFamGru ? a.h : a.c) + col * s.H;
+  }
+  return r;
+}
+
+template <class T, std::int32_t FAM>
+struct FusedUnit {
+  T q[FAM == kFamLstm ? 5 : FAM == kFamGru ? 4 : 1];
+};
+
+/// Coefficients of unit k. rnn: d = 1 − h² (relu: 1[h > 0]); gru: (1−n²)(1−z), r(1−r)·M,
+/// z(1−z)(h_{t−1} − n), r; lstm: o(1 − tanh²c), g·i(1−i), c_{t−1}·f(1−f), i(1−g²), tanh c·o(1−o).
+template <class T, std::int32_t FAM>
+BPPSA_HD inline FusedUnit<T, FAM> fused_unit(const FusedStepRecord<T>& r, Idx H, bool relu, Idx k) {
+  FusedUnit<T, FAM> u;
+  if constexpr (FAM == kFamRnn) {
+    (void)H;
+    const T h = r.p0[k];
+    u.q[0] = relu ? (h > T(0) ? T(1) : T(0)) : T(1) - h * h;
+  } else if constexpr (FAM == kFamGru) {
+    (void)relu;
+    const T rg = r.p0[k], z = r.p0[H + k], n = r.p0[2 * H + k];
+    const T m = r.p1[k], hp = r.p2[k];
+    u.q[0] = (T(1) - n * n) * (T(1) - z);
+    u.q[1] = rg * (T(1) - rg) * m;
+    u.q[2] = z * (T(1) - z) * (hp - n);
+    u.q[3] = rg;
+  } else {
+    (void)relu;
+    const T i = r.p0[k], f = r.p0[H + k], gg = r.p0[2 * H + k], o = r.p0[3 * H + k];
+    const T tc = r.p1[k], cp = r.p2[k];
+    u.q[0] = o * (T(1) - tc * tc);
+    u.q[1] = gg * i * (T(1) - i);
+    u.q[2] = cp * f * (T(1) - f);
+    u.q[3] = i * (T(1) - gg * gg);
+    u.q[4] = tc * o * (T(1) - o);
+  }
+  return u;
+}
+
+/// y (G values) of one column from its unit k values x_h (and LSTM x_c).
+template <class T, std::int32_t FAM>
+BPPSA_HD inline void fused_y(const FusedUnit<T, FAM>& u, T xh, T xc, T* y) {
+  if constexpr (FAM == kFamRnn) {
+    (void)xc;
+    y[0] = u.q[0] * xh;
+  } else if constexpr (FAM == kFamGru) {
+    (void)xc;
+    const T dn = u.q[0] * xh;  // ∇N
+    y[0] = u.q[1] * dn;        // ∇R
+    y[1] = u.q[2] * xh;        // ∇Z
+    y[2] = u.q[3] * dn;        // ∇M = r ⊙ ∇N
+  } else {
+    const T dc = xc + u.q[0] * xh;  // δc
+    y[0] = u.q[1] * dc;
+    y[1] = dc * u.q[2];
+    y[2] = u.q[3] * dc;
+    y[3] = u.q[4] * xh;
+  }
+}
+
+/// The direct part of row i: GRU z_t[i]; LSTM f and o(1 − tanh²c) for the c row.
+template <class T>
+struct FusedDirect {
+  T z = T(0), f = T(0), kappa = T(0);
+};
+template <class T, std::int32_t FAM>
+BPPSA_HD inline FusedDirect<T> fused_direct(const FusedStepRecord<T>& r, Idx H, Idx i) {
+  FusedDirect<T> d;
+  if constexpr (FAM == kFamGru) {
+    d.z = r.p0[H + i];
+  } else if constexpr (FAM == kFamLstm) {
+    d.f = r.p0[H + i];
+    const T o = r.p0[3 * H + i], tc = r.p1[i];
+    d.kappa = o * (T(1) - tc * tc);
+  } else {
+    (void)r;
+    (void)H;
+    (void)i;
+  }
+  return d;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The column kernel's phases: load, then per step j = 0 … launch.steps − 1 one step, a barrier
+// after each (skipped by the kernel when ntile == 1: a thread's columns are then its own). The
+// kernel computes each thread's FusedGroup once (fused_group) and passes it to every phase.
+
+/// Phase 0: W_hh into shared memory (when w_shared), each thread's rows of its initial columns:
+/// reduce [I | 0] (padding columns 0), push g at the chunk's end (written by prepare or carry).
+template <class T>
+BPPSA_HD inline void fused_load(const FusedArgs<T>& a, T* sm, const FusedGroup& gr, Idx thread) {
+  const FusedShape& s = a.shape;
+  const FusedLaunch& l = a.launch;
+  if (l.w_shared) {
+    const Idx hp = launch_hpad(l);
+    for (Idx o = thread; o < s.GH * hp; o += l.threads) {
+      const Idx r = o / hp, i = o - r * hp;
+      sm[o] = a.wp[r * s.ldw + i];
+    }
+  }
+  if (!gr.valid) return;
+  T* x = sm + x_offset(s, l) + gr.slot * l.nc;
+  const Idx xs = x_stride(l), parts = s.S / s.H;  // 1, or 2 for LSTM (h rows, c rows)
+  const T* from = a.g + (chunk_end(s, gr.chunk) * s.B + gr.sample) * s.S;
+  for (Idx ii = 0; ii < l.tile; ++ii) {
+    const Idx i = gr.tile * l.tile + ii;
+    if (i >= s.H) break;
+    for (Idx part = 0; part < parts; ++part) {
+      const Idx r = part * s.H + i;
+      for (Idx n = 0; n < l.nc; ++n)
+        x[r * xs + n] = l.mode == kFusedReduce ? (gr.col0 + n == r ? T(1) : T(0)) : from[r];
+    }
+  }
+}
+
+/// Phase 1, step j of the thread's columns: t = chunk_end − j; x ← J_t^T x, plus the injection
+/// e_{t−1} on the columns that take it (push; the reduce's v column). Push stores g_{t−1}; the
+/// reduce's last step stores its columns of [M_c | v_c]. `w` is the padded W_hh with row
+/// stride `ldw` (shared memory or the global copy).
+template <class T, std::int32_t FAM, int TW, int NC>
+BPPSA_HD inline void fused_step(const FusedArgs<T>& a, T* sm, const T* w, Idx ldw, const FusedGroup& gr, Idx j) {
+  constexpr int G = kFamGates<FAM>;
+  if (!gr.valid || j >= gr.steps) return;
+  const FusedShape& s = a.shape;
+  const FusedLaunch& l = a.launch;
+  const Idx H = s.H, t = chunk_end(s, gr.chunk) - j, b = gr.sample, xs = x_stride(l);
+  const T* xc = sm + x_offset(s, l) + (j % l.nbuf) * s.S * xs + gr.slot * NC;
+  T* xn = sm + x_offset(s, l) + ((j + 1) % l.nbuf) * s.S * xs + gr.slot * NC;
+  const FusedStepRecord<T> rec = fused_step_record<T, FAM>(a, t, b);
+  const bool relu = s.cell == kRnnRelu;
+  const Idx gate_stride = H * ldw;  // from W_hh's rows of gate q to those of gate q + 1
+
+  T acc[NC][TW];
+  fused_unroll<NC>(
+      [&](auto nn) { fused_unroll<TW>([&](auto ii) { acc[decltype(nn)::value][decltype(ii)::value] = T(0); }); });
+  const T* wk = w + gr.tile * TW;  // row k of W_hh's gate 0, this thread's tile
+  const T* xk = xc;                // row k of the columns
+  for (Idx k = 0; k < H; ++k, wk += ldw, xk += xs) {
+    const FusedUnit<T, FAM> u = fused_unit<T, FAM>(rec, H, relu, k);
+    T y[NC][G];
+    fused_unroll<NC>([&](auto nn) {
+      constexpr int n = decltype(nn)::value;
+      fused_y<T, FAM>(u, xk[n], FAM == kFamLstm ? xk[H * xs + n] : T(0), y[n]);
+    });
+    fused_unroll<G>([&](auto gg) {
+      constexpr int q = decltype(gg)::value;
+      const T* wr = wk + q * gate_stride;
+      fused_unroll<TW / 4>([&](auto pp) {
+        constexpr int p = decltype(pp)::value;
+        const FusedQuad<T> w4 = load_quad(wr + 4 * p);
+        fused_unroll<NC>([&](auto nn) {
+          constexpr int n = decltype(nn)::value;
+          acc[n][4 * p + 0] += w4.v[0] * y[n][q];
+          acc[n][4 * p + 1] += w4.v[1] * y[n][q];
+          acc[n][4 * p + 2] += w4.v[2] * y[n][q];
+          acc[n][4 * p + 3] += w4.v[3] * y[n][q];
+        });
+      });
+    });
+  }
+
+  // The thread's rows of the new columns: injection, W_hh^T y, direct terms; then the stores.
+  const bool push = l.mode == kFusedPush;
+  const bool last = !push && j == gr.steps - 1;
+  const T* e = (s.inject && a.above != nullptr && t >= 2) ? a.above + ((t - 2) * s.B + b) * H : nullptr;
+  T* out = push ? a.g + ((t - 1) * s.B + b) * s.S : (last ? a.totals + total_offset(s, gr.chunk, b) : nullptr);
+  fused_unroll<TW>([&](auto iic) {
+    constexpr int ii = decltype(iic)::value;
+    const Idx i = gr.tile * TW + ii;
+    if (i >= H) return;
+    const FusedDirect<T> d = fused_direct<T, FAM>(rec, H, i);
+    fused_unroll<NC>([&](auto nn) {
+      constexpr int n = decltype(nn)::value;
+      const Idx col = gr.col0 + n;  // reduce: column of [M_c | v_c] (≥ ncols: padding)
+      const bool takes_e = e != nullptr && (push || col == s.S);
+      T vh = takes_e ? e[i] : T(0);
+      vh += acc[n][ii];
+      if constexpr (FAM == kFamGru) vh += d.z * xc[i * xs + n];
+      if constexpr (FAM == kFamLstm) {  // c row: f ⊙ δc, from the old x (read before the writes)
+        const T vc = d.f * (xc[(H + i) * xs + n] + d.kappa * xc[i * xs + n]);
+        xn[(H + i) * xs + n] = vc;
+        if (out != nullptr && (push || col < s.ncols)) (push ? out : out + col * s.S)[H + i] = vc;
+      }
+      xn[i * xs + n] = vh;
+      if (out != nullptr && (push || col < s.ncols)) (push ? out : out + col * s.S)[i] = vh;
+    });
+  });
+}
+
+/// The 128-byte lines n values from p touch, and the address of the `which`-th (inside the
+/// span: p itself for the first), or null past the last.
+template <class T>
+BPPSA_HD inline Idx fused_lines(const T* p, Idx n) {
+  constexpr Idx per = 128 / sizeof(T);
+  const Idx off = static_cast<Idx>((reinterpret_cast<std::uintptr_t>(p) % 128) / sizeof(T));
+  return n > 0 ? (off + n + per - 1) / per : 0;
+}
+template <class T>
+BPPSA_HD inline const T* fused_line(const T* p, Idx n, Idx which) {
+  constexpr Idx per = 128 / sizeof(T);
+  if (which < 0 || which >= fused_lines(p, n)) return nullptr;
+  const Idx off = static_cast<Idx>((reinterpret_cast<std::uintptr_t>(p) % 128) / sizeof(T));
+  return which == 0 ? p : p - off + which * per;
+}
+
+/// The record lines step j of a thread's group reads, for the kernel's prefetch some steps ahead:
+/// line `which` (the thread takes which = tile, tile + ntile, …) of the step's spans, or null
+/// past the last. Spans: rnn h_t; gru gates, M, h_{t−1}; lstm gates, tanh c, c_{t−1}; the
+/// injection. Lines are 128 bytes; every address returned lies inside its array.
+template <class T>
+BPPSA_HD inline const T* fused_prefetch_line(const FusedArgs<T>& a, const FusedGroup& gr, Idx j, Idx which) {
+  const FusedShape& s = a.shape;
+  if (!gr.valid || j >= gr.steps) return nullptr;
+  const Idx t = chunk_end(s, gr.chunk) - j, b = gr.sample, col = (t - 1) * s.B + b;
+  const T* span[4] = {nullptr, nullptr, nullptr, nullptr};
+  Idx len[4] = {0, 0, 0, 0};
+  const std::int32_t fam = fused_family(s.cell);
+  if (fam == kFamRnn) {
+    span[0] = a.h + (t * s.B + b) * s.H;
+    len[0] = s.H;
+  } else {
+    span[0] = a.gates + col * s.GH;
+    len[0] = s.GH;
+    span[1] = a.aux + col * s.H;
+    len[1] = s.H;
+    span[2] = (fam == kFamGru ? a.h : a.c) + col * s.H;
+    len[2] = s.H;
+  }
+  if (s.inject && a.above != nullptr && t >= 2) {
+    span[3] = a.above + ((t - 2) * s.B + b) * s.H;
+    len[3] = s.H;
+  }
+  for (int q = 0; q < 4; ++q) {
+    if (span[q] == nullptr) continue;
+    const T* line = fused_line(span[q], len[q], which);
+    if (line != nullptr) return line;
+    which -= fused_lines(span[q], len[q]);
+  }
+  return nullptr;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The carry: one block per sample, rows over threads; g_T, then for n = 0 … C−2 the boundary
+// g_{begin(c)} = M_c g_{end(c)} + v_c of chunk c = C−1−n, a barrier after each step.
+
+/// Phase 0: g_T (block T of g, from prepare) into shared buffer 0.
+template <class T>
+BPPSA_HD inline void carry_load(const FusedArgs<T>& a, T* sm, Idx block, Idx thread) {
+  const FusedShape& s = a.shape;
+  for (Idx r = thread; r < s.S; r += a.carry.threads) sm[r] = a.g[(s.steps * s.B + block) * s.S + r];
+}
+/// Step n: chunk c = C−1−n, from buffer n % 2 into the other and into g's block chunk_begin(c).
+template <class T>
+BPPSA_HD inline void carry_step(const FusedArgs<T>& a, T* sm, Idx block, Idx thread, Idx n) {
+  const FusedShape& s = a.shape;
+  const Idx c = s.C - 1 - n, b = block;
+  const T* m = a.totals + total_offset(s, c, b);
+  const T* cur = sm + (n % 2) * s.S;
+  T* nxt = sm + ((n + 1) % 2) * s.S;
+  T* out = a.g + (chunk_begin(s, c) * s.B + b) * s.S;
+  for (Idx r = thread; r < s.S; r += a.carry.threads) {
+    T v = s.inject ? m[s.S * s.S + r] : T(0);
+    for (Idx k = 0; k < s.S; ++k) v += m[k * s.S + r] * cur[k];
+    nxt[r] = v;
+    out[r] = v;
+  }
+}
+/// Line `which` of the total the carry's step n reads (prefetch), or null past the last/the end.
+template <class T>
+BPPSA_HD inline const T* carry_prefetch_line(const FusedArgs<T>& a, Idx block, Idx n, Idx which) {
+  const FusedShape& s = a.shape;
+  if (n < 0 || n > s.C - 2) return nullptr;
+  return fused_line(a.totals + total_offset(s, s.C - 1 - n, block), s.S * s.ncols, which);
+}
+
+}  // namespace bppsa::detail::gpu

@@ -1,0 +1,50 @@
+// Options and statistics of the fused chunked scan (fused_scan.hpp), apart from anything CUDA so
+// that plain C++ (benchmarks, the training engineer's host code) can use them.
+#pragma once
+
+#include <cstddef>
+
+#include "core/cuda/grid.hpp"
+
+namespace bppsa::detail::gpu {
+
+/// When run() replays a CUDA Graph of its launches instead of issuing them one by one.
+/// automatic: when the cost model's estimate of one run is below kFusedGraphMaxMicros (launch
+/// latency is then a large share) and from the second run with the same pointers on (a graph
+/// bakes pointers in: a run with other pointers updates it). never: for debugging and profiling.
+/// The environment variable BPPSA_FUSED_GRAPHS=never|always|auto overrides every plan's choice
+/// (e.g. to profile the kernels of a training run one by one).
+enum class FusedGraphs { automatic, always, never };
+/// automatic graphs below this estimated run time (µs): above it, ≤ 4 launches cost < 2 %.
+inline constexpr double kFusedGraphMaxMicros = 1000.0;
+
+/// Plan options. The overrides replace the cost model's choice (tests, tuning); a value the
+/// kernels were not compiled for is refused with InvalidArgument naming the choices.
+struct FusedScanOptions {
+  /// Per-step gradients on h_1 … h_{T−1} (FusedDevicePtrs::above): stacked layers, head=every.
+  bool injections = false;
+  FusedGraphs graphs = FusedGraphs::automatic;
+  Idx chunk_length = 0;    ///< L (0: cost model); L ≥ T means one chunk: BP only
+  int reduce_tile = 0;     ///< rows of W_hh^T y per reduce thread: 4, 8, 16, 20, 32, 64 (float) (0: model)
+  int reduce_columns = 0;  ///< columns per reduce thread: 1, or 4 (float, tile ≤ 32) (0: model)
+  int push_tile = 0;       ///< rows per push thread, as reduce_tile (0: model)
+  int w_shared = -1;       ///< 1: W_hh in shared memory; 0: read from global memory (L1/L2); −1: model
+};
+
+/// What a plan does per run, for benchmarks and memory checks.
+struct FusedScanStats {
+  Idx chunk_length = 0;        ///< L
+  Idx chunks = 0;              ///< C (1: BP only)
+  Idx first_chunk_length = 0;  ///< len0 = T − (C−1)·L
+  int reduce_tile = 0, reduce_columns = 0, reduce_threads_per_column = 0;
+  int push_tile = 0, push_threads_per_column = 0;
+  bool w_shared = true;          ///< W_hh in shared memory (reduce and push)
+  int launches = 0;              ///< kernel launches per run
+  bool graph = false;            ///< the last run replayed a CUDA Graph
+  std::size_t device_bytes = 0;  ///< what the plan allocated (totals, padded W_hh)
+  double flops = 0;              ///< per run: 2·(multiply-adds of W_hh^T y and of the carry)
+  double bytes = 0;              ///< per run: DRAM traffic estimate (record read by reduce and push, g, totals)
+  double estimate_us = 0;        ///< the cost model's run time (H100-class constants)
+};
+
+}  // namespace bppsa::detail::gpu

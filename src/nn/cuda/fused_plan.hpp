@@ -1,0 +1,239 @@
+// The fused scan's cost model: chooses the chunk length L and each launch's mapping (row tile,
+// columns per thread, groups per block, W_hh on chip or not) from H, T, B and the device's SM
+// count and shared memory, by estimating every candidate's cycles. __host__ __device__ plain
+// arithmetic, tested by g++ (tests/test_cuda_fused_host.cpp). The constants are H100-class
+// guesses from the instruction mix (they are not measured here: no GPU); scripts/bench_gpu.sh's
+// fused-scan timings against estimate_us are how to calibrate them.
+#pragma once
+
+#include "nn/cuda/fused_math.hpp"
+
+namespace bppsa::detail::gpu {
+
+/// Threads per block of the column kernels at most (their __launch_bounds__).
+inline constexpr Idx kFusedMaxThreads = 256;
+/// Threads per block of the carry at most.
+inline constexpr Idx kFusedCarryThreads = 256;
+/// Cycles of one kernel launch inside a stream or graph (≈ 1.4 µs at 1.75 GHz).
+inline constexpr double kFusedLaunchCycles = 2500;
+/// Clock the estimates are reported at (cycles per µs).
+inline constexpr double kFusedCyclesPerMicro = 1755;
+
+/// What the planner knows of the device.
+struct FusedLimits {
+  Idx sms = 132;                ///< multiprocessors
+  Idx smem_block = 227 * 1024;  ///< dynamic shared memory a block may opt in to, bytes
+  Idx smem_sm = 228 * 1024;     ///< shared memory per multiprocessor, bytes
+  double totals_bytes = 1e18;   ///< most device memory the chunk totals may take (plans beyond are skipped)
+};
+
+/// A planning request: the problem and the overrides (0 / −1: the model chooses).
+struct FusedRequest {
+  std::int32_t cell = kRnnTanh;
+  Idx H = 0, steps = 0, B = 0;
+  bool inject = false;
+  Idx scalar = 4;  ///< sizeof(T)
+  Idx chunk_length = 0, reduce_tile = 0, reduce_nc = 0, push_tile = 0;
+  int w_shared = -1;
+};
+
+enum FusedPlanError : std::int32_t {
+  kPlanOk = 0,
+  kPlanBadSize,     ///< H, T or B < 1, or a chunk length < 0
+  kPlanBadCell,     ///< not a CellCode
+  kPlanBadTile,     ///< a forced tile the kernels are not compiled for
+  kPlanBadColumns,  ///< forced columns per thread not compiled (with that tile and precision)
+  kPlanTooLarge,    ///< no mapping fits the shared memory or the thread limit
+};
+
+struct FusedChoice {
+  FusedShape shape;
+  FusedLaunch reduce, push;  ///< reduce unused when shape.C == 1
+  FusedCarry carry;          ///< unused when shape.C == 1
+  double reduce_cycles = 0, carry_cycles = 0, push_cycles = 0, cycles = 0;
+  std::int32_t error = kPlanOk;
+};
+
+BPPSA_HD inline Idx fused_ceil_div(Idx a, Idx b) { return (a + b - 1) / b; }
+BPPSA_HD inline Idx fused_min(Idx a, Idx b) { return a < b ? a : b; }
+BPPSA_HD inline Idx fused_max(Idx a, Idx b) { return a > b ? a : b; }
+
+/// Maps one column launch of `s` with `tile` rows × `nc` columns per thread: threads per group,
+/// groups per block (enough blocks for every SM when the groups allow, ≤ kFusedMaxThreads
+/// threads, within shared memory), W_hh shared or global (w_pref −1: shared when it fits).
+/// False when nothing fits.
+BPPSA_HD inline bool fused_configure(FusedLaunch& l, const FusedShape& s, std::int32_t mode, Idx tile, Idx nc,
+                                     int w_pref, const FusedLimits& lim, Idx scalar) {
+  l = FusedLaunch{};
+  l.mode = mode;
+  l.tile = tile;
+  l.nc = nc;
+  l.ntile = fused_ceil_div(s.H, tile);
+  if (l.ntile > kFusedMaxThreads) return false;
+  l.nbuf = l.ntile > 1 ? 2 : 1;
+  l.groups = launch_groups(s, mode, nc);
+  l.steps = mode == kFusedReduce ? s.L : push_steps_max(s);
+  if (l.groups < 1) return false;
+  const Idx gpb_max = kFusedMaxThreads / l.ntile;
+  Idx gpb = fused_min(fused_max(fused_ceil_div(l.groups, lim.sms), 1), gpb_max);
+  // Even shares: as many blocks per multiprocessor as the largest share needs, each as small as
+  // that allows (156 blocks of 256 on 132 SMs would leave most SMs half as busy as 24 others).
+  const Idx per_sm = fused_ceil_div(fused_ceil_div(l.groups, gpb), lim.sms);
+  gpb = fused_max(fused_ceil_div(l.groups, per_sm * lim.sms), 1);
+  if (32 % l.ntile == 0) {  // whole warps when the groups allow
+    const Idx per_warp = 32 / l.ntile;
+    gpb = fused_min(fused_ceil_div(gpb, per_warp) * per_warp, gpb_max);
+  }
+  gpb = fused_min(gpb, l.groups);
+  const Idx budget = lim.smem_block / scalar, per_group = l.nbuf * s.S * nc, w_values = s.GH * l.ntile * tile;
+  bool shared = w_pref != 0 && budget - w_values >= per_group;
+  if (w_pref == 1 && !shared) return false;
+  const Idx fit = (budget - (shared ? w_values : 0)) / per_group;
+  if (fit < 1) return false;
+  l.w_shared = shared;
+  l.gpb = fused_min(gpb, fit);
+  l.threads = l.gpb * l.ntile;
+  l.blocks = fused_ceil_div(l.groups, l.gpb);
+  l.smem = launch_smem(s, l);
+  return true;
+}
+
+/// Estimated cycles of a configured column launch: the largest of the issue-rate bound (all the
+/// warps' instructions over the schedulers in use), the latency bound (one warp's steps one
+/// after the other, per wave of resident blocks) and, with W_hh in global memory, its L2 traffic.
+BPPSA_HD inline double fused_launch_cycles(const FusedLaunch& l, const FusedShape& s, const FusedLimits& lim,
+                                           Idx scalar) {
+  const std::int32_t fam = fused_family(s.cell);
+  const double G = static_cast<double>(s.G), tile = static_cast<double>(l.tile), nc = static_cast<double>(l.nc);
+  const bool lstm = fam == kFamLstm, gru = fam == kFamGru;
+  const double fma = scalar == 8 ? 2 : 1;  // FP64 at half the FP32 rate (sm_90)
+  const double per_k = nc * (lstm ? 2 : 1) +
+                       (lstm  ? 14
+                        : gru ? 12
+                              : 3) +
+                       nc * (lstm  ? 5
+                             : gru ? 4
+                                   : 1) +
+                       G * (tile / 4 * (scalar == 8 ? 2 : 1) + nc * tile * fma);
+  const double post = tile * (3 + nc * (4 + (lstm ? 4 : 0) + (gru ? 1 : 0)) + (gru ? 1 : 0) + (lstm ? 4 : 0));
+  const double step = static_cast<double>(s.H) * per_k + post + 30 + (l.ntile > 1 ? 20 : 0);
+  const double lat = 120 + (l.ntile > 1 ? 40 : 0);
+  const Idx warps = fused_ceil_div(l.threads, 32);
+  const Idx regs = l.threads * (l.nc * l.tile * (scalar / 4) + 40);
+  Idx res = fused_min(2048 / l.threads, 32);
+  res = fused_min(res, lim.smem_sm / (l.smem * scalar + 1024));
+  res = fused_min(res, 65536 / regs);
+  res = fused_max(res, 1);
+  const Idx active = fused_min(lim.sms, l.blocks);
+  const Idx per_sm = fused_ceil_div(l.blocks, active);
+  const Idx waves = fused_ceil_div(per_sm, res);
+  const double resident_warps = static_cast<double>(fused_min(per_sm, res) * warps);
+  const double issue = (resident_warps < 4 ? resident_warps : 4) * 0.7;
+  const double steps = static_cast<double>(l.steps);
+  const double throughput = static_cast<double>(per_sm * warps) * steps * step / issue;
+  const double latency = static_cast<double>(waves) * steps * (step + lat);
+  const double w_load = l.w_shared ? static_cast<double>(waves) * (600 + G * s.H * l.ntile * l.tile / l.threads) : 0;
+  // W_hh from global memory: every group reads all of it every step, through L2 at ≈ 48 bytes per
+  // cycle and multiprocessor (L1 keeps little of it: it is what did not fit in shared memory).
+  const double l2 = l.w_shared ? 0
+                               : static_cast<double>(per_sm * l.gpb) * steps * G * static_cast<double>(s.H) *
+                                     static_cast<double>(launch_hpad(l) * scalar) / 48;
+  double cycles = throughput > latency ? throughput : latency;
+  if (l2 > cycles) cycles = l2;
+  return cycles + w_load;
+}
+
+/// The carry's cycles: C − 1 sequential mat-vecs of S × S per sample (one block each).
+BPPSA_HD inline double fused_carry_cycles(const FusedShape& s, const FusedCarry& c, Idx scalar) {
+  const double rows = static_cast<double>(fused_ceil_div(s.S, c.threads));
+  const double step = rows * static_cast<double>(s.S) * (scalar == 8 ? 3 : 2) + 150;
+  return static_cast<double>(s.C - 1) * step;
+}
+
+/// The best launch of one mode over the compiled (tile, columns) pairs (or the forced ones).
+BPPSA_HD inline bool fused_best_launch(FusedLaunch& best, double& best_cycles, const FusedShape& s, std::int32_t mode,
+                                       Idx force_tile, Idx force_nc, int w_pref, const FusedLimits& lim, Idx scalar) {
+  bool found = false;
+  for (int ti = 0; ti < kFusedTileCount; ++ti) {
+    const Idx tile = kFusedTiles[ti];
+    if (force_tile != 0 && tile != force_tile) continue;
+    for (Idx nc = 1; nc <= 4; nc += 3) {
+      if (mode == kFusedPush && nc != 1) continue;
+      if (force_nc != 0 && nc != force_nc) continue;
+      if (!fused_combo_compiled(tile, nc, scalar)) continue;
+      FusedLaunch l;
+      if (!fused_configure(l, s, mode, tile, nc, w_pref, lim, scalar)) continue;
+      const double cycles = fused_launch_cycles(l, s, lim, scalar);
+      if (!found || cycles < best_cycles) {
+        best = l;
+        best_cycles = cycles;
+        found = true;
+      }
+    }
+  }
+  return found;
+}
+
+/// Validates the request and returns the cheapest plan over the chunk lengths L (1 … 16, then
+/// steps of ×1.25, and T), or the forced one; plan.error says why there is none.
+BPPSA_HD inline FusedChoice fused_plan(const FusedRequest& q, const FusedLimits& lim) {
+  FusedChoice best;
+  if (q.H < 1 || q.steps < 1 || q.B < 1 || q.chunk_length < 0) {
+    best.error = kPlanBadSize;
+    return best;
+  }
+  if (q.cell != kRnnTanh && q.cell != kRnnRelu && q.cell != kGru && q.cell != kLstm) {
+    best.error = kPlanBadCell;
+    return best;
+  }
+  bool known_r = q.reduce_tile == 0, known_p = q.push_tile == 0;
+  for (int i = 0; i < kFusedTileCount; ++i) {
+    if (kFusedTiles[i] > fused_max_tile(q.scalar)) continue;
+    known_r = known_r || kFusedTiles[i] == q.reduce_tile;
+    known_p = known_p || kFusedTiles[i] == q.push_tile;
+  }
+  if (!known_r || !known_p) {
+    best.error = kPlanBadTile;
+    return best;
+  }
+  if (q.reduce_nc != 0 && !fused_combo_compiled(q.reduce_tile != 0 ? q.reduce_tile : 4, q.reduce_nc, q.scalar)) {
+    best.error = kPlanBadColumns;
+    return best;
+  }
+  bool found = false;
+  Idx L = q.chunk_length > 0 ? q.chunk_length : 1;
+  while (true) {
+    const FusedShape s = fused_shape(q.cell, q.H, q.steps, q.B, q.inject, L);
+    FusedChoice p;
+    p.shape = s;
+    const double totals = static_cast<double>(s.C - 1) * static_cast<double>(s.B) * static_cast<double>(s.S) *
+                          static_cast<double>(s.ncols) * static_cast<double>(q.scalar);
+    bool ok = totals <= lim.totals_bytes &&
+              fused_best_launch(p.push, p.push_cycles, s, kFusedPush, q.push_tile, 0, q.w_shared, lim, q.scalar);
+    if (ok && s.C > 1) {
+      ok = fused_best_launch(p.reduce, p.reduce_cycles, s, kFusedReduce, q.reduce_tile, q.reduce_nc, q.w_shared, lim,
+                             q.scalar);
+      p.carry.threads = fused_min(fused_ceil_div(s.S, 32) * 32, kFusedCarryThreads);
+      p.carry.blocks = s.B;
+      p.carry.smem = 2 * s.S;
+      p.carry_cycles = fused_carry_cycles(s, p.carry, q.scalar);
+      ok = ok && p.carry.smem * q.scalar <= lim.smem_block;
+    }
+    if (ok) {
+      const Idx launches = s.C > 1 ? 4 : 2;
+      p.cycles = p.reduce_cycles + p.carry_cycles + p.push_cycles + static_cast<double>(launches) * kFusedLaunchCycles;
+      p.shape.ldw = fused_max(launch_hpad(p.push), s.C > 1 ? launch_hpad(p.reduce) : 0);
+      if (!found || p.cycles < best.cycles) {
+        best = p;
+        found = true;
+      }
+    }
+    if (q.chunk_length > 0 || L >= q.steps) break;
+    L = L < 16 ? L + 1 : L + L / 4;
+    if (L > q.steps) L = q.steps;
+  }
+  if (!found) best.error = kPlanTooLarge;
+  return best;
+}
+
+}  // namespace bppsa::detail::gpu

@@ -1,0 +1,185 @@
+// The GPU halves of Recurrent<T>, SequenceClassifier<T> and Optimizer<T> as the CPU-side code
+// (src/nn/recurrent.cpp, model.cpp, src/train/) sees them: abstract interfaces without CUDA
+// types, implemented in src/nn/cuda/ (CUDA build) and made by factories that throw
+// UnsupportedError "built without CUDA" in a build without it (src/nn/no_gpu/gpu_model.cpp).
+//
+// Everything a GPU half holds lives on the current CUDA device and is allocated once per shape
+// (steps × batch) and reused every step; work is queued on the half's stream, and the host
+// waits only where it must read a value (a loss it returns, a status snapshot, a download).
+// Host copies of parameters and gradients are caches kept coherent by the owning class with the
+// flags below (see Recurrent<T>::params() and SequenceClassifier<T>::parameters()).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "bppsa/nn/backward.hpp"
+#include "bppsa/nn/linear.hpp"
+#include "bppsa/nn/loss.hpp"
+#include "bppsa/nn/recurrent.hpp"
+#include "nn/cuda/head_math.hpp"
+#include "nn/cuda/optimizer_math.hpp"
+
+struct CUstream_st;
+
+namespace bppsa {
+struct SequenceDataset;
+struct StepTimes;
+struct ModelConfig;
+}  // namespace bppsa
+
+namespace bppsa::detail::gpu {
+
+/// Which host copy is current. host_newer: the host copy changed (or was never uploaded) and
+/// must go up before the next device computation; device_newer: the device changed it (an
+/// optimizer step) and the host copy is stale until downloaded; grads_newer: the same for
+/// gradients (a backward).
+struct Coherence {
+  bool host_newer = true;
+  bool device_newer = false;
+  bool grads_newer = false;
+};
+
+/// Timing slots: a training step uses slot step % 2, so the host can read step k − 1's events
+/// while step k runs. Timing points of a slot, recorded on the stream.
+inline constexpr int kSlots = 2;
+enum TimePoint : int { kStepBegin = 0, kForwardEnd = 1, kBackwardEnd = 2, kOptimizerEnd = 3, kTimePoints = 4 };
+
+/// The GPU half of Recurrent<T>: parameters, the forward record, every backward method.
+template <class T>
+class RecurrentGpu {
+ public:
+  virtual ~RecurrentGpu() = default;
+  Coherence sync;
+
+  virtual CUstream_st* stream() const = 0;
+  /// The device status this stack (and the model built on it) reports into.
+  virtual DeviceStatus* status() = 0;
+  /// Reads the status (waits for the stream); clear_flags() resets its flags and bad_param.
+  virtual DeviceStatus read_status() = 0;
+  virtual void clear_flags() = 0;
+  virtual void synchronize() = 0;
+
+  /// Parameters and gradients: one device arena each, layer by layer w_ih, w_hh, b_ih, b_hh in
+  /// PyTorch's row-major layout (the state_dict order).
+  virtual Index layers() const = 0;
+  virtual T* param_values() = 0;
+  virtual T* param_grads() = 0;
+  virtual Index param_count() const = 0;
+  virtual void upload_params(const std::vector<RecurrentLayerParams<T>>& host) = 0;
+  virtual void download_params(std::vector<RecurrentLayerParams<T>>& host) = 0;
+  virtual void download_grads(std::vector<RecurrentLayerParams<T>>& host) = 0;
+
+  /// Sizes the forward buffers for steps × batch (allocating only when the shape grows; a
+  /// ResourceError, with the numbers, before allocating what does not fit).
+  virtual void resize(Index steps, Index batch) = 0;
+  virtual Index steps() const = 0;
+  virtual Index batch() const = 0;
+  /// The layer-0 input, I × (steps·batch) column-major (time-major columns), to fill on stream().
+  virtual T* input() = 0;
+  virtual void upload_input(const T* host) = 0;
+  /// Every layer over input(); s0[l]: layer l's initial state (S × batch, host) or null = zeros.
+  virtual void forward(const std::vector<const Matrix<T>*>& s0) = 0;
+  /// Top layer's h_1 … h_T, H × (steps·batch), on the device.
+  virtual const T* output() const = 0;
+  virtual void download_output(Matrix<T>& out) = 0;
+  virtual void download_state(Index layer, Index t, Matrix<T>& s) = 0;
+
+  /// ResourceError when a backward with these options cannot fit in the GPU's memory.
+  virtual void check_backward_memory(Index steps, Index batch, const BackwardOptions& options) = 0;
+  /// Uploads a host output gradient (`values` values: H × steps·batch or H × batch) into a
+  /// device buffer of the stack and returns it (for backward_begin).
+  virtual const T* upload_grad_out(const T* host, Index values) = 0;
+  /// The top layer's gradient: inject = true: H × (steps·batch), every block injected; false:
+  /// H × batch, the gradient on h_T only (many-to-one). Device memory that stays valid until
+  /// the last backward_layer.
+  virtual void backward_begin(const T* top, bool inject) = 0;
+  /// One layer, top-down: state gradients (BP, the fused scan or the generic scan), the
+  /// pre-activation and parameter gradients, the gradient on the layer's input. final_grad:
+  /// the extra gradient on s_T (S × batch, host) or null. Timed in `slot`.
+  virtual void backward_layer(Index layer, const BackwardOptions& options, const Matrix<T>* final_grad, int slot) = 0;
+  /// Where the last backward timed in `slot` spent its time (waits for it).
+  virtual BackwardTimes backward_times(int slot) = 0;
+  virtual void download_input_grad(Matrix<T>& gx) = 0;
+  virtual void download_state0_grad(Index layer, Matrix<T>& g0) = 0;
+  /// Sets kGradNotFinite in the status when a parameter gradient is not finite.
+  virtual void check_grads() = 0;
+  virtual std::size_t device_bytes() const = 0;
+};
+
+/// The GPU half of SequenceClassifier<T>: the Linear head, the loss, batches (uploaded or
+/// gathered from data sets resident on the GPU), timing, and the status snapshots.
+template <class T>
+class ModelGpu {
+ public:
+  virtual ~ModelGpu() = default;
+  Coherence head_sync;
+  /// Per layer, what Recurrent<T>::set_initial_state / set_final_state_grad hold (host S × B
+  /// matrices) or null; the owning model refreshes these before handing the half out.
+  std::vector<const Matrix<T>*> initial_states, final_grads;
+
+  virtual RecurrentGpu<T>& stack() = 0;
+  virtual void upload_head(const Linear<T>& head) = 0;
+  virtual void download_head(Linear<T>& head, bool values, bool grads) = 0;
+  /// The parameters in parameters() order: the recurrent arena, then the head's weight and bias.
+  virtual Segments<T> segments() = 0;
+
+  /// A host batch (x: [batch][steps][I] floats, labels checked by the caller) → the device.
+  virtual void set_batch(std::span<const float> x, Index batch, Index steps, std::span<const std::int64_t> labels) = 0;
+  /// Data resident on the GPU: slot 0 (training) or 1 (evaluation) holds `data`, uploaded at
+  /// its first use and kept while the same data set (same object, same sizes) is passed again;
+  /// ResourceError, with the numbers, when it does not fit.
+  virtual void use_data(int slot, const SequenceDataset& data) = 0;
+  /// The order batches are gathered in (an epoch's shuffle); empty = 0, 1, 2, …
+  virtual void set_order(int slot, std::span<const Index> order) = 0;
+  /// The batch of samples order[first … first + n) of the slot's data; times point kStepBegin.
+  virtual void gather(int slot, Index first, Index n, int time_slot) = 0;
+  /// Forward and loss of the current batch (∂loss/∂logits kept when grad), the last-step
+  /// predictions and the status (loss, totals, flags); times kForwardEnd.
+  virtual void forward_loss(bool grad, int time_slot) = 0;
+  /// Head backward, every recurrent layer's backward, the gradients' finiteness; kBackwardEnd.
+  virtual void backward(const BackwardOptions& options, int time_slot) = 0;
+  virtual void mark(int time_slot, int point) = 0;
+  /// forward, backward (with its detail) and optimizer seconds of a slot (waits for it).
+  virtual void step_times(int time_slot, StepTimes& times, double& optimizer_seconds) = 0;
+  virtual void download_predictions(std::vector<std::int64_t>& predictions) = 0;
+  /// Zeroes the status totals (loss_sum, correct, samples).
+  virtual void reset_totals() = 0;
+  /// Queues a copy of the status into pinned host slot `slot`; snapshot_wait returns it.
+  virtual void snapshot(int slot) = 0;
+  virtual DeviceStatus snapshot_wait(int slot) = 0;
+  virtual std::size_t device_bytes() const = 0;
+};
+
+/// The device state of an Optimizer<T> (momentum buffers or Adam's moments, in the flat order
+/// of the model's segments) and its step.
+template <class T>
+class OptimizerGpu {
+ public:
+  virtual ~OptimizerGpu() = default;
+  /// Global norm, clip factor and the update, all queued on the model's stream.
+  virtual void step(ModelGpu<T>& model, const StepConstants<T>& k) = 0;
+  /// Host state per parameter (sizes as the model's parameters) ↔ the device.
+  virtual void upload(const std::vector<std::vector<T>>& m, const std::vector<std::vector<T>>& v) = 0;
+  virtual void download(std::vector<std::vector<T>>& m, std::vector<std::vector<T>>& v) = 0;
+};
+
+/// Throws the NonFiniteError the CPU engine would have thrown for these status flags (the loss,
+/// the gradients, or a parameter after an optimizer step, named); nothing when none is set.
+/// (Defined in src/nn/model.cpp: every build.)
+void raise_status(const ModelConfig& config, const DeviceStatus& status);
+
+/// Factories (src/nn/cuda/*.cpp; src/nn/no_gpu/gpu_model.cpp throws UnsupportedError). They
+/// throw DeviceError when there is no usable GPU.
+template <class T>
+std::unique_ptr<RecurrentGpu<T>> make_recurrent_gpu(const RecurrentConfig& config);
+template <class T>
+std::unique_ptr<ModelGpu<T>> make_model_gpu(RecurrentGpu<T>& stack, const RecurrentConfig& rnn, Index classes,
+                                            bool every_step, LossType loss);
+/// The optimizer state for `model`'s parameters (zeros), on its stream.
+template <class T>
+std::unique_ptr<OptimizerGpu<T>> make_optimizer_gpu(ModelGpu<T>& model);
+
+}  // namespace bppsa::detail::gpu

@@ -1,0 +1,94 @@
+// The launches of the recurrent model's kernels (recurrent_kernels.cu, head_kernels.cu,
+// optimizer_kernels.cu): thin __global__ loops over the __host__ __device__ functions of
+// recurrent_math.hpp, head_math.hpp and optimizer_math.hpp. Every launch is checked
+// (BPPSA_CUDA_CHECK_LAUNCH) and runs on the given stream; pointers are device pointers.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "nn/cuda/head_math.hpp"
+#include "nn/cuda/optimizer_math.hpp"
+#include "nn/cuda/recurrent_math.hpp"
+
+namespace bppsa::detail::gpu {
+
+/// Threads of the persistent kernels' blocks at most (their __launch_bounds__).
+inline constexpr int kPersistentThreads = 512;
+
+/// Enables dynamic shared memory beyond 48 KiB for the persistent kernels of T (once per
+/// process; `bytes` is the device's opt-in limit).
+template <class T>
+void allow_persistent_smem(int bytes);
+
+// --- recurrent layers (recurrent_kernels.cu) ---------------------------------------------------
+/// out (rows × cols, column-major) = in (rows × cols, row-major).
+template <class T>
+void launch_transpose(const T* in, Idx rows, Idx cols, T* out, cudaStream_t s);
+/// The forward recurrence of one layer over all steps: persistent_blocks(B, spb) blocks of
+/// `threads`, `smem` bytes of dynamic shared memory (forward_smem(a).total values).
+template <class T>
+void launch_forward(const LayerArgs<T>& a, unsigned threads, std::size_t smem, cudaStream_t s);
+/// BP through time of one layer (g_T already in a.g): every g_t, dx (and dh).
+template <class T>
+void launch_backward_bp(const LayerArgs<T>& a, unsigned threads, std::size_t smem, cudaStream_t s);
+/// g_T (S × B, at g_last) = last (H × B, may be null) on the h rows + final_grad (S × B, may be null).
+template <class T>
+void launch_final_grad(Idx H, Idx S, Idx B, const T* last, const T* final_grad, T* g_last, cudaStream_t s);
+/// Pre-activation gradients of every step from a.g (the scan path).
+template <class T>
+void launch_preact(const LayerArgs<T>& a, cudaStream_t s);
+/// J_t^T of every step and sample into element[t − 1] (device table of T device pointers).
+template <class T>
+void launch_jacobians(const LayerArgs<T>& a, T* const* element, cudaStream_t s);
+/// dst[e][i] = src[e·per + i] for e < count, i < per (table of device pointers).
+template <class T>
+void launch_scatter_blocks(T* const* dst, const T* src, Idx count, Idx per, cudaStream_t s);
+/// dst[e·per + i] = src[e][i].
+template <class T>
+void launch_gather_blocks(const T* const* src, T* dst, Idx count, Idx per, cudaStream_t s);
+/// The affine parts of the generic scan: inj[k − 1] (S × B) = the h rows of above's block k − 1,
+/// zeros below (LSTM's c rows), for k = 1..count.
+template <class T>
+void launch_injections(T* const* inj, const T* above, Idx H, Idx S, Idx B, Idx count, cudaStream_t s);
+/// x (I × steps·batch, type T) and labels (batch) gathered from a [samples][steps][I] float
+/// array and its labels: samples order[first + b] (first + b when order is null).
+template <class T>
+void launch_gather(const float* data, const std::int64_t* data_labels, Idx I, Idx steps, Idx batch,
+                   const std::int64_t* order, Idx first, T* x, std::int64_t* labels, cudaStream_t s);
+/// Sets `flag` in the status when a value of x[0, n) is not finite.
+template <class T>
+void launch_check_finite(const T* x, Idx n, std::int32_t flag, DeviceStatus* status, cudaStream_t s);
+/// x[0, n) = value.
+template <class T>
+void launch_fill(T* x, Idx n, T value, cudaStream_t s);
+
+// --- head and loss (head_kernels.cu) -------------------------------------------------------------
+/// Per column j < N: logits += bias, col_loss[j] = its loss share, dlogits (null: not wanted).
+template <class T>
+void launch_loss_columns(bool mse, Idx C, Idx N, Idx B, T* logits, const T* bias, const std::int64_t* labels,
+                         T* dlogits, double* col_loss, cudaStream_t s);
+/// One block: the batch's loss from col_loss (mean over N columns, MSE also over C), the
+/// last-step predictions (written when predictions is not null) and their correct count; sets
+/// status.loss, adds to loss_sum, correct and samples; kLossNotFinite when the loss is not finite.
+template <class T>
+void launch_loss_finish(bool mse, Idx C, Idx N, Idx B, const double* col_loss, const T* logits,
+                        const std::int64_t* labels, std::int64_t* predictions, DeviceStatus* status, cudaStream_t s);
+
+// --- optimizer (optimizer_kernels.cu) ------------------------------------------------------------
+/// partials[blk] (kNormBlocks doubles) = Σ grad² over the values block blk's threads own.
+template <class T>
+void launch_norm_partials(const Segments<T>& p, double* partials, cudaStream_t s);
+/// One block: status.grad_norm = √Σ partials, *clip = clip_factor(norm, clip_max).
+template <class T>
+void launch_norm_finish(const double* partials, double clip_max, T* clip, DeviceStatus* status, cudaStream_t s);
+/// The update of every value (m, v: the optimizer's state, same order as the segments);
+/// nothing when the status has kLossNotFinite or kGradNotFinite; kParamNotFinite and
+/// bad_param for a value that is not finite afterwards.
+template <class T>
+void launch_update(const Segments<T>& p, T* m, T* v, const T* clip, const StepConstants<T>& k, DeviceStatus* status,
+                   cudaStream_t s);
+
+}  // namespace bppsa::detail::gpu

@@ -1,0 +1,724 @@
+// The GPU half of Recurrent<T> (gpu_model.hpp): device buffers per layer sized once per
+// (steps, batch) and reused; the forward (the input projections of all steps as one cuBLAS
+// GEMM, then one persistent kernel for the recurrence); the backward (the BP kernel, the fused
+// chunked scan or the generic GPU scan for the state gradients, then the pre-activation
+// gradients and every parameter gradient as GEMMs over all T·B columns, and W_ih^T·δ for the
+// layer below).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <array>
+#include <string>
+
+#include "bppsa/core/device.hpp"
+#include "bppsa/core/error.hpp"
+#include "bppsa/core/memory.hpp"
+#include "core/cuda/buffer.hpp"
+#include "jacobian/cuda/library.hpp"
+#include "nn/cuda/blas.hpp"
+#include "nn/cuda/fused_scan.hpp"
+#include "nn/cuda/generic_scan.hpp"
+#include "nn/cuda/gpu_model.hpp"
+#include "nn/cuda/kernels.hpp"
+
+namespace bppsa::detail::gpu {
+namespace {
+
+using cuda::DeviceBuffer;
+
+int device_attribute(cudaDeviceAttr attr) {
+  int device = 0, value = 0;
+  BPPSA_CUDA_CHECK(cudaGetDevice(&device));
+  BPPSA_CUDA_CHECK(cudaDeviceGetAttribute(&value, attr, device));
+  return value;
+}
+
+template <class T>
+void ensure(DeviceBuffer<T>& b, Idx n) {
+  if (b.size() < static_cast<std::size_t>(n)) b = DeviceBuffer<T>(static_cast<std::size_t>(n));
+}
+
+/// How Device::cuda computes a layer's state gradients for a backward method.
+enum class StateGrads { bp, fused, generic };
+StateGrads state_grads_for(BackwardMethod m) {
+  switch (m) {
+    case BackwardMethod::bp:
+      return StateGrads::bp;
+    case BackwardMethod::linear:
+    case BackwardMethod::hybrid:
+      return StateGrads::generic;
+    default:  // blelloch, automatic
+      return StateGrads::fused;
+  }
+}
+/// The generic engine's algorithm for a method.
+Algorithm generic_algorithm(BackwardMethod m) {
+  return m == BackwardMethod::linear ? Algorithm::linear : Algorithm::hybrid;
+}
+/// The fused scan's plan as the scan statistics a backward reports.
+ScanStats fused_stats(const FusedScanStats& f) {
+  ScanStats st;
+  st.algorithm = f.chunks > 1 ? Algorithm::hybrid : Algorithm::linear;
+  st.chunks = static_cast<int>(f.chunks);
+  st.flops = f.flops;
+  st.workspace_bytes = f.device_bytes;
+  st.device = Device::cuda;
+  st.launches = f.launches;
+  return st;
+}
+
+/// A fused-scan plan and the shape it was made for.
+template <class T>
+struct FusedPlan {
+  std::unique_ptr<FusedRecurrentScan<T>> scan;
+  Idx steps = -1, batch = -1;
+  bool inject = false;
+  bool matches(Idx s, Idx b, bool i) const { return scan && steps == s && batch == b && inject == i; }
+};
+
+/// The two most recent plans of a layer: an epoch alternates between the full batch and its
+/// partial last one, and neither should be planned again every epoch (keep_older: the generic
+/// scan's plans hold T·B Jacobians, so it keeps one and plans again instead).
+template <class P>
+struct TwoPlans {
+  P recent, older;
+  /// The plan `match` accepts, made by `make` (replacing the older one) when neither does.
+  template <class Match, class Make>
+  P& get(Match&& match, Make&& make, bool keep_older) {
+    if (!match(recent)) {
+      std::swap(recent, older);
+      if (!keep_older) older = P{};
+      if (!match(recent)) {
+        recent = P{};  // free the old plan's device memory before the new one is allocated
+        recent = make();
+      }
+    }
+    return recent;
+  }
+};
+
+/// The timing events of one slot: per layer begin, after the Jacobians, after the scan, end.
+struct LayerEvents {
+  std::array<cudaEvent_t, 4> e{};
+};
+
+template <class T>
+class RecurrentStack final : public RecurrentGpu<T> {
+ public:
+  explicit RecurrentStack(const RecurrentConfig& config);
+  ~RecurrentStack() override;
+
+  CUstream_st* stream() const override { return stream_.get(); }
+  DeviceStatus* status() override { return status_.data(); }
+  DeviceStatus read_status() override;
+  void clear_flags() override;
+  void synchronize() override { stream_.synchronize(); }
+
+  Index layers() const override { return config_.layers; }
+  T* param_values() override { return params_.data(); }
+  T* param_grads() override { return grads_.data(); }
+  Index param_count() const override { return static_cast<Index>(params_.size()); }
+  void upload_params(const std::vector<RecurrentLayerParams<T>>& host) override;
+  void download_params(std::vector<RecurrentLayerParams<T>>& host) override;
+  void download_grads(std::vector<RecurrentLayerParams<T>>& host) override;
+
+  void resize(Index steps, Index batch) override;
+  Index steps() const override { return steps_; }
+  Index batch() const override { return batch_; }
+  T* input() override { return x_.data(); }
+  void upload_input(const T* host) override;
+  void forward(const std::vector<const Matrix<T>*>& s0) override;
+  const T* output() const override { return layers_.back().h.data() + config_.hidden * batch_; }
+  void download_output(Matrix<T>& out) override;
+  void download_state(Index layer, Index t, Matrix<T>& s) override;
+
+  void check_backward_memory(Index steps, Index batch, const BackwardOptions& options) override;
+  const T* upload_grad_out(const T* host, Index values) override;
+  void backward_begin(const T* top, bool inject) override;
+  void backward_layer(Index layer, const BackwardOptions& options, const Matrix<T>* final_grad, int slot) override;
+  BackwardTimes backward_times(int slot) override;
+  void download_input_grad(Matrix<T>& gx) override;
+  void download_state0_grad(Index layer, Matrix<T>& g0) override;
+  void check_grads() override;
+  std::size_t device_bytes() const override;
+
+ private:
+  struct Layer {
+    Idx input = 0;                                ///< I of this layer
+    Idx w_ih = 0, w_hh = 0, b_ih = 0, b_hh = 0;   ///< offsets in the parameter arenas
+    DeviceBuffer<T> h, c, gates, aux, ax, w_col;  ///< forward record (w_col: W_hh column-major)
+    DeviceBuffer<T> g, dx, dh, gx, g_final;       ///< backward
+    DeviceBuffer<T> g_last;                       ///< the fused scan's g_T input (apart from g)
+    TwoPlans<std::unique_ptr<GenericLayerScan<T>>> generic;
+    TwoPlans<FusedPlan<T>> fused;
+    std::array<LayerEvents, kSlots> events;
+  };
+
+  LayerArgs<T> args(Index l);
+  /// The persistent kernels' launch for `rows` state rows per sample (forward H, backward S).
+  PersistentLaunch launch_for(Idx rows) const;
+  void download(const T* src, T* dst, Idx n);
+  /// The fused chunked scan's state gradients of layer l (a.g's block T set).
+  void run_fused(Index l, const LayerArgs<T>& a, cudaStream_t s);
+  /// Every layer's backward buffers for the current shape (a backward's first layer): what
+  /// must grow is freed, checked against the GPU's free memory, then allocated.
+  void prepare_backward(bool fused);
+  /// Device bytes the backward buffers and scan plans hold now.
+  double backward_held() const;
+
+  RecurrentConfig config_;
+  std::int32_t cell_;
+  Idx H_, GH_, S_;
+  cuda::Stream stream_;
+  std::unique_ptr<BlasHandle> blas_;
+  int sms_, smem_optin_;
+  DeviceBuffer<T> params_, grads_;
+  DeviceBuffer<T> x_, ones_, grad_out_;
+  DeviceBuffer<DeviceStatus> status_;
+  std::vector<Layer> layers_;
+  Index steps_ = 0, batch_ = 0;
+  const T* top_ = nullptr;
+  bool inject_top_ = false;
+  std::array<std::vector<Index>, kSlots> timed_;  ///< layers timed in each slot's last backward
+  StateGrads last_how_ = StateGrads::bp;
+};
+
+template <class T>
+RecurrentStack<T>::RecurrentStack(const RecurrentConfig& config)
+    : config_(config),
+      cell_(config.cell == CellType::gru                ? kGru
+            : config.cell == CellType::lstm             ? kLstm
+            : config.nonlinearity == Nonlinearity::relu ? kRnnRelu
+                                                        : kRnnTanh),
+      H_(config.hidden),
+      GH_(gate_count(config.cell) * config.hidden),
+      S_(state_size(config.cell, config.hidden)),
+      sms_(device_attribute(cudaDevAttrMultiProcessorCount)),
+      smem_optin_(device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin)) {
+  blas_ = std::make_unique<BlasHandle>(stream_.get());
+  Idx count = 0;
+  layers_.resize(static_cast<std::size_t>(config.layers));
+  for (Index l = 0; l < config.layers; ++l) {
+    Layer& L = layers_[static_cast<std::size_t>(l)];
+    L.input = l == 0 ? config.input : config.hidden;
+    L.w_ih = count;
+    L.w_hh = L.w_ih + GH_ * L.input;
+    L.b_ih = L.w_hh + GH_ * H_;
+    L.b_hh = L.b_ih + GH_;
+    count = L.b_hh + GH_;
+  }
+  cuda::require_device_memory("Recurrent",
+                              "the weights of a " + std::string(to_string(config.cell)) + " with hidden " +
+                                  std::to_string(H_) + " and " + std::to_string(config.layers) + " layers",
+                              {{"weights and their gradients", 2.0 * static_cast<double>(count) * sizeof(T)}},
+                              "use a smaller --hidden or fewer --layers");
+  params_ = DeviceBuffer<T>(static_cast<std::size_t>(count));
+  grads_ = DeviceBuffer<T>(static_cast<std::size_t>(count));
+  BPPSA_CUDA_CHECK(cudaMemsetAsync(params_.data(), 0, params_.bytes(), stream_.get()));
+  BPPSA_CUDA_CHECK(cudaMemsetAsync(grads_.data(), 0, grads_.bytes(), stream_.get()));
+  status_ = DeviceBuffer<DeviceStatus>(1);
+  const DeviceStatus fresh;
+  BPPSA_CUDA_CHECK(cudaMemcpyAsync(status_.data(), &fresh, sizeof fresh, cudaMemcpyHostToDevice, stream_.get()));
+  for (Layer& L : layers_)
+    for (auto& slot : L.events)
+      for (cudaEvent_t& e : slot.e) BPPSA_CUDA_CHECK(cudaEventCreate(&e));
+  allow_persistent_smem<T>(smem_optin_);
+  stream_.synchronize();
+}
+
+template <class T>
+RecurrentStack<T>::~RecurrentStack() {
+  for (Layer& L : layers_)
+    for (auto& slot : L.events)
+      for (cudaEvent_t e : slot.e)
+        if (e) cudaEventDestroy(e);
+}
+
+template <class T>
+DeviceStatus RecurrentStack<T>::read_status() {
+  DeviceStatus s;
+  BPPSA_CUDA_CHECK(cudaMemcpyAsync(&s, status_.data(), sizeof s, cudaMemcpyDeviceToHost, stream_.get()));
+  stream_.synchronize();
+  return s;
+}
+
+template <class T>
+void RecurrentStack<T>::clear_flags() {
+  DeviceStatus* d = status_.data();
+  BPPSA_CUDA_CHECK(cudaMemsetAsync(&d->flags, 0, sizeof d->flags, stream_.get()));
+  BPPSA_CUDA_CHECK(cudaMemsetAsync(&d->bad_param, 0xFF, sizeof d->bad_param, stream_.get()));
+}
+
+template <class T>
+void RecurrentStack<T>::download(const T* src, T* dst, Idx n) {
+  BPPSA_CUDA_CHECK(
+      cudaMemcpyAsync(dst, src, static_cast<std::size_t>(n) * sizeof(T), cudaMemcpyDeviceToHost, stream_.get()));
+  stream_.synchronize();
+}
+
+template <class T>
+void RecurrentStack<T>::upload_params(const std::vector<RecurrentLayerParams<T>>& host) {
+  const cudaStream_t s = stream_.get();
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& L = layers_[l];
+    const auto& p = host[l];
+    auto up = [&](Idx off, const T* src, Idx n) {
+      BPPSA_CUDA_CHECK(cudaMemcpyAsync(params_.data() + off, src, static_cast<std::size_t>(n) * sizeof(T),
+                                       cudaMemcpyHostToDevice, s));
+    };
+    up(L.w_ih, p.w_ih.data(), p.w_ih.size());
+    up(L.w_hh, p.w_hh.data(), p.w_hh.size());
+    up(L.b_ih, p.b_ih.data(), p.b_ih.size());
+    up(L.b_hh, p.b_hh.data(), p.b_hh.size());
+  }
+  stream_.synchronize();  // the host may change its copies right after
+}
+
+template <class T>
+void RecurrentStack<T>::download_params(std::vector<RecurrentLayerParams<T>>& host) {
+  std::vector<T> all(params_.size());
+  download(params_.data(), all.data(), static_cast<Idx>(all.size()));
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& L = layers_[l];
+    auto& p = host[l];
+    std::copy_n(all.data() + L.w_ih, p.w_ih.size(), p.w_ih.data());
+    std::copy_n(all.data() + L.w_hh, p.w_hh.size(), p.w_hh.data());
+    std::copy_n(all.data() + L.b_ih, p.b_ih.size(), p.b_ih.data());
+    std::copy_n(all.data() + L.b_hh, p.b_hh.size(), p.b_hh.data());
+  }
+}
+
+template <class T>
+void RecurrentStack<T>::download_grads(std::vector<RecurrentLayerParams<T>>& host) {
+  std::vector<T> all(grads_.size());
+  download(grads_.data(), all.data(), static_cast<Idx>(all.size()));
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& L = layers_[l];
+    auto& p = host[l];
+    std::copy_n(all.data() + L.w_ih, p.w_ih.size(), p.w_ih.data());
+    std::copy_n(all.data() + L.w_hh, p.w_hh.size(), p.w_hh.data());
+    std::copy_n(all.data() + L.b_ih, p.b_ih.size(), p.b_ih.data());
+    std::copy_n(all.data() + L.b_hh, p.b_hh.size(), p.b_hh.data());
+  }
+}
+
+template <class T>
+void RecurrentStack<T>::resize(Index steps, Index batch) {
+  const char* op = "Recurrent::forward";
+  const double TB = static_cast<double>(steps) * static_cast<double>(batch);
+  if (TB * static_cast<double>(std::max<Idx>(GH_, config_.input)) > 4e18 || TB > 2147483647.0)
+    raise<InvalidArgument>(op, std::to_string(steps) + " steps × batch " + std::to_string(batch) +
+                                   " columns exceed what the GPU path indexes (2^31 − 1 columns); use a smaller "
+                                   "batch or shorter sequences");
+  const Idx T_ = steps, B = batch, TBi = steps * batch;
+  const bool lstm = cell_ == kLstm, rnn = cell_ == kRnnTanh || cell_ == kRnnRelu;
+  // What must grow, freed first so that the check sees the memory it may reuse.
+  double need = 0;
+  auto plan_buffer = [&](DeviceBuffer<T>& b, Idx n) {
+    if (b.size() >= static_cast<std::size_t>(n)) return;
+    b = DeviceBuffer<T>();
+    need += static_cast<double>(n) * sizeof(T);
+  };
+  plan_buffer(x_, config_.input * TBi);
+  plan_buffer(ones_, TBi);
+  for (Layer& L : layers_) {
+    plan_buffer(L.h, H_ * (T_ + 1) * B);
+    if (lstm) plan_buffer(L.c, H_ * (T_ + 1) * B);
+    if (!rnn) plan_buffer(L.gates, GH_ * TBi);
+    if (!rnn) plan_buffer(L.aux, H_ * TBi);
+    plan_buffer(L.ax, GH_ * TBi);
+    plan_buffer(L.w_col, GH_ * H_);
+  }
+  if (need > 0)
+    cuda::require_device_memory(op,
+                                "a forward pass of " + std::to_string(steps) + " steps × batch " +
+                                    std::to_string(batch) + " through " + to_string(config_.cell) + " hidden " +
+                                    std::to_string(H_) + " × " + std::to_string(config_.layers) + " layers",
+                                {{"forward record", need}},
+                                "use a smaller --batch, shorter sequences or a smaller --hidden");
+  const bool grew_ones = ones_.size() < static_cast<std::size_t>(TBi);
+  ensure(x_, config_.input * TBi);
+  ensure(ones_, TBi);
+  if (grew_ones) launch_fill(ones_.data(), static_cast<Idx>(ones_.size()), T(1), stream_.get());
+  for (Layer& L : layers_) {
+    ensure(L.h, H_ * (T_ + 1) * B);
+    if (lstm) ensure(L.c, H_ * (T_ + 1) * B);
+    if (!rnn) ensure(L.gates, GH_ * TBi);
+    if (!rnn) ensure(L.aux, H_ * TBi);
+    ensure(L.ax, GH_ * TBi);
+    ensure(L.w_col, GH_ * H_);
+  }
+  steps_ = steps;
+  batch_ = batch;
+}
+
+template <class T>
+void RecurrentStack<T>::upload_input(const T* host) {
+  BPPSA_CUDA_CHECK(cudaMemcpyAsync(x_.data(), host,
+                                   static_cast<std::size_t>(config_.input * steps_ * batch_) * sizeof(T),
+                                   cudaMemcpyHostToDevice, stream_.get()));
+  stream_.synchronize();  // the host buffer may be a temporary
+}
+
+template <class T>
+LayerArgs<T> RecurrentStack<T>::args(Index l) {
+  Layer& L = layers_[static_cast<std::size_t>(l)];
+  LayerArgs<T> a;
+  a.cell = cell_;
+  a.H = H_;
+  a.GH = GH_;
+  a.S = S_;
+  a.B = batch_;
+  a.steps = steps_;
+  a.b_ih = params_.data() + L.b_ih;
+  a.b_hh = params_.data() + L.b_hh;
+  a.ax = L.ax.data();
+  a.h = L.h.data();
+  a.c = L.c.data();
+  a.gates = L.gates.data();
+  a.aux = L.aux.data();
+  a.g = L.g.data();
+  a.dx = L.dx.data();
+  a.dh = L.dh.data();
+  return a;
+}
+
+template <class T>
+void RecurrentStack<T>::forward(const std::vector<const Matrix<T>*>& s0) {
+  const cudaStream_t s = stream_.get();
+  const Idx B = batch_, TB = steps_ * batch_;
+  for (Index l = 0; l < config_.layers; ++l) {
+    Layer& L = layers_[static_cast<std::size_t>(l)];
+    const T* x = l == 0 ? x_.data() : layers_[static_cast<std::size_t>(l - 1)].h.data() + H_ * B;
+    run(blas_->get(), input_projection(GH_, L.input, TB, params_.data() + L.w_ih, x, L.ax.data()));
+    // s_0: the caller's (S × B: h rows over c rows) or zeros.
+    const Matrix<T>* init = s0.empty() ? nullptr : s0[static_cast<std::size_t>(l)];
+    if (init != nullptr) {
+      BPPSA_CUDA_CHECK(cudaMemcpy2DAsync(L.h.data(), H_ * sizeof(T), init->data(), S_ * sizeof(T), H_ * sizeof(T), B,
+                                         cudaMemcpyHostToDevice, s));
+      if (cell_ == kLstm)
+        BPPSA_CUDA_CHECK(cudaMemcpy2DAsync(L.c.data(), H_ * sizeof(T), init->data() + H_, S_ * sizeof(T),
+                                           H_ * sizeof(T), B, cudaMemcpyHostToDevice, s));
+    } else {
+      BPPSA_CUDA_CHECK(cudaMemsetAsync(L.h.data(), 0, static_cast<std::size_t>(H_ * B) * sizeof(T), s));
+      if (cell_ == kLstm)
+        BPPSA_CUDA_CHECK(cudaMemsetAsync(L.c.data(), 0, static_cast<std::size_t>(H_ * B) * sizeof(T), s));
+    }
+    launch_transpose(params_.data() + L.w_hh, GH_, H_, L.w_col.data(), s);
+    LayerArgs<T> a = args(l);
+    a.w = L.w_col.data();
+    const PersistentLaunch p = launch_for(H_);
+    a.spb = p.spb;
+    a.w_shared = p.w_shared;
+    launch_forward(a, p.threads, p.smem_bytes, s);
+  }
+}
+
+template <class T>
+PersistentLaunch RecurrentStack<T>::launch_for(Idx rows) const {
+  const PersistentLaunch p = persistent_launch(GH_, H_, rows, batch_, sizeof(T), sms_,
+                                               static_cast<std::size_t>(smem_optin_), kPersistentThreads);
+  if (!p.fits)
+    raise<UnsupportedError>(
+        "Recurrent", "hidden size " + std::to_string(H_) + " needs " + format_bytes(static_cast<double>(p.smem_bytes)) +
+                         " of shared memory per sample in the GPU's persistent kernels, more "
+                         "than this GPU's " +
+                         format_bytes(smem_optin_) + " per block; use a smaller --hidden or --device cpu");
+  return p;
+}
+
+template <class T>
+void RecurrentStack<T>::download_output(Matrix<T>& out) {
+  out.resize(H_, steps_ * batch_);
+  download(output(), out.data(), out.size());
+}
+
+template <class T>
+void RecurrentStack<T>::download_state(Index layer, Index t, Matrix<T>& st) {
+  const Layer& L = layers_[static_cast<std::size_t>(layer)];
+  st.resize(S_, batch_);
+  const cudaStream_t s = stream_.get();
+  BPPSA_CUDA_CHECK(cudaMemcpy2DAsync(st.data(), S_ * sizeof(T), L.h.data() + t * batch_ * H_, H_ * sizeof(T),
+                                     H_ * sizeof(T), batch_, cudaMemcpyDeviceToHost, s));
+  if (cell_ == kLstm)
+    BPPSA_CUDA_CHECK(cudaMemcpy2DAsync(st.data() + H_, S_ * sizeof(T), L.c.data() + t * batch_ * H_, H_ * sizeof(T),
+                                       H_ * sizeof(T), batch_, cudaMemcpyDeviceToHost, s));
+  stream_.synchronize();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward
+
+template <class T>
+void RecurrentStack<T>::check_backward_memory(Index steps, Index batch, const BackwardOptions& options) {
+  const double TB = static_cast<double>(steps) * static_cast<double>(batch), T1B = TB + static_cast<double>(batch);
+  const double H = static_cast<double>(H_), GH = static_cast<double>(GH_), S = static_cast<double>(S_);
+  const double size = sizeof(T);
+  double grads = 0, jacobians = 0, workspace = 0;
+  for (const Layer& L : layers_) {
+    grads += (S * T1B + GH * TB * (cell_ == kGru ? 2 : 1) + static_cast<double>(L.input) * TB) * size;
+    if (state_grads_for(options.method) == StateGrads::generic) {
+      const double per = static_cast<double>(jacobian_values(cell_, H_));
+      jacobians += (TB * per + S * T1B * 2) * size;  // Jacobians, prefixes and affine parts
+    } else if (state_grads_for(options.method) == StateGrads::fused) {
+      FusedScanOptions o;
+      o.injections = true;  // the larger of the two plans
+      workspace += static_cast<double>(FusedRecurrentScan<T>::estimate(cell_, H_, steps, batch, o).device_bytes) +
+                   S * static_cast<double>(batch) * size;
+    }
+  }
+  (void)H;
+  // What this stack already holds for a backward is memory the check may count as its own.
+  const double held = backward_held();
+  grads = std::max(0.0, grads - held);
+  cuda::require_device_memory("Recurrent::backward",
+                              std::string("the ") + to_string(options.method) + " backward of " +
+                                  std::to_string(steps) + " steps × batch " + std::to_string(batch) + " through " +
+                                  to_string(config_.cell) + " hidden " + std::to_string(H_) + " × " +
+                                  std::to_string(config_.layers) + " layers on the GPU",
+                              {{"Jacobians", jacobians}, {"scan workspace", workspace}, {"gradients", grads}},
+                              "use a smaller --batch, --backward bp or blelloch (they store no Jacobians), or "
+                              "--device cpu");
+}
+
+template <class T>
+double RecurrentStack<T>::backward_held() const {
+  double n = 0;
+  for (const Layer& L : layers_) {
+    for (const DeviceBuffer<T>* b : {&L.g, &L.dx, &L.dh, &L.gx, &L.g_last}) n += static_cast<double>(b->bytes());
+    for (const auto* g : {&L.generic.recent, &L.generic.older})
+      if (*g) n += static_cast<double>((*g)->device_bytes());
+    for (const auto* f : {&L.fused.recent, &L.fused.older})
+      if (f->scan) n += static_cast<double>(f->scan->stats().device_bytes);
+  }
+  return n;
+}
+
+template <class T>
+void RecurrentStack<T>::prepare_backward(bool fused) {
+  const Idx T_ = steps_, B = batch_, TB = steps_ * batch_;
+  double need = 0;
+  auto plan_buffer = [&](DeviceBuffer<T>& b, Idx n) {
+    if (b.size() >= static_cast<std::size_t>(n)) return;
+    b = DeviceBuffer<T>();  // freed first: the check may count on its memory
+    need += static_cast<double>(n) * sizeof(T);
+  };
+  for (Layer& L : layers_) {
+    plan_buffer(L.g, S_ * (T_ + 1) * B);
+    plan_buffer(L.dx, GH_ * TB);
+    if (cell_ == kGru) plan_buffer(L.dh, GH_ * TB);
+    plan_buffer(L.gx, L.input * TB);
+    if (fused) plan_buffer(L.g_last, S_ * B);
+  }
+  if (need > 0)
+    cuda::require_device_memory("Recurrent::backward",
+                                "the gradients of " + std::to_string(T_) + " steps × batch " + std::to_string(B) +
+                                    " through " + to_string(config_.cell) + " hidden " + std::to_string(H_) + " × " +
+                                    std::to_string(config_.layers) + " layers on the GPU",
+                                {{"state, pre-activation and input gradients", need}},
+                                "use a smaller --batch, shorter sequences or --device cpu");
+  for (Layer& L : layers_) {
+    ensure(L.g, S_ * (T_ + 1) * B);
+    ensure(L.dx, GH_ * TB);
+    if (cell_ == kGru) ensure(L.dh, GH_ * TB);
+    ensure(L.gx, L.input * TB);
+    if (fused) ensure(L.g_last, S_ * B);
+  }
+}
+
+template <class T>
+const T* RecurrentStack<T>::upload_grad_out(const T* host, Index values) {
+  ensure(grad_out_, values);
+  BPPSA_CUDA_CHECK(cudaMemcpyAsync(grad_out_.data(), host, static_cast<std::size_t>(values) * sizeof(T),
+                                   cudaMemcpyHostToDevice, stream_.get()));
+  stream_.synchronize();  // the host buffer may be a temporary
+  return grad_out_.data();
+}
+
+template <class T>
+void RecurrentStack<T>::backward_begin(const T* top, bool inject) {
+  top_ = top;
+  inject_top_ = inject;
+}
+
+template <class T>
+void RecurrentStack<T>::backward_layer(Index l, const BackwardOptions& options, const Matrix<T>* final_grad, int slot) {
+  const cudaStream_t s = stream_.get();
+  Layer& L = layers_[static_cast<std::size_t>(l)];
+  const Idx T_ = steps_, B = batch_, TB = steps_ * batch_;
+  const bool top = l == config_.layers - 1;
+  LayerEvents& ev = L.events[static_cast<std::size_t>(slot)];
+  if (top) timed_[static_cast<std::size_t>(slot)].clear();
+  timed_[static_cast<std::size_t>(slot)].push_back(l);
+  BPPSA_CUDA_CHECK(cudaEventRecord(ev.e[0], s));
+
+  if (top) prepare_backward(state_grads_for(options.method) == StateGrads::fused);
+
+  // The gradient on this layer's outputs: from the head (top) or the layer above (its gx).
+  const T* above = top ? top_ : layers_[static_cast<std::size_t>(l + 1)].gx.data();
+  const bool inject = top ? inject_top_ : true;
+  const T* last = inject ? above + (T_ - 1) * B * H_ : above;
+  const T* gfinal = nullptr;
+  if (final_grad != nullptr) {
+    ensure(L.g_final, S_ * B);
+    BPPSA_CUDA_CHECK(cudaMemcpyAsync(L.g_final.data(), final_grad->data(), static_cast<std::size_t>(S_ * B) * sizeof(T),
+                                     cudaMemcpyHostToDevice, s));
+    gfinal = L.g_final.data();
+  }
+  LayerArgs<T> a = args(l);
+  const StateGrads how = state_grads_for(options.method);
+  last_how_ = how;
+  if (how == StateGrads::fused) ensure(L.g_last, S_ * B);  // (layers may change method midway: S × B only)
+  launch_final_grad(H_, S_, B, last, gfinal, how == StateGrads::fused ? L.g_last.data() : a.g + T_ * B * S_, s);
+  a.above = inject ? above : nullptr;
+  a.w = params_.data() + L.w_hh;  // row-major
+
+  switch (how) {
+    case StateGrads::bp: {
+      BPPSA_CUDA_CHECK(cudaEventRecord(ev.e[1], s));
+      const PersistentLaunch p = launch_for(S_);
+      a.spb = p.spb;
+      a.w_shared = p.w_shared;
+      launch_backward_bp(a, p.threads, p.smem_bytes, s);  // g_{T−1} … g_0, dx (and dh)
+      BPPSA_CUDA_CHECK(cudaEventRecord(ev.e[2], s));
+      break;
+    }
+    case StateGrads::fused: {
+      BPPSA_CUDA_CHECK(cudaEventRecord(ev.e[1], s));
+      run_fused(l, a, s);
+      BPPSA_CUDA_CHECK(cudaEventRecord(ev.e[2], s));
+      launch_preact(a, s);
+      break;
+    }
+    case StateGrads::generic: {
+      const Algorithm algo = generic_algorithm(options.method);
+      const int chunks = algo == Algorithm::hybrid ? options.chunks : 0;
+      auto& plan = L.generic.get(
+          [&](const auto& p) { return p && p->matches(T_, B, inject, algo, chunks); },
+          [&] { return std::make_unique<GenericLayerScan<T>>(cell_, H_, T_, B, inject, algo, chunks); }, false);
+      plan->run(a, s, ev.e[1]);
+      BPPSA_CUDA_CHECK(cudaEventRecord(ev.e[2], s));
+      launch_preact(a, s);
+      break;
+    }
+  }
+
+  // Parameter gradients over all T·B columns (row-major PyTorch weights = column-major transposes).
+  const T* x = l == 0 ? x_.data() : layers_[static_cast<std::size_t>(l - 1)].h.data() + H_ * B;
+  const T* dhh = cell_ == kGru ? L.dh.data() : L.dx.data();
+  T* g = grads_.data();
+  const LayerGradProducts<T> p =
+      layer_grad_products(L.input, H_, GH_, TB, x, L.h.data(), L.dx.data(), dhh, params_.data() + L.w_ih, ones_.data(),
+                          g + L.w_ih, g + L.w_hh, g + L.b_ih, g + L.b_hh, L.gx.data());
+  cublasHandle_t h = blas_->get();
+  for (const Gemm<T>* m : {&p.w_ih, &p.w_hh, &p.input}) run(h, *m);
+  for (const Gemv<T>* v : {&p.b_ih, &p.b_hh}) run(h, *v);
+  BPPSA_CUDA_CHECK(cudaEventRecord(ev.e[3], s));
+}
+
+template <class T>
+void RecurrentStack<T>::run_fused(Index l, const LayerArgs<T>& a, cudaStream_t s) {
+  Layer& L = layers_[static_cast<std::size_t>(l)];
+  const bool inject = a.above != nullptr;
+  FusedPlan<T>& plan = L.fused.get(
+      [&](const FusedPlan<T>& p) { return p.matches(a.steps, a.B, inject); },
+      [&] {
+        FusedScanOptions o;
+        o.injections = inject;
+        FusedPlan<T> p;
+        p.scan = std::make_unique<FusedRecurrentScan<T>>(FusedRecurrentScan<T>::plan(cell_, H_, a.steps, a.B, o));
+        p.steps = a.steps;
+        p.batch = a.B;
+        p.inject = inject;
+        return p;
+      },
+      true);
+  FusedDevicePtrs<T> p;
+  p.w_hh = a.w;
+  p.h = a.h;
+  p.c = a.c;
+  p.gates = a.gates;
+  p.aux = a.aux;
+  p.g_last = L.g_last.data();
+  p.above = a.above;
+  p.g = a.g;
+  plan.scan->run(s, p);
+}
+
+template <class T>
+BackwardTimes RecurrentStack<T>::backward_times(int slot) {
+  BackwardTimes t;
+  for (const Index l : timed_[static_cast<std::size_t>(slot)]) {
+    const LayerEvents& ev = layers_[static_cast<std::size_t>(l)].events[static_cast<std::size_t>(slot)];
+    BPPSA_CUDA_CHECK(cudaEventSynchronize(ev.e[3]));
+    float jac = 0, scan = 0, params = 0;
+    BPPSA_CUDA_CHECK(cudaEventElapsedTime(&jac, ev.e[0], ev.e[1]));
+    BPPSA_CUDA_CHECK(cudaEventElapsedTime(&scan, ev.e[1], ev.e[2]));
+    BPPSA_CUDA_CHECK(cudaEventElapsedTime(&params, ev.e[2], ev.e[3]));
+    t.jacobians += 1e-3 * jac;
+    t.scan += 1e-3 * scan;
+    t.params += 1e-3 * params;
+    const Layer& L = layers_[static_cast<std::size_t>(l)];
+    if (last_how_ == StateGrads::generic && L.generic.recent) t.last_scan = L.generic.recent->stats();
+    if (last_how_ == StateGrads::fused && L.fused.recent.scan) t.last_scan = fused_stats(L.fused.recent.scan->stats());
+  }
+  return t;
+}
+
+template <class T>
+void RecurrentStack<T>::download_input_grad(Matrix<T>& gx) {
+  const DeviceBuffer<T>& d = layers_.front().gx;
+  if (d.size() < static_cast<std::size_t>(config_.input * steps_ * batch_)) {  // no backward of this shape yet
+    gx.resize(0, 0);
+    return;
+  }
+  gx.resize(config_.input, steps_ * batch_);
+  download(d.data(), gx.data(), gx.size());
+}
+
+template <class T>
+void RecurrentStack<T>::download_state0_grad(Index layer, Matrix<T>& g0) {
+  const DeviceBuffer<T>& d = layers_[static_cast<std::size_t>(layer)].g;
+  if (d.size() < static_cast<std::size_t>(S_ * (steps_ + 1) * batch_)) {
+    g0.resize(0, 0);
+    return;
+  }
+  g0.resize(S_, batch_);
+  download(d.data(), g0.data(), g0.size());
+}
+
+template <class T>
+void RecurrentStack<T>::check_grads() {
+  launch_check_finite(grads_.data(), static_cast<Idx>(grads_.size()), kGradNotFinite, status_.data(), stream_.get());
+}
+
+template <class T>
+std::size_t RecurrentStack<T>::device_bytes() const {
+  std::size_t n = params_.bytes() + grads_.bytes() + x_.bytes() + ones_.bytes() + grad_out_.bytes() + status_.bytes();
+  for (const Layer& L : layers_) {
+    for (const DeviceBuffer<T>* b :
+         {&L.h, &L.c, &L.gates, &L.aux, &L.ax, &L.w_col, &L.g, &L.dx, &L.dh, &L.gx, &L.g_final})
+      n += b->bytes();
+    for (const auto* g : {&L.generic.recent, &L.generic.older})
+      if (*g) n += (*g)->device_bytes();
+    for (const auto* f : {&L.fused.recent, &L.fused.older})
+      if (f->scan) n += f->scan->stats().device_bytes;
+    n += L.g_last.bytes();
+  }
+  return n;
+}
+
+}  // namespace
+
+template <class T>
+std::unique_ptr<RecurrentGpu<T>> make_recurrent_gpu(const RecurrentConfig& config) {
+  if (cuda_device_count() == 0)
+    raise<DeviceError>("Recurrent", "no CUDA device: Device::cuda needs an NVIDIA GPU and its driver (" +
+                                        cuda_summary() + "); use Device::cpu (--device cpu)");
+  return std::make_unique<RecurrentStack<T>>(config);
+}
+
+template std::unique_ptr<RecurrentGpu<float>> make_recurrent_gpu(const RecurrentConfig&);
+template std::unique_ptr<RecurrentGpu<double>> make_recurrent_gpu(const RecurrentConfig&);
+
+}  // namespace bppsa::detail::gpu

@@ -1,0 +1,222 @@
+// The recurrent layer kernels: persistent forward and BP-through-time kernels (one block per
+// group of samples for all T steps, two __syncthreads() per step, W_hh on chip when it fits),
+// and flat grid-stride kernels (pre-activation gradients, Jacobian generation, copies). Bodies
+// are the __host__ __device__ phases of recurrent_math.hpp, tested on the host.
+#include "core/cuda/check.hpp"
+#include "nn/cuda/kernels.hpp"
+
+namespace bppsa::detail::gpu {
+namespace {
+
+/// The flat loop of a grid-stride kernel: f(item) for every item < total.
+#define BPPSA_FLAT_LOOP(total, item)                                               \
+  for (Idx item = work_start(blockIdx.x, blockDim.x, threadIdx.x); item < (total); \
+       item += work_stride(gridDim.x, blockDim.x))
+
+template <class T>
+__global__ void __launch_bounds__(kPersistentThreads) forward_kernel(LayerArgs<T> a) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sm = reinterpret_cast<T*>(smem_raw);
+  const Idx block = blockIdx.x, thread = threadIdx.x, n = blockDim.x;
+  forward_load(a, sm, block, thread, n);
+  __syncthreads();
+  for (Idx t = 1; t <= a.steps; ++t) {
+    forward_matvec(a, sm, block, thread, n, t);
+    __syncthreads();
+    forward_cell(a, sm, block, thread, n, t);
+    __syncthreads();
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kPersistentThreads) backward_kernel(LayerArgs<T> a) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sm = reinterpret_cast<T*>(smem_raw);
+  const Idx block = blockIdx.x, thread = threadIdx.x, n = blockDim.x;
+  backward_load(a, sm, block, thread, n);
+  __syncthreads();
+  for (Idx t = a.steps; t >= 1; --t) {
+    backward_preact(a, sm, block, thread, n, t);
+    __syncthreads();
+    backward_transpose(a, sm, block, thread, n, t);
+    __syncthreads();
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kBlock) transpose_kernel(const T* in, Idx rows, Idx cols, T* out) {
+  BPPSA_FLAT_LOOP(rows * cols, i) out[i] = in[transpose_source(rows, cols, i)];
+}
+
+template <class T>
+__global__ void __launch_bounds__(kBlock)
+    final_grad_kernel(Idx H, Idx S, Idx B, const T* last, const T* final_grad, T* g_last) {
+  BPPSA_FLAT_LOOP(S * B, i) g_last[i] = final_state_grad(H, S, last, final_grad, i / S, i % S);
+}
+
+template <class T>
+__global__ void __launch_bounds__(kBlock) preact_kernel(LayerArgs<T> a) {
+  BPPSA_FLAT_LOOP(a.steps * a.B * a.H, i) preact_item(a, i);
+}
+
+template <class T>
+__global__ void __launch_bounds__(kBlock) jacobian_kernel(LayerArgs<T> a, T* const* element, Idx per) {
+  BPPSA_FLAT_LOOP(a.steps * a.B * per, i) {
+    const Idx item = i % per, pair = i / per, b = pair % a.B, t = pair / a.B + 1;
+    element[t - 1][b * per + item] = jacobian_value(a, t, b, item);
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kBlock) scatter_kernel(T* const* dst, const T* src, Idx count, Idx per) {
+  BPPSA_FLAT_LOOP(count * per, i) dst[i / per][i % per] = src[i];
+}
+
+template <class T>
+__global__ void __launch_bounds__(kBlock) gather_blocks_kernel(const T* const* src, T* dst, Idx count, Idx per) {
+  BPPSA_FLAT_LOOP(count * per, i) dst[i] = src[i / per][i % per];
+}
+
+template <class T>
+__global__ void __launch_bounds__(kBlock)
+    injection_kernel(T* const* inj, const T* above, Idx H, Idx S, Idx B, Idx count) {
+  BPPSA_FLAT_LOOP(count * S * B, i) {
+    const Idx row = i % S, col = i / S, b = col % B, k = col / B;  // e_{k+1}, sample b
+    inj[k][b * S + row] = injection_value(above, H, B, k + 1, b, row);
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kBlock)
+    gather_kernel(const float* data, const std::int64_t* data_labels, Idx I, Idx steps, Idx batch,
+                  const std::int64_t* order, Idx first, T* x, std::int64_t* labels) {
+  BPPSA_FLAT_LOOP(I * steps * batch, i) x[i] = static_cast<T>(data[gather_source(I, steps, batch, order, first, i)]);
+  BPPSA_FLAT_LOOP(batch, b) labels[b] = data_labels[order != nullptr ? order[first + b] : first + b];
+}
+
+template <class T>
+__global__ void __launch_bounds__(kBlock) check_finite_kernel(const T* x, Idx n, std::int32_t flag, DeviceStatus* st) {
+  BPPSA_FLAT_LOOP(n, i) {
+    if (!hd_finite(x[i])) atomicOr(&st->flags, flag);
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kBlock) fill_kernel(T* x, Idx n, T value) {
+  BPPSA_FLAT_LOOP(n, i) x[i] = value;
+}
+
+#undef BPPSA_FLAT_LOOP
+
+}  // namespace
+
+template <class T>
+void allow_persistent_smem(int bytes) {
+  static bool done = false;  // one device per process (the current one); the limit is the device's
+  if (done) return;
+  BPPSA_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  BPPSA_CUDA_CHECK(cudaFuncSetAttribute(backward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  done = true;
+}
+
+template <class T>
+void launch_transpose(const T* in, Idx rows, Idx cols, T* out, cudaStream_t s) {
+  if (rows * cols <= 0) return;
+  transpose_kernel<T><<<grid_blocks(rows * cols), kBlock, 0, s>>>(in, rows, cols, out);
+  BPPSA_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void launch_forward(const LayerArgs<T>& a, unsigned threads, std::size_t smem, cudaStream_t s) {
+  forward_kernel<T><<<static_cast<unsigned>(persistent_blocks(a.B, a.spb)), threads, smem, s>>>(a);
+  BPPSA_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void launch_backward_bp(const LayerArgs<T>& a, unsigned threads, std::size_t smem, cudaStream_t s) {
+  backward_kernel<T><<<static_cast<unsigned>(persistent_blocks(a.B, a.spb)), threads, smem, s>>>(a);
+  BPPSA_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void launch_final_grad(Idx H, Idx S, Idx B, const T* last, const T* final_grad, T* g_last, cudaStream_t s) {
+  final_grad_kernel<T><<<grid_blocks(S * B), kBlock, 0, s>>>(H, S, B, last, final_grad, g_last);
+  BPPSA_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void launch_preact(const LayerArgs<T>& a, cudaStream_t s) {
+  preact_kernel<T><<<grid_blocks(a.steps * a.B * a.H), kBlock, 0, s>>>(a);
+  BPPSA_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void launch_jacobians(const LayerArgs<T>& a, T* const* element, cudaStream_t s) {
+  const Idx per = jacobian_values(a.cell, a.H);
+  jacobian_kernel<T><<<grid_blocks(a.steps * a.B * per), kBlock, 0, s>>>(a, element, per);
+  BPPSA_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void launch_scatter_blocks(T* const* dst, const T* src, Idx count, Idx per, cudaStream_t s) {
+  if (count * per <= 0) return;
+  scatter_kernel<T><<<grid_blocks(count * per), kBlock, 0, s>>>(dst, src, count, per);
+  BPPSA_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void launch_gather_blocks(const T* const* src, T* dst, Idx count, Idx per, cudaStream_t s) {
+  if (count * per <= 0) return;
+  gather_blocks_kernel<T><<<grid_blocks(count * per), kBlock, 0, s>>>(src, dst, count, per);
+  BPPSA_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void launch_injections(T* const* inj, const T* above, Idx H, Idx S, Idx B, Idx count, cudaStream_t s) {
+  if (count * S * B <= 0) return;
+  injection_kernel<T><<<grid_blocks(count * S * B), kBlock, 0, s>>>(inj, above, H, S, B, count);
+  BPPSA_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void launch_gather(const float* data, const std::int64_t* data_labels, Idx I, Idx steps, Idx batch,
+                   const std::int64_t* order, Idx first, T* x, std::int64_t* labels, cudaStream_t s) {
+  gather_kernel<T>
+      <<<grid_blocks(I * steps * batch), kBlock, 0, s>>>(data, data_labels, I, steps, batch, order, first, x, labels);
+  BPPSA_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void launch_check_finite(const T* x, Idx n, std::int32_t flag, DeviceStatus* status, cudaStream_t s) {
+  if (n <= 0) return;
+  check_finite_kernel<T><<<grid_blocks(n), kBlock, 0, s>>>(x, n, flag, status);
+  BPPSA_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void launch_fill(T* x, Idx n, T value, cudaStream_t s) {
+  if (n <= 0) return;
+  fill_kernel<T><<<grid_blocks(n), kBlock, 0, s>>>(x, n, value);
+  BPPSA_CUDA_CHECK_LAUNCH();
+}
+
+#define BPPSA_INSTANTIATE(T)                                                                                     \
+  template void allow_persistent_smem<T>(int);                                                                   \
+  template void launch_transpose<T>(const T*, Idx, Idx, T*, cudaStream_t);                                       \
+  template void launch_forward<T>(const LayerArgs<T>&, unsigned, std::size_t, cudaStream_t);                     \
+  template void launch_backward_bp<T>(const LayerArgs<T>&, unsigned, std::size_t, cudaStream_t);                 \
+  template void launch_final_grad<T>(Idx, Idx, Idx, const T*, const T*, T*, cudaStream_t);                       \
+  template void launch_preact<T>(const LayerArgs<T>&, cudaStream_t);                                             \
+  template void launch_jacobians<T>(const LayerArgs<T>&, T* const*, cudaStream_t);                               \
+  template void launch_scatter_blocks<T>(T* const*, const T*, Idx, Idx, cudaStream_t);                           \
+  template void launch_gather_blocks<T>(const T* const*, T*, Idx, Idx, cudaStream_t);                            \
+  template void launch_injections<T>(T* const*, const T*, Idx, Idx, Idx, Idx, cudaStream_t);                     \
+  template void launch_gather<T>(const float*, const std::int64_t*, Idx, Idx, Idx, const std::int64_t*, Idx, T*, \
+                                 std::int64_t*, cudaStream_t);                                                   \
+  template void launch_check_finite<T>(const T*, Idx, std::int32_t, DeviceStatus*, cudaStream_t);                \
+  template void launch_fill<T>(T*, Idx, T, cudaStream_t);
+BPPSA_INSTANTIATE(float)
+BPPSA_INSTANTIATE(double)
+#undef BPPSA_INSTANTIATE
+
+}  // namespace bppsa::detail::gpu

@@ -1,0 +1,216 @@
+// Fixtures of the fused-scan tests (test_cuda_fused_host.cpp, gpu/test_gpu_fused.cpp): one
+// recurrent layer's forward record made by the CPU cells (src/nn/cpu/*_cell.cpp) and the CPU
+// engine's BP through it in double, the oracle every fused result is compared with.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+
+#include "bppsa/nn/recurrent.hpp"
+#include "nn/cell.hpp"
+#include "nn/cuda/recurrent_math.hpp"
+
+namespace fused_test {
+
+using namespace bppsa;
+namespace gpu = bppsa::detail::gpu;
+using gpu::Idx;
+
+inline CellType cell_type(std::int32_t code) {
+  return code == gpu::kGru ? CellType::gru : code == gpu::kLstm ? CellType::lstm : CellType::rnn;
+}
+inline Nonlinearity nonlinearity(std::int32_t code) {
+  return code == gpu::kRnnRelu ? Nonlinearity::relu : Nonlinearity::tanh;
+}
+inline std::string cell_name(std::int32_t code) {
+  return code == gpu::kRnnRelu ? "rnn-relu" : code == gpu::kRnnTanh ? "rnn" : to_string(cell_type(code));
+}
+inline const std::int32_t kCells[] = {gpu::kRnnTanh, gpu::kRnnRelu, gpu::kGru, gpu::kLstm};
+
+/// One layer: parameters, input, initial state, forward record, and the gradients arriving from
+/// above: `above` (H × TB, block t − 1 on h_t) and an extra final-state gradient.
+template <class T>
+struct FusedLayer {
+  std::int32_t code = gpu::kRnnTanh;
+  Index I = 3, H = 0, S = 0, steps = 0, B = 0;
+  bool inject = false;  ///< the head/layer above gives a gradient at every step
+  RecurrentLayerParams<T> p;
+  Matrix<T> x, s0;
+  detail::LayerRecord<T> rec;
+  Matrix<T> above;    ///< H × TB; without injections only its last block is used
+  Matrix<T> g_final;  ///< S × B extra gradient on s_T (zero when not wanted)
+  Matrix<T> g_last;   ///< S × B: above's last block on the h rows + g_final (the scan's g_T)
+
+  std::string describe() const {
+    return cell_name(code) + " H " + std::to_string(H) + " T " + std::to_string(steps) + " B " + std::to_string(B) +
+           (inject ? " injections" : "") + (g_final.cwiseAbs().maxCoeff() > 0 ? " final-grad" : "");
+  }
+};
+
+/// A random layer (PyTorch's init bound 1/√H, inputs and s_0 in (−1, 1)) run forward by the CPU cell.
+template <class T>
+FusedLayer<T> make_layer(std::int32_t code, Index H, Index steps, Index B, bool inject, bool final_grad,
+                         std::uint64_t seed) {
+  FusedLayer<T> L;
+  L.code = code;
+  L.H = H;
+  L.S = state_size(cell_type(code), H);
+  L.steps = steps;
+  L.B = B;
+  L.inject = inject;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-1, 1);
+  const double bound = 1 / std::sqrt(static_cast<double>(H));
+  auto fill = [&](auto& m, double scale) {
+    for (Index i = 0; i < m.size(); ++i) m.data()[i] = static_cast<T>(scale * u(rng));
+  };
+  const Index GH = gate_count(cell_type(code)) * H;
+  L.p.w_ih.resize(GH, L.I);
+  L.p.w_hh.resize(GH, H);
+  L.p.b_ih.resize(GH);
+  L.p.b_hh.resize(GH);
+  fill(L.p.w_ih, bound);
+  fill(L.p.w_hh, bound);
+  fill(L.p.b_ih, bound);
+  fill(L.p.b_hh, bound);
+  L.x.resize(L.I, steps * B);
+  L.s0.resize(L.S, B);
+  fill(L.x, 1);
+  fill(L.s0, 1);
+  auto& rec = L.rec;
+  rec.steps = steps;
+  rec.batch = B;
+  rec.hidden = H;
+  rec.x = L.x;
+  rec.ax = L.p.w_ih * rec.x;
+  rec.ax.colwise() += L.p.b_ih;
+  rec.h.resize(H, (steps + 1) * B);
+  rec.h.leftCols(B) = L.s0.topRows(H);
+  if (code == gpu::kLstm) {
+    rec.c.resize(H, (steps + 1) * B);
+    rec.c.leftCols(B) = L.s0.bottomRows(H);
+  }
+  if (code == gpu::kGru || code == gpu::kLstm) {
+    rec.gates.resize(GH, steps * B);
+    rec.aux.resize(H, steps * B);
+  }
+  detail::cell_ops<T>(cell_type(code), nonlinearity(code)).forward(L.p, rec);
+  L.above.resize(H, steps * B);
+  fill(L.above, 1);
+  L.g_final = Matrix<T>::Zero(L.S, B);
+  if (final_grad) fill(L.g_final, 1);
+  L.g_last = L.g_final;
+  L.g_last.topRows(H) += L.above.rightCols(B);
+  return L;
+}
+
+/// The same layer in double (exact: every float is a double).
+template <class T>
+FusedLayer<double> to_double(const FusedLayer<T>& L) {
+  FusedLayer<double> D;
+  D.code = L.code;
+  D.I = L.I;
+  D.H = L.H;
+  D.S = L.S;
+  D.steps = L.steps;
+  D.B = L.B;
+  D.inject = L.inject;
+  D.p.w_ih = L.p.w_ih.template cast<double>();
+  D.p.w_hh = L.p.w_hh.template cast<double>();
+  D.p.b_ih = L.p.b_ih.template cast<double>();
+  D.p.b_hh = L.p.b_hh.template cast<double>();
+  D.x = L.x.template cast<double>();
+  D.s0 = L.s0.template cast<double>();
+  D.rec.steps = L.rec.steps;
+  D.rec.batch = L.rec.batch;
+  D.rec.hidden = L.rec.hidden;
+  D.rec.x = L.rec.x.template cast<double>();
+  D.rec.h = L.rec.h.template cast<double>();
+  D.rec.c = L.rec.c.template cast<double>();
+  D.rec.gates = L.rec.gates.template cast<double>();
+  D.rec.aux = L.rec.aux.template cast<double>();
+  D.above = L.above.template cast<double>();
+  D.g_final = L.g_final.template cast<double>();
+  D.g_last = L.g_last.template cast<double>();
+  return D;
+}
+
+/// A layer with small-integer (rnn) or dyadic (gru, lstm) record, weights and gradients: every
+/// product and sum of a short backward is exact in double (≤ 5 steps of ≤ 10 bits), so the scan
+/// must equal BP bit for bit.
+inline FusedLayer<double> exact_layer(std::int32_t cell, Index H, Index steps, Index B, bool inject,
+                                      std::uint64_t seed) {
+  FusedLayer<double> L = make_layer<double>(cell, H, steps, B, inject, true, seed);
+  std::mt19937_64 rng(seed);
+  auto pick = [&](std::initializer_list<double> v) {
+    return *(v.begin() + std::uniform_int_distribution<std::size_t>(0, v.size() - 1)(rng));
+  };
+  auto fill = [&](auto& m, std::initializer_list<double> v) {
+    for (Index i = 0; i < m.size(); ++i) m.data()[i] = pick(v);
+  };
+  fill(L.p.w_hh, {-1, 0, 1, 2});
+  if (cell == gpu::kRnnTanh || cell == gpu::kRnnRelu) {
+    // relu: masks 0/1 from the signs; tanh: 1 − h² with h ∈ {0, ±1, ±2}: 1, 0, −3.
+    fill(L.rec.h, {-2, -1, 0, 1, 2});
+  } else {
+    fill(L.rec.gates, {0, 0.5, 1});
+    fill(L.rec.aux, {-1, -0.5, 0, 0.5, 1});
+    fill(L.rec.h, {-1, -0.5, 0, 0.5, 1});
+    if (cell == gpu::kLstm) fill(L.rec.c, {-1, -0.5, 0, 0.5, 1});
+  }
+  fill(L.above, {-2, -1, 0, 1, 3});
+  fill(L.g_final, {-1, 0, 2});
+  L.g_last = L.g_final;
+  L.g_last.topRows(H) += L.above.rightCols(B);
+  return L;
+}
+
+/// The CPU engine's BP through the layer (src/nn/recurrent.cpp's bp_recurrence with the cell's
+/// own preact and direct): every g_t, S × (T+1)B, in double.
+template <class T>
+Matrix<double> oracle_bp(const FusedLayer<T>& layer) {
+  const FusedLayer<double> L = to_double(layer);
+  const auto& ops = detail::cell_ops<double>(cell_type(L.code), nonlinearity(L.code));
+  const Index T_ = L.steps, B = L.B, H = L.H, GH = gate_count(cell_type(L.code)) * H;
+  Matrix<double> g = Matrix<double>::Zero(L.S, (T_ + 1) * B);
+  g.middleCols(T_ * B, B) = L.g_last;
+  detail::PreactGrads<double> pg;
+  pg.dx.resize(GH, T_ * B);
+  if (L.code == gpu::kGru) pg.dh.resize(GH, T_ * B);
+  auto& dh = L.code == gpu::kGru ? pg.dh : pg.dx;
+  for (Index t = T_; t >= 1; --t) {
+    ops.preact(L.rec, g, pg, t, t + 1);
+    auto gprev = g.middleCols((t - 1) * B, B);
+    if (L.inject && t >= 2) gprev.topRows(H) = L.above.middleCols((t - 2) * B, B);
+    gprev.topRows(H).noalias() += L.p.w_hh.transpose() * dh.middleCols((t - 1) * B, B);
+    ops.direct(L.rec, g, t, gprev);
+  }
+  return g;
+}
+
+/// Every g_t of `got` (S × (T+1)B, column-major values) within `tol` of the oracle, norm-wise
+/// relative to max(‖g_t‖, floor · max_t ‖g_t‖) (vanishing gradients of long chains are compared
+/// against the scale of the whole backward, not against their own underflowing size).
+template <class T>
+::testing::AssertionResult close_to_oracle(const T* got, const Matrix<double>& want, Index B, double tol,
+                                           double floor = 0) {
+  const Index S = want.rows(), blocks = want.cols() / B;
+  double scale = 0;
+  for (Index t = 0; t < blocks; ++t) scale = std::max(scale, want.middleCols(t * B, B).norm());
+  for (Index t = blocks - 1; t >= 0; --t) {
+    const Eigen::Map<const Matrix<T>> g(got + t * B * S, S, B);
+    const double ref = want.middleCols(t * B, B).norm();
+    const double diff = (g.template cast<double>() - want.middleCols(t * B, B)).norm();
+    const double den = std::max(ref, floor * scale);
+    const double err = den > 0 ? diff / den : diff;
+    if (!(err <= tol))
+      return ::testing::AssertionFailure() << "g_" << t << ": relative error " << err << " > " << tol << " (|g_t| "
+                                           << ref << ", max |g| " << scale << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+}  // namespace fused_test

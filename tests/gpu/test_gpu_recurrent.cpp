@@ -1,0 +1,393 @@
+// Recurrent training on the GPU (Device::cuda) against the CPU engine, with the same weights and
+// data: forward (outputs, states, loss, predictions), every gradient (1e-4 relative per tensor
+// in fp32), input and initial-state gradients, one Adam and one SGD step, for every cell ×
+// layers {1, 2} × head {last, every} × loss {ce, mse} × backward {bp, blelloch = the fused scan,
+// hybrid = the generic scan}; the issue's sizes (T up to 1000, H up to 256, B up to 64) as a
+// covering set; bit-identical reruns; resident-data training and evaluation; errors.
+// GpuSmall.* stay small enough for compute-sanitizer (BPPSA_GPU_TESTS_REDUCED=1 runs part of them).
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bppsa/data/dataset.hpp"
+#include "bppsa/nn/model.hpp"
+#include "bppsa/train/optimizer.hpp"
+#include "bppsa/train/trainer.hpp"
+#include "compare.hpp"
+#include "expect_error.hpp"
+
+namespace {
+
+using namespace bppsa;
+using gpu_test::pick;
+
+template <class T>
+constexpr double kGradTol = std::is_same_v<T, float> ? 1e-4 : 1e-10;
+
+/// max |a − b| / max |b| over one tensor.
+template <class T>
+double rel_err(const T* a, const T* b, Index n) {
+  double num = 0, den = 0;
+  for (Index i = 0; i < n; ++i) {
+    const double x = static_cast<double>(a[i]), y = static_cast<double>(b[i]);
+    if (!std::isfinite(x)) return std::numeric_limits<double>::infinity();
+    num = std::max(num, std::abs(x - y));
+    den = std::max(den, std::abs(y));
+  }
+  return den > 0 ? num / den : num;
+}
+
+struct Case {
+  CellType cell = CellType::rnn;
+  Nonlinearity nl = Nonlinearity::tanh;
+  Index input = 3, hidden = 5, layers = 1, classes = 4;
+  HeadMode head = HeadMode::last;
+  LossType loss = LossType::cross_entropy;
+  Index batch = 3, steps = 6;
+  std::string str() const {
+    return std::string(to_string(cell)) + (nl == Nonlinearity::relu ? "-relu" : "") + " I " + std::to_string(input) +
+           " H " + std::to_string(hidden) + " layers " + std::to_string(layers) + " head " + to_string(head) +
+           " loss " + to_string(loss) + " B " + std::to_string(batch) + " T " + std::to_string(steps);
+  }
+  ModelConfig config(Device d) const {
+    ModelConfig c;
+    c.rnn = RecurrentConfig{cell, input, hidden, layers, nl, d};
+    c.classes = classes;
+    c.head = head;
+    c.loss = loss;
+    return c;
+  }
+};
+
+struct Batch {
+  std::vector<float> x;
+  std::vector<std::int64_t> y;
+};
+Batch random_batch(const Case& c, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> n;
+  Batch b;
+  b.x.resize(static_cast<std::size_t>(c.batch * c.steps * c.input));
+  for (float& v : b.x) v = n(rng);
+  for (Index i = 0; i < c.batch; ++i)
+    b.y.push_back(static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(c.classes)));
+  return b;
+}
+
+/// Every parameter's gradient (or value) of a and b within tol, tensor by tensor.
+template <class T>
+::testing::AssertionResult same_tensors(const std::vector<NamedParam<T>>& got, const std::vector<NamedParam<T>>& want,
+                                        bool grads, double tol) {
+  if (got.size() != want.size()) return ::testing::AssertionFailure() << "parameter lists differ";
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double e =
+        grads ? rel_err(got[i].grad, want[i].grad, want[i].size) : rel_err(got[i].value, want[i].value, want[i].size);
+    if (!(e <= tol))
+      return ::testing::AssertionFailure()
+             << (grads ? "gradient" : "value") << " of " << want[i].name << ": relative error " << e << " > " << tol;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+/// The CPU model and its GPU twin with the same weights; one forward_loss + backward each.
+template <class T>
+void gpu_step_matches_cpu(const Case& c, BackwardMethod method, bool optimizer_steps = true) {
+  SCOPED_TRACE(c.str() + " backward " + to_string(method));
+  SequenceClassifier<T> cpu(c.config(Device::cpu));
+  cpu.reset_parameters(4202);
+  SequenceClassifier<T> gpu(c.config(Device::cuda));
+  gpu.load_state_dict(cpu.state_dict());
+  const Batch b = random_batch(c, 7);
+  std::vector<std::int64_t> cpu_pred, gpu_pred;
+  const T want = cpu.forward_loss(b.x, c.batch, c.steps, b.y, &cpu_pred);
+  const T got = gpu.forward_loss(b.x, c.batch, c.steps, b.y, &gpu_pred);
+  EXPECT_LE(std::abs(static_cast<double>(got - want)), kGradTol<T> * std::abs(static_cast<double>(want))) << "loss";
+  EXPECT_EQ(gpu_pred, cpu_pred);
+  cpu.backward(BackwardOptions{.method = BackwardMethod::bp});
+  BackwardTimes times;
+  gpu.backward(BackwardOptions{.method = method}, &times);
+  EXPECT_GE(times.total(), 0.0);
+  EXPECT_TRUE(same_tensors(gpu.parameters(), cpu.parameters(), true, kGradTol<T>));
+  if (!optimizer_steps) return;
+  // One Adam step (clipping and weight decay on) and one SGD step with momentum, on both sides.
+  OptimizerConfig adam;
+  adam.lr = 1e-2;
+  adam.clip_grad_norm = 0.1;
+  adam.weight_decay = 1e-3;
+  OptimizerConfig sgd;
+  sgd.type = OptimizerType::sgd;
+  sgd.lr = 1e-1;
+  sgd.momentum = 0.9;
+  for (const OptimizerConfig& oc : {adam, sgd}) {
+    Optimizer<T> on_cpu(oc), on_gpu(oc);
+    on_cpu.step(cpu);
+    on_gpu.step(gpu);
+    EXPECT_TRUE(same_tensors(gpu.parameters(), cpu.parameters(), false, kGradTol<T>)) << to_string(oc.type) << " step";
+    // A second step from new gradients (SGD's momentum buffer, Adam's moments).
+    cpu.forward_loss(b.x, c.batch, c.steps, b.y);
+    gpu.forward_loss(b.x, c.batch, c.steps, b.y);
+    cpu.backward(BackwardOptions{.method = BackwardMethod::bp});
+    gpu.backward(BackwardOptions{.method = method});
+    on_cpu.step(cpu);
+    on_gpu.step(gpu);
+    EXPECT_TRUE(same_tensors(gpu.parameters(), cpu.parameters(), false, kGradTol<T>))
+        << to_string(oc.type) << " 2nd step";
+  }
+}
+
+/// Every cell (reduced, under compute-sanitizer: the two with gates, which cover every kernel branch but RNN's).
+std::vector<CellType> cells() {
+  return pick<std::vector<CellType>>({CellType::rnn, CellType::gru, CellType::lstm}, {CellType::gru, CellType::lstm});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Small cases (also under compute-sanitizer)
+
+TEST(GpuSmall, ModelStepMatchesTheCpuEveryCellLayersHeadAndBackward) {
+  const std::vector<BackwardMethod> methods = pick<std::vector<BackwardMethod>>(
+      {BackwardMethod::bp, BackwardMethod::blelloch, BackwardMethod::hybrid, BackwardMethod::linear},
+      {BackwardMethod::bp, BackwardMethod::blelloch, BackwardMethod::hybrid});
+  for (const CellType cell : cells())
+    for (const Index layers : pick<std::vector<Index>>({1, 2}, {2}))
+      for (const HeadMode head : pick<std::vector<HeadMode>>({HeadMode::last, HeadMode::every}, {HeadMode::every}))
+        for (const BackwardMethod m : methods) {
+          Case c;
+          c.cell = cell;
+          c.layers = layers;
+          c.head = head;
+          c.loss = (layers + static_cast<int>(head)) % 2 ? LossType::mse : LossType::cross_entropy;
+          gpu_step_matches_cpu<float>(c, m, m != BackwardMethod::linear);
+        }
+  Case relu;  // the RNN's relu activation (and, reduced, the one RNN case)
+  relu.nl = Nonlinearity::relu;
+  relu.layers = 2;
+  gpu_step_matches_cpu<float>(relu, BackwardMethod::blelloch);
+  gpu_step_matches_cpu<float>(relu, BackwardMethod::bp);
+}
+
+TEST(GpuSmall, DoublePrecisionMatchesTightly) {
+  for (const CellType cell :
+       pick<std::vector<CellType>>({CellType::rnn, CellType::gru, CellType::lstm}, {CellType::lstm})) {
+    Case c;
+    c.cell = cell;
+    c.layers = 2;
+    c.head = HeadMode::every;
+    for (const BackwardMethod m : {BackwardMethod::bp, BackwardMethod::blelloch, BackwardMethod::hybrid})
+      gpu_step_matches_cpu<double>(c, m, m == BackwardMethod::bp);
+  }
+}
+
+TEST(GpuSmall, RecurrentApiOutputsStatesAndStateGradients) {
+  // The layer stack alone, with initial states and final-state gradients: outputs, every state,
+  // the input gradient and every g_0, as on the CPU.
+  for (const CellType cell : cells())
+    for (const BackwardMethod m : pick<std::vector<BackwardMethod>>(
+             {BackwardMethod::bp, BackwardMethod::blelloch, BackwardMethod::hybrid}, {BackwardMethod::blelloch})) {
+      SCOPED_TRACE(std::string(to_string(cell)) + " " + to_string(m));
+      const Index I = 2, H = 4, L = 2, B = 3, T = 5, S = state_size(cell, H);
+      Recurrent<float> cpu(RecurrentConfig{cell, I, H, L});
+      cpu.reset_parameters(9);
+      Recurrent<float> gpu(RecurrentConfig{cell, I, H, L, Nonlinearity::tanh, Device::cuda});
+      for (Index l = 0; l < L; ++l) gpu.params(l) = cpu.params(l);
+      std::mt19937_64 rng(3);
+      std::normal_distribution<float> n;
+      auto random = [&](Index r, Index cols) {
+        Matrix<float> m(r, cols);
+        for (Index i = 0; i < m.size(); ++i) m.data()[i] = n(rng);
+        return m;
+      };
+      const Matrix<float> x = random(I, T * B), up = random(H, T * B);
+      for (Index l = 0; l < L; ++l) {
+        const Matrix<float> s0 = random(S, B) * 0.5f, gf = random(S, B);
+        cpu.set_initial_state(l, s0);
+        gpu.set_initial_state(l, s0);
+        cpu.set_final_state_grad(l, gf);
+        gpu.set_final_state_grad(l, gf);
+      }
+      cpu.forward(x, T, B);
+      gpu.forward(x, T, B);
+      EXPECT_EQ(gpu.steps(), T);
+      EXPECT_EQ(gpu.batch(), B);
+      const Matrix<float> out_cpu = cpu.output(), out_gpu = gpu.output();
+      EXPECT_LE(rel_err(out_gpu.data(), out_cpu.data(), out_cpu.size()), 1e-5);
+      for (Index l = 0; l < L; ++l)
+        for (Index t : {Index{0}, Index{2}, T}) {
+          const Matrix<float> a = gpu.state(l, t), b = cpu.state(l, t);
+          EXPECT_LE(rel_err(a.data(), b.data(), b.size()), 1e-5) << "state " << l << "/" << t;
+        }
+      cpu.backward(up, true, BackwardOptions{.method = BackwardMethod::bp});
+      gpu.backward(up, true, BackwardOptions{.method = m});
+      for (Index l = 0; l < L; ++l) {
+        EXPECT_LE(rel_err(gpu.state0_grad(l).data(), cpu.state0_grad(l).data(), S * B), 1e-4) << "g_0 of " << l;
+        EXPECT_LE(rel_err(gpu.grads(l).w_hh.data(), cpu.grads(l).w_hh.data(), cpu.grads(l).w_hh.size()), 1e-4);
+        EXPECT_LE(rel_err(gpu.grads(l).b_ih.data(), cpu.grads(l).b_ih.data(), cpu.grads(l).b_ih.size()), 1e-4);
+      }
+      EXPECT_LE(rel_err(gpu.input_grad().data(), cpu.input_grad().data(), I * T * B), 1e-4);
+      // Many-to-one through the same API (only the last block of the output gradient counts).
+      cpu.backward(up, false, BackwardOptions{.method = BackwardMethod::bp});
+      gpu.backward(up, false, BackwardOptions{.method = m});
+      EXPECT_LE(rel_err(gpu.grads(0).w_ih.data(), cpu.grads(0).w_ih.data(), cpu.grads(0).w_ih.size()), 1e-4);
+    }
+}
+
+TEST(GpuSmall, RerunsAreBitIdentical) {
+  // Fixed reduction orders and no atomics in sums: the same step twice gives the same bits.
+  for (const BackwardMethod m : pick<std::vector<BackwardMethod>>(
+           {BackwardMethod::bp, BackwardMethod::blelloch, BackwardMethod::hybrid}, {BackwardMethod::blelloch})) {
+    Case c;
+    c.cell = CellType::gru;
+    c.layers = 2;
+    c.head = HeadMode::every;
+    SequenceClassifier<float> gpu(c.config(Device::cuda));
+    gpu.reset_parameters(1);
+    const Batch b = random_batch(c, 2);
+    std::vector<std::vector<float>> first;
+    for (int run = 0; run < 2; ++run) {
+      const float loss = gpu.loss_and_grad(b.x, c.batch, c.steps, b.y, BackwardOptions{.method = m});
+      std::vector<std::vector<float>> g;
+      for (const auto& p : gpu.parameters()) g.emplace_back(p.grad, p.grad + p.size);
+      g.push_back({loss});
+      if (run == 0)
+        first = g;
+      else
+        for (std::size_t i = 0; i < g.size(); ++i)
+          EXPECT_EQ(0, std::memcmp(g[i].data(), first[i].data(), g[i].size() * sizeof(float)))
+              << to_string(m) << " tensor " << i;
+    }
+  }
+}
+
+TEST(GpuSmall, TrainingAndEvaluationOnResidentDataFollowTheCpu) {
+  // The same seed: the same batches (the CPU trainer's shuffles), the same losses and weights.
+  SequenceDataset data;
+  data.steps = 7;
+  data.features = 2;
+  data.classes = 3;
+  data.name = "random";
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> n;
+  for (Index i = 0; i < 23; ++i) {
+    for (Index k = 0; k < data.steps * data.features; ++k) data.x.push_back(n(rng));
+    data.y.push_back(static_cast<std::int64_t>(i % 3));
+  }
+  for (const BackwardMethod m :
+       pick<std::vector<BackwardMethod>>({BackwardMethod::bp, BackwardMethod::blelloch}, {BackwardMethod::blelloch})) {
+    Case c;
+    c.cell = CellType::lstm;
+    c.input = 2;
+    c.classes = 3;
+    c.layers = 2;
+    SequenceClassifier<float> cpu(c.config(Device::cpu)), gpu(c.config(Device::cuda));
+    cpu.reset_parameters(3);
+    gpu.reset_parameters(3);
+    OptimizerConfig oc;
+    oc.lr = 1e-2;
+    Optimizer<float> ocpu(oc), ogpu(oc);
+    TrainConfig tc;
+    tc.batch = 5;  // 23 samples: a partial last batch
+    tc.backward.method = BackwardMethod::bp;
+    TrainConfig tg = tc;
+    tg.backward.method = m;
+    for (Index epoch = 1; epoch <= pick<Index>(2, 1); ++epoch) {
+      const EpochReport rc = train_epoch(cpu, ocpu, data, epoch, tc);
+      Index progress_calls = 0;
+      const EpochReport rg =
+          train_epoch(gpu, ogpu, data, epoch, tg, [&](Index done, Index, double) { progress_calls = done; });
+      EXPECT_EQ(rg.steps, rc.steps);
+      EXPECT_EQ(rg.samples, rc.samples);
+      EXPECT_EQ(progress_calls, rc.steps);
+      EXPECT_NEAR(rg.train_loss, rc.train_loss, 1e-4 * std::abs(rc.train_loss)) << "epoch " << epoch;
+      EXPECT_EQ(rg.train_accuracy, rc.train_accuracy) << "epoch " << epoch;
+      EXPECT_GT(rg.forward_seconds, 0.0);
+      EXPECT_GT(rg.backward_seconds, 0.0);
+    }
+    EXPECT_TRUE(same_tensors(gpu.parameters(), cpu.parameters(), false, 1e-4));
+    const EvalReport ec = evaluate(cpu, data, 4), eg = evaluate(gpu, data, 4);
+    EXPECT_NEAR(eg.loss, ec.loss, 1e-4 * ec.loss);
+    EXPECT_EQ(eg.accuracy, ec.accuracy);
+    EXPECT_EQ(eg.samples, ec.samples);
+    // The optimizer state round-trips through the host (checkpoints): both continue identically.
+    const auto params = gpu.parameters();
+    Optimizer<float> resumed(oc);
+    resumed.load_state(ogpu.state(params), params);
+    SequenceClassifier<float> twin(c.config(Device::cuda));
+    twin.load_state_dict(gpu.state_dict());
+    train_epoch(gpu, ogpu, data, 9, tg);
+    train_epoch(twin, resumed, data, 9, tg);
+    const auto a = gpu.parameters(), b = twin.parameters();
+    for (std::size_t i = 0; i < a.size(); ++i)
+      EXPECT_EQ(0, std::memcmp(a[i].value, b[i].value, static_cast<std::size_t>(a[i].size) * sizeof(float)))
+          << a[i].name;
+  }
+}
+
+TEST(GpuSmall, HostChangesReachTheGpuAndErrorsAreTheCpus) {
+  using testutil::expect_error;
+  Case c;
+  c.cell = CellType::gru;
+  SequenceClassifier<float> cpu(c.config(Device::cpu)), gpu(c.config(Device::cuda));
+  cpu.reset_parameters(1);
+  gpu.reset_parameters(1);
+  const Batch b = random_batch(c, 3);
+  // A change through the host copies is uploaded before the next device step.
+  gpu.loss_and_grad(b.x, c.batch, c.steps, b.y, BackwardOptions{.method = BackwardMethod::bp});
+  cpu.rnn().params(0).w_hh(1, 2) += 0.5f;
+  gpu.rnn().params(0).w_hh(1, 2) += 0.5f;
+  cpu.head().bias[1] -= 0.25f;
+  gpu.head().bias[1] -= 0.25f;
+  const float lc = cpu.forward_loss(b.x, c.batch, c.steps, b.y), lg = gpu.forward_loss(b.x, c.batch, c.steps, b.y);
+  EXPECT_NEAR(lg, lc, 1e-5 * std::abs(lc));
+  // Errors.
+  SequenceClassifier<float> fresh(c.config(Device::cuda));
+  expect_error<InvalidArgument>([&] { fresh.backward(BackwardOptions{}); }, {"forward_loss"});
+  std::vector<std::int64_t> bad = b.y;
+  bad[0] = c.classes;
+  expect_error<InvalidArgument>([&] { gpu.forward_loss(b.x, c.batch, c.steps, bad); }, {"outside [0, 4)"});
+  expect_error<UnsupportedError>([&] { gpu.rnn().chain(0); }, {"Device::cpu"});
+  Matrix<float> d, o;
+  expect_error<UnsupportedError>([&] { gpu.head_backward(d, o); }, {"GPU"});
+  // A NaN weight: the loss is not finite, as on the CPU.
+  gpu.rnn().params(0).w_ih(0, 0) = std::numeric_limits<float>::quiet_NaN();
+  expect_error<NonFiniteError>([&] { gpu.forward_loss(b.x, c.batch, c.steps, b.y); }, {"not finite"});
+  // A backward that cannot fit in the GPU's memory is refused with the numbers.
+  expect_error<ResourceError>(
+      [&] {
+        gpu.rnn().check_backward_memory(Index{1} << 24, Index{1} << 14,
+                                        BackwardOptions{.method = BackwardMethod::hybrid});
+      },
+      {"GPU", "--batch"});
+}
+
+// ---------------------------------------------------------------------------------------------
+// The issue's sizes: a covering set of T ∈ {1, 2, 3, 1000}, H ∈ {1, 20, 33, 64, 256}, B ∈ {1, 16, 64}
+
+TEST(GpuRecurrent, IssueSizesMatchTheCpuEngine) {
+  struct Size {
+    CellType cell;
+    Index hidden, steps, batch;
+  };
+  const std::vector<Size> sizes{
+      {CellType::rnn, 1, 1, 1},      {CellType::gru, 20, 2, 16},     {CellType::lstm, 33, 3, 64},
+      {CellType::rnn, 20, 1000, 16}, {CellType::gru, 64, 1000, 1},   {CellType::lstm, 20, 1000, 16},
+      {CellType::rnn, 256, 3, 64},   {CellType::gru, 256, 2, 1},     {CellType::lstm, 64, 1000, 16},
+      {CellType::rnn, 33, 1000, 64}, {CellType::lstm, 256, 1000, 1}, {CellType::gru, 1, 3, 64}};
+  for (const Size& s : sizes) {
+    Case c;
+    c.cell = s.cell;
+    c.input = 1;
+    c.hidden = s.hidden;
+    c.steps = s.steps;
+    c.batch = s.batch;
+    c.classes = 10;
+    c.head = s.steps == 1000 ? HeadMode::last : HeadMode::every;
+    for (const BackwardMethod m : {BackwardMethod::bp, BackwardMethod::blelloch})
+      gpu_step_matches_cpu<float>(c, m, false);
+    // The generic scan stores T·B Jacobians of S²: only where they are small.
+    const double jac = static_cast<double>(s.steps * s.batch) * std::pow(state_size(s.cell, s.hidden), 2);
+    if (jac < 2e8) gpu_step_matches_cpu<float>(c, BackwardMethod::hybrid, false);
+  }
+}
+
+}  // namespace

@@ -1,0 +1,607 @@
+// The fused chunked scan without a GPU: its chunking, thread mapping and cost model, and whole
+// runs of its kernels' __host__ __device__ phases replayed by g++ over every (block, thread), phase
+// by phase as the barriers order them, against the CPU engine's BP (tests/fused_record.hpp).
+// Hazards: the replay in reversed and shuffled thread orders (and, for kernels without
+// barriers in their loop, thread by thread through all steps) must give the same bits; every
+// device array and shared memory starts as NaN, so a read of a value nobody wrote shows.
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <new>
+#include <numeric>
+
+#include "fused_record.hpp"
+#include "nn/cuda/fused_math.hpp"
+#include "nn/cuda/fused_plan.hpp"
+
+namespace {
+
+using namespace fused_test;
+using gpu::FusedArgs;
+using gpu::FusedChoice;
+using gpu::FusedLaunch;
+using gpu::FusedRequest;
+using gpu::FusedShape;
+
+template <class T>
+constexpr T kNaN = std::numeric_limits<T>::quiet_NaN();
+
+/// Memory aligned as the device's (cudaMalloc: 256 bytes; shared memory: 32 here): the kernels
+/// load W_hh four values at a time, 4·sizeof(T)-aligned.
+template <class T>
+struct Aligned {
+  using value_type = T;
+  Aligned() = default;
+  template <class U>
+  Aligned(const Aligned<U>&) {}
+  T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(64))); }
+  void deallocate(T* p, std::size_t) { ::operator delete(p, std::align_val_t(64)); }
+  bool operator==(const Aligned&) const { return true; }
+  bool operator!=(const Aligned&) const { return false; }
+};
+template <class T>
+using DeviceVector = std::vector<T, Aligned<T>>;
+
+// ---------------------------------------------------------------------------------------------
+// The replay
+
+/// In which order the replay runs the threads of a block.
+enum class Order {
+  forward,      ///< phase by phase, threads 0, 1, …
+  reverse,      ///< phase by phase, threads last to first
+  shuffled,     ///< phase by phase, a different random order each phase
+  thread_major  ///< every thread through all its steps before the next (launches without step barriers)
+};
+
+/// A device's worth of host arrays for one replay of a plan on a layer.
+template <class T>
+struct Replayed {
+  FusedArgs<T> a;
+  DeviceVector<T> wp, totals, g;
+};
+
+/// Runs the column launch a.launch: the load phase of every thread, a barrier, then every step.
+template <class T>
+void replay_columns(const FusedArgs<T>& a, const DeviceVector<T>& wp, Order order, std::mt19937_64& rng) {
+  const FusedLaunch& l = a.launch;
+  const std::int32_t fam = gpu::fused_family(a.shape.cell);
+  for (Idx block = 0; block < l.blocks; ++block) {
+    DeviceVector<T> sm(static_cast<std::size_t>(l.smem), kNaN<T>);
+    std::vector<gpu::FusedGroup> gr;
+    for (Idx t = 0; t < l.threads; ++t) gr.push_back(gpu::fused_group(a.shape, l, block, t));
+    std::vector<Idx> ids(static_cast<std::size_t>(l.threads));
+    std::iota(ids.begin(), ids.end(), 0);
+    auto arrange = [&] {
+      if (order == Order::reverse) std::reverse(ids.begin(), ids.end());
+      if (order == Order::shuffled) std::shuffle(ids.begin(), ids.end(), rng);
+    };
+    arrange();
+    for (Idx t : ids) gpu::fused_load(a, sm.data(), gr[static_cast<std::size_t>(t)], t);
+    const T* w = l.w_shared ? sm.data() : wp.data();
+    const Idx ldw = l.w_shared ? gpu::launch_hpad(l) : a.shape.ldw;
+    auto step = [&](Idx t, Idx j) {
+      const bool ok = gpu::fused_with_combo<T>(l.tile, l.nc, [&](auto tw, auto nc) {
+        constexpr int TW = decltype(tw)::value, NC = decltype(nc)::value;
+        const auto& g = gr[static_cast<std::size_t>(t)];
+        if (fam == gpu::kFamGru)
+          gpu::fused_step<T, gpu::kFamGru, TW, NC>(a, sm.data(), w, ldw, g, j);
+        else if (fam == gpu::kFamLstm)
+          gpu::fused_step<T, gpu::kFamLstm, TW, NC>(a, sm.data(), w, ldw, g, j);
+        else
+          gpu::fused_step<T, gpu::kFamRnn, TW, NC>(a, sm.data(), w, ldw, g, j);
+      });
+      ASSERT_TRUE(ok) << "tile " << l.tile << " × " << l.nc << " not compiled";
+    };
+    if (order == Order::thread_major) {
+      ASSERT_EQ(l.ntile, 1) << "thread-major replay is only valid without step barriers";
+      std::shuffle(ids.begin(), ids.end(), rng);
+      for (Idx t : ids)
+        for (Idx j = 0; j < l.steps; ++j) step(t, j);
+    } else {
+      for (Idx j = 0; j < l.steps; ++j) {
+        arrange();
+        for (Idx t : ids) step(t, j);
+      }
+    }
+  }
+}
+
+template <class T>
+void replay_carry(const FusedArgs<T>& a, Order order, std::mt19937_64& rng) {
+  for (Idx block = 0; block < a.carry.blocks; ++block) {
+    DeviceVector<T> sm(static_cast<std::size_t>(a.carry.smem), kNaN<T>);
+    std::vector<Idx> ids(static_cast<std::size_t>(a.carry.threads));
+    std::iota(ids.begin(), ids.end(), 0);
+    if (order == Order::reverse) std::reverse(ids.begin(), ids.end());
+    for (Idx t : ids) gpu::carry_load(a, sm.data(), block, t);
+    for (Idx n = 0; n < a.shape.C - 1; ++n) {
+      if (order == Order::shuffled || order == Order::thread_major) std::shuffle(ids.begin(), ids.end(), rng);
+      for (Idx t : ids) gpu::carry_step(a, sm.data(), block, t, n);
+    }
+  }
+}
+
+/// The whole run() of a plan on a layer, replayed: prepare, reduce, carry, push.
+template <class T>
+Replayed<T> replay(const FusedLayer<T>& L, const FusedChoice& plan, Order order = Order::forward,
+                   std::uint64_t seed = 1) {
+  std::mt19937_64 rng(seed);
+  const FusedShape& s = plan.shape;
+  Replayed<T> r;
+  r.wp.assign(static_cast<std::size_t>(s.GH * s.ldw), kNaN<T>);
+  r.totals.assign(static_cast<std::size_t>((s.C - 1) * s.B * s.S * s.ncols), kNaN<T>);
+  r.g.assign(static_cast<std::size_t>(s.S * (s.steps + 1) * s.B), kNaN<T>);
+  FusedArgs<T>& a = r.a;
+  a.shape = s;
+  a.carry = plan.carry;
+  a.w = L.p.w_hh.data();
+  a.wp = r.wp.data();
+  a.h = L.rec.h.data();
+  a.c = L.rec.c.size() ? L.rec.c.data() : nullptr;
+  a.gates = L.rec.gates.size() ? L.rec.gates.data() : nullptr;
+  a.aux = L.rec.aux.size() ? L.rec.aux.data() : nullptr;
+  a.g_last = L.g_last.data();
+  a.above = L.inject ? L.above.data() : nullptr;
+  a.g = r.g.data();
+  a.totals = r.totals.data();
+  for (Idx i = 0; i < gpu::prepare_items(s); ++i) gpu::prepare_item(a, i);
+  const Order columns_order = order;
+  if (s.C > 1) {
+    a.launch = plan.reduce;
+    replay_columns(a, r.wp, plan.reduce.ntile == 1 || order != Order::thread_major ? columns_order : Order::shuffled,
+                   rng);
+    replay_carry(a, order, rng);
+  }
+  a.launch = plan.push;
+  replay_columns(a, r.wp, plan.push.ntile == 1 || order != Order::thread_major ? columns_order : Order::shuffled, rng);
+  return r;
+}
+
+template <class T>
+FusedRequest request(const FusedLayer<T>& L) {
+  FusedRequest q;
+  q.cell = L.code;
+  q.H = L.H;
+  q.steps = L.steps;
+  q.B = L.B;
+  q.inject = L.inject;
+  q.scalar = sizeof(T);
+  return q;
+}
+
+/// A plan for the layer (the cost model's, or with overrides); fails the test when refused.
+template <class T>
+FusedChoice plan_for(const FusedLayer<T>& L, Idx chunk = 0, Idx reduce_tile = 0, Idx reduce_nc = 0, Idx push_tile = 0,
+                     int w_shared = -1) {
+  FusedRequest q = request(L);
+  q.chunk_length = chunk;
+  q.reduce_tile = reduce_tile;
+  q.reduce_nc = reduce_nc;
+  q.push_tile = push_tile;
+  q.w_shared = w_shared;
+  const FusedChoice p = gpu::fused_plan(q, gpu::FusedLimits{});
+  EXPECT_EQ(p.error, gpu::kPlanOk) << L.describe() << " chunk " << chunk << " tiles " << reduce_tile << "/"
+                                   << push_tile;
+  return p;
+}
+
+std::string plan_string(const FusedChoice& p) {
+  const FusedShape& s = p.shape;
+  return " [L " + std::to_string(s.L) + ", C " + std::to_string(s.C) + ", reduce " + std::to_string(p.reduce.tile) +
+         "×" + std::to_string(p.reduce.nc) + "/" + std::to_string(p.reduce.ntile) + (p.reduce.w_shared ? "" : " gW") +
+         ", push " + std::to_string(p.push.tile) + "/" + std::to_string(p.push.ntile) + (p.push.w_shared ? "" : " gW") +
+         "]";
+}
+
+template <class T>
+constexpr double kTol = std::is_same_v<T, float> ? 1e-4 : 1e-11;
+/// Float gradients that vanish below this share of the largest are compared at that scale.
+constexpr double kFloor = 1e-6;
+
+// ---------------------------------------------------------------------------------------------
+// Chunking and mapping
+
+TEST(FusedChunks, EveryStepIsInOneChunkAndEveryGradientIsWrittenOnce) {
+  for (Idx T_ = 1; T_ <= 130; T_ += (T_ < 20 ? 1 : 7))
+    for (Idx L = 1; L <= T_ + 2; L += (L < 10 ? 1 : 5)) {
+      const FusedShape s = gpu::fused_shape(gpu::kGru, 3, T_, 2, true, L);
+      ASSERT_GE(s.len0, 1);
+      ASSERT_LE(s.len0, s.L);
+      ASSERT_EQ(gpu::chunk_begin(s, 0), 0);
+      ASSERT_EQ(gpu::chunk_end(s, s.C - 1), T_);
+      std::vector<int> step_seen(static_cast<std::size_t>(T_ + 1), 0), written(static_cast<std::size_t>(T_ + 1), 0);
+      for (Idx c = 0; c < s.C; ++c) {
+        if (c > 0) {
+          ASSERT_EQ(gpu::chunk_begin(s, c), gpu::chunk_end(s, c - 1));
+        }
+        ASSERT_EQ(gpu::chunk_end(s, c) - gpu::chunk_begin(s, c), c == 0 ? s.len0 : s.L);
+        for (Idx t = gpu::chunk_begin(s, c) + 1; t <= gpu::chunk_end(s, c); ++t)
+          ++step_seen[static_cast<std::size_t>(t)];
+        if (c > 0) ++written[static_cast<std::size_t>(gpu::chunk_begin(s, c))];  // the carry
+        ASSERT_LE(gpu::push_steps(s, c), gpu::push_steps_max(s));
+        for (Idx j = 0; j < gpu::push_steps(s, c); ++j)
+          ++written[static_cast<std::size_t>(gpu::chunk_end(s, c) - j - 1)];
+      }
+      ++written[static_cast<std::size_t>(T_)];  // prepare: g_T
+      for (Idx t = 1; t <= T_; ++t) ASSERT_EQ(step_seen[static_cast<std::size_t>(t)], 1) << "T " << T_ << " L " << L;
+      for (Idx t = 0; t <= T_; ++t)
+        ASSERT_EQ(written[static_cast<std::size_t>(t)], 1) << "g_" << t << ", T " << T_ << " L " << L;
+    }
+}
+
+TEST(FusedChunks, EveryColumnOfEveryProblemHasOneThreadPerTile) {
+  for (const std::int32_t cell : kCells)
+    for (const Idx H : {1, 3, 20, 33})
+      for (const Idx B : {1, 3})
+        for (const bool inject : {false, true}) {
+          FusedShape s = gpu::fused_shape(cell, H, 23, B, inject, 5);
+          for (int ti = 0; ti < gpu::kFusedTileCount; ++ti)
+            for (const Idx nc : {1, 4}) {
+              const Idx tile = gpu::kFusedTiles[ti];
+              if (!gpu::fused_combo_compiled(tile, nc, 4)) continue;
+              for (const std::int32_t mode : {gpu::kFusedReduce, gpu::kFusedPush}) {
+                if (mode == gpu::kFusedPush && nc != 1) continue;
+                FusedLaunch l;
+                ASSERT_TRUE(gpu::fused_configure(l, s, mode, tile, nc, -1, gpu::FusedLimits{}, 4));
+                ASSERT_GE(l.ntile * l.tile, H);
+                ASSERT_LT((l.ntile - 1) * l.tile, H);
+                ASSERT_LE(l.threads, gpu::kFusedMaxThreads);
+                std::map<std::array<Idx, 4>, int> seen;  // (chunk, sample, column, tile)
+                for (Idx b = 0; b < l.blocks; ++b)
+                  for (Idx t = 0; t < l.threads; ++t) {
+                    const gpu::FusedGroup g = gpu::fused_group(s, l, b, t);
+                    if (!g.valid) continue;
+                    for (Idx n = 0; n < l.nc; ++n)
+                      if (mode == gpu::kFusedPush || g.col0 + n < s.ncols)
+                        ++seen[{g.chunk, g.sample, g.col0 + n, g.tile}];
+                  }
+                const Idx chunks = mode == gpu::kFusedReduce ? s.C - 1 : s.C;
+                const Idx cols = mode == gpu::kFusedReduce ? s.ncols : 1;
+                ASSERT_EQ(static_cast<Idx>(seen.size()), chunks * B * cols * l.ntile)
+                    << cell_name(cell) << " H " << H << " tile " << tile << "×" << nc;
+                for (const auto& [key, count] : seen) {
+                  ASSERT_EQ(count, 1);
+                  ASSERT_GE(key[0], mode == gpu::kFusedReduce ? 1 : 0);
+                  ASSERT_LT(key[0], s.C);
+                }
+              }
+            }
+        }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The cost model
+
+TEST(FusedChoice, TheIssueSizesGetValidPlansThatFitTheDevice) {
+  const gpu::FusedLimits lim;
+  for (const std::int32_t cell : kCells)
+    for (const Idx H : {1, 20, 32, 33, 64, 256})
+      for (const Idx T_ : {1, 2, 3, 63, 65, 1000, 30000})
+        for (const Idx B : {1, 16, 64})
+          for (const Idx scalar : {4, 8}) {
+            FusedRequest q;
+            q.cell = cell;
+            q.H = H;
+            q.steps = T_;
+            q.B = B;
+            q.inject = (T_ + B) % 2 == 0;
+            q.scalar = scalar;
+            const FusedChoice p = gpu::fused_plan(q, lim);
+            const std::string what = cell_name(cell) + " H " + std::to_string(H) + " T " + std::to_string(T_) + " B " +
+                                     std::to_string(B) + (scalar == 8 ? " double" : " float");
+            ASSERT_EQ(p.error, gpu::kPlanOk) << what;
+            const FusedShape& s = p.shape;
+            ASSERT_EQ(s.steps, T_);
+            ASSERT_EQ((s.C - 1) * s.L + s.len0, T_) << what;
+            ASSERT_GT(p.cycles, 0) << what;
+            for (const FusedLaunch* l : {&p.push, s.C > 1 ? &p.reduce : &p.push}) {
+              ASSERT_TRUE(gpu::fused_combo_compiled(l->tile, l->nc, scalar)) << what;
+              ASSERT_GE(l->ntile * l->tile, H) << what;
+              ASSERT_LE(l->ntile * l->tile, s.ldw) << what;
+              ASSERT_EQ(s.ldw % 4, 0) << what;
+              ASSERT_LE(l->threads, gpu::kFusedMaxThreads) << what;
+              ASSERT_LE(l->smem * scalar, lim.smem_block) << what;
+              ASSERT_EQ(l->smem, gpu::launch_smem(s, *l)) << what;
+              ASSERT_GE(l->blocks * l->gpb, l->groups) << what;
+              ASSERT_LT((l->blocks - 1) * l->gpb, l->groups) << what;
+            }
+            ASSERT_EQ(p.push.steps, gpu::push_steps_max(s));
+            if (s.C > 1) {
+              ASSERT_EQ(p.reduce.steps, s.L);
+              ASSERT_EQ(p.carry.blocks, B);
+              ASSERT_GE(p.carry.threads, 1);
+              ASSERT_LE(p.carry.threads, gpu::kFusedCarryThreads);
+            }
+          }
+}
+
+TEST(FusedChoice, ThePapersRnnIsScannedInChunksAndTinySequencesArePushedOnly) {
+  for (const Idx T_ : {1000, 30000}) {
+    FusedRequest q;
+    q.cell = gpu::kRnnTanh;
+    q.H = 20;
+    q.steps = T_;
+    q.B = 16;
+    const FusedChoice p = gpu::fused_plan(q, gpu::FusedLimits{});
+    ASSERT_EQ(p.error, gpu::kPlanOk);
+    // Long chains are cut into chunks whose reduce is parallel; the chunk count stays where the
+    // sequential carry costs little against the reduce.
+    EXPECT_GT(p.shape.C, 8) << plan_string(p);
+    EXPECT_LE(p.shape.C, 1024) << plan_string(p);
+    EXPECT_GE(p.shape.L, 4) << plan_string(p);
+    EXPECT_TRUE(p.reduce.w_shared && p.push.w_shared) << plan_string(p);
+    // The estimate: ≈ 2h³ flops per step and sample at a fraction of the FP32 peak, plus latency.
+    const double us = p.cycles / gpu::kFusedCyclesPerMicro;
+    EXPECT_LT(us, T_ == 1000 ? 200.0 : 2000.0) << plan_string(p);
+  }
+  FusedRequest one;
+  one.cell = gpu::kLstm;
+  one.H = 20;
+  one.steps = 1;
+  one.B = 16;
+  EXPECT_EQ(gpu::fused_plan(one, gpu::FusedLimits{}).shape.C, 1);
+}
+
+TEST(FusedChoice, OverridesAreFollowedAndInvalidOnesRefused) {
+  FusedRequest q;
+  q.cell = gpu::kGru;
+  q.H = 20;
+  q.steps = 100;
+  q.B = 3;
+  q.chunk_length = 7;
+  q.reduce_tile = 8;
+  q.reduce_nc = 4;
+  q.push_tile = 4;
+  FusedChoice p = gpu::fused_plan(q, gpu::FusedLimits{});
+  ASSERT_EQ(p.error, gpu::kPlanOk);
+  EXPECT_EQ(p.shape.L, 7);
+  EXPECT_EQ(p.shape.C, 15);
+  EXPECT_EQ(p.shape.len0, 2);
+  EXPECT_EQ(p.reduce.tile, 8);
+  EXPECT_EQ(p.reduce.nc, 4);
+  EXPECT_EQ(p.reduce.ntile, 3);
+  EXPECT_EQ(p.push.tile, 4);
+  EXPECT_EQ(p.push.ntile, 5);
+  q = FusedRequest{};
+  q.cell = gpu::kRnnTanh;
+  q.H = 20;
+  q.steps = 50;
+  q.B = 2;
+  q.w_shared = 0;
+  p = gpu::fused_plan(q, gpu::FusedLimits{});
+  ASSERT_EQ(p.error, gpu::kPlanOk);
+  EXPECT_FALSE(p.push.w_shared);
+  EXPECT_FALSE(p.reduce.w_shared);
+
+  auto error = [](auto edit) {
+    FusedRequest r;
+    r.cell = gpu::kLstm;
+    r.H = 5;
+    r.steps = 9;
+    r.B = 2;
+    edit(r);
+    return gpu::fused_plan(r, gpu::FusedLimits{}).error;
+  };
+  EXPECT_EQ(error([](FusedRequest& r) { r.H = 0; }), gpu::kPlanBadSize);
+  EXPECT_EQ(error([](FusedRequest& r) { r.steps = 0; }), gpu::kPlanBadSize);
+  EXPECT_EQ(error([](FusedRequest& r) { r.B = -1; }), gpu::kPlanBadSize);
+  EXPECT_EQ(error([](FusedRequest& r) { r.chunk_length = -2; }), gpu::kPlanBadSize);
+  EXPECT_EQ(error([](FusedRequest& r) { r.cell = 7; }), gpu::kPlanBadCell);
+  EXPECT_EQ(error([](FusedRequest& r) { r.reduce_tile = 12; }), gpu::kPlanBadTile);
+  EXPECT_EQ(error([](FusedRequest& r) { r.push_tile = 128; }), gpu::kPlanBadTile);
+  EXPECT_EQ(error([](FusedRequest& r) { r.scalar = 8, r.push_tile = 64; }), gpu::kPlanBadTile);
+  EXPECT_EQ(error([](FusedRequest& r) { r.reduce_nc = 2; }), gpu::kPlanBadColumns);
+  EXPECT_EQ(error([](FusedRequest& r) { r.scalar = 8, r.reduce_nc = 4; }), gpu::kPlanBadColumns);
+  EXPECT_EQ(error([](FusedRequest& r) { r.reduce_tile = 64, r.reduce_nc = 4; }), gpu::kPlanBadColumns);
+  // A device without the shared memory for W_hh on chip: forced on chip, nothing fits.
+  FusedRequest big;
+  big.cell = gpu::kLstm;
+  big.H = 256;
+  big.steps = 10;
+  big.B = 1;
+  big.w_shared = 1;
+  EXPECT_EQ(gpu::fused_plan(big, gpu::FusedLimits{}).error, gpu::kPlanTooLarge);
+}
+
+TEST(FusedChoice, LargeHiddenSizesReadWhhFromGlobalMemoryAndStayWithinLimits) {
+  for (const Idx H : {512, 4096, 16384}) {
+    FusedRequest q;
+    q.cell = gpu::kRnnTanh;
+    q.H = H;
+    q.steps = 4;
+    q.B = 2;
+    const FusedChoice p = gpu::fused_plan(q, gpu::FusedLimits{});
+    ASSERT_EQ(p.error, gpu::kPlanOk) << H;
+    EXPECT_FALSE(p.push.w_shared) << H;
+    EXPECT_LE(p.push.threads, gpu::kFusedMaxThreads);
+  }
+  FusedRequest q;
+  q.cell = gpu::kRnnTanh;
+  q.H = 64 * 256 + 1;  // more row tiles than threads in a block
+  q.steps = 2;
+  q.B = 1;
+  EXPECT_EQ(gpu::fused_plan(q, gpu::FusedLimits{}).error, gpu::kPlanTooLarge);
+  // Totals beyond the memory budget: the plan falls back to fewer chunks.
+  gpu::FusedLimits small;
+  small.totals_bytes = 0;
+  q.H = 20;
+  q.steps = 1000;
+  q.B = 16;
+  const FusedChoice p = gpu::fused_plan(q, small);
+  ASSERT_EQ(p.error, gpu::kPlanOk);
+  EXPECT_EQ(p.shape.C, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Whole runs against the CPU engine's BP
+
+TEST(FusedHost, TheOracleIsTheEnginesBackward) {
+  // fused_record.hpp's BP against Recurrent<double>::backward with BackwardMethod::bp (its g_0).
+  for (const std::int32_t cell : kCells)
+    for (const bool inject : {false, true})
+      for (const bool final_grad : {false, true}) {
+        const auto L = make_layer<double>(cell, 4, 9, 3, inject, final_grad, 11);
+        Recurrent<double> net(RecurrentConfig{cell_type(cell), L.I, L.H, 1, nonlinearity(cell)});
+        net.params(0) = L.p;
+        net.set_initial_state(0, L.s0);
+        net.forward(L.x, L.steps, L.B);
+        if (final_grad) net.set_final_state_grad(0, L.g_final);
+        BackwardOptions o;
+        o.method = BackwardMethod::bp;
+        net.backward(L.above, inject, o);
+        const Matrix<double> g = oracle_bp(L);
+        ASSERT_LT((net.state0_grad(0) - g.leftCols(L.B)).norm(), 1e-13 * (1 + g.leftCols(L.B).norm())) << L.describe();
+        for (Index t = 0; t <= L.steps; ++t)
+          ASSERT_LT((net.state(0, t).topRows(L.H) - L.rec.h.middleCols(t * L.B, L.B)).norm(), 1e-15);
+      }
+}
+
+TEST(FusedHost, EveryCellAndSizeMatchesTheEnginesBp) {
+  int runs = 0;
+  for (const std::int32_t cell : kCells)
+    for (const Index H : {1, 3, 20, 33})
+      for (const Index T_ : {1, 2, 3, 7, 64, 65, 300})
+        for (const Index B : {1, 3})
+          for (const bool inject : {false, true})
+            for (const bool final_grad : {false, true}) {
+              if (T_ == 300 && (B == 3 || H == 33) && (inject != final_grad)) continue;  // time; covered otherwise
+              const std::uint64_t seed = static_cast<std::uint64_t>(1000 * H + 10 * T_ + B + (inject ? 7 : 0));
+              const auto L = make_layer<double>(cell, H, T_, B, inject, final_grad, seed);
+              const Matrix<double> want = oracle_bp(L);
+              std::vector<FusedChoice> plans{plan_for(L)};
+              if (T_ == 2 || T_ == 7 || T_ == 65) {        // the overrides: at sizes that leave a partial chunk 0
+                plans.push_back(plan_for(L, 1, 4, 1, 4));  // every step its own chunk; many tiles
+                plans.push_back(plan_for(L, 2, 8, 1, 16));
+                plans.push_back(plan_for(L, 5, 0, 0, 4, 0));  // W_hh from global memory
+                plans.push_back(plan_for(L, T_));             // one chunk: BP only
+              }
+              for (const FusedChoice& p : plans) {
+                const Replayed<double> r = replay(L, p);
+                ASSERT_TRUE(close_to_oracle(r.g.data(), want, B, kTol<double>)) << L.describe() << plan_string(p);
+                ++runs;
+              }
+            }
+  EXPECT_GT(runs, 800);
+}
+
+TEST(FusedHost, FloatRunsMatchTheEnginesBp) {
+  for (const std::int32_t cell : kCells)
+    for (const bool inject : {false, true}) {
+      const auto L = make_layer<float>(cell, 20, 130, 3, inject, !inject, 5);
+      const Matrix<double> want = oracle_bp(L);
+      for (const FusedChoice& p : {plan_for(L), plan_for(L, 16, 20, 4, 4), plan_for(L, 9, 8, 4, 20),
+                                   plan_for(L, 33, 32, 1, 8), plan_for(L, 7, 0, 0, 0, 0)}) {
+        const Replayed<float> r = replay(L, p);
+        ASSERT_TRUE(close_to_oracle(r.g.data(), want, L.B, kTol<float>, kFloor)) << L.describe() << plan_string(p);
+      }
+    }
+}
+
+TEST(FusedHost, EveryCompiledTileAndColumnCountMatchesTheEnginesBp) {
+  for (const std::int32_t cell : kCells)
+    for (int ti = 0; ti < gpu::kFusedTileCount; ++ti)
+      for (const Idx nc : {1, 4}) {
+        const Idx tile = gpu::kFusedTiles[ti];
+        const auto Lf = make_layer<float>(cell, 37, 12, 2, true, true, 9);
+        const auto Ld = make_layer<double>(cell, 37, 12, 2, true, true, 9);
+        if (gpu::fused_combo_compiled(tile, nc, 4)) {
+          const FusedChoice p = plan_for(Lf, 5, tile, nc, tile);
+          ASSERT_TRUE(close_to_oracle(replay(Lf, p).g.data(), oracle_bp(Lf), 2, kTol<float>, kFloor))
+              << Lf.describe() << plan_string(p);
+        }
+        if (gpu::fused_combo_compiled(tile, nc, 8)) {
+          const FusedChoice p = plan_for(Ld, 5, tile, nc, tile);
+          ASSERT_TRUE(close_to_oracle(replay(Ld, p).g.data(), oracle_bp(Ld), 2, kTol<double>))
+              << Ld.describe() << plan_string(p);
+        }
+      }
+}
+
+TEST(FusedHost, NoThreadOrderChangesABit) {
+  // Reads and writes of one phase never touch what another thread of the phase writes: any
+  // order gives the same bits; launches without step barriers (one thread per column) even
+  // thread by thread through all their steps.
+  for (const std::int32_t cell : kCells)
+    for (const bool inject : {false, true}) {
+      const auto L = make_layer<double>(cell, 13, 40, 3, inject, true, 21);
+      for (const FusedChoice& p : {plan_for(L, 6, 4, 1, 4), plan_for(L, 7, 16, 1, 16), plan_for(L, 5, 4, 1, 16),
+                                   plan_for(L, 4, 4, 1, 32, 0)}) {
+        const Replayed<double> base = replay(L, p, Order::forward);
+        for (const Order o : {Order::reverse, Order::shuffled, Order::thread_major}) {
+          const Replayed<double> other = replay(L, p, o, 77);
+          ASSERT_EQ(0, std::memcmp(base.g.data(), other.g.data(), base.g.size() * sizeof(double)))
+              << L.describe() << plan_string(p) << " order " << static_cast<int>(o);
+        }
+      }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exact arithmetic: operand order
+
+TEST(FusedHost, SmallIntegerAndDyadicChainsAreExactForEveryChunking) {
+  for (const std::int32_t cell : kCells)
+    for (const Index T_ : {1, 2, 3, 4, 5})
+      for (const bool inject : {false, true}) {
+        if (T_ == 5 && (cell == gpu::kGru || cell == gpu::kLstm)) continue;  // dyadic bits grow faster
+        const FusedLayer<double> L = exact_layer(cell, 3, T_, 2, inject, static_cast<std::uint64_t>(31 * T_ + inject));
+        const Matrix<double> want = oracle_bp(L);
+        for (Idx chunk = 1; chunk <= T_; ++chunk)
+          for (const Idx tile : {4, 32}) {
+            const Replayed<double> r = replay(L, plan_for(L, chunk, tile, 1, tile));
+            for (Index k = 0; k < want.size(); ++k)
+              ASSERT_EQ(r.g[static_cast<std::size_t>(k)], want.data()[k])
+                  << L.describe() << " chunk " << chunk << " tile " << tile << " value " << k;
+          }
+      }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Prefetch addresses
+
+TEST(FusedHost, PrefetchAddressesStayInsideTheirArraysAndStartEverySpan) {
+  for (const std::int32_t cell : kCells) {
+    const auto L = make_layer<float>(cell, 21, 30, 3, true, false, 3);
+    const FusedChoice p = plan_for(L, 7, 8, 1, 4);
+    Replayed<float> r = replay(L, p);
+    auto inside = [](const float* q, const float* base, Index n) { return q >= base && q < base + n; };
+    for (const FusedLaunch* l : {&p.reduce, &p.push}) {
+      r.a.launch = *l;
+      for (Idx b = 0; b < l->blocks; ++b)
+        for (Idx t = 0; t < l->threads; ++t) {
+          const gpu::FusedGroup g = gpu::fused_group(p.shape, *l, b, t);
+          for (Idx j = 0; j < l->steps + 3; ++j) {
+            Idx lines = 0;
+            for (Idx which = 0;; ++which) {
+              const float* q = gpu::fused_prefetch_line(r.a, g, j, which);
+              if (!q) break;
+              ++lines;
+              const bool ok = inside(q, L.rec.h.data(), L.rec.h.size()) ||
+                              (L.rec.c.size() && inside(q, L.rec.c.data(), L.rec.c.size())) ||
+                              (L.rec.gates.size() && inside(q, L.rec.gates.data(), L.rec.gates.size())) ||
+                              (L.rec.aux.size() && inside(q, L.rec.aux.data(), L.rec.aux.size())) ||
+                              inside(q, L.above.data(), L.above.size());
+              ASSERT_TRUE(ok) << cell_name(cell) << " step " << j << " line " << which;
+            }
+            if (g.valid && j < g.steps) {
+              ASSERT_GE(lines, cell == gpu::kRnnTanh || cell == gpu::kRnnRelu ? 1 : 3);
+            }
+            if (!g.valid || j >= g.steps) {
+              ASSERT_EQ(lines, 0);
+            }
+          }
+        }
+    }
+    for (Idx n = -1; n < p.shape.C + 2; ++n)
+      for (Idx which = 0; which < 400; ++which) {
+        const float* q = gpu::carry_prefetch_line(r.a, 1, n, which);
+        if (q) {
+          ASSERT_TRUE(inside(q, r.totals.data(), static_cast<Index>(r.totals.size())));
+        }
+      }
+  }
+}
+
+}  // namespace

@@ -1,0 +1,927 @@
+// The GPU recurrent model without a GPU: the kernels' own __host__ __device__ phases
+// (src/nn/cuda/*_math.hpp) replayed by g++ over every (block, thread), phase by phase between
+// the barriers, and every matrix product as described for cuBLAS (layer_gemms.hpp) run by a
+// naive reference GEMM, against the CPU engine: the forward record, BP through time, the
+// generic scan's program over device-generated Jacobians, pre-activation and parameter
+// gradients, the head and the loss, Adam and SGD — every cell, 1–2 layers, head last/every,
+// ce/mse. Each persistent kernel is replayed twice, threads in opposite orders, and must give
+// bit-identical results (no thread of a phase reads what another writes); arrays start as NaN,
+// so a read of a value nobody wrote shows.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bppsa/nn/model.hpp"
+#include "bppsa/train/optimizer.hpp"
+#include "jacobian/cuda/items.hpp"
+#include "nn/cell.hpp"
+#include "nn/cuda/head_math.hpp"
+#include "nn/cuda/layer_gemms.hpp"
+#include "nn/cuda/optimizer_math.hpp"
+#include "nn/cuda/recurrent_math.hpp"
+#include "nn/cuda/scan_layout.hpp"
+#include "scan/cuda/program.hpp"
+#include "scan/plan.hpp"
+#include "train/step_constants.hpp"
+
+namespace {
+
+using namespace bppsa;
+namespace gpu = bppsa::detail::gpu;
+using gpu::Idx;
+
+template <class T>
+constexpr T kPoison = std::numeric_limits<T>::quiet_NaN();
+/// Relative tolerance per tensor against the CPU engine: summation order and FMA only.
+template <class T>
+constexpr double kTol = std::is_same_v<T, float> ? 3e-5 : 1e-11;
+
+/// max |a − b| / max |b| (absolute when b is all zeros); NaN anywhere fails.
+template <class A, class B>
+double rel_err(const A* a, const B* b, Idx n) {
+  double num = 0, den = 0;
+  for (Idx i = 0; i < n; ++i) {
+    const double x = static_cast<double>(a[i]), y = static_cast<double>(b[i]);
+    if (!std::isfinite(x) || !std::isfinite(y)) return std::numeric_limits<double>::infinity();
+    num = std::max(num, std::abs(x - y));
+    den = std::max(den, std::abs(y));
+  }
+  return den > 0 ? num / den : num;
+}
+
+#define EXPECT_CLOSE(T, got, want, n, what) EXPECT_LE(rel_err((got), (want), (n)), kTol<T>) << (what)
+
+// ---------------------------------------------------------------------------------------------
+// Reference cuBLAS semantics (column-major, leading dimensions), for layer_gemms.hpp
+
+template <class T>
+void reference(const gpu::Gemm<T>& g) {
+  for (Idx j = 0; j < g.n; ++j)
+    for (Idx i = 0; i < g.m; ++i) {
+      double acc = 0;
+      for (Idx p = 0; p < g.k; ++p) {
+        const double a = g.ta ? g.a[p + i * g.lda] : g.a[i + p * g.lda];
+        const double b = g.tb ? g.b[j + p * g.ldb] : g.b[p + j * g.ldb];
+        acc += a * b;
+      }
+      g.c[i + j * g.ldc] = static_cast<T>(acc);
+    }
+}
+template <class T>
+void reference(const gpu::Gemv<T>& g) {
+  for (Idx i = 0; i < g.m; ++i) {
+    double acc = 0;
+    for (Idx j = 0; j < g.n; ++j) acc += static_cast<double>(g.a[i + j * g.lda]) * g.x[j];
+    g.y[i] = static_cast<T>(acc);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cells and random models
+
+struct CellCase {
+  CellType cell;
+  Nonlinearity nl;
+  std::int32_t code;
+  const char* name;
+};
+const std::vector<CellCase>& every_cell() {
+  static const std::vector<CellCase> cells{{CellType::rnn, Nonlinearity::tanh, gpu::kRnnTanh, "rnn"},
+                                           {CellType::rnn, Nonlinearity::relu, gpu::kRnnRelu, "rnn-relu"},
+                                           {CellType::gru, Nonlinearity::tanh, gpu::kGru, "gru"},
+                                           {CellType::lstm, Nonlinearity::tanh, gpu::kLstm, "lstm"}};
+  return cells;
+}
+
+template <class T>
+Matrix<T> random_matrix(Index rows, Index cols, std::mt19937_64& rng, double scale = 1) {
+  std::normal_distribution<double> n(0, scale);
+  Matrix<T> m(rows, cols);
+  for (Index i = 0; i < m.size(); ++i) m.data()[i] = static_cast<T>(n(rng));
+  return m;
+}
+
+/// A CPU stack with weights wider than the default init (the nonlinearities matter).
+template <class T>
+Recurrent<T> random_stack(const CellCase& c, Index input, Index hidden, Index layers, std::uint64_t seed) {
+  Recurrent<T> r(RecurrentConfig{c.cell, input, hidden, layers, c.nl});
+  r.reset_parameters(seed);
+  for (Index l = 0; l < layers; ++l) {
+    auto& p = r.params(l);
+    for (auto* m : {&p.w_ih, &p.w_hh}) *m *= T(1.7);
+    for (auto* v : {&p.b_ih, &p.b_hh}) *v *= T(1.7);
+  }
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Persistent kernels, replayed
+
+/// One layer's device arrays on the host (LayerRecord's layout), NaN-initialised.
+template <class T>
+struct HostLayer {
+  std::vector<T> ax, h, c, gates, aux, w_col, g, dx, dh, gx, g_last;
+};
+
+/// Replays forward_kernel: each block in turn (blocks share nothing), each phase over all
+/// threads (forward or reverse order) between the barriers.
+template <class T>
+void replay_forward(const gpu::LayerArgs<T>& a, unsigned threads, bool reverse) {
+  const gpu::SmemLayout L = gpu::forward_smem(a);
+  for (Idx block = 0; block < gpu::persistent_blocks(a.B, a.spb); ++block) {
+    std::vector<T> sm(static_cast<std::size_t>(L.total), kPoison<T>);
+    auto each = [&](auto&& phase) {
+      for (unsigned i = 0; i < threads; ++i) phase(static_cast<Idx>(reverse ? threads - 1 - i : i));
+    };
+    each([&](Idx th) { gpu::forward_load(a, sm.data(), block, th, threads); });
+    for (Idx t = 1; t <= a.steps; ++t) {
+      each([&](Idx th) { gpu::forward_matvec(a, sm.data(), block, th, threads, t); });
+      each([&](Idx th) { gpu::forward_cell(a, sm.data(), block, th, threads, t); });
+    }
+  }
+}
+
+/// Replays backward_kernel (BP through time) the same way.
+template <class T>
+void replay_backward(const gpu::LayerArgs<T>& a, unsigned threads, bool reverse) {
+  const gpu::SmemLayout L = gpu::backward_smem(a);
+  for (Idx block = 0; block < gpu::persistent_blocks(a.B, a.spb); ++block) {
+    std::vector<T> sm(static_cast<std::size_t>(L.total), kPoison<T>);
+    auto each = [&](auto&& phase) {
+      for (unsigned i = 0; i < threads; ++i) phase(static_cast<Idx>(reverse ? threads - 1 - i : i));
+    };
+    each([&](Idx th) { gpu::backward_load(a, sm.data(), block, th, threads); });
+    for (Idx t = a.steps; t >= 1; --t) {
+      each([&](Idx th) { gpu::backward_preact(a, sm.data(), block, th, threads, t); });
+      each([&](Idx th) { gpu::backward_transpose(a, sm.data(), block, th, threads, t); });
+    }
+  }
+}
+
+/// How a persistent kernel is launched in a test: samples per block, W_hh on chip, threads.
+struct Launch {
+  Idx spb;
+  bool w_shared;
+  unsigned threads;
+};
+const std::vector<Launch>& launches() {
+  static const std::vector<Launch> l{{1, true, 32}, {2, false, 64}, {3, true, 32}, {1, false, 96}};
+  return l;
+}
+
+/// Everything one layer is: its shape and the host arrays; forward and BP as the GPU runs them.
+template <class T>
+struct LayerSim {
+  std::int32_t cell;
+  Idx I, H, GH, S, B, steps;
+  const RecurrentLayerParams<T>* p;
+  HostLayer<T> a;
+
+  LayerSim(std::int32_t cell_, Idx input, Idx hidden, Idx batch, Idx steps_, const RecurrentLayerParams<T>& params)
+      : cell(cell_),
+        I(input),
+        H(hidden),
+        GH(gpu::cell_gates(cell_) * hidden),
+        S(gpu::cell_state(cell_, hidden)),
+        B(batch),
+        steps(steps_),
+        p(&params) {
+    const Idx TB = steps * B, T1B = (steps + 1) * B;
+    a.ax.assign(static_cast<std::size_t>(GH * TB), kPoison<T>);
+    a.h.assign(static_cast<std::size_t>(H * T1B), kPoison<T>);
+    a.c.assign(static_cast<std::size_t>(H * T1B), kPoison<T>);
+    a.gates.assign(static_cast<std::size_t>(GH * TB), kPoison<T>);
+    a.aux.assign(static_cast<std::size_t>(H * TB), kPoison<T>);
+    a.w_col.assign(static_cast<std::size_t>(GH * H), kPoison<T>);
+    a.g.assign(static_cast<std::size_t>(S * T1B), kPoison<T>);
+    a.dx.assign(static_cast<std::size_t>(GH * TB), kPoison<T>);
+    a.dh.assign(static_cast<std::size_t>(GH * TB), kPoison<T>);
+    a.gx.assign(static_cast<std::size_t>(I * TB), kPoison<T>);
+    a.g_last.assign(static_cast<std::size_t>(S * B), kPoison<T>);
+  }
+
+  gpu::LayerArgs<T> args(const Launch& l) {
+    gpu::LayerArgs<T> r;
+    r.cell = cell;
+    r.H = H;
+    r.GH = GH;
+    r.S = S;
+    r.B = B;
+    r.steps = steps;
+    r.spb = l.spb;
+    r.w_shared = l.w_shared;
+    r.b_ih = p->b_ih.data();
+    r.b_hh = p->b_hh.data();
+    r.ax = a.ax.data();
+    r.h = a.h.data();
+    r.c = a.c.data();
+    r.gates = a.gates.data();
+    r.aux = a.aux.data();
+    r.g = a.g.data();
+    r.dx = a.dx.data();
+    r.dh = a.dh.data();
+    return r;
+  }
+
+  /// x: I × TB (the layer's input); s0: S × B or empty.
+  void forward(const T* x, const Matrix<T>& s0, const Launch& l, bool reverse = false) {
+    reference(gpu::input_projection(GH, I, steps * B, p->w_ih.data(), x, a.ax.data()));
+    for (Idx b = 0; b < B; ++b)
+      for (Idx j = 0; j < H; ++j) {
+        a.h[static_cast<std::size_t>(b * H + j)] = s0.size() ? s0(j, b) : T(0);
+        a.c[static_cast<std::size_t>(b * H + j)] = s0.size() && cell == gpu::kLstm ? s0(H + j, b) : T(0);
+      }
+    for (Idx i = 0; i < GH * H; ++i)
+      a.w_col[static_cast<std::size_t>(i)] = p->w_hh.data()[gpu::transpose_source(GH, H, i)];
+    gpu::LayerArgs<T> r = args(l);
+    r.w = a.w_col.data();
+    replay_forward(r, l.threads, reverse);
+  }
+
+  /// g_T from `last` (H × B or null) and `extra` (S × B or empty) into `dst` (S × B).
+  void set_final(const T* last, const Matrix<T>& extra, T* dst) {
+    for (Idx i = 0; i < S * B; ++i)
+      dst[i] = gpu::final_state_grad(H, S, last, extra.size() ? extra.data() : nullptr, i / S, i % S);
+  }
+
+  /// BP: above (H × TB) injected when `inject`, else `above` is the H × B gradient on h_T.
+  void backward_bp(const T* above, bool inject, const Matrix<T>& final_grad, const Launch& l, bool reverse = false) {
+    set_final(inject ? above + (steps - 1) * B * H : above, final_grad, a.g.data() + steps * B * S);
+    gpu::LayerArgs<T> r = args(l);
+    r.w = p->w_hh.data();
+    r.above = inject ? above : nullptr;
+    replay_backward(r, l.threads, reverse);
+  }
+
+  /// The scan path: every g_t from the generic GPU scan's program (Jacobians, injections and
+  /// g_T written where GenericLayerScan writes them), replayed; then the pre-activation
+  /// gradients of every item.
+  void backward_scan(const T* above, bool inject, const Matrix<T>& final_grad, Algorithm algorithm, int chunks) {
+    set_final(inject ? above + (steps - 1) * B * H : above, final_grad, a.g.data() + steps * B * S);
+    const Layout<T> layout = gpu::layer_scan_layout<T>(cell, H, B);
+    const auto elements = gpu::layer_scan_elements(layout, steps, inject);
+    const auto planned = detail::plan_schedule(elements, B, algorithm, 1, chunks, 1);
+    const gpu::Program<T> prog = gpu::compile_program(planned.schedule, elements, B);
+    std::vector<T> arena(static_cast<std::size_t>(prog.values), kPoison<T>);
+    const gpu::LayerScanOffsets o = gpu::layer_scan_offsets(prog, steps, inject);
+    gpu::LayerArgs<T> r = args(launches()[0]);
+    r.w = p->w_hh.data();
+    r.above = inject ? above : nullptr;
+    const Idx per = gpu::jacobian_values(cell, H);
+    for (Idx t = 1; t <= steps; ++t)  // jacobian_kernel's items
+      for (Idx b = 0; b < B; ++b)
+        for (Idx item = 0; item < per; ++item)
+          arena[static_cast<std::size_t>(o.element[static_cast<std::size_t>(t - 1)] + b * per + item)] =
+              gpu::jacobian_value(r, t, b, item);
+    for (const auto& m : prog.shared_matrices)  // S = W_hh^T: W_hh's row-major values
+      std::copy_n(p->w_hh.data(), H * H, arena.begin() + m.offset);
+    for (Idx k = 1; inject && k <= steps - 1; ++k)  // injection_kernel's items
+      for (Idx b = 0; b < B; ++b)
+        for (Idx row = 0; row < S; ++row)
+          arena[static_cast<std::size_t>(o.injection[static_cast<std::size_t>(k - 1)] + b * S + row)] =
+              gpu::injection_value(above, H, B, k, b, row);
+    std::copy_n(a.g.begin() + steps * B * S, S * B, arena.begin() + o.prefix[static_cast<std::size_t>(steps)]);
+    for (const gpu::Launch& l : prog.launches) {
+      const Idx total = gpu::total_work(l.count, l.batch, l.items);
+      const unsigned grid = gpu::grid_blocks(total);
+      for (unsigned blk = 0; blk < grid; ++blk)
+        for (unsigned th = 0; th < static_cast<unsigned>(gpu::kBlock); ++th) {
+          if (l.type == gpu::Launch::Type::mat)
+            gpu::mat_thread(prog.mat_ops.data() + l.first, l.count, l.batch, l.items, arena.data(), prog.indices.data(),
+                            blk, gpu::kBlock, th, grid);
+          else
+            gpu::vec_thread(prog.vec_ops.data() + l.first, l.count, l.batch, l.items, arena.data(), prog.indices.data(),
+                            blk, gpu::kBlock, th, grid);
+        }
+    }
+    for (Idx t = 0; t < steps; ++t)  // gather_blocks_kernel
+      std::copy_n(arena.begin() + o.prefix[static_cast<std::size_t>(t)], S * B, a.g.begin() + t * S * B);
+    for (Idx i = 0; i < steps * B * H; ++i) gpu::preact_item(r, i);  // preact_kernel
+  }
+
+  /// Parameter gradients and the input gradient (layer_grad_products) from dx/dh.
+  void param_grads(const T* x, RecurrentLayerParams<T>& g) {
+    const Idx TB = steps * B;
+    const std::vector<T> ones(static_cast<std::size_t>(TB), T(1));
+    g.w_ih.setConstant(GH, I, kPoison<T>);
+    g.w_hh.setConstant(GH, H, kPoison<T>);
+    g.b_ih.setConstant(GH, kPoison<T>);
+    g.b_hh.setConstant(GH, kPoison<T>);
+    const T* dh = cell == gpu::kGru ? a.dh.data() : a.dx.data();
+    const auto prods =
+        gpu::layer_grad_products(I, H, GH, TB, x, a.h.data(), a.dx.data(), dh, p->w_ih.data(), ones.data(),
+                                 g.w_ih.data(), g.w_hh.data(), g.b_ih.data(), g.b_hh.data(), a.gx.data());
+    reference(prods.w_ih);
+    reference(prods.w_hh);
+    reference(prods.input);
+    reference(prods.b_ih);
+    reference(prods.b_hh);
+  }
+
+  const T* output() const { return a.h.data() + B * H; }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Launch geometry
+
+TEST(CudaRecurrentLaunch, PersistentLaunchFillsTheMultiprocessorsAndKeepsWOnChipWhenItFits) {
+  const std::size_t smem = 227 * 1024;
+  // The paper's RNN: W_hh on chip, one sample per block up to one block per SM.
+  auto p = gpu::persistent_launch(20, 20, 20, 16, 4, 132, smem, 512);
+  EXPECT_TRUE(p.fits);
+  EXPECT_TRUE(p.w_shared);
+  EXPECT_EQ(p.spb, 1);
+  EXPECT_EQ(p.threads, 32u);
+  EXPECT_EQ(p.smem_bytes, static_cast<std::size_t>(20 * 20 + 2 * 20 + 20) * 4);
+  // More samples than SMs: ⌈B / SMs⌉ per block.
+  p = gpu::persistent_launch(20, 20, 20, 1000, 4, 132, smem, 512);
+  EXPECT_EQ(p.spb, 8);
+  EXPECT_EQ(gpu::persistent_blocks(1000, p.spb), 125);
+  // LSTM H 128 (256 KiB of W_hh): from global memory, the buffers on chip.
+  p = gpu::persistent_launch(512, 128, 256, 16, 4, 132, smem, 512);
+  EXPECT_TRUE(p.fits);
+  EXPECT_FALSE(p.w_shared);
+  EXPECT_EQ(p.threads, 512u);
+  // GRU H 128: W_hh (192 KiB) stays on chip with fewer samples per block than ⌈B / SMs⌉ = 20
+  // (640 values each beside it: at most 14 fit; halving gives 10).
+  p = gpu::persistent_launch(384, 128, 128, 2640, 4, 132, smem, 512);
+  EXPECT_TRUE(p.w_shared);
+  EXPECT_EQ(p.spb, 10);
+  // Double precision halves what fits.
+  p = gpu::persistent_launch(384, 128, 128, 16, 8, 132, smem, 512);
+  EXPECT_FALSE(p.w_shared);
+  // Beyond any shared memory: refused (the caller throws).
+  p = gpu::persistent_launch(4 * 20000, 20000, 40000, 1, 4, 132, smem, 512);
+  EXPECT_FALSE(p.fits);
+  // Every choice fits what it claims and covers the batch.
+  for (Idx B : {1, 7, 133, 300})
+    for (Idx H : {1, 20, 64, 256}) {
+      p = gpu::persistent_launch(4 * H, H, 2 * H, B, 4, 132, smem, 512);
+      ASSERT_TRUE(p.fits);
+      EXPECT_LE(p.smem_bytes, smem);
+      EXPECT_GE(gpu::persistent_blocks(B, p.spb) * p.spb, B);
+      EXPECT_EQ(p.threads % 32, 0u);
+    }
+}
+
+TEST(CudaRecurrentLaunch, BlocksPartitionTheBatch) {
+  for (Idx B : {1, 2, 5, 16})
+    for (Idx spb : {1, 2, 3, 7}) {
+      std::vector<int> seen(static_cast<std::size_t>(B), 0);
+      for (Idx blk = 0; blk < gpu::persistent_blocks(B, spb); ++blk) {
+        ASSERT_GE(gpu::block_samples(blk, spb, B), 1);
+        for (Idx s = 0; s < gpu::block_samples(blk, spb, B); ++s)
+          ++seen[static_cast<std::size_t>(gpu::block_first(blk, spb) + s)];
+      }
+      EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; })) << B << " / " << spb;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// One layer: forward record, BP, scan path
+
+/// The CPU cell's forward on the same input and initial state: the reference record.
+template <class T>
+detail::LayerRecord<T> cpu_record(const CellCase& c, const RecurrentLayerParams<T>& p, const Matrix<T>& x, Idx H, Idx B,
+                                  Idx steps, const Matrix<T>& s0) {
+  detail::LayerRecord<T> rec;
+  rec.steps = steps;
+  rec.batch = B;
+  rec.hidden = H;
+  rec.x = x;
+  rec.ax = p.w_ih * x;
+  rec.ax.colwise() += p.b_ih;
+  rec.h.setZero(H, (steps + 1) * B);
+  rec.c.setZero(H, (steps + 1) * B);
+  if (s0.size()) {
+    rec.h.leftCols(B) = s0.topRows(H);
+    if (c.cell == CellType::lstm) rec.c.leftCols(B) = s0.bottomRows(H);
+  }
+  if (c.cell != CellType::rnn) {
+    rec.gates.resize(gate_count(c.cell) * H, steps * B);
+    rec.aux.resize(H, steps * B);
+  }
+  detail::cell_ops<T>(c.cell, c.nl).forward(p, rec);
+  return rec;
+}
+
+template <class T>
+void forward_record_matches_cpu() {
+  std::mt19937_64 rng(11);
+  for (const CellCase& c : every_cell())
+    for (const auto& [H, B, steps] : std::vector<std::array<Idx, 3>>{{1, 1, 1}, {3, 3, 2}, {5, 4, 7}, {20, 2, 5}})
+      for (const Launch& l : launches()) {
+        SCOPED_TRACE(std::string(c.name) + " H " + std::to_string(H) + " B " + std::to_string(B) + " T " +
+                     std::to_string(steps) + " spb " + std::to_string(l.spb) + (l.w_shared ? " smem" : " global"));
+        const Idx I = 2;
+        Recurrent<T> cpu = random_stack<T>(c, I, H, 1, 5 + static_cast<std::uint64_t>(H));
+        const auto& p = cpu.params(0);
+        const Matrix<T> x = random_matrix<T>(I, steps * B, rng);
+        const Matrix<T> s0 = (H + B) % 2 ? random_matrix<T>(gpu::cell_state(c.code, H), B, rng, 0.5) : Matrix<T>();
+        const detail::LayerRecord<T> want = cpu_record(c, p, x, H, B, steps, s0);
+        LayerSim<T> fwd(c.code, I, H, B, steps, p), rev(c.code, I, H, B, steps, p);
+        fwd.forward(x.data(), s0, l, false);
+        rev.forward(x.data(), s0, l, true);
+        EXPECT_EQ(0, std::memcmp(fwd.a.h.data(), rev.a.h.data(), fwd.a.h.size() * sizeof(T)))
+            << "thread order changed the result: a phase reads what another thread of it writes";
+        EXPECT_CLOSE(T, fwd.a.h.data(), want.h.data(), want.h.size(), "h");
+        if (c.cell == CellType::lstm) {
+          EXPECT_CLOSE(T, fwd.a.c.data(), want.c.data(), want.c.size(), "c");
+          EXPECT_EQ(0, std::memcmp(fwd.a.c.data(), rev.a.c.data(), fwd.a.c.size() * sizeof(T)));
+        }
+        if (c.cell != CellType::rnn) {
+          EXPECT_CLOSE(T, fwd.a.gates.data(), want.gates.data(), want.gates.size(), "gates");
+          EXPECT_CLOSE(T, fwd.a.aux.data(), want.aux.data(), want.aux.size(), "aux");
+        }
+      }
+}
+
+TEST(CudaRecurrentHost, ForwardRecordMatchesTheCpuCellsDouble) { forward_record_matches_cpu<double>(); }
+TEST(CudaRecurrentHost, ForwardRecordMatchesTheCpuCellsFloat) { forward_record_matches_cpu<float>(); }
+
+/// A stack of `layers` simulated layers on the CPU engine's weights: forward, then BP or the
+/// scan path top-down (as RecurrentStack::backward_layer orders it), then every gradient,
+/// compared with Recurrent<T> on the CPU (BP).
+template <class T>
+void stack_matches_cpu(const CellCase& c, Idx layers, Idx H, Idx B, Idx steps, bool every_step, bool extras,
+                       BackwardMethod method, const Launch& l) {
+  SCOPED_TRACE(std::string(c.name) + " layers " + std::to_string(layers) + " H " + std::to_string(H) + " B " +
+               std::to_string(B) + " T " + std::to_string(steps) + (every_step ? " every" : " last") +
+               (extras ? " s0+final" : "") + " " + to_string(method) + " spb " + std::to_string(l.spb));
+  std::mt19937_64 rng(17 + static_cast<std::uint64_t>(H * 31 + B * 7 + steps));
+  const Idx I = 3, S = gpu::cell_state(c.code, H), TB = steps * B;
+  Recurrent<T> cpu = random_stack<T>(c, I, H, layers, 23);
+  const Matrix<T> x = random_matrix<T>(I, TB, rng);
+  Matrix<T> grad_out = random_matrix<T>(H, TB, rng);
+  if (!every_step) grad_out.leftCols(TB - B).setZero();
+  std::vector<Matrix<T>> s0(static_cast<std::size_t>(layers)), gf(static_cast<std::size_t>(layers));
+  if (extras)
+    for (Idx k = 0; k < layers; ++k) {
+      s0[static_cast<std::size_t>(k)] = random_matrix<T>(S, B, rng, 0.5);
+      gf[static_cast<std::size_t>(k)] = random_matrix<T>(S, B, rng);
+      cpu.set_initial_state(k, s0[static_cast<std::size_t>(k)]);
+      cpu.set_final_state_grad(k, gf[static_cast<std::size_t>(k)]);
+    }
+  cpu.forward(x, steps, B);
+  cpu.backward(grad_out, every_step, BackwardOptions{.method = BackwardMethod::bp, .threads = 1});
+
+  std::vector<LayerSim<T>> sim;
+  for (Idx k = 0; k < layers; ++k) sim.emplace_back(c.code, k == 0 ? I : H, H, B, steps, cpu.params(k));
+  for (Idx k = 0; k < layers; ++k)
+    sim[static_cast<std::size_t>(k)].forward(k == 0 ? x.data() : sim[static_cast<std::size_t>(k - 1)].output(),
+                                             s0[static_cast<std::size_t>(k)], l);
+  std::vector<RecurrentLayerParams<T>> grads(static_cast<std::size_t>(layers));
+  for (Idx k = layers - 1; k >= 0; --k) {
+    LayerSim<T>& L = sim[static_cast<std::size_t>(k)];
+    const bool top = k == layers - 1;
+    const bool inject = top ? every_step : true;
+    const T* above = top ? (every_step ? grad_out.data() : grad_out.data() + (steps - 1) * B * H)
+                         : sim[static_cast<std::size_t>(k + 1)].a.gx.data();
+    if (method == BackwardMethod::bp)
+      L.backward_bp(above, inject, gf[static_cast<std::size_t>(k)], l);
+    else
+      L.backward_scan(above, inject, gf[static_cast<std::size_t>(k)],
+                      method == BackwardMethod::linear ? Algorithm::linear : Algorithm::hybrid, 2);
+    L.param_grads(k == 0 ? x.data() : sim[static_cast<std::size_t>(k - 1)].output(),
+                  grads[static_cast<std::size_t>(k)]);
+  }
+  for (Idx k = 0; k < layers; ++k) {
+    const auto& want = cpu.grads(k);
+    const auto& got = grads[static_cast<std::size_t>(k)];
+    EXPECT_CLOSE(T, got.w_ih.data(), want.w_ih.data(), want.w_ih.size(), "w_ih of layer " + std::to_string(k));
+    EXPECT_CLOSE(T, got.w_hh.data(), want.w_hh.data(), want.w_hh.size(), "w_hh of layer " + std::to_string(k));
+    EXPECT_CLOSE(T, got.b_ih.data(), want.b_ih.data(), want.b_ih.size(), "b_ih of layer " + std::to_string(k));
+    EXPECT_CLOSE(T, got.b_hh.data(), want.b_hh.data(), want.b_hh.size(), "b_hh of layer " + std::to_string(k));
+    EXPECT_CLOSE(T, sim[static_cast<std::size_t>(k)].a.g.data(), cpu.state0_grad(k).data(), S * B,
+                 "g_0 of layer " + std::to_string(k));
+  }
+  EXPECT_CLOSE(T, sim[0].a.gx.data(), cpu.input_grad().data(), I * TB, "input gradient");
+}
+
+TEST(CudaRecurrentHost, BpThroughTimeMatchesTheCpuEngine) {
+  for (const CellCase& c : every_cell())
+    for (const Idx layers : {1, 2})
+      for (const bool every : {false, true})
+        for (const bool extras : {false, true}) {
+          stack_matches_cpu<double>(c, layers, 4, 3, 5, every, extras, BackwardMethod::bp,
+                                    launches()[(layers + every) % 4]);
+          stack_matches_cpu<float>(c, layers, 3, 2, 4, every, extras, BackwardMethod::bp, launches()[(2 + extras) % 4]);
+        }
+  // Longer and wider.
+  stack_matches_cpu<double>(every_cell()[2], 2, 20, 5, 17, true, true, BackwardMethod::bp, launches()[1]);
+  stack_matches_cpu<double>(every_cell()[3], 1, 9, 1, 30, false, false, BackwardMethod::bp, launches()[3]);
+}
+
+TEST(CudaRecurrentHost, BpReplaysAreBitIdenticalInEitherThreadOrder) {
+  for (const CellCase& c : every_cell()) {
+    const Idx H = 5, B = 3, steps = 6, I = 2;
+    std::mt19937_64 rng(3);
+    Recurrent<double> cpu = random_stack<double>(c, I, H, 1, 9);
+    const Matrix<double> x = random_matrix<double>(I, steps * B, rng), up = random_matrix<double>(H, steps * B, rng);
+    for (const Launch& l : launches()) {
+      LayerSim<double> a(c.code, I, H, B, steps, cpu.params(0)), b(c.code, I, H, B, steps, cpu.params(0));
+      a.forward(x.data(), {}, l);
+      b.forward(x.data(), {}, l);
+      a.backward_bp(up.data(), true, {}, l, false);
+      b.backward_bp(up.data(), true, {}, l, true);
+      EXPECT_EQ(0, std::memcmp(a.a.g.data(), b.a.g.data(), a.a.g.size() * sizeof(double))) << c.name;
+      EXPECT_EQ(0, std::memcmp(a.a.dx.data(), b.a.dx.data(), a.a.dx.size() * sizeof(double))) << c.name;
+    }
+  }
+}
+
+TEST(CudaRecurrentHost, GenericScanOverDeviceJacobiansMatchesTheCpuEngine) {
+  for (const CellCase& c : every_cell())
+    for (const Idx layers : {1, 2})
+      for (const bool every : {false, true})
+        for (const BackwardMethod m : {BackwardMethod::linear, BackwardMethod::hybrid}) {
+          stack_matches_cpu<double>(c, layers, 3, 2, 6, every, every, m, launches()[0]);
+          stack_matches_cpu<float>(c, layers, 4, 3, 3, every, !every, m, launches()[1]);
+        }
+  stack_matches_cpu<double>(every_cell()[0], 1, 7, 2, 1, true, true, BackwardMethod::hybrid, launches()[0]);  // T = 1
+}
+
+TEST(CudaRecurrentHost, JacobiansMatchTheCpuGenerators) {
+  std::mt19937_64 rng(5);
+  for (const CellCase& c : every_cell())
+    for (const Idx H : {1, 3, 6}) {
+      const Idx I = 2, B = 3, steps = 4;
+      Recurrent<double> cpu = random_stack<double>(c, I, H, 1, 2);
+      const auto& p = cpu.params(0);
+      const Matrix<double> x = random_matrix<double>(I, steps * B, rng);
+      const detail::LayerRecord<double> rec = cpu_record(c, p, x, H, B, steps, Matrix<double>());
+      const auto& ops = detail::cell_ops<double>(c.cell, c.nl);
+      Chain<double> chain(B);
+      auto wt = std::make_shared<Matrix<double>>(p.w_hh.transpose());
+      ops.make_chain(p, rec, wt, chain);
+      ops.fill_jacobians(p, rec, chain, 1, steps + 1);
+      LayerSim<double> sim(c.code, I, H, B, steps, p);
+      sim.forward(x.data(), Matrix<double>(), launches()[0]);
+      gpu::LayerArgs<double> a = sim.args(launches()[0]);
+      a.w = p.w_hh.data();
+      const Idx per = gpu::jacobian_values(c.code, H);
+      for (Idx t = 1; t <= steps; ++t)
+        for (Idx b = 0; b < B; ++b) {
+          const auto want = chain.jacobian(t).sample(b);
+          ASSERT_EQ(static_cast<Idx>(want.size()), per) << c.name;
+          std::vector<double> got(static_cast<std::size_t>(per));
+          for (Idx i = 0; i < per; ++i) got[static_cast<std::size_t>(i)] = gpu::jacobian_value(a, t, b, i);
+          EXPECT_LE(rel_err(got.data(), want.data(), per), 1e-13) << c.name << " H " << H << " t " << t << " b " << b;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Head, loss, the whole model and the optimizer
+
+/// Replays loss_finish_kernel: kReduceThreads threads, then the tree, then thread 0.
+template <class T>
+void replay_loss_finish(bool mse, Idx C, Idx N, Idx B, const double* col_loss, const T* logits,
+                        const std::int64_t* labels, std::int64_t* predictions, gpu::DeviceStatus* st) {
+  constexpr Idx n = gpu::kReduceThreads;
+  std::vector<double> sum(n);
+  std::vector<long long> hits(n);
+  for (Idx th = 0; th < n; ++th)
+    gpu::loss_finish_thread(C, N, B, col_loss, logits, labels, predictions, th, n, sum[static_cast<std::size_t>(th)],
+                            hits[static_cast<std::size_t>(th)]);
+  for (Idx width = n; width > 1; width /= 2)
+    for (Idx th = 0; th < n; ++th) {
+      gpu::block_tree_step(sum.data(), width, th);
+      gpu::block_tree_step(hits.data(), width, th);
+    }
+  gpu::loss_finish_status<T>(mse, C, N, B, sum[0], hits[0], st);
+}
+
+/// Replays the optimizer: the norm's kNormBlocks blocks and final block, then every update.
+template <class T>
+void replay_optimizer(const gpu::Segments<T>& seg, std::vector<T>& m, std::vector<T>& v, const gpu::StepConstants<T>& k,
+                      gpu::DeviceStatus* st) {
+  constexpr Idx n = gpu::kReduceThreads;
+  const Idx total = gpu::total_size(seg);
+  std::vector<double> partials(gpu::kNormBlocks);
+  for (Idx blk = 0; blk < gpu::kNormBlocks; ++blk) {
+    std::vector<double> sum(n);
+    for (Idx th = 0; th < n; ++th)
+      sum[static_cast<std::size_t>(th)] = gpu::grad_square_sum(
+          seg, total, gpu::work_start(static_cast<unsigned>(blk), static_cast<unsigned>(n), static_cast<unsigned>(th)),
+          gpu::work_stride(static_cast<unsigned>(gpu::kNormBlocks), static_cast<unsigned>(n)));
+    for (Idx width = n; width > 1; width /= 2)
+      for (Idx th = 0; th < n; ++th) gpu::block_tree_step(sum.data(), width, th);
+    partials[static_cast<std::size_t>(blk)] = sum[0];
+  }
+  std::vector<double> sum(n);
+  for (Idx th = 0; th < n; ++th)
+    sum[static_cast<std::size_t>(th)] = gpu::strided_sum(partials.data(), gpu::kNormBlocks, th, n);
+  for (Idx width = n; width > 1; width /= 2)
+    for (Idx th = 0; th < n; ++th) gpu::block_tree_step(sum.data(), width, th);
+  T clip = kPoison<T>;
+  gpu::norm_finish_status(sum[0], k.clip_max, &clip, st);
+  for (Idx i = 0; i < total; ++i)
+    if (!gpu::update_item(seg, i, m.data(), v.data(), clip, k)) st->flags |= gpu::kParamNotFinite;
+}
+
+/// The whole model as the GPU runs it (gather, forward, head, loss, head backward, the stack's
+/// backward by BP, then optimizer steps), against SequenceClassifier<T> + Optimizer<T> on the CPU.
+template <class T>
+void model_matches_cpu(const CellCase& c, Idx layers, HeadMode head, LossType loss, const OptimizerConfig& oc) {
+  SCOPED_TRACE(std::string(c.name) + " layers " + std::to_string(layers) + " head " + to_string(head) + " loss " +
+               to_string(loss) + " " + to_string(oc.type));
+  const Idx I = 2, H = 4, C = 5, B = 3, steps = 4, TB = steps * B;
+  ModelConfig mc;
+  mc.rnn = RecurrentConfig{c.cell, I, H, layers, c.nl};
+  mc.classes = C;
+  mc.head = head;
+  mc.loss = loss;
+  SequenceClassifier<T> cpu(mc);
+  cpu.reset_parameters(77);
+  std::mt19937_64 rng(8);
+  std::vector<float> xb(static_cast<std::size_t>(B * steps * I));
+  std::normal_distribution<float> nd;
+  for (float& v : xb) v = nd(rng);
+  const std::vector<std::int64_t> y{1, 4, 0};
+  // The GPU path's copies of the weights (the device arenas), from the CPU model's.
+  std::vector<RecurrentLayerParams<T>> params;
+  for (Idx l = 0; l < layers; ++l) params.push_back(cpu.rnn().params(l));
+  RowMatrix<T> hw = cpu.head().weight;
+  Vector<T> hb = cpu.head().bias;
+  Optimizer<T> opt(oc);
+  std::vector<T> m, v;  // the GPU optimizer's state (flat, parameters() order)
+
+  for (int step = 1; step <= 3; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    // --- CPU
+    const T want_loss = cpu.loss_and_grad(xb, B, steps, y, BackwardOptions{.method = BackwardMethod::bp, .threads = 1});
+    const auto want = cpu.parameters();
+    std::vector<std::vector<T>> want_grads;
+    for (const auto& p : want) want_grads.emplace_back(p.grad, p.grad + p.size);
+
+    // --- GPU path, replayed: gather (set_batch's upload), forward, head, loss
+    std::vector<T> x(static_cast<std::size_t>(I * TB), kPoison<T>);
+    std::vector<std::int64_t> labels(static_cast<std::size_t>(B), -1);
+    for (Idx i = 0; i < I * TB; ++i)
+      x[static_cast<std::size_t>(i)] =
+          static_cast<T>(xb[static_cast<std::size_t>(gpu::gather_source(I, steps, B, nullptr, 0, i))]);
+    for (Idx b = 0; b < B; ++b) labels[static_cast<std::size_t>(b)] = y[static_cast<std::size_t>(b)];
+    std::vector<LayerSim<T>> sim;
+    for (Idx l = 0; l < layers; ++l)
+      sim.emplace_back(c.code, l == 0 ? I : H, H, B, steps, params[static_cast<std::size_t>(l)]);
+    for (Idx l = 0; l < layers; ++l)
+      sim[static_cast<std::size_t>(l)].forward(l == 0 ? x.data() : sim[static_cast<std::size_t>(l - 1)].output(), {},
+                                               launches()[static_cast<std::size_t>(l + step) % 4]);
+    const bool every = head == HeadMode::every;
+    const Idx N = every ? TB : B;
+    const T* hx = every ? sim.back().output() : sim.back().output() + (steps - 1) * B * H;
+    std::vector<T> logits(static_cast<std::size_t>(C * N), kPoison<T>), dlogits(logits.size(), kPoison<T>);
+    std::vector<double> col_loss(static_cast<std::size_t>(N));
+    std::vector<std::int64_t> pred(static_cast<std::size_t>(B), -1);
+    reference(gpu::head_logits(C, H, N, hw.data(), hx, logits.data()));
+    for (Idx j = 0; j < N; ++j)
+      col_loss[static_cast<std::size_t>(j)] =
+          gpu::loss_column(loss == LossType::mse, C, N, logits.data() + j * C, hb.data(),
+                           gpu::column_label(labels.data(), B, j), dlogits.data() + j * C);
+    gpu::DeviceStatus st;
+    replay_loss_finish(loss == LossType::mse, C, N, B, col_loss.data(), logits.data(), labels.data(), pred.data(), &st);
+    EXPECT_LE(std::abs(st.loss - static_cast<double>(want_loss)), kTol<T> * std::abs(static_cast<double>(want_loss)));
+    EXPECT_EQ(st.samples, B);
+    EXPECT_EQ(st.flags, 0);
+    std::vector<std::int64_t> cpu_pred;
+    cpu.evaluate(xb, B, steps, y, &cpu_pred);
+    EXPECT_EQ(pred, cpu_pred);
+    std::int64_t correct = 0;
+    for (Idx b = 0; b < B; ++b) correct += cpu_pred[static_cast<std::size_t>(b)] == y[static_cast<std::size_t>(b)];
+    EXPECT_EQ(st.correct, correct);
+    EXPECT_EQ(st.loss_sum, st.loss * static_cast<double>(B));
+
+    // --- backward: head, then the stack by BP
+    std::vector<T> ones(static_cast<std::size_t>(N), T(1)), dout(static_cast<std::size_t>(H * N), kPoison<T>);
+    std::vector<T> head_grads(static_cast<std::size_t>(C * H + C), kPoison<T>);
+    const auto hp = gpu::head_grad_products(C, H, N, hw.data(), hx, dlogits.data(), ones.data(), head_grads.data(),
+                                            head_grads.data() + C * H, dout.data());
+    reference(hp.weight);
+    reference(hp.bias);
+    reference(hp.input);
+    std::vector<RecurrentLayerParams<T>> grads(static_cast<std::size_t>(layers));
+    for (Idx l = layers - 1; l >= 0; --l) {
+      LayerSim<T>& L = sim[static_cast<std::size_t>(l)];
+      const bool top = l == layers - 1;
+      L.backward_bp(top ? dout.data() : sim[static_cast<std::size_t>(l + 1)].a.gx.data(), top ? every : true, {},
+                    launches()[static_cast<std::size_t>(l) % 4]);
+      L.param_grads(l == 0 ? x.data() : sim[static_cast<std::size_t>(l - 1)].output(),
+                    grads[static_cast<std::size_t>(l)]);
+    }
+    // The arenas in parameters() order: the recurrent one (w_ih, w_hh, b_ih, b_hh per layer), the head's.
+    std::vector<T> rv, rg;
+    auto append = [](std::vector<T>& to, const T* from, Index n) { to.insert(to.end(), from, from + n); };
+    for (Idx l = 0; l < layers; ++l) {
+      const auto& p = params[static_cast<std::size_t>(l)];
+      const auto& g = grads[static_cast<std::size_t>(l)];
+      append(rv, p.w_ih.data(), p.w_ih.size());
+      append(rv, p.w_hh.data(), p.w_hh.size());
+      append(rv, p.b_ih.data(), p.b_ih.size());
+      append(rv, p.b_hh.data(), p.b_hh.size());
+      append(rg, g.w_ih.data(), g.w_ih.size());
+      append(rg, g.w_hh.data(), g.w_hh.size());
+      append(rg, g.b_ih.data(), g.b_ih.size());
+      append(rg, g.b_hh.data(), g.b_hh.size());
+    }
+    std::vector<T> hv(hw.data(), hw.data() + hw.size());
+    hv.insert(hv.end(), hb.data(), hb.data() + hb.size());
+    // Every gradient, tensor by tensor, in the flat order.
+    Idx off = 0;
+    std::vector<T> all_grads = rg;
+    all_grads.insert(all_grads.end(), head_grads.begin(), head_grads.end());
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      EXPECT_CLOSE(T, all_grads.data() + off, want_grads[i].data(), want[i].size, want[i].name);
+      off += want[i].size;
+    }
+
+    // --- the optimizer step on both sides
+    if (step == 1) {
+      m.assign(static_cast<std::size_t>(off), T(0));
+      v.assign(static_cast<std::size_t>(off), T(0));
+    }
+    gpu::Segments<T> seg;
+    seg.values[0] = rv.data();
+    seg.grads[0] = rg.data();
+    seg.size[0] = static_cast<Idx>(rv.size());
+    seg.values[1] = hv.data();
+    seg.grads[1] = head_grads.data();
+    seg.size[1] = static_cast<Idx>(hv.size());
+    seg.count = 2;
+    replay_optimizer(seg, m, v, detail::step_constants<T>(oc, step), &st);
+    opt.step(cpu.parameters());
+    EXPECT_LE(std::abs(st.grad_norm - opt.last_grad_norm()), 1e-12 + kTol<T> * opt.last_grad_norm());
+    EXPECT_EQ(st.flags, 0);
+    const auto after = cpu.parameters();
+    std::vector<T> got_values = rv;
+    got_values.insert(got_values.end(), hv.begin(), hv.end());
+    off = 0;
+    for (const auto& p : after) {
+      EXPECT_CLOSE(T, got_values.data() + off, p.value, p.size, "updated " + p.name);
+      off += p.size;
+    }
+    // Carry the replayed side's values into its own arrays for the next step.
+    off = 0;
+    for (Idx l = 0; l < layers; ++l) {
+      auto& p = params[static_cast<std::size_t>(l)];
+      for (auto* m2 : {&p.w_ih, &p.w_hh}) {
+        std::copy_n(rv.begin() + off, m2->size(), m2->data());
+        off += m2->size();
+      }
+      for (auto* v2 : {&p.b_ih, &p.b_hh}) {
+        std::copy_n(rv.begin() + off, v2->size(), v2->data());
+        off += v2->size();
+      }
+    }
+    std::copy_n(hv.begin(), hw.size(), hw.data());
+    std::copy_n(hv.begin() + hw.size(), hb.size(), hb.data());
+  }
+}
+
+TEST(CudaRecurrentHost, ModelStepMatchesTheCpuEngineEveryCellHeadLossAndOptimizer) {
+  OptimizerConfig adam;
+  adam.lr = 1e-2;
+  adam.clip_grad_norm = 0.5;  // clips
+  adam.weight_decay = 1e-3;
+  OptimizerConfig sgd;
+  sgd.type = OptimizerType::sgd;
+  sgd.lr = 5e-2;
+  sgd.momentum = 0.9;
+  sgd.weight_decay = 1e-2;
+  for (const CellCase& c : every_cell())
+    for (const Idx layers : {1, 2})
+      for (const HeadMode head : {HeadMode::last, HeadMode::every})
+        for (const LossType loss : {LossType::cross_entropy, LossType::mse}) {
+          model_matches_cpu<double>(c, layers, head, loss, (layers + static_cast<int>(head)) % 2 ? sgd : adam);
+          if (layers == 1) model_matches_cpu<float>(c, layers, head, loss, static_cast<int>(loss) ? sgd : adam);
+        }
+  OptimizerConfig plain;  // SGD without momentum, no clipping
+  plain.type = OptimizerType::sgd;
+  plain.lr = 0.1;
+  model_matches_cpu<double>(every_cell()[2], 1, HeadMode::last, LossType::cross_entropy, plain);
+}
+
+TEST(CudaRecurrentHost, NonFiniteLossAndParametersAreFlagged) {
+  // The loss of a NaN logit.
+  std::vector<double> z{0.5, std::numeric_limits<double>::quiet_NaN(), 1.0}, bias{0, 0, 0};
+  const double share = gpu::loss_column(false, 3, 1, z.data(), bias.data(), 0, static_cast<double*>(nullptr));
+  std::vector<double> shares{share};
+  std::vector<std::int64_t> labels{0}, pred{-1};
+  gpu::DeviceStatus st;
+  replay_loss_finish(false, 3, 1, 1, shares.data(), z.data(), labels.data(), pred.data(), &st);
+  EXPECT_NE(st.flags & gpu::kLossNotFinite, 0);
+  // An update that overflows.
+  std::vector<float> value{1.0f, 3e38f}, grad{0.0f, -1.0f}, m(2, 0.0f), v(2, 0.0f);
+  gpu::Segments<float> seg;
+  seg.values[0] = value.data();
+  seg.grads[0] = grad.data();
+  seg.size[0] = 2;
+  seg.count = 1;
+  OptimizerConfig big;
+  big.type = OptimizerType::sgd;
+  big.lr = 1e38;
+  gpu::DeviceStatus st2;
+  replay_optimizer(seg, m, v, detail::step_constants<float>(big, 1), &st2);
+  EXPECT_NE(st2.flags & gpu::kParamNotFinite, 0);
+  EXPECT_FALSE(gpu::hd_finite(std::numeric_limits<float>::infinity()));
+  EXPECT_FALSE(gpu::hd_finite(std::numeric_limits<double>::quiet_NaN()));
+  EXPECT_TRUE(gpu::hd_finite(-3.5f));
+}
+
+TEST(CudaRecurrentHost, BatchesAreGatheredAsTheCpuTrainerGathersThem) {
+  // A [samples][steps][I] array gathered in a shuffled order equals gather_batch + set_batch's
+  // conversion: x(i, t·B + b) = data[order[first + b]][t][i].
+  const Idx N = 7, steps = 3, I = 2, B = 3, first = 2;
+  std::vector<float> data(static_cast<std::size_t>(N * steps * I));
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(i);
+  const std::vector<std::int64_t> order{6, 0, 5, 1, 4, 2, 3};
+  for (Idx item = 0; item < I * steps * B; ++item) {
+    const Idx i = item % I, col = item / I, t = col / B, b = col % B;
+    const Idx want = (order[static_cast<std::size_t>(first + b)] * steps + t) * I + i;
+    EXPECT_EQ(gpu::gather_source(I, steps, B, order.data(), first, item), want);
+    EXPECT_EQ(gpu::gather_source(I, steps, B, nullptr, first, item), ((first + b) * steps + t) * I + i);
+  }
+  // Column labels: every step predicts its sample's label.
+  const std::vector<std::int64_t> y{4, 1, 2};
+  for (Idx j = 0; j < 4 * B; ++j) EXPECT_EQ(gpu::column_label(y.data(), B, j), y[static_cast<std::size_t>(j % B)]);
+}
+
+TEST(CudaRecurrentHost, BlockReductionsSumEveryValueOnceInAFixedOrder) {
+  for (const Idx n : {0, 1, 7, 255, 256, 257, 1000}) {
+    std::vector<double> x(static_cast<std::size_t>(n));
+    for (Idx i = 0; i < n; ++i) x[static_cast<std::size_t>(i)] = static_cast<double>(i % 13) - 4.5;
+    std::vector<double> s(gpu::kReduceThreads);
+    for (Idx th = 0; th < gpu::kReduceThreads; ++th)
+      s[static_cast<std::size_t>(th)] = gpu::strided_sum(x.data(), n, th, gpu::kReduceThreads);
+    for (Idx w = gpu::kReduceThreads; w > 1; w /= 2)
+      for (Idx th = 0; th < gpu::kReduceThreads; ++th) gpu::block_tree_step(s.data(), w, th);
+    double want = 0;
+    for (double v : x) want += v;
+    EXPECT_EQ(s[0], want) << n;  // small integers and halves: exact
+  }
+}
+
+TEST(CudaRecurrentHost, StoredBatchesAndModelStepsAreTheSameOnTheCpu) {
+  // The API the GPU path added (set_batch + forward_loss(), Optimizer::step(model)) means the same
+  // on a CPU model as forward_loss(x, …) and step(parameters()), bit for bit.
+  ModelConfig mc;
+  mc.rnn = RecurrentConfig{CellType::gru, 2, 5, 2};
+  mc.classes = 3;
+  SequenceClassifier<float> a(mc), b(mc);
+  a.reset_parameters(4);
+  b.reset_parameters(4);
+  std::vector<float> x(4 * 6 * 2);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(static_cast<float>(i));
+  const std::vector<std::int64_t> y{0, 2, 1, 1};
+  EXPECT_THROW(a.forward_loss(), InvalidArgument);
+  a.set_batch(x, 4, 6, y);
+  OptimizerConfig oc;
+  oc.lr = 0.05;
+  Optimizer<float> oa(oc), ob(oc);
+  for (int step = 0; step < 2; ++step) {
+    const float la = a.forward_loss(), lb = b.forward_loss(x, 4, 6, y);
+    EXPECT_EQ(la, lb);
+    a.backward(BackwardOptions{.method = BackwardMethod::bp, .threads = 1});
+    b.backward(BackwardOptions{.method = BackwardMethod::bp, .threads = 1});
+    oa.step(a);
+    ob.step(b.parameters());
+  }
+  const auto pa = a.parameters(), pb = b.parameters();
+  for (std::size_t i = 0; i < pa.size(); ++i)
+    EXPECT_EQ(0, std::memcmp(pa[i].value, pb[i].value, static_cast<std::size_t>(pa[i].size) * sizeof(float)))
+        << pa[i].name;
+  EXPECT_EQ(a.device_bytes(), 0u);
+  EXPECT_EQ(a.gpu(), nullptr);
+  EXPECT_NO_THROW(a.synchronize());
+}
+
+TEST(CudaRecurrentHost, DeviceCudaWithoutAGpuIsAClearError) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a GPU is usable here: tests/gpu covers Device::cuda";
+  // A build without CUDA says so; a CUDA build on a machine without a GPU says that.
+  ModelConfig mc;
+  mc.rnn.device = Device::cuda;
+  for (const auto& make : std::vector<std::function<void()>>{[&] { Recurrent<float> r(mc.rnn); },
+                                                             [&] { SequenceClassifier<double> m(mc); }}) {
+    try {
+      make();
+      ADD_FAILURE() << "Device::cuda without a GPU did not throw";
+    } catch (const UnsupportedError& e) {
+      EXPECT_FALSE(cuda_built());
+      EXPECT_NE(std::string(e.what()).find("built without CUDA"), std::string::npos) << e.what();
+    } catch (const DeviceError& e) {
+      EXPECT_TRUE(cuda_built());
+      EXPECT_NE(std::string(e.what()).find("no CUDA device"), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
