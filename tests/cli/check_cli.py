@@ -153,7 +153,7 @@ def main():
             (["eval", "--checkpoint", path("c.safetensors"), "--data", "bitstream", "--steps", "15", "--samples", "120",
               "--device", "cuda"], "eval --device cuda")):
         r = subprocess.run([BIN] + args, capture_output=True, text=True)
-        why = [m for m in ("built without CUDA: ", "no CUDA device: ") if m in r.stderr]
+        why = [m for m in ("built without CUDA: ", "no CUDA device") if m in r.stderr]
         check((r.returncode == 1 and len(why) == 1 and "--device cpu" in r.stderr) or r.returncode == 0,
               f"{label}: rc {r.returncode} ({why[0].strip() if why else 'ran on a GPU' if r.returncode == 0 else r.stderr.strip()[-300:]})")
     r = subprocess.run([BIN] + SMALL[:1] + ["--model", "cnn", "--arch", "flatten,linear:10", "--data", "mnist", "--device",

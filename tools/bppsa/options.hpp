@@ -56,7 +56,7 @@ BackwardOptions to_options(const BackwardArgs& a);
 /// --device cpu|cuda (default cpu): where a recurrent model runs.
 void add_device_option(CLI::App& app, std::string& device);
 /// The device named by --device; for cuda, that this build has CUDA and this machine a GPU
-/// (UnsupportedError "built without CUDA: …", DeviceError "no CUDA device: …": exit 1).
+/// (UnsupportedError "built without CUDA: …", DeviceError "no CUDA device …": exit 1).
 Device require_device(const std::string& name);
 
 /// ModelConfig from flags, with input size and classes from the data.
