@@ -175,7 +175,7 @@ def ranks_of(proc):
 
 
 LONG = ["train", "--model", "gru", "--hidden", "6", "--data", "bitstream", "--steps", "40", "--samples", "4000",
-        "--epochs", "50", "--batch", "8", "--no-progress", "--model-parallel"]
+        "--epochs", "100000", "--batch", "8", "--no-progress", "--model-parallel"]
 for label, sig, timeout_flag in [("a rank killed (SIGKILL) mid-run", signal.SIGKILL, "60"),
                                  ("a rank that stops answering (SIGSTOP)", signal.SIGSTOP, "5")]:
     p = subprocess.Popen(MPIRUN + ["-np", "4", BIN] + LONG + ["--mp-timeout", timeout_flag], env=ENV,
@@ -186,7 +186,7 @@ for label, sig, timeout_flag in [("a rank killed (SIGKILL) mid-run", signal.SIGK
         pids = ranks_of(p)
         if len(pids) == 4:
             break
-    time.sleep(3)  # training under way
+    time.sleep(3)  # training under way (100000 epochs: minutes; the job is ended below)
     t0 = time.time()
     os.kill(sorted(pids)[2], sig)
     try:
