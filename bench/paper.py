@@ -32,6 +32,8 @@ import sys
 import tempfile
 import time
 
+from cpuinfo import cpu_model
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 PYTHON = "/usr/bin/python3"  # Debian's python3-torch lives here
@@ -40,12 +42,7 @@ GRU_SHAPES = {"s": (259, 38), "m": (517, 24), "l": (1034, 12)}  # (T, F) of the 
 
 
 def machine(threads):
-    model = "unknown"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+    model = cpu_model()
     with open("/proc/meminfo") as f:
         mem_kb = int(f.readline().split()[1])
     try:

@@ -29,6 +29,7 @@ import time
 import torch
 
 import bppsa
+from cpuinfo import cpu_model
 
 METHODS = ["auto", "blelloch", "hybrid", "bp"]
 
@@ -42,17 +43,6 @@ class Model(torch.nn.Module):
     def forward(self, x):
         out, _ = self.rnn(x)
         return self.head(out[:, -1])
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def timed(fn, reps, warmup):

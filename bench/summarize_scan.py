@@ -13,19 +13,10 @@ import json
 import os
 import sys
 
+from cpuinfo import cpu_model
+
 ALGOS = ("linear", "blelloch", "hybrid")
 TO_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
-
-
-def cpuinfo_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
 
 
 def parse_name(run_name):
@@ -130,7 +121,7 @@ def summarize(path, command=None, wall_seconds=None, notes=()):
     lines = []
     lines.append("# bppsa scan benchmark (CPU)")
     lines.append("")
-    model = ctx.get("cpu_model") or cpuinfo_model() or "unknown"
+    model = ctx.get("cpu_model") or cpu_model(None) or "unknown"
     lines.append(f"- Machine: {model}; {ctx.get('num_cpus', '?')} CPUs at {ctx.get('mhz_per_cpu', '?')} MHz"
                  f" (host {ctx.get('host_name', '?')}); load average at start {ctx.get('load_avg', '?')}")
     lines.append(f"- Date: {ctx.get('date', '?')}; OpenMP max threads {ctx.get('omp_max_threads', '?')};"

@@ -122,29 +122,27 @@ struct Arena {
   }
 };
 
-/// Runs the mm kernel body over every (block, thread) of its launch.
-template <class T>
-void run_mat(const std::vector<gpu::MatOp>& ops, Idx batch, Arena<T>& arena) {
+/// Runs a kernel body (gpu::mat_thread or gpu::vec_thread) over every (block, thread) of its launch.
+template <class T, class Op, class Body>
+void run_launch(const std::vector<Op>& ops, Idx batch, Arena<T>& arena, Body body) {
   Idx items = 0;
   for (const auto& o : ops) items = std::max(items, o.items);
   const Idx total = gpu::total_work(static_cast<Idx>(ops.size()), batch, items);
   const unsigned grid = gpu::grid_blocks(total);
   for (unsigned b = 0; b < grid; ++b)
     for (unsigned t = 0; t < static_cast<unsigned>(gpu::kBlock); ++t)
-      gpu::mat_thread(ops.data(), static_cast<Idx>(ops.size()), batch, items, arena.v.data(), arena.ix.data(), b,
-                      gpu::kBlock, t, grid);
+      body(ops.data(), static_cast<Idx>(ops.size()), batch, items, arena.v.data(), arena.ix.data(), b, gpu::kBlock, t,
+           grid);
+}
+
+template <class T>
+void run_mat(const std::vector<gpu::MatOp>& ops, Idx batch, Arena<T>& arena) {
+  run_launch(ops, batch, arena, [](auto&&... a) { gpu::mat_thread(a...); });
 }
 
 template <class T>
 void run_vec(const std::vector<gpu::VecOp>& ops, Idx batch, Arena<T>& arena) {
-  Idx items = 0;
-  for (const auto& o : ops) items = std::max(items, o.items);
-  const Idx total = gpu::total_work(static_cast<Idx>(ops.size()), batch, items);
-  const unsigned grid = gpu::grid_blocks(total);
-  for (unsigned b = 0; b < grid; ++b)
-    for (unsigned t = 0; t < static_cast<unsigned>(gpu::kBlock); ++t)
-      gpu::vec_thread(ops.data(), static_cast<Idx>(ops.size()), batch, items, arena.v.data(), arena.ix.data(), b,
-                      gpu::kBlock, t, grid);
+  run_launch(ops, batch, arena, [](auto&&... a) { gpu::vec_thread(a...); });
 }
 
 /// A · B on the "device" (items) and on the CPU, sample by sample: exactly equal on small

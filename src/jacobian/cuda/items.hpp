@@ -297,31 +297,43 @@ BPPSA_HD inline void add_item(const VecOp& op, Idx s, Idx r, T* v) {
   if (op.z >= 0) v[op.y + s * op.ldy + r] += v[op.z + s * op.ldz + r];
 }
 
-/// The body of the flat mm kernel for thread (block, thread) of a grid of `grid` blocks of
-/// `block_dim`: every item of `count` ops (batch samples each, `items` items per sample).
+/// One item of an op: a matrix-product item or a matrix-vector item (what op_thread dispatches on).
 template <class T>
-BPPSA_HD inline void mat_thread(const MatOp* ops, Idx count, Idx batch, Idx items, T* v, const std::int32_t* ix,
-                                unsigned block, unsigned block_dim, unsigned thread, unsigned grid) {
+BPPSA_HD inline void op_item(const MatOp& op, Idx s, Idx i, T* v, const std::int32_t* ix) {
+  mat_item(op, s, i, v, ix);
+}
+template <class T>
+BPPSA_HD inline void op_item(const VecOp& op, Idx s, Idx i, T* v, const std::int32_t* ix) {
+  vec_item(op, s, i, v, ix);
+}
+
+/// The body of a flat kernel over MatOps (mm) or VecOps (mv) for thread (block, thread) of a grid
+/// of `grid` blocks of `block_dim`: every item of `count` ops (batch samples each, `items` items
+/// per sample), grid-strided.
+template <class T, class Op>
+BPPSA_HD inline void op_thread(const Op* ops, Idx count, Idx batch, Idx items, T* v, const std::int32_t* ix,
+                               unsigned block, unsigned block_dim, unsigned thread, unsigned grid) {
   const Idx total = count * batch * items;
   const Idx stride = work_stride(grid, block_dim);
   for (Idx g = work_start(block, block_dim, thread); g < total; g += stride) {
     const Work w = decompose(g, batch, items);
-    const MatOp& op = ops[w.op];
-    if (w.item < op.items) mat_item(op, w.sample, w.item, v, ix);
+    const Op& op = ops[w.op];
+    if (w.item < op.items) op_item(op, w.sample, w.item, v, ix);
   }
 }
 
-/// The body of the flat mv kernel (see mat_thread).
+/// The mm kernel's body.
+template <class T>
+BPPSA_HD inline void mat_thread(const MatOp* ops, Idx count, Idx batch, Idx items, T* v, const std::int32_t* ix,
+                                unsigned block, unsigned block_dim, unsigned thread, unsigned grid) {
+  op_thread(ops, count, batch, items, v, ix, block, block_dim, thread, grid);
+}
+
+/// The mv kernel's body.
 template <class T>
 BPPSA_HD inline void vec_thread(const VecOp* ops, Idx count, Idx batch, Idx items, T* v, const std::int32_t* ix,
                                 unsigned block, unsigned block_dim, unsigned thread, unsigned grid) {
-  const Idx total = count * batch * items;
-  const Idx stride = work_stride(grid, block_dim);
-  for (Idx g = work_start(block, block_dim, thread); g < total; g += stride) {
-    const Work w = decompose(g, batch, items);
-    const VecOp& op = ops[w.op];
-    if (w.item < op.items) vec_item(op, w.sample, w.item, v, ix);
-  }
+  op_thread(ops, count, batch, items, v, ix, block, block_dim, thread, grid);
 }
 
 /// The body of the flat y += z kernel (see mat_thread).

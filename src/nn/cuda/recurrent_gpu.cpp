@@ -121,6 +121,8 @@ class RecurrentStack final : public RecurrentGpu<T> {
   void upload_params(const std::vector<RecurrentLayerParams<T>>& host) override;
   void download_params(std::vector<RecurrentLayerParams<T>>& host) override;
   void download_grads(std::vector<RecurrentLayerParams<T>>& host) override;
+  /// One packed buffer (params_ or grads_: the same per-layer offsets) into the host's layers.
+  void download_layers(const DeviceBuffer<T>& packed, std::vector<RecurrentLayerParams<T>>& host);
 
   void resize(Index steps, Index batch) override;
   Index steps() const override { return steps_; }
@@ -275,9 +277,9 @@ void RecurrentStack<T>::upload_params(const std::vector<RecurrentLayerParams<T>>
 }
 
 template <class T>
-void RecurrentStack<T>::download_params(std::vector<RecurrentLayerParams<T>>& host) {
-  std::vector<T> all(params_.size());
-  download(params_.data(), all.data(), static_cast<Idx>(all.size()));
+void RecurrentStack<T>::download_layers(const DeviceBuffer<T>& packed, std::vector<RecurrentLayerParams<T>>& host) {
+  std::vector<T> all(packed.size());
+  download(packed.data(), all.data(), static_cast<Idx>(all.size()));
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];
     auto& p = host[l];
@@ -289,17 +291,13 @@ void RecurrentStack<T>::download_params(std::vector<RecurrentLayerParams<T>>& ho
 }
 
 template <class T>
+void RecurrentStack<T>::download_params(std::vector<RecurrentLayerParams<T>>& host) {
+  download_layers(params_, host);
+}
+
+template <class T>
 void RecurrentStack<T>::download_grads(std::vector<RecurrentLayerParams<T>>& host) {
-  std::vector<T> all(grads_.size());
-  download(grads_.data(), all.data(), static_cast<Idx>(all.size()));
-  for (std::size_t l = 0; l < layers_.size(); ++l) {
-    const Layer& L = layers_[l];
-    auto& p = host[l];
-    std::copy_n(all.data() + L.w_ih, p.w_ih.size(), p.w_ih.data());
-    std::copy_n(all.data() + L.w_hh, p.w_hh.size(), p.w_hh.data());
-    std::copy_n(all.data() + L.b_ih, p.b_ih.size(), p.b_ih.data());
-    std::copy_n(all.data() + L.b_hh, p.b_hh.size(), p.b_hh.data());
-  }
+  download_layers(grads_, host);
 }
 
 template <class T>

@@ -207,14 +207,7 @@ DeviceScanInfo device_scan_info(const DeviceScan<T>& scan) {
           static_cast<std::size_t>(scan.program().workspace_values) * sizeof(T)};
 }
 
-#define BPPSA_INSTANTIATE(T)                                                                                        \
-  template class DeviceScan<T>;                                                                                     \
-  template struct DeviceScanDeleter<T>;                                                                             \
-  template DeviceScanPtr<T> make_device_scan(const Schedule<T>&, const std::vector<ElementInfo<T>>&, Index);        \
-  template void run_device_scan(DeviceScan<T>&, const Chain<T>&, const Matrix<T>&, Gradients<T>&, int);            \
-  template DeviceScanInfo device_scan_info(const DeviceScan<T>&);
-BPPSA_INSTANTIATE(float)
-BPPSA_INSTANTIATE(double)
-#undef BPPSA_INSTANTIATE
+BPPSA_INSTANTIATE_DEVICE_SCAN(float)
+BPPSA_INSTANTIATE_DEVICE_SCAN(double)
 
 }  // namespace bppsa::detail

@@ -61,4 +61,12 @@ CudaProducts cuda_products();
 void set_cuda_products(CudaProducts products);
 const char* to_string(CudaProducts products);
 
+/// What each half (cuda/executor.cpp, no_gpu/executor.cpp) instantiates: the same list in both.
+#define BPPSA_INSTANTIATE_DEVICE_SCAN(T)                                                                        \
+  template class DeviceScan<T>;                                                                                 \
+  template struct DeviceScanDeleter<T>;                                                                         \
+  template DeviceScanPtr<T> make_device_scan(const Schedule<T>&, const std::vector<ElementInfo<T>>&, Index);    \
+  template void run_device_scan(DeviceScan<T>&, const Chain<T>&, const Matrix<T>&, Gradients<T>&, int);        \
+  template DeviceScanInfo device_scan_info(const DeviceScan<T>&);
+
 }  // namespace bppsa::detail
