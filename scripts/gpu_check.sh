@@ -191,6 +191,23 @@ hook() {  # hook NAME SCRIPT TIMEOUT
 hook benchmark scripts/bench_gpu.sh 270
 hook cpu_scaling scripts/bench_gpu_cpu_scaling.sh 210
 
+# The Python package for this machine's python3 (3.12 + PyTorch 2.x on the GPU machine; CI covers
+# Debian's 3.11 + torch 1.13): its own build folder, CUDA off (the package does not reach the GPU
+# yet), pybind11 from pip; then the pytest suite, or without pytest the standalone comparison.
+if [ $configured = 1 ]; then
+  step python 240 "cmake -S '$root' -B '$build-python' -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH='$root/.deps' -DBPPSA_WITH_CUDA=OFF -DBPPSA_WITH_MPI=OFF -DBPPSA_WITH_AUDIO=OFF \
+    -DBPPSA_BUILD_BENCH=OFF -DBPPSA_BUILD_TESTS=OFF -DBPPSA_BUILD_TOOLS=OFF -DBPPSA_BUILD_FUZZERS=OFF \
+    -DBPPSA_BUILD_PYTHON=ON -DPython_EXECUTABLE=\$(command -v python3) \
+  && cmake --build '$build-python' -j$jobs --target bppsa_python \
+  && if python3 -c 'import pytest' 2>/dev/null; then \
+       PYTHONPATH='$build-python/python' python3 -m pytest -q -p no:cacheprovider '$root/tests/python'; \
+     else echo 'pytest is not installed: the standalone comparison only'; \
+       PYTHONPATH='$build-python/python' python3 '$root/tests/python/smoke_vs_torch.py'; fi"
+else
+  skip python "configure failed"
+fi
+
 # --- summary ---------------------------------------------------------------------------------------
 {
   echo
