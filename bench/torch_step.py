@@ -70,6 +70,33 @@ class Timer:
         return b - a
 
 
+def time_iterations(model, opt, x, y, timer, warmup, reps):
+    """Training iterations after the first (the caller's): warmup − 1 untimed, then reps timed, each
+    part on its own: forward (to the loss value on the host, as in bppsa), backward and the optimizer's
+    step (zero_grad included), and the total. {"forward", "backward", "optimizer", "total": stats}."""
+    ce = torch.nn.functional.cross_entropy
+    fw, bw, op, total = [], [], [], []
+    for r in range(warmup - 1 + reps):
+        t0 = timer.mark()
+        opt.zero_grad(set_to_none=True)
+        loss = ce(model(x), y)
+        loss.item()  # the loss value: forward ends here, as in bppsa
+        t1 = timer.mark()
+        loss.backward()
+        t2 = timer.mark()
+        opt.step()
+        t3 = timer.mark()
+        if r < warmup - 1:
+            if timer.cuda:
+                t3.synchronize()
+            continue
+        fw.append(timer.elapsed(t0, t1))
+        bw.append(timer.elapsed(t1, t2))
+        op.append(timer.elapsed(t2, t3))
+        total.append(timer.elapsed(t0, t3))
+    return {"forward": stats(fw), "backward": stats(bw), "optimizer": stats(op), "total": stats(total)}
+
+
 def load(args, device):
     for name in ("init.safetensors", "data.safetensors"):
         if not os.path.isfile(os.path.join(args.dir, name)):
@@ -124,28 +151,9 @@ def run_time(args, device):
         peak = status_bytes("VmHWM")
     opt.step()
 
-    fw, bw, op, total = [], [], [], []
-    for r in range(args.warmup - 1 + args.reps):
-        t0 = timer.mark()
-        opt.zero_grad(set_to_none=True)
-        loss = ce(model(x), y)
-        loss.item()  # the loss value: forward ends here, as in bppsa
-        t1 = timer.mark()
-        loss.backward()
-        t2 = timer.mark()
-        opt.step()
-        t3 = timer.mark()
-        if r < args.warmup - 1:
-            if cuda:
-                t3.synchronize()
-            continue
-        fw.append(timer.elapsed(t0, t1))
-        bw.append(timer.elapsed(t1, t2))
-        op.append(timer.elapsed(t2, t3))
-        total.append(timer.elapsed(t0, t3))
+    times = time_iterations(model, opt, x, y, timer, args.warmup, args.reps)
     out = header(args, x, x.shape[0], device)
-    out.update({"loss0": loss0, "reps": args.reps, "warmup": args.warmup, "forward": stats(fw), "backward": stats(bw),
-                "optimizer": stats(op), "total": stats(total),
+    out.update({"loss0": loss0, "reps": args.reps, "warmup": args.warmup, **times,
                 "memory": {"backward_peak_bytes": peak - after_fw, "forward_bytes": after_fw - start,
                            "rss_before_bytes": start}})
     print(json.dumps(out))

@@ -15,20 +15,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
-usage() { echo "usage: scripts/bench_gpu_cpu_scaling.sh OUT_DIR [--quick]" >&2; exit 2; }
-[ $# -ge 1 ] || usage
-out=$1
-shift
-quick=()
-for a in "$@"; do
-  case $a in
-    --quick) quick=(--quick) ;;
-    *) usage ;;
-  esac
-done
-mkdir -p "$out" || { echo "bench_gpu_cpu_scaling: cannot create $out" >&2; exit 2; }
-build=${BPPSA_BUILD_DIR:-build}
-py=${PYTHON:-python3}
+. scripts/lib/gpu_bench_common.sh
+gpu_bench_args bench_gpu_cpu_scaling "$@"
 budget=${BPPSA_CPU_SCALING_BUDGET:-$([ ${#quick[@]} = 1 ] && echo 45 || echo 150)}
 export OMP_WAIT_POLICY=PASSIVE
 

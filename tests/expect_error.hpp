@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "bppsa/core/device.hpp"
+#include "bppsa/core/error.hpp"
+
 namespace testutil {
 
 /// The what() of the E that f throws; "" and a test failure if it throws nothing or something else.
@@ -29,6 +32,16 @@ template <class E, class F>
 void expect_error(F&& f, const std::vector<std::string>& parts) {
   const std::string msg = message_of<E>(f);
   for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+}
+
+/// Runs f, which asks for Device::cuda where no GPU is usable: a build without CUDA must say so
+/// (UnsupportedError), a CUDA build that there is no device (DeviceError).
+template <class F>
+void expect_no_gpu_error(F&& f) {
+  if (bppsa::cuda_built())
+    expect_error<bppsa::DeviceError>(f, {"no CUDA device"});
+  else
+    expect_error<bppsa::UnsupportedError>(f, {"built without CUDA"});
 }
 
 }  // namespace testutil

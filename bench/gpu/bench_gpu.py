@@ -33,6 +33,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import machine as mach  # noqa: E402
+from budget import BudgetDriver  # noqa: E402
 import report  # noqa: E402
 
 NO_DEVICE = 77
@@ -75,26 +76,15 @@ def plan(quick):
     return {"seed": 4202, "quick": quick, "configs": list(configs.values())}
 
 
-class Driver:
+class Driver(BudgetDriver):
     def __init__(self, a):
-        self.a = a
-        self.deadline = time.time() + a.budget
-        self.skipped = []
-        self.commands = []
+        super().__init__(a)
         self.report = None  # writes the report of what was measured so far (set by drive)
-
-    def left(self):
-        return self.deadline - time.time()
-
-    def skip(self, what, why, failed=False):
-        print(f"{'FAILED' if failed else 'skipped'}: {what}: {why}", flush=True)
-        self.skipped.append({"what": what, "why": why, "failed": failed})
 
     def run(self, cmd, what, timeout):
         """Streams a program's output; returns its exit status (124 on timeout, None when skipped)."""
-        limit = min(timeout, self.left())
-        if limit < 5:
-            self.skip(what, "time budget spent")
+        limit = self.limit(what, timeout)
+        if limit is None:
             return None
         self.commands.append(" ".join(cmd))
         print(f"[{what}] {' '.join(cmd)}", flush=True)

@@ -33,13 +33,16 @@
 #include <vector>
 
 #include "bppsa/bppsa.hpp"
+#include "timing.hpp"
 
 namespace {
 
 using namespace bppsa;
 using json = nlohmann::json;
 using T = float;
-using Clock = std::chrono::steady_clock;
+using bppsa_bench::Clock;
+using bppsa_bench::seconds_since;
+using bppsa_bench::stats;
 
 struct Args {
   std::string kind = "diag";
@@ -56,16 +59,6 @@ struct Args {
 struct CheckFailed : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-json stats(std::vector<double> v) {
-  const std::vector<double> samples = v;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  const double median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  return {{"median", median}, {"min", v.front()}, {"max", v.back()}, {"samples", samples}};
-}
 
 /// Largest over k and samples of ||g_k − ref_k|| / ||ref_k|| (NaN propagates).
 double max_relative_error(const Gradients<T>& g, const Gradients<T>& ref) {

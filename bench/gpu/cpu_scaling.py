@@ -32,31 +32,27 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import machine as mach  # noqa: E402
+from budget import BudgetDriver  # noqa: E402
 
 ALGOS = ["linear", "blelloch", "hybrid"]
 RNN_METHODS = {"bp": "linear", "blelloch": "blelloch", "hybrid": "hybrid"}  # method → simulate's algorithm
 
 
-class Driver:
+class Driver(BudgetDriver):
+    skip_line = "  {status} {what}: {why}"
+
     def __init__(self, a):
-        self.a = a
-        self.deadline = time.time() + a.budget
-        self.skipped = []
-        self.commands = []
+        super().__init__(a)
         for name in ("bench_cpu_scaling", "bench_paper"):
             path = os.path.join(a.build, name)
             if not os.access(path, os.X_OK):
                 sys.exit(f"cpu_scaling.py: {path} is missing; build it first (scripts/bench_gpu_cpu_scaling.sh does)")
 
-    def left(self):
-        return self.deadline - time.time()
-
     def run(self, cmd, what, timeout, threads=None):
         """Runs one program; its JSON (last stdout line), or None (recorded in skipped) when the
         budget is spent, it times out or fails."""
-        limit = min(timeout, self.left())
-        if limit < 5:
-            self.skip(what, "time budget spent")
+        limit = self.limit(what, timeout)
+        if limit is None:
             return None
         env = dict(os.environ)
         if threads:
@@ -73,10 +69,6 @@ class Driver:
             return None
         print(f"  {time.time() - t0:6.1f} s  {what}", flush=True)
         return p.stdout
-
-    def skip(self, what, why, failed=False):
-        print(f"  {'FAILED' if failed else 'skipped'} {what}: {why}", flush=True)
-        self.skipped.append({"what": what, "why": why, "failed": failed})
 
     def predict(self, kind, dim, n, batch, algos, wanted):
         """bench_cpu_scaling --predict: {(algorithm, threads): prediction row} and the document."""

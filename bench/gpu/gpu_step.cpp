@@ -32,12 +32,15 @@
 #include <vector>
 
 #include "bppsa/bppsa.hpp"
+#include "timing.hpp"
 
 namespace {
 
 using namespace bppsa;
 using json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
+using bppsa_bench::Clock;
+using bppsa_bench::seconds_since;
+using bppsa_bench::stats;
 
 struct Args {
   std::string plan, work, out;
@@ -46,16 +49,6 @@ struct Args {
   double budget = 1e9;
   std::string device = "cuda";
 };
-
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-json stats(std::vector<double> v) {
-  const std::vector<double> samples = v;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  const double median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  return {{"median", median}, {"min", v.front()}, {"max", v.back()}, {"samples", samples}};
-}
 
 /// One configuration of the plan (bench/gpu/bench_gpu.py writes it).
 struct Config {
@@ -108,12 +101,12 @@ json time_method(const Args& a, const Config& c, const std::string& method) {
   const std::size_t bytes_start = model.device_bytes();
   auto t0 = Clock::now();
   const double loss0 = model.forward_loss();
-  const double first_forward = since(t0);
+  const double first_forward = seconds_since(t0);
   const std::size_t bytes_forward = model.device_bytes();
   t0 = Clock::now();
   model.backward(bo);
   model.synchronize();
-  const double first_backward = since(t0);
+  const double first_backward = seconds_since(t0);
   const std::size_t bytes_backward = model.device_bytes();
   adam.step(model);
   model.synchronize();
@@ -169,7 +162,7 @@ int run(const Args& a) {
                   {"cell", c.cell},     {"hidden", c.hidden},   {"steps", c.steps},   {"features", c.features},
                   {"batch", c.batch},   {"classes", c.classes}, {"sweeps", c.sweeps}, {"reps", a.reps},
                   {"warmup", a.warmup}, {"where", where}};
-      if (since(start) > a.budget) {
+      if (seconds_since(start) > a.budget) {
         std::cout << "bench_gpu_step: skipped " << c.id << " " << method << ": time budget spent" << std::endl;
         ++skipped;
         continue;
@@ -178,8 +171,8 @@ int run(const Args& a) {
       try {
         rec.update(time_method(a, c, method));
         ++done;
-        std::cout << std::fixed << std::setprecision(1) << "  " << std::setw(6) << since(t0) << " s  bppsa " << c.id
-                  << " " << method << std::setprecision(3) << ": backward "
+        std::cout << std::fixed << std::setprecision(1) << "  " << std::setw(6) << seconds_since(t0) << " s  bppsa "
+                  << c.id << " " << method << std::setprecision(3) << ": backward "
                   << 1e3 * rec["backward"]["median"].get<double>() << " ms, iteration "
                   << 1e3 * rec["total"]["median"].get<double>() << " ms" << std::defaultfloat << std::endl;
       } catch (const std::exception& e) {

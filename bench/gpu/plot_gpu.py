@@ -49,11 +49,14 @@ def title_line(doc):
             + (" (quick run)" if doc["quick"] else ""))
 
 
-def save(fig, d, name):
-    tmp = os.path.join(d, name + ".tmp.png")
+def save(plt, fig, path):
+    """Lays the figure out, writes it to path (through a temporary file) and closes it."""
+    fig.tight_layout()
+    tmp = path + ".tmp.png"
     fig.savefig(tmp, dpi=110)
-    os.replace(tmp, os.path.join(d, name))
-    print(f"wrote {d}/{name}")
+    os.replace(tmp, path)
+    print(f"wrote {path}")
+    plt.close(fig)
 
 
 def plot_sweeps(plt, doc, d):
@@ -93,9 +96,7 @@ def plot_sweeps(plt, doc, d):
         if axes[i][2].lines[1:]:
             axes[i][2].legend(fontsize=7, ncol=2)
     fig.suptitle("bppsa on the GPU vs PyTorch + cuDNN (Fig. 8 of the paper) — " + title_line(doc), fontsize=11)
-    fig.tight_layout()
-    save(fig, d, "gpu_fig8_sweeps.png")
-    plt.close(fig)
+    save(plt, fig, os.path.join(d, "gpu_fig8_sweeps.png"))
 
 
 def plot_shapes(plt, doc, d):
@@ -126,9 +127,7 @@ def plot_shapes(plt, doc, d):
         ax.grid(True, axis="y", which="both", alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle("GRU s/m/l shapes, hidden sizes, LSTM — " + title_line(doc), fontsize=11)
-    fig.tight_layout()
-    save(fig, d, "gpu_shapes.png")
-    plt.close(fig)
+    save(plt, fig, os.path.join(d, "gpu_shapes.png"))
 
 
 def plot_memory(plt, doc, d):
@@ -154,9 +153,7 @@ def plot_memory(plt, doc, d):
         if ax.lines:
             ax.legend(fontsize=8)
     fig.suptitle("Training-step peak device memory (RNN H 20) — " + title_line(doc), fontsize=11)
-    fig.tight_layout()
-    save(fig, d, "gpu_memory.png")
-    plt.close(fig)
+    save(plt, fig, os.path.join(d, "gpu_memory.png"))
 
 
 def plot_roofline(plt, doc, d):
@@ -181,9 +178,7 @@ def plot_roofline(plt, doc, d):
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
     ax.set_title("The fused scan alone — " + title_line(doc), fontsize=9)
-    fig.tight_layout()
-    save(fig, d, "gpu_roofline.png")
-    plt.close(fig)
+    save(plt, fig, os.path.join(d, "gpu_roofline.png"))
 
 
 def plot_compare(plt, dirs, out):
@@ -213,12 +208,7 @@ def plot_compare(plt, dirs, out):
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle("Hardware sensitivity: the same sweep on each GPU", fontsize=11)
-    fig.tight_layout()
-    tmp = out + ".tmp.png"
-    fig.savefig(tmp, dpi=110)
-    os.replace(tmp, out)
-    print(f"wrote {out}")
-    plt.close(fig)
+    save(plt, fig, out)
 
 
 def main():

@@ -38,16 +38,11 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 import safetensors_np as st  # noqa: E402
 from torch_models import Model  # noqa: E402
-
-
-def stats(v):
-    s = sorted(v)
-    n = len(s)
-    med = s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
-    return {"median": med, "min": s[0], "max": s[-1], "samples": v}
+from torch_step import Timer, time_iterations  # noqa: E402  (bench/torch_step.py's timing)
 
 
 def save_atomic(path, tensors):
@@ -136,26 +131,6 @@ def profile_kernels(model, opt, x, y):
         return {"error": f"{type(e).__name__}: {e}"}
 
 
-class Timer:
-    """CUDA events on a GPU (read after the iteration's last event has completed); the CPU clock."""
-
-    def __init__(self, device):
-        self.cuda = device.type == "cuda"
-
-    def mark(self):
-        if self.cuda:
-            e = torch.cuda.Event(enable_timing=True)
-            e.record()
-            return e
-        return time.perf_counter()
-
-    def elapsed(self, a, b):
-        if self.cuda:
-            b.synchronize()
-            return a.elapsed_time(b) / 1e3
-        return b - a
-
-
 def precision_state():
     """The TF32 settings as they are: PyTorch ≥ 2.9's fp32_precision API, else allow_tf32."""
     if hasattr(torch.backends, "fp32_precision"):
@@ -213,30 +188,12 @@ def time_config(cfg, args, device, tf32):
         torch.cuda.synchronize()
         peak_all = max(peak_fw, torch.cuda.max_memory_allocated())
 
-    fw, bw, op, total = [], [], [], []
-    for r in range(args.warmup - 1 + args.reps):
-        t0 = timer.mark()
-        opt.zero_grad(set_to_none=True)
-        loss = ce(model(x), y)
-        loss.item()  # the loss value on the host: the forward ends here, as in bppsa
-        t1 = timer.mark()
-        loss.backward()
-        t2 = timer.mark()
-        opt.step()
-        t3 = timer.mark()
-        if r < args.warmup - 1:
-            if cuda:
-                t3.synchronize()
-            continue
-        fw.append(timer.elapsed(t0, t1))
-        bw.append(timer.elapsed(t1, t2))
-        op.append(timer.elapsed(t2, t3))
-        total.append(timer.elapsed(t0, t3))
+    times = time_iterations(model, opt, x, y, timer, args.warmup, args.reps)
     rec = {"impl": "pytorch", "id": cfg["id"], "method": "pytorch-tf32" if tf32 else "pytorch", "tf32": tf32,
            "device": device.type, "cell": cfg["cell"], "hidden": cfg["hidden"], "steps": cfg["steps"],
            "features": cfg["features"], "batch": cfg["batch"], "classes": cfg["classes"], "sweeps": cfg["sweeps"],
-           "loss0": loss0, "reps": args.reps, "warmup": args.warmup, "forward": stats(fw), "backward": stats(bw),
-           "optimizer": stats(op), "total": stats(total), "torch": torch.__version__, "torch_cuda": torch.version.cuda,
+           "loss0": loss0, "reps": args.reps, "warmup": args.warmup, **times, "torch": torch.__version__,
+           "torch_cuda": torch.version.cuda,
            "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
            "cudnn_enabled": torch.backends.cudnn.enabled, "precision": precision_state(),
            "precision_default": args.precision_default, "threads": args.threads}

@@ -23,32 +23,33 @@ __global__ void __launch_bounds__(kBlock) add_kernel(const VecOp* ops, Idx count
   add_thread(ops, count, batch, items, values, blockIdx.x, blockDim.x, threadIdx.x, gridDim.x);
 }
 
+/// Launches kernel(args...) over the flat work of count ops × batch × items (nothing when there is
+/// none), checked.
+template <class... Params, class... Args>
+void launch_flat(void (*kernel)(Params...), Idx count, Idx batch, Idx items, cudaStream_t stream, Args... args) {
+  const Idx total = total_work(count, batch, items);
+  if (total <= 0) return;
+  kernel<<<grid_blocks(total), kBlock, 0, stream>>>(args...);
+  BPPSA_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 template <class T>
 void launch_mat(const MatOp* ops, Idx count, Idx batch, Idx items, T* values, const std::int32_t* indices,
                 cudaStream_t stream) {
-  const Idx total = total_work(count, batch, items);
-  if (total <= 0) return;
-  mat_kernel<T><<<grid_blocks(total), kBlock, 0, stream>>>(ops, count, batch, items, values, indices);
-  BPPSA_CUDA_CHECK_LAUNCH();
+  launch_flat(mat_kernel<T>, count, batch, items, stream, ops, count, batch, items, values, indices);
 }
 
 template <class T>
 void launch_vec(const VecOp* ops, Idx count, Idx batch, Idx items, T* values, const std::int32_t* indices,
                 cudaStream_t stream) {
-  const Idx total = total_work(count, batch, items);
-  if (total <= 0) return;
-  vec_kernel<T><<<grid_blocks(total), kBlock, 0, stream>>>(ops, count, batch, items, values, indices);
-  BPPSA_CUDA_CHECK_LAUNCH();
+  launch_flat(vec_kernel<T>, count, batch, items, stream, ops, count, batch, items, values, indices);
 }
 
 template <class T>
 void launch_add(const VecOp* ops, Idx count, Idx batch, Idx items, T* values, cudaStream_t stream) {
-  const Idx total = total_work(count, batch, items);
-  if (total <= 0) return;
-  add_kernel<T><<<grid_blocks(total), kBlock, 0, stream>>>(ops, count, batch, items, values);
-  BPPSA_CUDA_CHECK_LAUNCH();
+  launch_flat(add_kernel<T>, count, batch, items, stream, ops, count, batch, items, values);
 }
 
 #define BPPSA_INSTANTIATE(T)                                                                                \

@@ -38,6 +38,21 @@ void ensure(DeviceBuffer<T>& b, Idx n) {
   if (b.size() < static_cast<std::size_t>(n)) b = DeviceBuffer<T>(static_cast<std::size_t>(n));
 }
 
+/// Grows to their sizes the buffers that `for_each` names (it calls its argument with (buffer,
+/// elements) for each). What must grow is freed first and its bytes passed to `check` (which throws
+/// when the device lacks them), so that the check sees the memory it may reuse; the rest are kept.
+template <class T, class ForEach, class Check>
+void grow(ForEach&& for_each, Check&& check) {
+  double need = 0;
+  for_each([&](DeviceBuffer<T>& b, Idx n) {
+    if (b.size() >= static_cast<std::size_t>(n)) return;
+    b = DeviceBuffer<T>();
+    need += static_cast<double>(n) * sizeof(T);
+  });
+  if (need > 0) check(need);
+  for_each([](DeviceBuffer<T>& b, Idx n) { ensure(b, n); });
+}
+
 /// How Device::cuda computes a layer's state gradients for a backward method.
 enum class StateGrads { bp, fused, generic };
 StateGrads state_grads_for(BackwardMethod m) {
@@ -310,42 +325,30 @@ void RecurrentStack<T>::resize(Index steps, Index batch) {
                                    "batch or shorter sequences");
   const Idx T_ = steps, B = batch, TBi = steps * batch;
   const bool lstm = cell_ == kLstm, rnn = cell_ == kRnnTanh || cell_ == kRnnRelu;
-  // What must grow, freed first so that the check sees the memory it may reuse.
-  double need = 0;
-  auto plan_buffer = [&](DeviceBuffer<T>& b, Idx n) {
-    if (b.size() >= static_cast<std::size_t>(n)) return;
-    b = DeviceBuffer<T>();
-    need += static_cast<double>(n) * sizeof(T);
-  };
-  plan_buffer(x_, config_.input * TBi);
-  plan_buffer(ones_, TBi);
-  for (Layer& L : layers_) {
-    plan_buffer(L.h, H_ * (T_ + 1) * B);
-    if (lstm) plan_buffer(L.c, H_ * (T_ + 1) * B);
-    if (!rnn) plan_buffer(L.gates, GH_ * TBi);
-    if (!rnn) plan_buffer(L.aux, H_ * TBi);
-    plan_buffer(L.ax, GH_ * TBi);
-    plan_buffer(L.w_col, GH_ * H_);
-  }
-  if (need > 0)
-    cuda::require_device_memory(op,
-                                "a forward pass of " + std::to_string(steps) + " steps × batch " +
-                                    std::to_string(batch) + " through " + to_string(config_.cell) + " hidden " +
-                                    std::to_string(H_) + " × " + std::to_string(config_.layers) + " layers",
-                                {{"forward record", need}},
-                                "use a smaller --batch, shorter sequences or a smaller --hidden");
+  // The forward record; ones_ is filled with 1 when it grows.
   const bool grew_ones = ones_.size() < static_cast<std::size_t>(TBi);
-  ensure(x_, config_.input * TBi);
-  ensure(ones_, TBi);
+  grow<T>(
+      [&](auto&& buffer) {
+        buffer(x_, config_.input * TBi);
+        buffer(ones_, TBi);
+        for (Layer& L : layers_) {
+          buffer(L.h, H_ * (T_ + 1) * B);
+          if (lstm) buffer(L.c, H_ * (T_ + 1) * B);
+          if (!rnn) buffer(L.gates, GH_ * TBi);
+          if (!rnn) buffer(L.aux, H_ * TBi);
+          buffer(L.ax, GH_ * TBi);
+          buffer(L.w_col, GH_ * H_);
+        }
+      },
+      [&](double need) {
+        cuda::require_device_memory(op,
+                                    "a forward pass of " + std::to_string(steps) + " steps × batch " +
+                                        std::to_string(batch) + " through " + to_string(config_.cell) + " hidden " +
+                                        std::to_string(H_) + " × " + std::to_string(config_.layers) + " layers",
+                                    {{"forward record", need}},
+                                    "use a smaller --batch, shorter sequences or a smaller --hidden");
+      });
   if (grew_ones) launch_fill(ones_.data(), static_cast<Idx>(ones_.size()), T(1), stream_.get());
-  for (Layer& L : layers_) {
-    ensure(L.h, H_ * (T_ + 1) * B);
-    if (lstm) ensure(L.c, H_ * (T_ + 1) * B);
-    if (!rnn) ensure(L.gates, GH_ * TBi);
-    if (!rnn) ensure(L.aux, H_ * TBi);
-    ensure(L.ax, GH_ * TBi);
-    ensure(L.w_col, GH_ * H_);
-  }
   steps_ = steps;
   batch_ = batch;
 }
@@ -495,33 +498,24 @@ double RecurrentStack<T>::backward_held() const {
 template <class T>
 void RecurrentStack<T>::prepare_backward(bool fused) {
   const Idx T_ = steps_, B = batch_, TB = steps_ * batch_;
-  double need = 0;
-  auto plan_buffer = [&](DeviceBuffer<T>& b, Idx n) {
-    if (b.size() >= static_cast<std::size_t>(n)) return;
-    b = DeviceBuffer<T>();  // freed first: the check may count on its memory
-    need += static_cast<double>(n) * sizeof(T);
-  };
-  for (Layer& L : layers_) {
-    plan_buffer(L.g, S_ * (T_ + 1) * B);
-    plan_buffer(L.dx, GH_ * TB);
-    if (cell_ == kGru) plan_buffer(L.dh, GH_ * TB);
-    plan_buffer(L.gx, L.input * TB);
-    if (fused) plan_buffer(L.g_last, S_ * B);
-  }
-  if (need > 0)
-    cuda::require_device_memory("Recurrent::backward",
-                                "the gradients of " + std::to_string(T_) + " steps × batch " + std::to_string(B) +
-                                    " through " + to_string(config_.cell) + " hidden " + std::to_string(H_) + " × " +
-                                    std::to_string(config_.layers) + " layers on the GPU",
-                                {{"state, pre-activation and input gradients", need}},
-                                "use a smaller --batch, shorter sequences or --device cpu");
-  for (Layer& L : layers_) {
-    ensure(L.g, S_ * (T_ + 1) * B);
-    ensure(L.dx, GH_ * TB);
-    if (cell_ == kGru) ensure(L.dh, GH_ * TB);
-    ensure(L.gx, L.input * TB);
-    if (fused) ensure(L.g_last, S_ * B);
-  }
+  grow<T>(
+      [&](auto&& buffer) {
+        for (Layer& L : layers_) {
+          buffer(L.g, S_ * (T_ + 1) * B);
+          buffer(L.dx, GH_ * TB);
+          if (cell_ == kGru) buffer(L.dh, GH_ * TB);
+          buffer(L.gx, L.input * TB);
+          if (fused) buffer(L.g_last, S_ * B);
+        }
+      },
+      [&](double need) {
+        cuda::require_device_memory("Recurrent::backward",
+                                    "the gradients of " + std::to_string(T_) + " steps × batch " + std::to_string(B) +
+                                        " through " + to_string(config_.cell) + " hidden " + std::to_string(H_) +
+                                        " × " + std::to_string(config_.layers) + " layers on the GPU",
+                                    {{"state, pre-activation and input gradients", need}},
+                                    "use a smaller --batch, shorter sequences or --device cpu");
+      });
 }
 
 template <class T>

@@ -13,10 +13,16 @@ namespace {
   for (Idx item = work_start(blockIdx.x, blockDim.x, threadIdx.x); item < (total); \
        item += work_stride(gridDim.x, blockDim.x))
 
+/// A persistent kernel's dynamic shared memory, as T values.
+template <class T>
+__device__ T* persistent_smem() {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  return reinterpret_cast<T*>(smem_raw);
+}
+
 template <class T>
 __global__ void __launch_bounds__(kPersistentThreads) forward_kernel(LayerArgs<T> a) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* sm = reinterpret_cast<T*>(smem_raw);
+  T* sm = persistent_smem<T>();
   const Idx block = blockIdx.x, thread = threadIdx.x, n = blockDim.x;
   forward_load(a, sm, block, thread, n);
   __syncthreads();
@@ -30,8 +36,7 @@ __global__ void __launch_bounds__(kPersistentThreads) forward_kernel(LayerArgs<T
 
 template <class T>
 __global__ void __launch_bounds__(kPersistentThreads) backward_kernel(LayerArgs<T> a) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* sm = reinterpret_cast<T*>(smem_raw);
+  T* sm = persistent_smem<T>();
   const Idx block = blockIdx.x, thread = threadIdx.x, n = blockDim.x;
   backward_load(a, sm, block, thread, n);
   __syncthreads();

@@ -163,17 +163,24 @@ BPPSA_HD inline Idx state_buffer(const SmemLayout& s, Idx it, int which) {
 // ---------------------------------------------------------------------------------------------
 // Forward: load, then per step t = 1..T a mat-vec phase and a cell phase, a barrier after each
 
-/// Load phase: W_hh into shared memory (when w_shared) and h_0 of the block's samples.
+/// The load phase of both directions: a.w into shared memory (when w_shared) and, into buf0, the
+/// block's samples of `state` (`width` values a sample, sample after sample).
 template <class T>
-BPPSA_HD inline void forward_load(const LayerArgs<T>& a, T* sm, Idx block, Idx thread, Idx nthreads) {
-  const SmemLayout L = forward_smem(a);
+BPPSA_HD inline void load_phase(const LayerArgs<T>& a, const SmemLayout& L, const T* state, Idx width, T* sm, Idx block,
+                                Idx thread, Idx nthreads) {
   if (a.w_shared)
     for (Idx i = thread; i < a.GH * a.H; i += nthreads) sm[L.w + i] = a.w[i];
   const Idx s0 = block_first(block, a.spb), ns = block_samples(block, a.spb, a.B);
-  for (Idx o = thread; o < a.H * ns; o += nthreads) {
-    const Idx s = o / a.H, j = o - s * a.H;
-    sm[L.buf0 + s * a.H + j] = a.h[(s0 + s) * a.H + j];
+  for (Idx o = thread; o < width * ns; o += nthreads) {
+    const Idx s = o / width, j = o - s * width;
+    sm[L.buf0 + s * width + j] = state[(s0 + s) * width + j];
   }
+}
+
+/// Load phase: W_hh into shared memory (when w_shared) and h_0 of the block's samples.
+template <class T>
+BPPSA_HD inline void forward_load(const LayerArgs<T>& a, T* sm, Idx block, Idx thread, Idx nthreads) {
+  load_phase(a, forward_smem(a), a.h, a.H, sm, block, thread, nthreads);
 }
 
 /// Phase 1 of step t: vec = W_hh h_{t−1} (GH × ns). Thread o-stride over (row, sample), row
@@ -332,14 +339,7 @@ BPPSA_HD inline T final_state_grad(Idx H, Idx S, const T* last, const T* final_g
 /// Load phase: W_hh (row-major) into shared memory when w_shared, g_T of the block's samples.
 template <class T>
 BPPSA_HD inline void backward_load(const LayerArgs<T>& a, T* sm, Idx block, Idx thread, Idx nthreads) {
-  const SmemLayout L = backward_smem(a);
-  if (a.w_shared)
-    for (Idx i = thread; i < a.GH * a.H; i += nthreads) sm[L.w + i] = a.w[i];
-  const Idx s0 = block_first(block, a.spb), ns = block_samples(block, a.spb, a.B);
-  for (Idx o = thread; o < a.S * ns; o += nthreads) {
-    const Idx s = o / a.S, k = o - s * a.S;
-    sm[L.buf0 + s * a.S + k] = a.g[(a.steps * a.B + s0 + s) * a.S + k];
-  }
+  load_phase(a, backward_smem(a), a.g + a.steps * a.B * a.S, a.S, sm, block, thread, nthreads);
 }
 
 /// Phase 1 of step t: the pre-activation gradients of step t from g_t, into dx (and dh) and,
