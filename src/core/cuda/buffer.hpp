@@ -1,4 +1,4 @@
-// RAII owners of CUDA resources: device memory, pinned host memory, a stream. Move-only;
+// RAII owners of CUDA resources: device memory, pinned host memory, a stream, an event. Move-only;
 // every allocation is checked (DeviceError with the call, file and line) and a plan that
 // would not fit is refused before its first allocation (require_device_memory).
 #pragma once
@@ -23,7 +23,7 @@ class DeviceBuffer {
     if (count > 0) BPPSA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&data_), count * sizeof(T)));
   }
   ~DeviceBuffer() {
-    if (data_) cudaFree(data_);  // never throws from a destructor; a sticky error shows at the next checked call
+    if (data_) discard(cudaFree(data_));  // never throws from a destructor
   }
   DeviceBuffer(DeviceBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), count_(std::exchange(o.count_, 0)) {}
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
@@ -68,7 +68,7 @@ class PinnedBuffer {
     if (count > 0) BPPSA_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&data_), count * sizeof(T)));
   }
   ~PinnedBuffer() {
-    if (data_) cudaFreeHost(data_);
+    if (data_) discard(cudaFreeHost(data_));
   }
   PinnedBuffer(PinnedBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), count_(std::exchange(o.count_, 0)) {}
   PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
@@ -95,7 +95,7 @@ class Stream {
  public:
   Stream() { BPPSA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
   ~Stream() {
-    if (stream_) cudaStreamDestroy(stream_);
+    if (stream_) discard(cudaStreamDestroy(stream_));
   }
   Stream(Stream&& o) noexcept : stream_(std::exchange(o.stream_, nullptr)) {}
   Stream& operator=(Stream&&) = delete;
@@ -107,6 +107,27 @@ class Stream {
 
  private:
   cudaStream_t stream_ = nullptr;
+};
+
+/// A CUDA event, for timing (the default) or, with timing = false, for ordering streams only.
+/// Converts to cudaEvent_t, so that it is passed to the runtime's calls as it is.
+class Event {
+ public:
+  explicit Event(bool timing = true) {
+    BPPSA_CUDA_CHECK(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
+  }
+  ~Event() {
+    if (event_) discard(cudaEventDestroy(event_));
+  }
+  Event(Event&& o) noexcept : event_(std::exchange(o.event_, nullptr)) {}
+  Event& operator=(Event&&) = delete;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+
+  operator cudaEvent_t() const { return event_; }  // NOLINT(google-explicit-constructor)
+
+ private:
+  cudaEvent_t event_ = nullptr;
 };
 
 /// A part of a device-memory request, for the message of require_device_memory.

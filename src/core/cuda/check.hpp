@@ -15,6 +15,14 @@ namespace bppsa::detail::cuda {
 [[noreturn]] void throw_cublas(cublasStatus_t status, const char* call, const char* file, int line);
 [[noreturn]] void throw_cusparse(cusparseStatus_t status, const char* call, const char* file, int line);
 
+/// For the calls that must not throw (destructors, clean-up before a rethrow): a failure is
+/// dropped from the runtime's last-error state, so that the next BPPSA_CUDA_CHECK_LAUNCH()
+/// reports its own launch. A sticky error (a fault that broke the context) stays, and the next
+/// checked call reports it.
+inline void discard(cudaError_t error) {
+  if (error != cudaSuccess) cudaGetLastError();
+}
+
 }  // namespace bppsa::detail::cuda
 
 #define BPPSA_CUDA_CHECK(expr)                                                                  \

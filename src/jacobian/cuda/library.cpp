@@ -31,13 +31,22 @@ constexpr int kMaxBatch = 65535;  // cuBLAS batched calls are split at the grid'
 
 bool fits_int(Idx x) { return x >= 0 && x <= INT_MAX; }
 
+/// A cuSPARSE workspace of `bytes`, never null: the two-phase calls read a null buffer as "report
+/// the size only", so a size of 0 must still be a real allocation for the second call to work.
+cuda::DeviceBuffer<char> workspace(std::size_t bytes) { return cuda::DeviceBuffer<char>(std::max<std::size_t>(bytes, 16)); }
+
 }  // namespace
 
 BlasHandle::BlasHandle(cudaStream_t stream) {
   BPPSA_CUBLAS_CHECK(cublasCreate(&handle_));
-  BPPSA_CUBLAS_CHECK(cublasSetStream(handle_, stream));
-  BPPSA_CUBLAS_CHECK(cublasSetPointerMode(handle_, CUBLAS_POINTER_MODE_HOST));
-  BPPSA_CUBLAS_CHECK(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH));
+  try {
+    BPPSA_CUBLAS_CHECK(cublasSetStream(handle_, stream));
+    BPPSA_CUBLAS_CHECK(cublasSetPointerMode(handle_, CUBLAS_POINTER_MODE_HOST));
+    BPPSA_CUBLAS_CHECK(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH));
+  } catch (...) {
+    cublasDestroy(handle_);  // no destructor runs for a constructor that throws
+    throw;
+  }
 }
 BlasHandle::~BlasHandle() {
   if (handle_) cublasDestroy(handle_);
@@ -45,7 +54,12 @@ BlasHandle::~BlasHandle() {
 
 SparseHandle::SparseHandle(cudaStream_t stream) {
   BPPSA_CUSPARSE_CHECK(cusparseCreate(&handle_));
-  BPPSA_CUSPARSE_CHECK(cusparseSetStream(handle_, stream));
+  try {
+    BPPSA_CUSPARSE_CHECK(cusparseSetStream(handle_, stream));
+  } catch (...) {
+    cusparseDestroy(handle_);
+    throw;
+  }
 }
 SparseHandle::~SparseHandle() {
   if (handle_) cusparseDestroy(handle_);
@@ -212,13 +226,13 @@ SparseGemm<T>::SparseGemm(cusparseHandle_t handle, const MatOp* ops, Idx count, 
       std::size_t size1 = 0, size2 = 0, size3 = 0, size4 = 0, size5 = 0;
       BPPSA_CUSPARSE_CHECK(
           cusparseSpGEMMreuse_workEstimation(handle, N, N, e.a, e.b, e.c, alg, e.descr, &size1, nullptr));
-      cuda::DeviceBuffer<char> buffer1(size1);
+      cuda::DeviceBuffer<char> buffer1 = workspace(size1);
       BPPSA_CUSPARSE_CHECK(
           cusparseSpGEMMreuse_workEstimation(handle, N, N, e.a, e.b, e.c, alg, e.descr, &size1, buffer1.data()));
       BPPSA_CUSPARSE_CHECK(cusparseSpGEMMreuse_nnz(handle, N, N, e.a, e.b, e.c, alg, e.descr, &size2, nullptr, &size3,
                                                    nullptr, &size4, nullptr));
-      cuda::DeviceBuffer<char> buffer2(size2), buffer3(size3);
-      e.buffer4 = cuda::DeviceBuffer<char>(size4);
+      cuda::DeviceBuffer<char> buffer2 = workspace(size2), buffer3 = workspace(size3);
+      e.buffer4 = workspace(size4);
       BPPSA_CUSPARSE_CHECK(cusparseSpGEMMreuse_nnz(handle, N, N, e.a, e.b, e.c, alg, e.descr, &size2, buffer2.data(),
                                                    &size3, buffer3.data(), &size4, e.buffer4.data()));
       std::int64_t rows = 0, cols = 0, nnz = 0;
@@ -232,7 +246,7 @@ SparseGemm<T>::SparseGemm(cusparseHandle_t handle, const MatOp* ops, Idx count, 
       e.c_col_idx = cuda::DeviceBuffer<std::int32_t>(static_cast<std::size_t>(nnz));
       BPPSA_CUSPARSE_CHECK(cusparseCsrSetPointers(e.c, e.c_row_ptr.data(), e.c_col_idx.data(), values + o.out));
       BPPSA_CUSPARSE_CHECK(cusparseSpGEMMreuse_copy(handle, N, N, e.a, e.b, e.c, alg, e.descr, &size5, nullptr));
-      e.buffer5 = cuda::DeviceBuffer<char>(size5);
+      e.buffer5 = workspace(size5);
       BPPSA_CUSPARSE_CHECK(
           cusparseSpGEMMreuse_copy(handle, N, N, e.a, e.b, e.c, alg, e.descr, &size5, e.buffer5.data()));
 

@@ -43,14 +43,20 @@ DeviceScan<T>::DeviceScan(gpu::Program<T> program, CudaProducts products) : prog
   mat_ops_ = cuda::to_device(p.mat_ops);
   vec_ops_ = cuda::to_device(p.vec_ops);
   staging_ = cuda::PinnedBuffer<T>(staging);
-  plan_execs(products);
   // The tables went up with cudaMemcpy, whose pageable-memory DMA may still be in flight when it
-  // returns, and the work on stream_ (non-blocking) would not wait for it.
+  // returns, and the work on stream_ (non-blocking) would not wait for it: before the library
+  // plans (SpGEMM reads the patterns on stream_), and after them (their own pointer tables).
+  BPPSA_CUDA_CHECK(cudaDeviceSynchronize());
+  plan_execs(products);
   BPPSA_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 template <class T>
-DeviceScan<T>::~DeviceScan() = default;
+DeviceScan<T>::~DeviceScan() {
+  // Work still queued (a device-resident execute(), or a run that threw) may use what is freed
+  // next; a destructor does not throw, and an error here shows at the next checked call.
+  cuda::discard(cudaStreamSynchronize(stream_.get()));
+}
 
 template <class T>
 void DeviceScan<T>::plan_execs(CudaProducts products) {
@@ -136,13 +142,19 @@ void DeviceScan<T>::run(const Chain<T>& chain, const Matrix<T>& g_last, Gradient
   threads = std::max(threads, 1);
   const cudaStream_t s = stream_.get();
   pack_inputs(p, chain, g_last, staging_.data(), threads);
-  BPPSA_CUDA_CHECK(cudaMemcpyAsync(values_.data(), staging_.data(), static_cast<std::size_t>(p.upload_values) * sizeof(T),
-                                   cudaMemcpyHostToDevice, s));
-  execute();
-  // Stream order: the upload has read the staging buffer before the download writes it.
-  BPPSA_CUDA_CHECK(cudaMemcpyAsync(staging_.data(), values_.data() + p.download_begin,
-                                   static_cast<std::size_t>(p.download_end - p.download_begin) * sizeof(T),
-                                   cudaMemcpyDeviceToHost, s));
+  try {
+    BPPSA_CUDA_CHECK(cudaMemcpyAsync(values_.data(), staging_.data(),
+                                     static_cast<std::size_t>(p.upload_values) * sizeof(T), cudaMemcpyHostToDevice, s));
+    execute();
+    // Stream order: the upload has read the staging buffer before the download writes it.
+    BPPSA_CUDA_CHECK(cudaMemcpyAsync(staging_.data(), values_.data() + p.download_begin,
+                                     static_cast<std::size_t>(p.download_end - p.download_begin) * sizeof(T),
+                                     cudaMemcpyDeviceToHost, s));
+  } catch (...) {
+    // What was queued may still read the staging buffer, which the next run's pack_inputs writes.
+    cuda::discard(cudaStreamSynchronize(s));
+    throw;
+  }
   stream_.synchronize();  // also where a fault inside a kernel is reported
   unpack_outputs(p, chain, g_last, staging_.data(), out, threads);
 }
