@@ -218,6 +218,7 @@ void SequenceClassifier<T>::set_batch(std::span<const float> x, Index batch, Ind
   if (static_cast<Index>(labels.size()) != batch)
     detail::raise<ShapeError>(op, std::to_string(labels.size()) + " labels for a batch of " + std::to_string(batch));
   stored_ = 0;
+  batch_ = 0;  // no backward until a forward of this batch has run
   if (gpu_) {
     // The GPU computes the loss without looking at label ranges: check them here, as loss() does.
     for (Index b = 0; b < batch; ++b)
@@ -276,8 +277,7 @@ T SequenceClassifier<T>::run_forward(bool grad, std::vector<std::int64_t>* predi
 template <class T>
 T SequenceClassifier<T>::evaluate(std::span<const float> x, Index batch, Index steps,
                                   std::span<const std::int64_t> labels, std::vector<std::int64_t>* predictions) {
-  batch_ = 0;  // the recorded forward is no longer the one a loss gradient was taken of
-  set_batch(x, batch, steps, labels);
+  set_batch(x, batch, steps, labels);  // the recorded forward is no longer the one a loss gradient was taken of
   return run_forward(false, predictions);
 }
 

@@ -363,14 +363,7 @@ void Recurrent<T>::forward(const Eigen::Ref<const Matrix<T>>& x, Index steps, In
     detail::raise<ShapeError>(op, "input is " + shape_string(x.rows(), x.cols()) + ", expected " +
                                       shape_string(config_.input, steps * batch) +
                                       " (input size × steps·batch, time-major columns)");
-  if (impl_->gpu) {
-    const Index S = state_size(config_.cell, config_.hidden);
-    for (Index l = 0; l < config_.layers; ++l) {
-      const Matrix<T>& s0 = impl_->layer[static_cast<std::size_t>(l)].s0;
-      if (s0.size() != 0 && (s0.rows() != S || s0.cols() != batch))
-        detail::raise<ShapeError>(op, "initial state of layer " + std::to_string(l) + " is " +
-                                          shape_string(s0.rows(), s0.cols()) + ", expected " + shape_string(S, batch));
-    }
+  if (impl_->gpu) {  // (the GPU half checks the initial states' shapes)
     impl_->next_layer = -1;
     detail::gpu::RecurrentGpu<T>* g = gpu();
     g->resize(steps, batch);
@@ -622,7 +615,7 @@ void Recurrent<T>::backward_layer_gpu(Index l, const BackwardOptions& options, B
   detail::gpu::RecurrentGpu<T>* g = gpu();
   const Matrix<T>& gf = impl_->layer[static_cast<std::size_t>(l)].g_final;
   g->backward_layer(l, options, gf.size() != 0 ? &gf : nullptr, 0);
-  g->check_grads();
+  g->check_grads(l);
   g->sync.grads_newer = true;
   const detail::gpu::DeviceStatus st = g->read_status();  // waits: the layer is done when this returns
   if ((st.flags & detail::gpu::kGradNotFinite) != 0) {
@@ -632,7 +625,7 @@ void Recurrent<T>::backward_layer_gpu(Index l, const BackwardOptions& options, B
                                                              "diverged; lower the learning rate");
   }
   if (times) {
-    const BackwardTimes t = g->backward_times(0);
+    const BackwardTimes t = g->backward_times(0, l);
     times->jacobians += t.jacobians;
     times->scan += t.scan;
     times->params += t.params;

@@ -348,6 +348,21 @@ TEST(GpuSmall, HostChangesReachTheGpuAndErrorsAreTheCpus) {
   expect_error<UnsupportedError>([&] { gpu.rnn().chain(0); }, {"Device::cpu"});
   Matrix<float> d, o;
   expect_error<UnsupportedError>([&] { gpu.head_backward(d, o); }, {"GPU"});
+  // Initial states and final-state gradients of another batch size: ShapeError on both devices
+  // (the GPU copies S × B values from them), and the model still runs once they are cleared.
+  const Index S = state_size(c.cell, c.hidden);
+  for (SequenceClassifier<float>* m : {&cpu, &gpu}) {
+    m->rnn().set_initial_state(0, Matrix<float>::Zero(S, c.batch + 1));
+    expect_error<ShapeError>([&] { m->forward_loss(b.x, c.batch, c.steps, b.y); },
+                             {"initial state of layer 0", "expected"});
+    m->rnn().set_initial_state(0, Matrix<float>());
+    m->rnn().set_final_state_grad(0, Matrix<float>::Zero(S, c.batch + 1));
+    m->forward_loss(b.x, c.batch, c.steps, b.y);
+    expect_error<ShapeError>([&] { m->backward(BackwardOptions{.method = BackwardMethod::bp}); },
+                             {"final-state gradient of layer 0"});
+    m->rnn().set_final_state_grad(0, Matrix<float>());
+    m->loss_and_grad(b.x, c.batch, c.steps, b.y, BackwardOptions{.method = BackwardMethod::bp});
+  }
   // A NaN weight: the loss is not finite, as on the CPU.
   gpu.rnn().params(0).w_ih(0, 0) = std::numeric_limits<float>::quiet_NaN();
   expect_error<NonFiniteError>([&] { gpu.forward_loss(b.x, c.batch, c.steps, b.y); }, {"not finite"});

@@ -24,15 +24,6 @@ cuda::DeviceBuffer<T> random_buffer(std::size_t n, double lo, double hi, std::mt
   return cuda::to_device(v);
 }
 
-/// CUDA events, destroyed on every path.
-struct Event {
-  cudaEvent_t e = nullptr;
-  Event() { BPPSA_CUDA_CHECK(cudaEventCreate(&e)); }
-  ~Event() { cudaEventDestroy(e); }
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-};
-
 }  // namespace
 
 template <class T>
@@ -79,15 +70,15 @@ FusedBenchResult bench_fused(std::int32_t cell, Idx hidden, Idx steps, Idx batch
   cuda::Stream stream;
   for (int i = 0; i < 2; ++i) scan.run(stream.get(), p);  // warm-up; the second captures a graph
   stream.synchronize();
-  Event start, stop;
+  cuda::Event start, stop;
   std::vector<double> ms;
   for (int i = 0; i < reps; ++i) {
-    BPPSA_CUDA_CHECK(cudaEventRecord(start.e, stream.get()));
+    BPPSA_CUDA_CHECK(cudaEventRecord(start, stream.get()));
     scan.run(stream.get(), p);
-    BPPSA_CUDA_CHECK(cudaEventRecord(stop.e, stream.get()));
-    BPPSA_CUDA_CHECK(cudaEventSynchronize(stop.e));
+    BPPSA_CUDA_CHECK(cudaEventRecord(stop, stream.get()));
+    BPPSA_CUDA_CHECK(cudaEventSynchronize(stop));
     float elapsed = 0;
-    BPPSA_CUDA_CHECK(cudaEventElapsedTime(&elapsed, start.e, stop.e));
+    BPPSA_CUDA_CHECK(cudaEventElapsedTime(&elapsed, start, stop));
     ms.push_back(elapsed);
   }
   std::sort(ms.begin(), ms.end());

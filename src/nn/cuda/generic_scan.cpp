@@ -55,15 +55,10 @@ GenericLayerScan<T>::GenericLayerScan(std::int32_t cell, Index hidden, Index ste
   prefixes_ = cuda::to_device(pre);
   // cudaMemcpy's pageable DMA may still be in flight, and the layer's stream would not wait for it.
   BPPSA_CUDA_CHECK(cudaDeviceSynchronize());
-  BPPSA_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
-  BPPSA_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
 }
 
 template <class T>
-GenericLayerScan<T>::~GenericLayerScan() {
-  if (ready_) cudaEventDestroy(ready_);
-  if (done_) cudaEventDestroy(done_);
-}
+GenericLayerScan<T>::~GenericLayerScan() = default;
 
 template <class T>
 bool GenericLayerScan<T>::matches(Index steps, Index batch, bool inject, Algorithm algorithm, int chunks) const {

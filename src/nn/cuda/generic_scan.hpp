@@ -49,7 +49,7 @@ class GenericLayerScan {
   DeviceScanPtr<T> scan_;
   cuda::DeviceBuffer<T*> elements_, injections_;
   cuda::DeviceBuffer<const T*> prefixes_;
-  cudaEvent_t ready_ = nullptr, done_ = nullptr;
+  cuda::Event ready_{false}, done_{false};  ///< the layer's stream → the scan's stream → back
   ScanStats stats_;
 };
 

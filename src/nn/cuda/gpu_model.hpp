@@ -100,12 +100,14 @@ class RecurrentGpu {
   /// pre-activation and parameter gradients, the gradient on the layer's input. final_grad:
   /// the extra gradient on s_T (S × batch, host) or null. Timed in `slot`.
   virtual void backward_layer(Index layer, const BackwardOptions& options, const Matrix<T>* final_grad, int slot) = 0;
-  /// Where the last backward timed in `slot` spent its time (waits for it).
-  virtual BackwardTimes backward_times(int slot) = 0;
+  /// Where the last backward timed in `slot` spent its time (waits for it): every layer it ran,
+  /// or layer `only` alone (a layer-by-layer backward reports each layer once).
+  virtual BackwardTimes backward_times(int slot, Index only = -1) = 0;
   virtual void download_input_grad(Matrix<T>& gx) = 0;
   virtual void download_state0_grad(Index layer, Matrix<T>& g0) = 0;
-  /// Sets kGradNotFinite in the status when a parameter gradient is not finite.
-  virtual void check_grads() = 0;
+  /// Sets kGradNotFinite in the status when a parameter gradient is not finite: of every layer,
+  /// or of layer `only` alone (the one a layer-by-layer backward has just computed).
+  virtual void check_grads(Index only = -1) = 0;
   virtual std::size_t device_bytes() const = 0;
 };
 

@@ -81,10 +81,11 @@ class ModelGpuImpl final : public ModelGpu<T> {
   DeviceBuffer<std::int64_t> labels_, labels_in_, predictions_;
   DeviceBuffer<float> batch_in_;
   std::array<Resident, 2> data_;
-  std::array<std::array<cudaEvent_t, kTimePoints>, kSlots> events_{};
+  std::array<std::array<cuda::Event, kTimePoints>, kSlots> events_;
   std::array<std::array<bool, kTimePoints>, kSlots> marked_{};
   cuda::PinnedBuffer<DeviceStatus> pinned_;
-  std::array<cudaEvent_t, kSlots> snap_{};
+  static_assert(kSlots == 2, "one snapshot event per slot");
+  std::array<cuda::Event, kSlots> snap_{cuda::Event(false), cuda::Event(false)};  ///< ordering only
 };
 
 template <class T>
@@ -102,20 +103,11 @@ ModelGpuImpl<T>::ModelGpuImpl(RecurrentGpu<T>& stack, const RecurrentConfig& rnn
   head_grads_ = DeviceBuffer<T>(head_.size());
   BPPSA_CUDA_CHECK(cudaMemsetAsync(head_.data(), 0, head_.bytes(), s()));
   BPPSA_CUDA_CHECK(cudaMemsetAsync(head_grads_.data(), 0, head_grads_.bytes(), s()));
-  for (auto& slot : events_)
-    for (cudaEvent_t& e : slot) BPPSA_CUDA_CHECK(cudaEventCreate(&e));
-  for (cudaEvent_t& e : snap_) BPPSA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   stack_.synchronize();
 }
 
 template <class T>
-ModelGpuImpl<T>::~ModelGpuImpl() {
-  for (auto& slot : events_)
-    for (cudaEvent_t e : slot)
-      if (e) cudaEventDestroy(e);
-  for (cudaEvent_t e : snap_)
-    if (e) cudaEventDestroy(e);
-}
+ModelGpuImpl<T>::~ModelGpuImpl() = default;
 
 template <class T>
 void ModelGpuImpl<T>::upload_head(const Linear<T>& head) {

@@ -114,7 +114,7 @@ struct TwoPlans {
 
 /// The timing events of one slot: per layer begin, after the Jacobians, after the scan, end.
 struct LayerEvents {
-  std::array<cudaEvent_t, 4> e{};
+  std::array<cuda::Event, 4> e;
 };
 
 template <class T>
@@ -153,10 +153,10 @@ class RecurrentStack final : public RecurrentGpu<T> {
   const T* upload_grad_out(const T* host, Index values) override;
   void backward_begin(const T* top, bool inject) override;
   void backward_layer(Index layer, const BackwardOptions& options, const Matrix<T>* final_grad, int slot) override;
-  BackwardTimes backward_times(int slot) override;
+  BackwardTimes backward_times(int slot, Index only) override;
   void download_input_grad(Matrix<T>& gx) override;
   void download_state0_grad(Index layer, Matrix<T>& g0) override;
-  void check_grads() override;
+  void check_grads(Index only) override;
   std::size_t device_bytes() const override;
 
  private:
@@ -182,6 +182,9 @@ class RecurrentStack final : public RecurrentGpu<T> {
   void prepare_backward(bool fused);
   /// Device bytes the backward buffers and scan plans hold now.
   double backward_held() const;
+  /// A state-sized host matrix of layer l that is copied to the device (an initial state or a
+  /// final-state gradient): it must be S × B for the current batch (ShapeError otherwise).
+  void check_state_shape(const Matrix<T>& m, Index l, const char* what, const char* op) const;
 
   RecurrentConfig config_;
   std::int32_t cell_;
@@ -236,20 +239,12 @@ RecurrentStack<T>::RecurrentStack(const RecurrentConfig& config)
   status_ = DeviceBuffer<DeviceStatus>(1);
   const DeviceStatus fresh;
   BPPSA_CUDA_CHECK(cudaMemcpyAsync(status_.data(), &fresh, sizeof fresh, cudaMemcpyHostToDevice, stream_.get()));
-  for (Layer& L : layers_)
-    for (auto& slot : L.events)
-      for (cudaEvent_t& e : slot.e) BPPSA_CUDA_CHECK(cudaEventCreate(&e));
   allow_persistent_smem<T>(smem_optin_);
   stream_.synchronize();
 }
 
 template <class T>
-RecurrentStack<T>::~RecurrentStack() {
-  for (Layer& L : layers_)
-    for (auto& slot : L.events)
-      for (cudaEvent_t e : slot.e)
-        if (e) cudaEventDestroy(e);
-}
+RecurrentStack<T>::~RecurrentStack() = default;
 
 template <class T>
 DeviceStatus RecurrentStack<T>::read_status() {
@@ -325,6 +320,9 @@ void RecurrentStack<T>::resize(Index steps, Index batch) {
                                    "batch or shorter sequences");
   const Idx T_ = steps, B = batch, TBi = steps * batch;
   const bool lstm = cell_ == kLstm, rnn = cell_ == kRnnTanh || cell_ == kRnnRelu;
+  // No record until the buffers have their sizes: a failed check leaves some of them freed.
+  steps_ = 0;
+  batch_ = 0;
   // The forward record; ones_ is filled with 1 when it grows.
   const bool grew_ones = ones_.size() < static_cast<std::size_t>(TBi);
   grow<T>(
@@ -385,9 +383,19 @@ LayerArgs<T> RecurrentStack<T>::args(Index l) {
 }
 
 template <class T>
+void RecurrentStack<T>::check_state_shape(const Matrix<T>& m, Index l, const char* what, const char* op) const {
+  if (m.rows() != S_ || m.cols() != batch_)
+    raise<ShapeError>(op, std::string(what) + " of layer " + std::to_string(l) + " is " +
+                              shape_string(m.rows(), m.cols()) + ", expected " + shape_string(S_, batch_) +
+                              " (state size × batch)");
+}
+
+template <class T>
 void RecurrentStack<T>::forward(const std::vector<const Matrix<T>*>& s0) {
   const cudaStream_t s = stream_.get();
   const Idx B = batch_, TB = steps_ * batch_;
+  for (std::size_t l = 0; l < s0.size(); ++l)
+    if (s0[l] != nullptr) check_state_shape(*s0[l], static_cast<Index>(l), "initial state", "Recurrent::forward");
   for (Index l = 0; l < config_.layers; ++l) {
     Layer& L = layers_[static_cast<std::size_t>(l)];
     const T* x = l == 0 ? x_.data() : layers_[static_cast<std::size_t>(l - 1)].h.data() + H_ * B;
@@ -552,6 +560,7 @@ void RecurrentStack<T>::backward_layer(Index l, const BackwardOptions& options, 
   const T* last = inject ? above + (T_ - 1) * B * H_ : above;
   const T* gfinal = nullptr;
   if (final_grad != nullptr) {
+    check_state_shape(*final_grad, l, "final-state gradient", "Recurrent::backward");
     ensure(L.g_final, S_ * B);
     BPPSA_CUDA_CHECK(cudaMemcpyAsync(L.g_final.data(), final_grad->data(), static_cast<std::size_t>(S_ * B) * sizeof(T),
                                      cudaMemcpyHostToDevice, s));
@@ -638,9 +647,10 @@ void RecurrentStack<T>::run_fused(Index l, const LayerArgs<T>& a, cudaStream_t s
 }
 
 template <class T>
-BackwardTimes RecurrentStack<T>::backward_times(int slot) {
+BackwardTimes RecurrentStack<T>::backward_times(int slot, Index only) {
   BackwardTimes t;
   for (const Index l : timed_[static_cast<std::size_t>(slot)]) {
+    if (only >= 0 && l != only) continue;
     const LayerEvents& ev = layers_[static_cast<std::size_t>(l)].events[static_cast<std::size_t>(slot)];
     BPPSA_CUDA_CHECK(cudaEventSynchronize(ev.e[3]));
     float jac = 0, scan = 0, params = 0;
@@ -680,8 +690,11 @@ void RecurrentStack<T>::download_state0_grad(Index layer, Matrix<T>& g0) {
 }
 
 template <class T>
-void RecurrentStack<T>::check_grads() {
-  launch_check_finite(grads_.data(), static_cast<Idx>(grads_.size()), kGradNotFinite, status_.data(), stream_.get());
+void RecurrentStack<T>::check_grads(Index only) {
+  // A layer's parameters are one run of the arena: w_ih, w_hh, b_ih, b_hh.
+  const Idx begin = only < 0 ? 0 : layers_[static_cast<std::size_t>(only)].w_ih;
+  const Idx end = only < 0 ? static_cast<Idx>(grads_.size()) : layers_[static_cast<std::size_t>(only)].b_hh + GH_;
+  launch_check_finite(grads_.data() + begin, end - begin, kGradNotFinite, status_.data(), stream_.get());
 }
 
 template <class T>

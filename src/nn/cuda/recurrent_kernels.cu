@@ -117,11 +117,9 @@ __global__ void __launch_bounds__(kBlock) fill_kernel(T* x, Idx n, T value) {
 
 template <class T>
 void allow_persistent_smem(int bytes) {
-  static bool done = false;  // one device per process (the current one); the limit is the device's
-  if (done) return;
+  // The attribute belongs to the current device: set on every call (each stack's construction; cheap).
   BPPSA_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   BPPSA_CUDA_CHECK(cudaFuncSetAttribute(backward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  done = true;
 }
 
 template <class T>
