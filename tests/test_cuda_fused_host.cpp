@@ -279,7 +279,7 @@ TEST(FusedChoice, TheIssueSizesGetValidPlansThatFitTheDevice) {
   for (const std::int32_t cell : kCells)
     for (const Idx H : {1, 20, 32, 33, 64, 256})
       for (const Idx T_ : {1, 2, 3, 63, 65, 1000, 30000})
-        for (const Idx B : {1, 16, 64})
+        for (const Idx B : {1, 16, 64, 256})
           for (const Idx scalar : {4, 8}) {
             FusedRequest q;
             q.cell = cell;
@@ -308,6 +308,10 @@ TEST(FusedChoice, TheIssueSizesGetValidPlansThatFitTheDevice) {
               ASSERT_LT((l->blocks - 1) * l->gpb, l->groups) << what;
             }
             ASSERT_EQ(p.push.steps, gpu::push_steps_max(s));
+            // Memory of BP's order: the chunk totals within 2× the gradient buffer S·(T+1)·B, or 16 MiB.
+            const double gradient = static_cast<double>(s.S * (T_ + 1) * B * scalar);
+            ASSERT_LE(gpu::fused_totals_bytes(s, scalar), std::max(2 * gradient, 16.0 * 1024 * 1024))
+                << what << " L " << s.L;
             if (s.C > 1) {
               ASSERT_EQ(p.reduce.steps, s.L);
               ASSERT_EQ(p.carry.blocks, B);
@@ -432,6 +436,24 @@ TEST(FusedChoice, LargeHiddenSizesReadWhhFromGlobalMemoryAndStayWithinLimits) {
   const FusedChoice p = gpu::fused_plan(q, small);
   ASSERT_EQ(p.error, gpu::kPlanOk);
   EXPECT_EQ(p.shape.C, 1);
+}
+
+TEST(FusedChoice, AForcedChunkLengthIsKeptWhateverItsTotalsTake) {
+  // LSTM H 64, T 1023, B 16 at L = 9: 118 MB of chunk totals against BP's 8.4 MB, beyond what
+  // the model would choose, but the caller asked for it (the device's limit alone applies).
+  FusedRequest q;
+  q.cell = gpu::kLstm;
+  q.H = 64;
+  q.steps = 1023;
+  q.B = 16;
+  q.inject = true;
+  q.chunk_length = 9;
+  const FusedChoice forced = gpu::fused_plan(q, gpu::FusedLimits{});
+  ASSERT_EQ(forced.error, gpu::kPlanOk);
+  EXPECT_EQ(forced.shape.L, 9);
+  EXPECT_GT(gpu::fused_totals_bytes(forced.shape, 4), 100e6);
+  q.chunk_length = 0;
+  EXPECT_LE(gpu::fused_totals_bytes(gpu::fused_plan(q, gpu::FusedLimits{}).shape, 4), 16.0 * 1024 * 1024);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -6,6 +6,10 @@
 
 #if defined(__CUDACC__)
 #define BPPSA_HD __host__ __device__
+/// For helpers that must disappear into their caller (register arrays indexed through them stay
+/// registers only when they are inlined; ptxas otherwise keeps them as calls with a stack frame).
+#define BPPSA_HD_FORCEINLINE __host__ __device__ __forceinline__
 #else
 #define BPPSA_HD
+#define BPPSA_HD_FORCEINLINE inline
 #endif

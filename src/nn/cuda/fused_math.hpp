@@ -34,12 +34,12 @@ namespace bppsa::detail::gpu {
 // Compile-time unrolling (no #pragma: the same code is g++'s) and aligned 4-value loads
 
 template <class F, int... I>
-BPPSA_HD inline void fused_unrolled(F&& f, std::integer_sequence<int, I...>) {
+BPPSA_HD_FORCEINLINE void fused_unrolled(F&& f, std::integer_sequence<int, I...>) {
   (f(std::integral_constant<int, I>{}), ...);
 }
 /// f(std::integral_constant<int, i>) for i = 0 … N−1, fully unrolled (register arrays stay registers).
 template <int N, class F>
-BPPSA_HD inline void fused_unroll(F&& f) {
+BPPSA_HD_FORCEINLINE void fused_unroll(F&& f) {
   fused_unrolled(f, std::make_integer_sequence<int, N>{});
 }
 

@@ -18,6 +18,13 @@ inline constexpr Idx kFusedCarryThreads = 256;
 inline constexpr double kFusedLaunchCycles = 2500;
 /// Clock the estimates are reported at (cycles per µs).
 inline constexpr double kFusedCyclesPerMicro = 1755;
+/// Memory of BP's order: a chunk length the model chooses keeps the chunk totals ((C − 1)·B·S·(S+1)
+/// values, ≈ T·B·S²/L) within this many times the layer's gradient buffer (S·(T+1)·B values, what
+/// BP itself holds), i.e. L ≳ S/2, or within kFusedTotalsFloor bytes where that is more. (The
+/// reduce's work does not depend on L; short chunks only shorten the critical path a little.)
+/// A forced chunk length is held to the device's limit alone.
+inline constexpr double kFusedTotalsPerGradient = 2;
+inline constexpr double kFusedTotalsFloor = 16.0 * 1024 * 1024;
 
 /// What the planner knows of the device.
 struct FusedLimits {
@@ -55,6 +62,11 @@ struct FusedChoice {
 };
 
 BPPSA_HD inline Idx fused_ceil_div(Idx a, Idx b) { return (a + b - 1) / b; }
+/// Bytes of the chunk totals [M_c | v_c] of chunks 1 … C−1 (chunk 0's is never needed).
+BPPSA_HD inline double fused_totals_bytes(const FusedShape& s, Idx scalar) {
+  return static_cast<double>(s.C - 1) * static_cast<double>(s.B) * static_cast<double>(s.S) *
+         static_cast<double>(s.ncols) * static_cast<double>(scalar);
+}
 BPPSA_HD inline Idx fused_min(Idx a, Idx b) { return a < b ? a : b; }
 BPPSA_HD inline Idx fused_max(Idx a, Idx b) { return a > b ? a : b; }
 
@@ -202,13 +214,20 @@ BPPSA_HD inline FusedChoice fused_plan(const FusedRequest& q, const FusedLimits&
   }
   bool found = false;
   Idx L = q.chunk_length > 0 ? q.chunk_length : 1;
+  const double gradient_bytes = static_cast<double>(cell_state(q.cell, q.H)) * static_cast<double>(q.steps + 1) *
+                                static_cast<double>(q.B) * static_cast<double>(q.scalar);
+  double max_totals = lim.totals_bytes;
+  if (q.chunk_length == 0) {
+    const double bp_order = kFusedTotalsPerGradient * gradient_bytes;
+    const double budget = bp_order > kFusedTotalsFloor ? bp_order : kFusedTotalsFloor;
+    if (budget < max_totals) max_totals = budget;
+  }
   while (true) {
     const FusedShape s = fused_shape(q.cell, q.H, q.steps, q.B, q.inject, L);
     FusedChoice p;
     p.shape = s;
-    const double totals = static_cast<double>(s.C - 1) * static_cast<double>(s.B) * static_cast<double>(s.S) *
-                          static_cast<double>(s.ncols) * static_cast<double>(q.scalar);
-    bool ok = totals <= lim.totals_bytes &&
+    const double totals = fused_totals_bytes(s, q.scalar);
+    bool ok = totals <= max_totals &&
               fused_best_launch(p.push, p.push_cycles, s, kFusedPush, q.push_tile, 0, q.w_shared, lim, q.scalar);
     if (ok && s.C > 1) {
       ok = fused_best_launch(p.reduce, p.reduce_cycles, s, kFusedReduce, q.reduce_tile, q.reduce_nc, q.w_shared, lim,

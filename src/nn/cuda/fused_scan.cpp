@@ -127,7 +127,7 @@ FusedScanStats stats_of(const FusedChoice& p) {
   st.launches = scan ? 4 : 2;
   const double Sz = static_cast<double>(sizeof(T)), S = static_cast<double>(s.S), B = static_cast<double>(s.B),
                H = static_cast<double>(s.H), GH = static_cast<double>(s.GH);
-  const double totals = static_cast<double>(s.C - 1) * B * S * static_cast<double>(s.ncols);
+  const double totals = fused_totals_bytes(s, 1);  // values
   st.device_bytes = static_cast<std::size_t>((totals + GH * static_cast<double>(s.ldw)) * Sz);
   // Flops: 2·GH·H per column-step of W_hh^T y (padding not counted), 2·S² per carry mat-vec.
   const double reduce_cols = static_cast<double>(s.C - 1) * B * static_cast<double>(s.ncols);
@@ -250,7 +250,7 @@ FusedRecurrentScan<T> FusedRecurrentScan<T>::plan(std::int32_t cell, Idx hidden,
   impl->stats = stats_of<T>(impl->plan);
   const FusedShape& s = impl->plan.shape;
   const double Sz = static_cast<double>(sizeof(T));
-  const double totals = static_cast<double>(s.C - 1) * static_cast<double>(s.B * s.S * s.ncols);
+  const double totals = fused_totals_bytes(s, 1);  // values
   const double wp = static_cast<double>(s.GH * s.ldw);
   cuda::require_device_memory(kOp, "the fused scan of " + sizes(cell, hidden, steps, batch),
                               {{"chunk totals", totals * Sz}, {"padded W_hh", wp * Sz}},
