@@ -9,8 +9,10 @@
 # minute. `python3 bench/gpu/keep_results.py OUT_DIR` copies a run into bench/results/gpu/<gpu-name>/.
 # Environment: BPPSA_BUILD_DIR (build; scripts/gpu_check.sh passes its own), PYTHON (python3, with
 # torch), BPPSA_GPU_BENCH_BUDGET (seconds for the measurements: 180, quick 60; what does not fit is
-# skipped and listed), BPPSA_GPU_BENCH_DEVICE (cuda; cpu runs both sides on the CPU, to test the
-# script where there is no GPU).
+# skipped and listed; scripts/gpu_check.sh sets it from the time its run has left),
+# BPPSA_GPU_BENCH_DEVICE (cuda; cpu runs both sides on the CPU, to test the script where there is
+# no GPU), BPPSA_BENCH_PREBUILT (1: scripts/gpu_check.sh built the programs; neither configure nor
+# build here).
 # Exit: 0 every part ran and passed; 77 no CUDA device (nothing measured); 3 a first loss differs
 # from PyTorch's; 1 anything else failed (what ran is still written); 2 bad arguments.
 set -uo pipefail
@@ -21,11 +23,14 @@ gpu_bench_args bench_gpu "$@"
 budget=${BPPSA_GPU_BENCH_BUDGET:-$([ ${#quick[@]} = 1 ] && echo 60 || echo 180)}
 device=${BPPSA_GPU_BENCH_DEVICE:-cuda}
 
-# bppsa's programs: bench_gpu_step once the GPU training API is in the headers, bench_fused_scan once
-# the fused scan's timing entry point is (bench/gpu/CMakeLists.txt checks; nothing to do when
-# scripts/gpu_check.sh built them). Without them PyTorch's side still runs and the report says why.
+# bppsa's programs, bench_gpu_step and bench_fused_scan (nothing to do when scripts/gpu_check.sh
+# built them; the configure is skipped when the build folder has BPPSA_BUILD_BENCH on already). One
+# that does not build is left out (PyTorch's side still runs, and the report says why).
 log=$out/gpu_bench_build.log
-if ! timeout 120 cmake -S . -B "$build" -DBPPSA_BUILD_BENCH=ON >"$log" 2>&1; then
+: >"$log"
+if [ "${BPPSA_BENCH_PREBUILT:-0}" = 1 ]; then
+  bench_build "$log"
+elif ! bench_configure "$log"; then
   echo "bench_gpu: configuring $build with BPPSA_BUILD_BENCH=ON failed (see $log); PyTorch's side only" >&2
 elif ! timeout 400 cmake --build "$build" -j"$(nproc)" --target bench_gpu_programs >>"$log" 2>&1; then
   # One program that does not build must not cost the others: each on its own.
@@ -36,7 +41,9 @@ elif ! timeout 400 cmake --build "$build" -j"$(nproc)" --target bench_gpu_progra
     fi
   done
 fi
-grep -E "bench_gpu_step is|bench_fused_scan is" "$log" >&2
+for t in bench_gpu_step bench_fused_scan; do
+  [ -x "$build/$t" ] || echo "bench_gpu: $build/$t is not there: its part is left out" >&2
+done
 
 rc=0
 timeout --kill-after=10 $((budget + 30)) "$py" bench/gpu/bench_gpu.py --build "$build" --out "$out" \

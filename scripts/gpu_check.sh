@@ -1,44 +1,100 @@
 #!/usr/bin/env bash
 # One command on a GPU machine (H100/H200, no package registry, no internet):
-#   scripts/gpu_check.sh OUT_DIR [--quick]
-# prints the GPU, driver, toolchain and commit; builds bppsa with CUDA against the dependencies
-# packed by scripts/pack_deps.sh (.deps/, carried with the tree); runs the CPU-side CUDA tests,
-# the GPU tests, compute-sanitizer memcheck and racecheck on the small cases, then the benchmark
-# hooks; writes every log and result into OUT_DIR and a summary at the end. Every step has a
-# timeout and the whole run a budget (BPPSA_GPU_CHECK_BUDGET seconds, default 540), so it never
-# hangs and ends inside 10 minutes; a failed step does not stop the independent ones after it.
-# Exit status: 0 when every step that ran passed, 1 otherwise. --quick: the small GPU cases only,
-# shorter sanitizer runs, no benchmarks (about 3 minutes).
+#   scripts/gpu_check.sh OUT_DIR [--quick | --checks | --bench]
+# prints the GPU, driver, toolchains and commit (and whether the tree is the one scripts/pack_deps.sh
+# packed); builds bppsa with CUDA against the dependencies packed into .deps/ (carried with the
+# tree); runs the steps of the mode, each in a session of its own with a time limit, into OUT_DIR;
+# writes OUT_DIR/summary.{txt,json} and, at the end, the archive OUT_DIR.tgz beside OUT_DIR (every
+# log, XML, JSON and figure of the run, no .safetensors).
+#   --checks  configure, build, host-side tests, GPU tests, the CLI on the GPU, compute-sanitizer
+#             memcheck and racecheck on the small cases, the Python package: no benchmarks
+#   --bench   configure with the benchmark programs, build them, then scripts/bench_gpu.sh and
+#             scripts/bench_gpu_cpu_scaling.sh (each given the time the run has left): no tests
+#   (none)    everything: the checks, the Python package, then the two benchmarks with the time left
+#   --quick   the small GPU cases only, fewer of them under the sanitizers, no benchmarks
+# The whole run has a budget (BPPSA_GPU_CHECK_BUDGET seconds, default 540) so that it ends inside a
+# 10-minute command: a step gets at most the time left; a step not started for lack of time is
+# listed as skipped; the benchmarks get budgets (BPPSA_GPU_BENCH_BUDGET, BPPSA_CPU_SCALING_BUDGET)
+# from the time left, less a margin for their plots, so they end by themselves. At a step's limit
+# every process of its session is killed (TERM, KILL 5 s later), nested `timeout`s' included, and
+# after every step nothing of it is left running. A failed step does not stop the independent ones
+# after it. --checks and --bench each fit one 10-minute command: run them in two calls.
+# Exit status: 0 when every step that ran passed, 1 otherwise, 2 on bad arguments.
+# Environment: BPPSA_GPU_BUILD_DIR (build-gpu in the tree), BPPSA_GPU_CHECK_JOBS (nproc),
+# BPPSA_CUDA_ARCHITECTURES (the GPU's compute capability), BPPSA_GPU_CHECK_LIMITS ("STEP=SECONDS …":
+# overrides steps' limits, to test this script).
+# shellcheck disable=SC2317  # the gc_* step functions and on_signal are called indirectly
 set -uo pipefail
-cd "$(dirname "$0")/.."
-root=$PWD
+set +m  # no job control: a step started in the background is no group leader, so setsid makes it
+# the leader of a new session in place (its PID is the session's ID)
 
-usage() { echo "usage: scripts/gpu_check.sh OUT_DIR [--quick]" >&2; exit 2; }
+usage() { echo "usage: scripts/gpu_check.sh OUT_DIR [--quick | --checks | --bench]" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 out=$1
 shift
-quick=0
+case $out in -*) usage ;; esac
+mode=full
 for a in "$@"; do
   case $a in
-    --quick) quick=1 ;;
+    --quick | --checks | --bench) [ "$mode" = full ] || usage; mode=${a#--} ;;
     *) usage ;;
   esac
 done
-mkdir -p "$out" || { echo "gpu_check: cannot create $out" >&2; exit 2; }
-out=$(cd "$out" && pwd)
+# OUT_DIR relative to the caller's folder: resolved before the cd below.
+mkdir -p -- "$out" || { echo "gpu_check: cannot create $out" >&2; exit 2; }
+out=$(cd -- "$out" && pwd -P) || exit 2
+cd "$(dirname "$0")/.." || exit 2
+root=$(pwd -P)
+if [ "$out" = "$root" ] || [ "$out" = / ]; then
+  echo "gpu_check: OUT_DIR must be a folder of its own (not the tree, not /)" >&2
+  exit 2
+fi
+archive=$out.tgz
+earlier=$(find "$out" -mindepth 1 -maxdepth 1 | wc -l)  # files of an earlier run go into the archive too
+for tool in setsid timeout tar; do
+  command -v $tool >/dev/null || { echo "gpu_check: $tool is missing" >&2; exit 2; }
+done
 build=${BPPSA_GPU_BUILD_DIR:-$root/build-gpu}
 budget=${BPPSA_GPU_CHECK_BUDGET:-540}
 jobs=${BPPSA_GPU_CHECK_JOBS:-$(nproc)}
 start=$SECONDS
-export OMP_WAIT_POLICY=PASSIVE
+export OMP_WAIT_POLICY=PASSIVE PYTHONUNBUFFERED=1
 # The toolkit's tools (nvcc, compute-sanitizer) where PATH may not have them.
 [ -d /usr/local/cuda/bin ] && case ":$PATH:" in *:/usr/local/cuda/bin:*) ;; *) PATH=$PATH:/usr/local/cuda/bin ;; esac
 nvcc_path=$(command -v nvcc || true)
 
+# --- the commit, and the tree against what scripts/pack_deps.sh packed ------------------------------
+git_here() { git -c safe.directory='*' -C "$root" "$@" 2>/dev/null; }
+commit_line="unknown (no usable .git and no .deps/COMMIT)"
+top=$(git_here rev-parse --show-toplevel || true)
+if [ -n "$top" ] && [ "$(cd "$top" 2>/dev/null && pwd -P)" = "$root" ] && head=$(git_here rev-parse HEAD); then
+  dirty=$(git_here status --porcelain --untracked-files=no | wc -l)
+  commit_line="$head$([ "$dirty" -gt 0 ] && echo " + $dirty modified tracked files")"
+elif [ -f .deps/COMMIT ]; then
+  commit_line="$(sed -n '1s/^commit //p' .deps/COMMIT) (recorded by scripts/pack_deps.sh: no usable .git here)"
+fi
+packed_field() { sed -n "s/^$1 //p" .deps/COMMIT 2>/dev/null | head -n 1; }
+if [ -f .deps/MANIFEST.sha256 ]; then
+  differ=$(sha256sum -c --quiet .deps/MANIFEST.sha256 2>/dev/null | sed -n 's/: FAILED.*//p')
+  if [ -z "$differ" ]; then
+    untracked=$(packed_field untracked)
+    tree_line="as packed (commit $(packed_field commit | cut -d' ' -f1), $(packed_field modified) modified files at packing$(
+      [ "${untracked:-0}" -gt 0 ] 2>/dev/null && echo ", $untracked untracked"))"
+  else
+    tree_line="$(echo "$differ" | wc -l) files differ from what pack_deps.sh packed ($(echo "$differ" | head -n 5 |
+      paste -sd' ' -)$([ "$(echo "$differ" | wc -l)" -gt 5 ] && echo " …")): run scripts/pack_deps.sh after the last change"
+  fi
+elif [ -f .deps/COMMIT ]; then
+  tree_line="unknown: .deps/ has no MANIFEST.sha256 (packed by an older scripts/pack_deps.sh)"
+else
+  tree_line="unknown: no .deps/"
+fi
+export BPPSA_TREE_COMMIT="$commit_line; tree: $tree_line"  # what bench/gpu/machine.py records
+
 # --- header: the first lines say what ran where --------------------------------------------------
 first_line() { "$@" 2>&1 | head -n 1; }
 {
-  echo "== bppsa gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ) $([ $quick = 1 ] && echo '(quick)')"
+  echo "== bppsa gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ) (mode: $mode)"
   if command -v nvidia-smi >/dev/null; then
     timeout 20 nvidia-smi --query-gpu=index,name,driver_version,memory.total,compute_cap,clocks.max.sm \
       --format=csv,noheader 2>&1 | sed 's/^/gpu: /'
@@ -49,61 +105,217 @@ first_line() { "$@" 2>&1 | head -n 1; }
   echo "cmake: $(first_line timeout 20 cmake --version)"
   echo "ninja: $(first_line timeout 20 ninja --version)"
   echo "c++: $(first_line timeout 20 c++ --version)"
-  echo "python: $(first_line timeout 20 python3 --version)"
+  echo "python: $(first_line timeout 20 python3 --version) ($(command -v python3))"
   echo "torch: $(timeout 60 python3 -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "gpu", torch.cuda.is_available())' 2>&1 | tail -n 1)"
-  if git rev-parse --git-dir >/dev/null 2>&1; then
-    dirty=$(git status --porcelain --untracked-files=no 2>/dev/null | wc -l)
-    echo "commit: $(git rev-parse HEAD)$([ "$dirty" -gt 0 ] && echo " + $dirty modified tracked files")"
-  elif [ -f .deps/COMMIT ]; then
-    echo "commit: $(sed -n 's/^commit //p' .deps/COMMIT) (recorded by scripts/pack_deps.sh: no .git here)"
-  else
-    echo "commit: unknown (no .git and no .deps/COMMIT)"
-  fi
+  echo "commit: $commit_line"
+  echo "tree: $tree_line"
   echo "host: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo), $(uname -sr)"
+  echo "run: budget ${budget}s, build $build, out $out$([ "$earlier" -gt 0 ] &&
+    echo " (not empty: $earlier entries of an earlier run)"), archive $archive"
 } 2>&1 | tee "$out/header.txt"
 command -v nvidia-smi >/dev/null && timeout 20 nvidia-smi >"$out/nvidia-smi.txt" 2>&1
 
-# --- steps ------------------------------------------------------------------------------------------
+# --- steps: each a function below, run in a session of its own -----------------------------------
 names=()
 declare -A result seconds
 failed=0
+cur_sid='' cur_name='' cur_t0=0 stopped=''
 : >"$out/steps.tsv"
+left() { echo $((budget - (SECONDS - start))); }
 
-# step NAME TIMEOUT COMMAND…: runs COMMAND (bash) into OUT/NAME.log within min(TIMEOUT, budget left).
+record() {  # record NAME STATUS SECONDS
+  names+=("$1")
+  result[$1]=$2
+  seconds[$1]=$3
+  printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$out/steps.tsv"
+}
+skip() {  # skip NAME WHY
+  record "$1" "skipped: $2" 0
+  printf '%-12s %s\n' "$1" "${result[$1]}"
+}
+
+session_pids() {  # the processes of session $1, from /proc (procps may be missing)
+  local f line fields
+  for f in /proc/[0-9]*/stat; do
+    { read -r line <"$f"; } 2>/dev/null || continue
+    read -r -a fields <<<"${line##*) }"  # after "pid (command)": state ppid pgrp session …
+    [ "${fields[3]:-}" = "$1" ] && echo "${f//[^0-9]/}"
+  done
+}
+kill_session() {  # kill_session SID: TERM to every process of the session; KILL to what is left after 5 s
+  local sid=$1 pids
+  pids=$(session_pids "$sid")
+  [ -n "$pids" ] || return 0
+  # shellcheck disable=SC2086  # a list of PIDs
+  kill -TERM $pids 2>/dev/null
+  for _ in $(seq 10); do
+    sleep 0.5
+    pids=$(session_pids "$sid")
+    [ -n "$pids" ] || return 0
+  done
+  for _ in 1 2 3; do
+    # shellcheck disable=SC2086
+    kill -KILL $pids 2>/dev/null
+    sleep 0.2
+    pids=$(session_pids "$sid")
+    [ -n "$pids" ] || return 0
+  done
+  return 1
+}
+
+# Limits given in BPPSA_GPU_CHECK_LIMITS ("NAME=SECONDS …") replace a step's own, to test this script.
+limit_override() {
+  local kv
+  for kv in ${BPPSA_GPU_CHECK_LIMITS:-}; do
+    [ "${kv%%=*}" = "$1" ] && echo "${kv#*=}"
+  done | tail -n 1
+}
+
+# step NAME LIMIT FUNCTION [ARGS…]: runs FUNCTION (one of the gc_* below) with its output in
+# OUT/NAME.log, in a session of its own, for at most min(LIMIT, the budget left) seconds; at the
+# limit every process of the session is killed, and after the step whatever it left running is.
+# Status 0 when it passed. A failed step's reason in the summary is its log's last "gpu_check: " line.
 step() {
   local name=$1 limit=$2
   shift 2
-  local left=$((budget - (SECONDS - start)))
-  names+=("$name")
+  local left over cut=0
+  left=$(left)
   if [ "$left" -le 10 ]; then
-    result[$name]="skipped: time budget spent"
-    seconds[$name]=0
-    printf '%-12s %s\n' "$name" "${result[$name]}"
-    printf '%s\t%s\t0\n' "$name" "${result[$name]}" >>"$out/steps.tsv"
+    skip "$name" "time budget spent"
     return 1
   fi
-  [ "$limit" -gt "$left" ] && limit=$left
-  printf '%-12s running (timeout %ss) → %s\n' "$name" "$limit" "$out/$name.log"
-  local t0=$SECONDS rc=0
-  timeout --kill-after=10 "$limit" bash -c "$*" >"$out/$name.log" 2>&1 || rc=$?
-  seconds[$name]=$((SECONDS - t0))
+  if [ "$limit" -gt "$left" ]; then
+    limit=$left
+    cut=1
+  fi
+  over=$(limit_override "$name")
+  [ -n "$over" ] && { limit=$over; cut=0; }
+  local log=$out/$name.log t0=$SECONDS rc=0 why
+  printf '%-12s running (limit %ss) → %s\n' "$name" "$limit" "$log"
+  local deadline=$((SECONDS + limit))
+  setsid bash -c '"$@"' "$name" "$@" >"$log" 2>&1 </dev/null &
+  local sid=$!
+  cur_sid=$sid cur_name=$name cur_t0=$t0
+  echo "$sid" >"$sid_file"
+  while kill -0 "$sid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.5; done
+  if kill -0 "$sid" 2>/dev/null; then
+    kill_session "$sid"
+    wait "$sid" 2>/dev/null
+    rc=124
+    echo "== gpu_check: $name stopped at its limit of ${limit}s (every process of its session killed)" >>"$log"
+  else
+    wait "$sid"
+    rc=$?
+  fi
+  # What the step left running in the background (its session outlives its first process).
+  if [ -n "$(session_pids "$sid")" ]; then
+    echo "== gpu_check: killing what $name left running: $(session_pids "$sid" | paste -sd' ' -)" >>"$log"
+    kill_session "$sid" || echo "== gpu_check: processes of $name survive: $(session_pids "$sid" | paste -sd' ' -)" >>"$log"
+  fi
+  cur_sid=
+  : >"$sid_file"
   case $rc in
-    0) result[$name]=ok ;;
-    77) result[$name]="FAILED: no usable GPU, nothing checked (see the log)"; failed=1 ;;
-    124 | 137) result[$name]="FAILED: timed out after ${limit}s"; failed=1 ;;
-    *) result[$name]="FAILED (exit $rc)"; failed=1 ;;
+    0) why=ok ;;
+    77) why="FAILED: no usable GPU, nothing checked (see the log)" ;;
+    124)
+      if [ $cut = 1 ]; then
+        why="FAILED: stopped after ${limit}s, the run's time budget spent"
+      else
+        why="FAILED: timed out after ${limit}s"
+      fi
+      ;;
+    *)
+      why=$(grep '^gpu_check: ' "$log" | tail -n 1 | cut -c12-160)
+      why="FAILED (exit $rc)${why:+: $why}"
+      ;;
   esac
-  printf '%-12s %s (%ss)\n' "$name" "${result[$name]}" "${seconds[$name]}"
-  printf '%s\t%s\t%s\n' "$name" "${result[$name]}" "${seconds[$name]}" >>"$out/steps.tsv"
+  [ "$rc" = 0 ] || failed=1
+  record "$name" "$why" $((SECONDS - t0))
+  printf '%-12s %s (%ss)\n' "$name" "$why" "${seconds[$name]}"
   [ "$rc" = 0 ]
 }
-skip() {  # skip NAME WHY
-  names+=("$1")
-  result[$1]="skipped: $2"
-  seconds[$1]=0
-  printf '%-12s %s\n' "$1" "${result[$1]}"
-  printf '%s\t%s\t0\n' "$1" "${result[$1]}" >>"$out/steps.tsv"
+
+# The steps' commands (exported: each runs in `bash -c` in its own session).
+export GC_ROOT=$root GC_OUT=$out GC_BUILD=$build GC_JOBS=$jobs GC_NVCC=$nvcc_path
+gc_configure() {  # gc_configure BENCH(ON|OFF)
+  cmake -S "$GC_ROOT" -B "$GC_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$GC_ROOT/.deps" -DCMAKE_CUDA_COMPILER="$GC_NVCC" \
+    -DBPPSA_WITH_CUDA=ON -DBPPSA_CUDA_ARCHITECTURES="$GC_ARCH" \
+    -DBPPSA_WITH_MPI=OFF -DBPPSA_WITH_AUDIO=OFF -DBPPSA_BUILD_BENCH="$1" -DBPPSA_BUILD_PYTHON=OFF \
+    -DBPPSA_BUILD_FUZZERS=OFF -DBPPSA_BUILD_TESTS=ON -DBPPSA_BUILD_TOOLS=ON &&
+    grep -E '^(Eigen3|CLI11|nlohmann_json|GTest)_DIR' "$GC_BUILD/CMakeCache.txt"
 }
+gc_build() { cmake --build "$GC_BUILD" -j"$GC_JOBS" --target "$@"; }
+# The benchmark programs, every one that builds; one that does not is removed (never timed stale)
+# and named. The benchmark scripts then neither configure nor build (BPPSA_BENCH_PREBUILT=1).
+gc_bench_build() {
+  local t rc=0
+  cmake --build "$GC_BUILD" -j"$GC_JOBS" --target bench_gpu_programs -- -k 0 && return 0
+  for t in bench_cpu_scaling bench_paper bench_gpu_step bench_fused_scan; do
+    cmake --build "$GC_BUILD" --target "$t" -- -n 2>/dev/null | grep -q 'no work to do' && continue
+    rm -f "${GC_BUILD:?}/$t"
+    echo "gpu_check: $t did not build (see above): left out"
+    rc=1
+  done
+  return "$rc"
+}
+gc_host_tests() {
+  "$GC_BUILD/tests/bppsa_test_cuda_host" --gtest_output=xml:"$GC_OUT/host_tests.xml" &&
+    "$GC_BUILD/tests/bppsa_test_cuda_recurrent_host" --gtest_output=xml:"$GC_OUT/host_tests_recurrent.xml"
+}
+gc_gpu_tests() { "$GC_BUILD/bppsa_test_gpu" --gtest_filter="$1" --gtest_output=xml:"$GC_OUT/gpu_tests.xml"; }
+gc_cli_gpu() { python3 "$GC_ROOT/tests/gpu/check_cli_gpu.py" "$GC_BUILD/bppsa" "$GC_OUT/cli_gpu_work" "$@"; }
+gc_sanitizer() {  # gc_sanitizer memcheck|racecheck FILTER
+  local extra=()
+  [ "$1" = memcheck ] && extra=(--leak-check full)
+  # API errors the tests provoke on purpose (a 4 EiB cudaMalloc) are not memory errors.
+  BPPSA_GPU_TESTS_REDUCED=1 "$GC_SANITIZER" --tool "$1" "${extra[@]}" --report-api-errors no --error-exitcode 1 \
+    "$GC_BUILD/bppsa_test_gpu" --gtest_filter="$2"
+}
+# The Python package for this machine's python3 (3.12 + PyTorch 2.x on the GPU machine; CI covers
+# Debian's 3.11 + torch 1.13): its own build folder, CUDA off (the package does not reach the GPU
+# yet), pybind11 from pip; then the pytest suite, or without pytest the standalone comparison.
+gc_python() {
+  local py ver conf
+  py=$(command -v python3) || { echo "gpu_check: python3 not found"; return 1; }
+  ver=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  conf=$(cmake -S "$GC_ROOT" -B "$GC_BUILD-python" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$GC_ROOT/.deps" -DBPPSA_WITH_CUDA=OFF -DBPPSA_WITH_MPI=OFF -DBPPSA_WITH_AUDIO=OFF \
+    -DBPPSA_BUILD_BENCH=OFF -DBPPSA_BUILD_TESTS=OFF -DBPPSA_BUILD_TOOLS=OFF -DBPPSA_BUILD_FUZZERS=OFF \
+    -DBPPSA_BUILD_PYTHON=ON -DPython_EXECUTABLE="$py" 2>&1)
+  local rc=$?
+  echo "$conf"
+  [ "$rc" = 0 ] || { echo "gpu_check: configuring the Python package failed (exit $rc)"; return 1; }
+  # python/CMakeLists.txt creates bppsa_python only when it finds Python.h and pybind11.
+  if ! grep -q '^build bppsa_python:' "$GC_BUILD-python/build.ninja"; then
+    if grep -q 'no Python interpreter with development headers' <<<"$conf"; then
+      echo "gpu_check: Python.h not found for python3 ($py, $ver): its development headers (python$ver-dev) are missing"
+    elif grep -q 'pybind11 not found' <<<"$conf"; then
+      echo "gpu_check: pybind11 not found for python3 ($py, $ver): pip install pybind11"
+    else
+      echo "gpu_check: CMake did not create the bppsa_python target (see the configure output above)"
+    fi
+    return 1
+  fi
+  cmake --build "$GC_BUILD-python" -j"$GC_JOBS" --target bppsa_python ||
+    { echo "gpu_check: building the Python package failed"; return 1; }
+  if python3 -c 'import pytest' 2>/dev/null; then
+    PYTHONPATH="$GC_BUILD-python/python" python3 -m pytest -q -p no:cacheprovider "$GC_ROOT/tests/python"
+  else
+    echo 'pytest is not installed: the standalone comparison only'
+    PYTHONPATH="$GC_BUILD-python/python" python3 "$GC_ROOT/tests/python/smoke_vs_torch.py"
+  fi
+}
+gc_benchmark() {  # gc_benchmark BUDGET
+  BPPSA_BUILD_DIR="$GC_BUILD" BPPSA_BENCH_PREBUILT=1 BPPSA_GPU_BENCH_BUDGET=$1 \
+    bash "$GC_ROOT/scripts/bench_gpu.sh" "$GC_OUT/benchmark"
+}
+gc_cpu_scaling() {  # gc_cpu_scaling BUDGET
+  BPPSA_BUILD_DIR="$GC_BUILD" BPPSA_BENCH_PREBUILT=1 BPPSA_CPU_SCALING_BUDGET=$1 \
+    bash "$GC_ROOT/scripts/bench_gpu_cpu_scaling.sh" "$GC_OUT/cpu_scaling"
+}
+export -f gc_configure gc_build gc_bench_build gc_host_tests gc_gpu_tests gc_cli_gpu gc_sanitizer gc_python \
+  gc_benchmark gc_cpu_scaling
 
 # compute-sanitizer: on PATH or in the toolkit.
 sanitizer=$(command -v compute-sanitizer || true)
@@ -114,7 +326,89 @@ done
 arch=${BPPSA_CUDA_ARCHITECTURES:-$(timeout 20 nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null |
   head -n 1 | tr -d ' .')}
 [[ "$arch" =~ ^[0-9]+$ ]] || arch=90
+export GC_SANITIZER=$sanitizer GC_ARCH=$arch
 
+# --- the summary and the archive (also when the run is stopped by a signal) ------------------------
+finish() {
+  {
+    echo
+    echo "== summary, mode $mode ($((SECONDS - start))s of a ${budget}s budget; logs in $out, archive $archive)"
+    sed -n '2p' "$out/header.txt"
+    grep -E '^(commit|tree): ' "$out/header.txt"
+    for n in "${names[@]}"; do printf '%-12s %-70s %5ss\n' "$n" "${result[$n]}" "${seconds[$n]}"; done
+    if [ -f "$out/gpu_tests.xml" ]; then
+      python3 - "$out/gpu_tests.xml" <<'PY' 2>/dev/null || true
+import sys, xml.etree.ElementTree as ET
+r = ET.parse(sys.argv[1]).getroot()
+print("gpu tests: %s run, %s failed, %s disabled, %.1fs" % (r.get("tests"), r.get("failures"), r.get("disabled"), float(r.get("time", 0))))
+for case in r.iter("testcase"):
+    for f in case.findall("failure"):
+        print("  FAILED %s.%s: %s" % (case.get("classname"), case.get("name"), ((f.get("message") or "").splitlines() or [""])[0][:200]))
+PY
+    fi
+    for s in memcheck racecheck; do
+      [ -f "$out/$s.log" ] && grep -E "ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY" "$out/$s.log" | sed "s/^/$s: /" | head -n 3
+    done
+    for f in benchmark/gpu_bench.md cpu_scaling/cpu_scaling.md; do
+      [ -f "$out/$f" ] && sed -n '/^### Skipped or failed\|^Skipped or failed:/,$p' "$out/$f" | head -n 12 | sed "s|^|${f%%/*}: |"
+    done
+    [ -n "$stopped" ] && echo "$stopped"
+    if [ $failed = 0 ]; then echo "RESULT: every step that ran passed"; else echo "RESULT: FAILED (see the logs above)"; fi
+  } 2>&1 | tee "$out/summary.txt"
+  python3 - "$out" "$failed" "$mode" "$budget" "$((SECONDS - start))" "$archive" <<'PY' || true
+import json, os, sys
+out, failed, mode, budget, secs, archive = sys.argv[1], sys.argv[2] != "0", sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+steps = []
+for line in open(os.path.join(out, "steps.tsv")):
+    name, status, s = line.rstrip("\n").split("\t")
+    steps.append({"step": name, "status": status, "seconds": int(s)})
+header = open(os.path.join(out, "header.txt")).read().splitlines()
+doc = {"mode": mode, "budget_s": budget, "seconds": secs, "archive": archive, "header": header, "steps": steps,
+       "passed": not failed}
+with open(os.path.join(out, "summary.json.tmp"), "w") as f:
+    json.dump(doc, f, indent=1)
+os.replace(os.path.join(out, "summary.json.tmp"), os.path.join(out, "summary.json"))
+PY
+  # Every log, XML, JSON and figure of the run in one file beside OUT_DIR (no weights or batches).
+  if tar -czf "$archive.tmp" --exclude='*.safetensors' --exclude='*.tmp' -C "$(dirname "$out")" "$(basename "$out")" &&
+    mv -f "$archive.tmp" "$archive"; then
+    echo "archive: $archive ($(du -h "$archive" | cut -f1))"
+  else
+    rm -f "$archive.tmp"
+    echo "archive: writing $archive failed"
+  fi
+}
+on_signal() {
+  trap - TERM INT HUP
+  stop_watchdog
+  stopped="gpu_check was stopped by a signal after $((SECONDS - start))s"
+  echo "$stopped"
+  if [ -n "$cur_sid" ]; then
+    kill_session "$cur_sid"
+    echo "== gpu_check: stopped by a signal (every process of the step's session killed)" >>"$out/$cur_name.log"
+    record "$cur_name" "FAILED: stopped by a signal" $((SECONDS - cur_t0))
+  fi
+  failed=1
+  finish
+  exit 1
+}
+trap on_signal TERM INT HUP
+# A watchdog in a session of its own: should gpu_check.sh itself be killed outright (SIGKILL, which no
+# trap sees, e.g. by the 10-minute limit of the command that started it), it kills the running step's
+# session, which would otherwise outlive it.
+sid_file=$out/.step_sid
+: >"$sid_file"
+export GC_PID=$$ GC_SID_FILE=$sid_file
+export -f session_pids kill_session
+# shellcheck disable=SC2016  # expanded by the watchdog's shell
+setsid bash -c 'while kill -0 "$GC_PID" 2>/dev/null; do sleep 1; done
+  sid=$(cat "$GC_SID_FILE" 2>/dev/null); [ -n "$sid" ] && kill_session "$sid"' </dev/null >/dev/null 2>&1 &
+watchdog=$!
+stop_watchdog() { kill_session "$watchdog"; wait "$watchdog" 2>/dev/null; rm -f "$sid_file"; }
+
+# --- the run ----------------------------------------------------------------------------------------
+bench=OFF
+case $mode in full | bench) bench=ON ;; esac
 configured=0
 if [ -z "$nvcc_path" ]; then
   skip configure "nvcc not found (PATH, /usr/local/cuda/bin)"
@@ -122,123 +416,86 @@ if [ -z "$nvcc_path" ]; then
 elif [ ! -f .deps/COMMIT ]; then
   skip configure "no .deps/: run scripts/pack_deps.sh on the development machine and carry .deps with the tree"
   failed=1
-elif step configure 180 "cmake -S '$root' -B '$build' -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_PREFIX_PATH='$root/.deps' -DCMAKE_CUDA_COMPILER='$nvcc_path' \
-    -DBPPSA_WITH_CUDA=ON -DBPPSA_CUDA_ARCHITECTURES=$arch \
-    -DBPPSA_WITH_MPI=OFF -DBPPSA_WITH_AUDIO=OFF -DBPPSA_BUILD_BENCH=OFF -DBPPSA_BUILD_PYTHON=OFF \
-    -DBPPSA_BUILD_FUZZERS=OFF -DBPPSA_BUILD_TESTS=ON -DBPPSA_BUILD_TOOLS=ON \
-  && grep -E '^(Eigen3|CLI11|nlohmann_json|GTest)_DIR' '$build/CMakeCache.txt'"; then
+elif step configure 180 gc_configure $bench; then
   configured=1
 fi
 
-# Only what the checks need: the library, the CUDA test programs, the CLI (GPU CLI checks, benchmarks).
-targets="bppsa_test_gpu bppsa_test_cuda_host bppsa_test_cuda_recurrent_host bppsa_cli"
-built=0
-if [ $configured = 1 ]; then
-  step build 420 "cmake --build '$build' -j$jobs --target $targets" && built=1
-else
-  skip build "configure failed"
+# The checks (--checks, --quick and the full run).
+if [ "$mode" != bench ]; then
+  built=0
+  if [ $configured = 1 ]; then
+    # Only what the checks need: the CUDA test programs and the CLI.
+    step build 420 gc_build bppsa_test_gpu bppsa_test_cuda_host bppsa_test_cuda_recurrent_host bppsa_cli && built=1
+  else
+    skip build "not configured"
+  fi
+  small='GpuSmall.*'
+  # Under the sanitizers (10–100× slower): the small cases, fewer of them in quick mode (the scan,
+  # the recurrent model's and the fused scan's kernels).
+  [ "$mode" = quick ] && small='GpuSmall.SmallIntegerChains*:GpuSmall.DeviceResident*:GpuSmall.Errors*:GpuSmall.HostChanges*:GpuSmall.RecurrentApi*:GpuSmall.FusedScanIsExactOnSmallIntegers*'
+  if [ $built = 1 ]; then
+    if [ "$mode" != quick ]; then
+      step host_tests 180 gc_host_tests
+    else
+      skip host_tests "quick mode (they run in CI on every commit)"
+    fi
+    if [ "$mode" = quick ]; then step gpu_tests 400 gc_gpu_tests 'GpuSmall.*'; else step gpu_tests 400 gc_gpu_tests '*'; fi
+    # The CLI on the GPU: grad --device cuda vs the CPU engine vs PyTorch, train --device cuda --check.
+    if [ "$mode" = quick ]; then step cli_gpu 120 gc_cli_gpu --quick; else step cli_gpu 200 gc_cli_gpu; fi
+    if [ -n "$sanitizer" ]; then
+      step memcheck 300 gc_sanitizer memcheck "$small"
+      step racecheck 300 gc_sanitizer racecheck "$small"
+    else
+      skip memcheck "compute-sanitizer not found (PATH, /usr/local/cuda/bin)"
+      skip racecheck "compute-sanitizer not found"
+      failed=1
+    fi
+  else
+    for s in host_tests gpu_tests cli_gpu memcheck racecheck; do skip $s "not built"; done
+  fi
+  if [ -f .deps/COMMIT ]; then
+    step python 240 gc_python
+  else
+    skip python "no .deps/"
+  fi
 fi
 
-gpu_tests=$build/bppsa_test_gpu
-host_tests=$build/tests/bppsa_test_cuda_host
-small='GpuSmall.*'
-# Under the sanitizers (10–100× slower): the small cases, fewer of them in quick mode.
-[ $quick = 1 ] && small='GpuSmall.SmallIntegerChains*:GpuSmall.DeviceResident*:GpuSmall.Errors*'
-[ $quick = 1 ] && small="$small:GpuSmall.HostChanges*:GpuSmall.RecurrentApi*"  # the recurrent model's kernels
-if [ $built = 1 ]; then
-  if [ $quick = 0 ]; then
-    step host_tests 180 "'$host_tests' --gtest_output=xml:'$out/host_tests.xml' \
-      && '$build/tests/bppsa_test_cuda_recurrent_host' --gtest_output=xml:'$out/host_tests_recurrent.xml'"
+# The benchmarks (--bench and the full run), each with a budget from the time the run has left, less
+# a margin for its build check, report and plots, so that it ends by itself; not started with less
+# than it needs to measure anything.
+if [ "$mode" = full ] || [ "$mode" = bench ]; then
+  if [ $configured = 1 ]; then
+    step bench_build 420 gc_bench_build
+    # The GPU benchmark first: at most 270 s, leaving cpu_scaling 45 % of the time (60–210 s) when
+    # both fit (90 s and 60 s at least), else all of it; cpu_scaling then gets what is really left.
+    reserve=15  # for the summary and the archive
+    room=$(($(left) - reserve))
+    share=$((room * 45 / 100))  # what cpu_scaling keeps
+    [ $share -gt 210 ] && share=210
+    [ $share -lt 60 ] && share=60
+    [ $((room - share)) -lt 90 ] && share=$((room - 90))
+    [ $share -lt 60 ] && share=0
+    lim=$((room - share))
+    [ $lim -gt 270 ] && lim=270
+    if [ $lim -ge 90 ]; then
+      step benchmark $lim gc_benchmark $((lim - 45))
+    else
+      skip benchmark "time budget spent (${room}s left)"
+    fi
+    room=$(($(left) - reserve))
+    lim=$room
+    [ $lim -gt 210 ] && lim=210
+    if [ $lim -ge 60 ]; then
+      step cpu_scaling $lim gc_cpu_scaling $((lim - 40))
+    else
+      skip cpu_scaling "time budget spent (${room}s left)"
+    fi
   else
-    skip host_tests "quick mode (they run in CI on every commit)"
+    for s in bench_build benchmark cpu_scaling; do skip $s "not configured"; done
   fi
-  filter='*'
-  [ $quick = 1 ] && filter='GpuSmall.*'
-  step gpu_tests 400 "'$gpu_tests' --gtest_filter='$filter' --gtest_output=xml:'$out/gpu_tests.xml'"
-  # The CLI on the GPU: grad --device cuda vs the CPU engine vs PyTorch, train --device cuda --check.
-  step cli_gpu $([ $quick = 1 ] && echo 120 || echo 200) "python3 '$root/tests/gpu/check_cli_gpu.py' '$build/bppsa' \
-    '$out/cli_gpu_work' $([ $quick = 1 ] && echo --quick)"
-  if [ -n "$sanitizer" ]; then
-    # API errors the tests provoke on purpose (a 4 EiB cudaMalloc) are not memory errors.
-    step memcheck 300 "BPPSA_GPU_TESTS_REDUCED=1 '$sanitizer' --tool memcheck --leak-check full --report-api-errors no --error-exitcode 1 \
-      '$gpu_tests' --gtest_filter='$small'"
-    step racecheck 300 "BPPSA_GPU_TESTS_REDUCED=1 '$sanitizer' --tool racecheck --report-api-errors no --error-exitcode 1 \
-      '$gpu_tests' --gtest_filter='$small'"
-  else
-    skip memcheck "compute-sanitizer not found (PATH, /usr/local/cuda/bin)"
-    skip racecheck "compute-sanitizer not found"
-    failed=1
-  fi
-else
-  for s in host_tests gpu_tests cli_gpu memcheck racecheck; do skip $s "build failed"; done
 fi
 
-# Hooks for later work (issue items 8 and 9): each runs when its script exists, writing into OUT_DIR.
-hook() {  # hook NAME SCRIPT TIMEOUT
-  if [ $quick = 1 ]; then
-    skip "$1" "quick mode"
-  elif [ $built = 0 ]; then
-    skip "$1" "build failed"
-  elif [ -x "$2" ]; then
-    step "$1" "$3" "BPPSA_BUILD_DIR='$build' '$2' '$out/$1'"
-  else
-    skip "$1" "$2 does not exist yet (later work)"
-  fi
-}
-# (Each turns BPPSA_BUILD_BENCH on and builds its own programs, bench/gpu/, in the same build folder:
-# a failure there cannot stop the checks above.)
-hook benchmark scripts/bench_gpu.sh 270
-hook cpu_scaling scripts/bench_gpu_cpu_scaling.sh 210
-
-# The Python package for this machine's python3 (3.12 + PyTorch 2.x on the GPU machine; CI covers
-# Debian's 3.11 + torch 1.13): its own build folder, CUDA off (the package does not reach the GPU
-# yet), pybind11 from pip; then the pytest suite, or without pytest the standalone comparison.
-if [ $configured = 1 ]; then
-  step python 240 "cmake -S '$root' -B '$build-python' -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_PREFIX_PATH='$root/.deps' -DBPPSA_WITH_CUDA=OFF -DBPPSA_WITH_MPI=OFF -DBPPSA_WITH_AUDIO=OFF \
-    -DBPPSA_BUILD_BENCH=OFF -DBPPSA_BUILD_TESTS=OFF -DBPPSA_BUILD_TOOLS=OFF -DBPPSA_BUILD_FUZZERS=OFF \
-    -DBPPSA_BUILD_PYTHON=ON -DPython_EXECUTABLE=\$(command -v python3) \
-  && cmake --build '$build-python' -j$jobs --target bppsa_python \
-  && if python3 -c 'import pytest' 2>/dev/null; then \
-       PYTHONPATH='$build-python/python' python3 -m pytest -q -p no:cacheprovider '$root/tests/python'; \
-     else echo 'pytest is not installed: the standalone comparison only'; \
-       PYTHONPATH='$build-python/python' python3 '$root/tests/python/smoke_vs_torch.py'; fi"
-else
-  skip python "configure failed"
-fi
-
-# --- summary ---------------------------------------------------------------------------------------
-{
-  echo
-  echo "== summary ($((SECONDS - start))s of a ${budget}s budget; logs in $out)"
-  cat "$out/header.txt" | sed -n '2p'
-  for n in "${names[@]}"; do printf '%-12s %-58s %5ss\n' "$n" "${result[$n]}" "${seconds[$n]}"; done
-  if [ -f "$out/gpu_tests.xml" ]; then
-    python3 - "$out/gpu_tests.xml" <<'PY' 2>/dev/null || true
-import sys, xml.etree.ElementTree as ET
-r = ET.parse(sys.argv[1]).getroot()
-print("gpu tests: %s run, %s failed, %s disabled, %.1fs" % (r.get("tests"), r.get("failures"), r.get("disabled"), float(r.get("time", 0))))
-for case in r.iter("testcase"):
-    for f in case.findall("failure"):
-        print("  FAILED %s.%s: %s" % (case.get("classname"), case.get("name"), (f.get("message") or "").splitlines()[0][:200]))
-PY
-  fi
-  for s in memcheck racecheck; do
-    [ -f "$out/$s.log" ] && grep -E "ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY" "$out/$s.log" | sed "s/^/$s: /" | head -n 3
-  done
-  [ $failed = 0 ] && echo "RESULT: every step that ran passed" || echo "RESULT: FAILED (see the logs above)"
-} 2>&1 | tee "$out/summary.txt"
-python3 - "$out" "$failed" <<'PY' || true
-import json, os, sys
-out, failed = sys.argv[1], sys.argv[2] != "0"
-steps = []
-for line in open(os.path.join(out, "steps.tsv")):
-    name, status, secs = line.rstrip("\n").split("\t")
-    steps.append({"step": name, "status": status, "seconds": int(secs)})
-header = open(os.path.join(out, "header.txt")).read().splitlines()
-with open(os.path.join(out, "summary.json.tmp"), "w") as f:
-    json.dump({"header": header, "steps": steps, "passed": not failed}, f, indent=1)
-os.replace(os.path.join(out, "summary.json.tmp"), os.path.join(out, "summary.json"))
-PY
+trap - TERM INT HUP
+stop_watchdog
+finish
 exit $failed

@@ -2,9 +2,11 @@
 # Packs what a machine without a package registry (the GPU machine) needs to configure bppsa into
 # .deps/ (git-ignored; it travels with the working tree): the header-only libraries Eigen, CLI11
 # and nlohmann-json with their CMake package files, GoogleTest's sources with a GTestConfig.cmake
-# that builds them inside the project, and the commit the tree was packed at (.deps/COMMIT: the
-# copy may arrive without .git). Run it here, on the development machine (Debian packages
-# libeigen3-dev libcli11-dev nlohmann-json3-dev googletest), after every change of commit.
+# that builds them inside the project, the commit the tree was packed at (.deps/COMMIT: the copy
+# may arrive without a usable .git) and a manifest of the tree as packed (.deps/MANIFEST.sha256,
+# .deps/UNTRACKED). Run it here, on the development machine (Debian packages libeigen3-dev
+# libcli11-dev nlohmann-json3-dev googletest), as the last thing before the tree is carried: after
+# every change of a file (scripts/gpu_check.sh reports files changed after packing).
 # Use: cmake -DCMAKE_PREFIX_PATH=$PWD/.deps -DBPPSA_WITH_MPI=OFF -DBPPSA_WITH_AUDIO=OFF ...
 # (scripts/gpu_check.sh does).
 set -euo pipefail
@@ -62,12 +64,19 @@ if grep -rn --include='*.cmake' '/usr/' "$tmp/share" "$tmp/lib" | grep -v '^\s*#
   exit 1
 fi
 
-# The commit, for a copy of the tree that has no .git.
+# The commit, for a copy of the tree that has no (usable) .git, and the tree as packed: the sha256 of
+# every tracked file as it is in the working tree and of every untracked file that is not ignored
+# (both travel with the tree) in MANIFEST.sha256, the untracked ones' names in UNTRACKED.
+# scripts/gpu_check.sh checks the copy against it (sha256sum -c), so a file changed after packing
+# shows: "tree: K files differ from what pack_deps.sh packed".
 {
   if git rev-parse --git-dir >/dev/null 2>&1; then
     dirty=$(git status --porcelain --untracked-files=no | wc -l)
+    untracked=$(git ls-files --others --exclude-standard | wc -l)
     echo "commit $(git rev-parse HEAD)$([ "$dirty" -gt 0 ] && echo " + $dirty modified tracked files")"
     echo "subject $(git log -1 --format=%s)"
+    echo "modified $dirty"
+    echo "untracked $untracked"
   else
     echo "commit unknown (packed outside a git checkout)"
   fi
@@ -77,7 +86,14 @@ fi
   echo "nlohmann_json $(sed -n 's/set(PACKAGE_VERSION "\(.*\)")/\1/p' /usr/share/cmake/nlohmann_json/nlohmann_jsonConfigVersion.cmake | head -1)"
   echo "googletest $(dpkg-query -W -f='${Version}' googletest 2>/dev/null || echo unknown)"
 } >"$tmp/COMMIT"
+if git rev-parse --git-dir >/dev/null 2>&1; then
+  git ls-files -z --cached --others --exclude-standard |
+    while IFS= read -r -d '' f; do if [ -f "$f" ]; then printf '%s\0' "$f"; fi; done |
+    xargs -0 -r sha256sum >"$tmp/MANIFEST.sha256"
+  git ls-files --others --exclude-standard >"$tmp/UNTRACKED"
+fi
 
 rm -rf "$out"
 mv "$tmp" "$out"
-echo "pack_deps: $(du -sh "$out" | cut -f1) in $out/ ($(head -1 "$out/COMMIT"))"
+echo "pack_deps: $(du -sh "$out" | cut -f1) in $out/ ($(head -1 "$out/COMMIT")$([ -f "$out/MANIFEST.sha256" ] &&
+  echo "; $(wc -l <"$out/MANIFEST.sha256") files in MANIFEST.sha256"))"

@@ -17,7 +17,8 @@ cuDNN on the same GPU, in the same run, with the same weights and data. Run by s
    appended by each program as it goes) and the plan stay in OUT/records/. The figures are
    bench/gpu/plot_gpu.py's.
 The first loss of every bppsa record must equal PyTorch's to 1e-4 (relative), as in bench/paper.py;
-a mismatch is reported and makes the exit status 3. Exit 0 otherwise (1 when a program failed).
+a mismatch is reported and makes the exit status 3. Exit 0 otherwise (1 when a program failed: an
+error exit or its own timeout; what the time budget leaves out or stops is skipped, not failed).
 
 Usage: bench_gpu.py --build DIR --out DIR [--quick] [--budget SECONDS] [--device cuda|cpu]"""
 import argparse
@@ -25,7 +26,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -81,23 +81,24 @@ class Driver(BudgetDriver):
         super().__init__(a)
         self.report = None  # writes the report of what was measured so far (set by drive)
 
-    def run(self, cmd, what, timeout):
-        """Streams a program's output; returns its exit status (124 on timeout, None when skipped)."""
-        limit = self.limit(what, timeout)
-        if limit is None:
-            return None
-        self.commands.append(" ".join(cmd))
+    def run(self, cmd, what, timeout, share=None):
+        """Streams a program's output; returns its exit status (124 when it was killed, None when it
+        was not started). `timeout` is the program's own limit (it hangs); `share` the part of the
+        budget it may use: a program its share stops is skipped ("time budget spent"; the records it
+        finished are kept), one that hits its own timeout failed."""
         print(f"[{what}] {' '.join(cmd)}", flush=True)
         t0 = time.time()
-        try:
-            rc = subprocess.run(cmd, timeout=limit).returncode
-        except subprocess.TimeoutExpired:
-            self.skip(what, f"timed out after {limit:.0f} s (the records it finished are kept)", failed=True)
-            return 124
-        print(f"[{what}] exit {rc} after {time.time() - t0:.0f} s", flush=True)
-        if rc not in (0, NO_DEVICE):
-            self.skip(what, f"exit {rc} (records it finished are kept; see the log above)", failed=True)
-        return rc
+        state, p = self.run_program(cmd, what, timeout, share=share, kept=" (the records it finished are kept)")
+        if state != "ran":
+            return None if state == "not started" else 124
+        print(f"[{what}] exit {p.returncode} after {time.time() - t0:.0f} s", flush=True)
+        if p.returncode not in (0, NO_DEVICE):
+            self.skip(what, f"exit {p.returncode} (records it finished are kept; see the log above)", failed=True)
+        return p.returncode
+
+
+# The programs' own timeouts: far above any share of a budget, so only a hang reaches them.
+OWN_TIMEOUT = {"export": 120, "pytorch": 900, "bppsa": 900, "fused scan": 600}
 
 
 def inner_budget(share):
@@ -175,7 +176,7 @@ def drive(a, drv, work):
 
     print(f"bench_gpu: {len(pl['configs'])} configurations, budget {a.budget:.0f} s", flush=True)
     torch_py = os.path.join(HERE, "torch_gpu.py")
-    rc = drv.run([a.python, torch_py, "export", "--plan", plan_path, "--work", work], "export", 120)
+    rc = drv.run([a.python, torch_py, "export", "--plan", plan_path, "--work", work], "export", OWN_TIMEOUT["export"])
     if rc != 0:
         print("bench_gpu: exporting the weights and batches failed: nothing to time", file=sys.stderr)
         return 1
@@ -184,7 +185,7 @@ def drive(a, drv, work):
     common = ["--reps", str(a.reps), "--warmup", str(a.warmup)]
     share = 0.4 * drv.left()
     rc = drv.run([a.python, torch_py, "time", "--plan", plan_path, "--work", work, "--out", out["pytorch"], "--device",
-                  a.device, "--budget", str(inner_budget(share)), *common], "pytorch", share)
+                  a.device, "--budget", str(inner_budget(share)), *common], "pytorch", OWN_TIMEOUT["pytorch"], share)
     if rc == NO_DEVICE:
         print("bench_gpu: no CUDA device (PyTorch sees none): nothing was measured", file=sys.stderr)
         return NO_DEVICE
@@ -194,7 +195,7 @@ def drive(a, drv, work):
     if os.access(step, os.X_OK):
         share = 0.8 * drv.left()
         drv.run([step, "--plan", plan_path, "--work", work, "--out", out["bppsa"], "--device", a.device,
-                 "--budget", str(inner_budget(share)), *common], "bppsa", share)
+                 "--budget", str(inner_budget(share)), *common], "bppsa", OWN_TIMEOUT["bppsa"], share)
     else:
         drv.skip("bppsa's side", f"{step} was not built: the GPU training API of bench/gpu/API.md is not in this "
                  "tree's headers yet (bench/gpu/CMakeLists.txt checks for it)", failed=True)
@@ -206,7 +207,7 @@ def drive(a, drv, work):
     elif os.access(fused, os.X_OK):
         share = max(10, drv.left() - 5)
         drv.run([fused, "--plan", plan_path, "--out", out["fused"], "--reps", str(max(a.reps, 10)), "--budget",
-                 str(inner_budget(share))], "fused scan", share)
+                 str(inner_budget(share))], "fused scan", OWN_TIMEOUT["fused scan"], share)
     else:
         drv.skip("the fused scan alone", f"{fused} was not built: the fused scan's timing entry point "
                  "(src/nn/cuda/fused_bench.hpp) is not in this tree, or CUDA is off", failed=True)

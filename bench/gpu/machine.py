@@ -2,6 +2,7 @@
 memory, GPU, driver, CUDA, torch and cuDNN versions, commit), and the atomic JSON/text writes
 both drivers use. Standard library only (torch is asked only when the caller already imported it)."""
 import datetime
+import hashlib
 import json
 import os
 import platform
@@ -19,19 +20,66 @@ def _run(cmd, timeout=20):
         return None
 
 
+def _git(*args):
+    """git in this tree (safe.directory: a copy owned by another user, run as root, is still read);
+    None when git or a repository of this very tree is missing."""
+    top = _run(["git", "-c", "safe.directory=*", "-C", ROOT, "rev-parse", "--show-toplevel"])
+    if not top or os.path.realpath(top) != os.path.realpath(ROOT):  # not a .git of some parent folder
+        return None
+    return _run(["git", "-c", "safe.directory=*", "-C", ROOT, *args])
+
+
+def tree_state():
+    """How this tree compares with what scripts/pack_deps.sh packed (.deps/MANIFEST.sha256: every
+    tracked and untracked-not-ignored file's sha256 at packing), as scripts/gpu_check.sh prints it:
+    "as packed (commit X, N modified files at packing)" or "K files differ from what pack_deps.sh
+    packed"; None without a manifest."""
+    deps = os.path.join(ROOT, ".deps")
+    manifest = os.path.join(deps, "MANIFEST.sha256")
+    if not os.path.isfile(manifest):
+        return None
+    differ = 0
+    with open(manifest) as f:
+        for line in f:
+            digest, _, name = line.rstrip("\n").partition("  ")
+            if not name:
+                continue
+            try:
+                with open(os.path.join(ROOT, name), "rb") as g:
+                    same = hashlib.sha256(g.read()).hexdigest() == digest.lstrip("\\")
+            except OSError:
+                same = False
+            differ += not same
+    if differ:
+        return f"{differ} files differ from what pack_deps.sh packed"
+    packed = {}
+    with open(os.path.join(deps, "COMMIT")) as f:
+        for line in f:
+            key, _, value = line.strip().partition(" ")
+            packed.setdefault(key, value)
+    untracked = int(packed.get("untracked") or 0)
+    return (f"as packed (commit {(packed.get('commit') or 'unknown').split()[0]}, {packed.get('modified', '?')} modified "
+            f"files at packing" + (f", {untracked} untracked)" if untracked else ")"))
+
+
 def commit():
-    """The commit of the tree (with the count of modified tracked files), else what
-    scripts/pack_deps.sh recorded in .deps/COMMIT (a copy of the tree without .git)."""
-    head = _run(["git", "-C", ROOT, "rev-parse", "HEAD"])
+    """The commit of the tree: what scripts/gpu_check.sh found ($BPPSA_TREE_COMMIT), else git's (with
+    the count of modified tracked files), else what scripts/pack_deps.sh recorded in .deps/COMMIT (a
+    copy of the tree without a usable .git) with how the tree compares with what it packed."""
+    if os.environ.get("BPPSA_TREE_COMMIT"):
+        return os.environ["BPPSA_TREE_COMMIT"]
+    head = _git("rev-parse", "HEAD")
     if head:
-        dirty = _run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"]) or ""
+        dirty = _git("status", "--porcelain", "--untracked-files=no") or ""
         n = len([line for line in dirty.splitlines() if line.strip()])
         return head + (f" + {n} modified tracked files" if n else "")
     path = os.path.join(ROOT, ".deps", "COMMIT")
     if os.path.isfile(path):
         with open(path) as f:
             first = f.readline().strip()
-        return first.removeprefix("commit ") + " (from .deps/COMMIT: no .git here)"
+        state = tree_state()
+        return first.removeprefix("commit ") + " (recorded by scripts/pack_deps.sh: no usable .git here)" + \
+            (f"; tree: {state}" if state else "")
     return None
 
 

@@ -43,6 +43,7 @@ sys.path.insert(0, HERE)
 import safetensors_np as st  # noqa: E402
 from torch_models import Model  # noqa: E402
 from torch_step import Timer, time_iterations  # noqa: E402  (bench/torch_step.py's timing)
+from precision import precision_state, set_tf32  # noqa: E402,F401  (TF32 through the API this torch has)
 
 
 def save_atomic(path, tensors):
@@ -129,32 +130,6 @@ def profile_kernels(model, opt, x, y):
         return {"kernels": rows[:12], "persistent": any("ersist" in r["name"] for r in rows)}
     except Exception as e:  # the profiler is optional evidence
         return {"error": f"{type(e).__name__}: {e}"}
-
-
-def precision_state():
-    """The TF32 settings as they are: PyTorch ≥ 2.9's fp32_precision API, else allow_tf32."""
-    if hasattr(torch.backends, "fp32_precision"):
-        rnn = getattr(torch.backends.cudnn, "rnn", None)
-        return {"api": "fp32_precision", "global": torch.backends.fp32_precision,
-                "cuda.matmul": torch.backends.cuda.matmul.fp32_precision,
-                "cudnn.rnn": getattr(rnn, "fp32_precision", "(no cudnn.rnn)")}
-    return {"api": "allow_tf32", "cuda.matmul": torch.backends.cuda.matmul.allow_tf32,
-            "cudnn": torch.backends.cudnn.allow_tf32}
-
-
-def set_tf32(allowed):
-    """TF32 off (IEEE FP32) or allowed, for cuDNN's RNNs and for matmuls (the head), through the API
-    this PyTorch has (≥ 2.9 refuses a mix of the two)."""
-    if hasattr(torch.backends, "fp32_precision"):
-        mode = "tf32" if allowed else "ieee"
-        torch.backends.cuda.matmul.fp32_precision = mode
-        if hasattr(torch.backends.cudnn, "rnn"):
-            torch.backends.cudnn.rnn.fp32_precision = mode
-        else:  # only the cuDNN-wide setting
-            torch.backends.cudnn.fp32_precision = mode
-    else:
-        torch.backends.cudnn.allow_tf32 = allowed
-        torch.backends.cuda.matmul.allow_tf32 = allowed
 
 
 def time_config(cfg, args, device, tf32):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The CLI on the GPU, end to end (run by scripts/gpu_check.sh on the GPU machine):
 `bppsa grad --device cuda` against `bppsa grad` (the CPU engine) and PyTorch autograd on the GPU
-(float32, TF32 off) for nn.RNN, nn.GRU and nn.LSTM with 1 and 2 layers and random shapes: every
+(float32, TF32 off through bench/gpu/precision.py, printed) for nn.RNN, nn.GRU and nn.LSTM with 1 and 2 layers and random shapes: every
 parameter gradient and the loss within 1e-4 relative (max |a − b| / max |b| per tensor), for
 --backward bp, blelloch (the fused scan), hybrid (the generic GPU scan) and auto; then
 `bppsa train --device cuda --check` on bitstream (the GPU's gradients against the CPU engine's
@@ -10,7 +10,7 @@ an uninterrupted GPU run. The same helpers as tests/pytorch/check_grad.py (commo
 torch_models.Model, safetensors_np).
 
 Usage: check_cli_gpu.py BPPSA_BINARY WORK_DIR [--quick]. Exit 77 without torch+CUDA or without a
-GPU bppsa can use, 1 on a failed check."""
+GPU bppsa can use, 1 on a failed check (a missing gradient or loss included: a FAIL line)."""
 import os
 import subprocess
 import sys
@@ -20,11 +20,14 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "pytorch"))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bench", "gpu"))
 from common import rel_err, require_torch, run, worst_grad_error  # noqa: E402
 
 require_torch()
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
+
+from precision import precision_state, set_tf32  # noqa: E402  (bench/gpu: TF32 through the API this torch has)
 
 import safetensors_np as st  # noqa: E402
 from torch_models import Model  # noqa: E402
@@ -37,6 +40,17 @@ def check(ok, label):
     print(f"{'ok  ' if ok else 'FAIL'} {label}", flush=True)
     if not ok:
         FAILURES.append(label)
+
+
+def check_grads(gpath, model, loss, label):
+    """Checks bppsa's gradients in gpath against the model's (after loss.backward()): a missing
+    gradient is a failed check too."""
+    result = worst_grad_error(gpath, model, loss)
+    if result is None:
+        check(False, f"{label}: the loss or a gradient is missing from {os.path.basename(gpath)} (named above)")
+        return
+    name, e = result
+    check(e <= TOL, f"{label}: {e:.2e} ({name})")
 
 
 def grad_case(binary, work, cell, layers, rng, case, quick):
@@ -63,17 +77,19 @@ def grad_case(binary, work, cell, layers, rng, case, quick):
     cpu_path = os.path.join(work, f"g{case}_cpu.safetensors")
     run([binary, "grad", "--model", cell, "--weights", wpath, "--batch", xpath, "--out", cpu_path, "--backward", "bp"])
     cpu, _ = st.load(cpu_path)
-    name, e = worst_grad_error(cpu_path, model, loss)
-    check(e <= TOL, f"{label} cpu bp vs torch(cuda): {e:.2e} ({name})")
+    check_grads(cpu_path, model, loss, f"{label} cpu bp vs torch(cuda)")
     for backward in ("bp", "blelloch", "hybrid", "auto"):
         if backward == "hybrid" and t * b * (2 * h if cell == "lstm" else h) ** 2 > 5e7:
             continue  # the generic scan stores T·B Jacobians: only where they are small
         gpath = os.path.join(work, f"g{case}_cuda_{backward}.safetensors")
         run([binary, "grad", "--model", cell, "--weights", wpath, "--batch", xpath, "--out", gpath,
              "--backward", backward, "--device", "cuda"])
-        name, e = worst_grad_error(gpath, model, loss)
-        check(e <= TOL, f"{label} cuda {backward:8s} vs torch(cuda): {e:.2e} ({name})")
+        check_grads(gpath, model, loss, f"{label} cuda {backward:8s} vs torch(cuda)")
         g, _ = st.load(gpath)
+        missing = sorted(set(cpu) - set(g))
+        if missing:
+            check(False, f"{label} cuda {backward:8s} vs the CPU engine: missing {', '.join(missing)}")
+            continue
         worst = max((rel_err(g[k].astype(np.float64), cpu[k].astype(np.float64)), k) for k in cpu)
         check(worst[0] <= TOL, f"{label} cuda {backward:8s} vs the CPU engine: {worst[0]:.2e} ({worst[1]})")
 
@@ -115,14 +131,14 @@ def main():
     if not torch.cuda.is_available():
         print("PyTorch has no CUDA device; skipping")
         sys.exit(77)
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
+    set_tf32(False)  # IEEE FP32 for cuDNN's RNNs and the head's matmul, as bppsa computes
     probe = subprocess.run([binary, "grad", "--device", "cuda", "--model", "rnn", "--weights", binary, "--batch",
                             binary, "--out", os.path.join(work, "probe")], capture_output=True, text=True)
     if "built without CUDA" in probe.stderr or "no CUDA device" in probe.stderr:
         print("bppsa cannot use a GPU here:", probe.stderr.strip())
         sys.exit(77)
     print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0), flush=True)
+    print("precision:", ", ".join(f"{k} {v}" for k, v in precision_state().items()), flush=True)
     rng = np.random.default_rng(4242)
     case = 0
     for cell in ("rnn", "gru", "lstm"):

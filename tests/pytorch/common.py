@@ -25,10 +25,14 @@ def rel_err(a, b):
 def worst_grad_error(gpath, model, loss):
     """The largest rel_err over the loss and every parameter gradient of `model` (after its
     loss.backward()) against the safetensors bppsa wrote to gpath, as (name, error); None
-    (and a message) when a gradient is missing."""
+    (and a message naming it) when the loss or a gradient is missing: callers count that as a
+    failed check."""
     import safetensors_np as st
 
     g, _ = st.load(gpath)
+    if "loss" not in g:
+        print(f"missing loss in {gpath}")
+        return None
     errs = {"loss": rel_err(g["loss"].astype(np.float64), np.float64(loss.item()))}
     for name, p in model.named_parameters():
         if name not in g:
