@@ -361,6 +361,32 @@ TEST(SimulateCalibration, DenseMmCostsMoreThanMv) {
   EXPECT_NE(t.summary().find("shared_mm dense·dense→dense 16000 flop"), std::string::npos) << t.summary();
 }
 
+TEST(SimulateCalibration, TheCalibrationChainCapsTheBatchNotItsClasses) {
+  CalibrationOptions o;  // max_batch 16, max_n 4096
+  // Per-sample costs: a large batch is calibrated on 16 samples, a batch of 1 stays 1 (its mm
+  // are shared by the batch, another class), a batch above 1 keeps at least 2 whatever max_batch.
+  EXPECT_EQ(calibration_spec<float>(chain(100, 4, 1000000, ChainKind::diagonal), o).batch, 16);
+  EXPECT_EQ(calibration_spec<float>(chain(100, 4, 5, ChainKind::diagonal), o).batch, 5);
+  EXPECT_EQ(calibration_spec<float>(chain(100, 4, 1, ChainKind::diagonal), o).batch, 1);
+  o.max_batch = 1;
+  EXPECT_EQ(calibration_spec<float>(chain(100, 4, 7, ChainKind::diagonal), o).batch, 2);
+  // n: min(n, max_n), a power of two less a quarter.
+  EXPECT_EQ(calibration_spec<float>(chain(100000, 4, 1, ChainKind::diagonal), CalibrationOptions{}).n, 3072);
+  o.max_batch = 0;
+  EXPECT_THROW(calibrate<float>(chain(8, 2, 2, ChainKind::diagonal), Algorithm::linear, 0, o), InvalidArgument);
+
+  // Calibrating batch 10^6 times 16 samples' products: the same classes as batch 16 (the
+  // per-sample parts), each timed on 16 samples per element.
+  CalibrationOptions quick;
+  quick.max_n = 16;
+  quick.repeats = 1;
+  const CostTable big = calibrate<float>(chain(50, 2, 1000000, ChainKind::diagonal), Algorithm::blelloch, 0, quick);
+  const CostTable small = calibrate<float>(chain(50, 2, 16, ChainKind::diagonal), Algorithm::blelloch, 0, quick);
+  EXPECT_EQ(big.calibration_batch, 16);
+  ASSERT_EQ(big.entries.size(), small.entries.size()) << big.summary() << "\n" << small.summary();
+  for (std::size_t i = 0; i < big.entries.size(); ++i) EXPECT_EQ(big.entries[i].product, small.entries[i].product);
+}
+
 // How close predictions come to measured scans is a benchmark result, not a unit test:
 // bench/paper.py's simulate section validates at every p this machine has (docs/simulate.md).
 

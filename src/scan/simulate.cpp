@@ -526,6 +526,22 @@ double random_problem_bytes(const RandomChainSpec& spec) {
 }
 
 template <class T>
+RandomChainSpec calibration_spec(const RandomChainSpec& spec, const CalibrationOptions& options) {
+  RandomChainSpec cal = spec;
+  cal.n = std::min(spec.n, options.max_n);
+  // A power of two is a perfect Blelloch tree: without a clamped right edge (an element times
+  // a subtree's product) that class would go uncalibrated. 4096 → 3072.
+  if (cal.n > 4 && std::has_single_bit(static_cast<std::uint64_t>(cal.n))) cal.n -= cal.n / 4;
+  // Per-sample costs: a larger batch only repeats the samples (batch 1 stays 1: its mm are shared).
+  cal.batch = std::min(spec.batch, std::max<Index>(options.max_batch, spec.batch > 1 ? 2 : 1));
+  // Keep the calibration chain's memory bounded (a long chain only repeats the classes).
+  const double bytes = random_problem_bytes<T>(cal);
+  if (bytes > options.max_bytes && cal.n > 64)
+    cal.n = std::max<Index>(64, static_cast<Index>(static_cast<double>(cal.n) * options.max_bytes / bytes));
+  return cal;
+}
+
+template <class T>
 CostTable calibrate(const RandomChainSpec& spec, Algorithm algorithm, int chunks, const CalibrationOptions& options) {
   const char* op = "calibrate";
   if (options.max_n < 1)
@@ -534,15 +550,9 @@ CostTable calibrate(const RandomChainSpec& spec, Algorithm algorithm, int chunks
   if (options.repeats < 1)
     detail::raise<InvalidArgument>(op, "repeats must be ≥ 1, got " + std::to_string(options.repeats));
   if (chunks < 0) detail::raise<InvalidArgument>(op, "chunks must be ≥ 0 (0 = one per worker)");
-  RandomChainSpec cal = spec;
-  cal.n = std::min(spec.n, options.max_n);
-  // A power of two is a perfect Blelloch tree: without a clamped right edge (an element times
-  // a subtree's product) that class would go uncalibrated. 4096 → 3072.
-  if (cal.n > 4 && std::has_single_bit(static_cast<std::uint64_t>(cal.n))) cal.n -= cal.n / 4;
-  // Keep the calibration chain's memory bounded (a long chain only repeats the classes).
-  const double bytes = random_problem_bytes<T>(cal);
-  if (bytes > options.max_bytes && cal.n > 64)
-    cal.n = std::max<Index>(64, static_cast<Index>(static_cast<double>(cal.n) * options.max_bytes / bytes));
+  if (options.max_batch < 1)
+    detail::raise<InvalidArgument>(op, "max_batch must be ≥ 1, got " + std::to_string(options.max_batch));
+  const RandomChainSpec cal = calibration_spec<T>(spec, options);
   const RandomProblem<T> problem = random_problem<T>(cal);
 
   CostTable table;
@@ -877,6 +887,7 @@ double measure(const RandomChainSpec& spec, Algorithm algorithm, int threads, in
 #define BPPSA_SIMULATE_INSTANTIATE(T)                                                                   \
   template double random_problem_bytes<T>(const RandomChainSpec&);                                      \
   template CostTable calibrate<T>(const RandomChainSpec&, Algorithm, int, const CalibrationOptions&);   \
+  template RandomChainSpec calibration_spec<T>(const RandomChainSpec&, const CalibrationOptions&);      \
   template SimulationResult simulate<T>(const RandomChainSpec&, Algorithm, int, int, const CostTable&); \
   template double measure<T>(const RandomProblem<T>&, Algorithm, int, int, int);                        \
   template double measure<T>(const RandomChainSpec&, Algorithm, int, int, int);

@@ -6,7 +6,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <iomanip>
 #include <iostream>
@@ -84,13 +83,11 @@ void check_memory_needs(const Args& a, const RandomChainSpec& spec, Index n_max)
   double layout = 0;
   if (spec.kind == ChainKind::csr) layout = (4 * d + 1) * sizeof(std::int32_t);
   if (spec.kind == ChainKind::shared_dense_diag) layout = d * d * sizeof(T);
-  RandomChainSpec cal = spec;
-  const CalibrationOptions defaults;
-  cal.n = std::min(n_max, a.calibration_n);
-  if (cal.n > 4 && std::has_single_bit(static_cast<std::uint64_t>(cal.n))) cal.n -= cal.n / 4;
-  const double full = random_problem_bytes<T>(cal);
-  if (full > defaults.max_bytes && cal.n > 64)
-    cal.n = std::max<Index>(64, static_cast<Index>(static_cast<double>(cal.n) * defaults.max_bytes / full));
+  RandomChainSpec requested = spec;
+  requested.n = n_max;
+  CalibrationOptions options;
+  options.max_n = a.calibration_n;
+  const RandomChainSpec cal = calibration_spec<T>(requested, options);
   RandomChainSpec largest = spec;
   largest.n = n_max;
   check_memory("simulate",

@@ -130,6 +130,10 @@ struct CalibrationOptions {
   int repeats = 5;  ///< timed passes per cache regime (after one warm-up pass)
   /// The calibration chain's values are kept under this many bytes (n is reduced).
   double max_bytes = 256.0 * (1 << 20);
+  /// Samples calibrated: min(spec.batch, max_batch). Costs are per sample and every sample of a
+  /// class repeats the same product, so a larger batch only lengthens the calibration (linearly:
+  /// batch 10^6 took minutes); at least 2 keeps per-sample Jacobians per-sample.
+  Index max_batch = 16;
   /// Chunks of the hybrid schedule calibrated when `chunks` is 0 (one per worker).
   int hybrid_chunks = 4;
 };
@@ -142,6 +146,12 @@ struct CalibrationOptions {
 template <class T>
 CostTable calibrate(const RandomChainSpec& spec, Algorithm algorithm, int chunks,
                     const CalibrationOptions& options = {});
+
+/// The chain calibrate<T> builds for `spec`: n = min(spec.n, max_n) (less a quarter when a power
+/// of two), batch = min(spec.batch, max_batch), n then reduced (not below 64) until its values
+/// fit max_bytes. Exposed so that callers can size it before calibrating.
+template <class T>
+RandomChainSpec calibration_spec(const RandomChainSpec& spec, const CalibrationOptions& options = {});
 
 struct SimulationResult {
   Algorithm algorithm = Algorithm::linear;  ///< as planned (automatic resolved for `workers`)
