@@ -375,8 +375,8 @@ TEST(SimulateCalibration, TheCalibrationChainCapsTheBatchNotItsClasses) {
   o.max_batch = 0;
   EXPECT_THROW(calibrate<float>(chain(8, 2, 2, ChainKind::diagonal), Algorithm::linear, 0, o), InvalidArgument);
 
-  // Calibrating batch 10^6 times 16 samples' products: the same classes as batch 16 (the
-  // per-sample parts), each timed on 16 samples per element.
+  // Calibrating batch 10^6 times 16 samples per element and finds the same classes as batch 16
+  // (the per-sample parts).
   CalibrationOptions quick;
   quick.max_n = 16;
   quick.repeats = 1;

@@ -14,8 +14,9 @@ last-level cache whatever the flags, 2.9 GB on a VM reporting a 480 MB L3).
 
 Explicit exceptions, each printed when it applies: LONG_WORK below (legitimate long work that
 passes if it is still making progress when stopped); simulate's time limit, scaled from its
-baseline's time measured alone first (its calibration's cost depends on the machine's cache); values that CLI11 rejects while parsing are
-run on each subcommand's first baseline only (parsing comes before anything baseline-specific);
+baseline's time measured alone first (its calibration's cost depends on the machine's cache);
+values that CLI11 rejects while parsing are run on each subcommand's first baseline only
+(parsing comes before anything baseline-specific);
 under sanitizers, simulate's accepted values (each a full calibration, minutes there) are left to
 the Release sweep.
 

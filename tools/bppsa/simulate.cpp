@@ -78,18 +78,13 @@ void check_args(const Args& a) {
 /// sdd's d × d stand-in for S), the calibration chain (a real one, as calibrate() sizes it)
 /// and the planned schedules; refused before any of it is built.
 template <class T>
-void check_memory_needs(const Args& a, const RandomChainSpec& spec, Index n_max) {
+void check_memory_needs(const Args& a, const RandomChainSpec& largest, const CalibrationOptions& options) {
   const double d = static_cast<double>(a.dim);
+  const Index n_max = largest.n;
   double layout = 0;
-  if (spec.kind == ChainKind::csr) layout = (4 * d + 1) * sizeof(std::int32_t);
-  if (spec.kind == ChainKind::shared_dense_diag) layout = d * d * sizeof(T);
-  RandomChainSpec requested = spec;
-  requested.n = n_max;
-  CalibrationOptions options;
-  options.max_n = a.calibration_n;
-  const RandomChainSpec cal = calibration_spec<T>(requested, options);
-  RandomChainSpec largest = spec;
-  largest.n = n_max;
+  if (largest.kind == ChainKind::csr) layout = (4 * d + 1) * sizeof(std::int32_t);
+  if (largest.kind == ChainKind::shared_dense_diag) layout = d * d * sizeof(T);
+  const RandomChainSpec cal = calibration_spec<T>(largest, options);
   check_memory("simulate",
                "simulating a " + a.kind + " chain of up to n = " + std::to_string(n_max) + ", d = " +
                    std::to_string(a.dim) + ", batch " + std::to_string(a.batch),
@@ -97,7 +92,7 @@ void check_memory_needs(const Args& a, const RandomChainSpec& spec, Index n_max)
                 {"the element layout", layout},
                 {"the schedule (about 350 bytes per element)", kScheduleBytes * static_cast<double>(n_max)},
                 {"the real chains (--validate, mixed)",
-                 a.validate || spec.kind == ChainKind::mixed ? random_problem_bytes<T>(largest) : 0}},
+                 a.validate || largest.kind == ChainKind::mixed ? random_problem_bytes<T>(largest) : 0}},
                "use a smaller --dim, --batch or --n");
 }
 
@@ -154,7 +149,13 @@ int run(const Args& a) {
   spec.seed = a.seed;
   const int cores = omp_get_num_procs();
   const Index n_max = *std::max_element(a.n.begin(), a.n.end());
-  check_memory_needs<T>(a, spec, n_max);
+  // The calibration chain is sized from the longest chain asked for.
+  RandomChainSpec largest = spec;
+  largest.n = n_max;
+  CalibrationOptions options;
+  options.max_n = a.calibration_n;
+  options.repeats = a.repeats;
+  check_memory_needs<T>(a, largest, options);
 
   // Refuse up front what cannot be built: the real chains of --validate and mixed layouts.
   for (Index n : a.n) {
@@ -173,12 +174,7 @@ int run(const Args& a) {
                           " would need about " + need + " (limit 2 GiB); use a smaller n or dense, diag, csr or sdd");
   }
 
-  RandomChainSpec cal_spec = spec;
-  cal_spec.n = n_max;
-  CalibrationOptions options;
-  options.max_n = a.calibration_n;
-  options.repeats = a.repeats;
-  const CostTable table = calibrate<T>(cal_spec, algorithm, a.chunks, options);
+  const CostTable table = calibrate<T>(largest, algorithm, a.chunks, options);
 
   std::vector<Row> rows;
   for (Index n : a.n) {

@@ -148,7 +148,7 @@ CostTable calibrate(const RandomChainSpec& spec, Algorithm algorithm, int chunks
                     const CalibrationOptions& options = {});
 
 /// The chain calibrate<T> builds for `spec`: n = min(spec.n, max_n) (less a quarter when a power
-/// of two), batch = min(spec.batch, max_batch), n then reduced (not below 64) until its values
+/// of two), batch = min(spec.batch, max_batch) but at least 2 when spec.batch > 1, n then reduced (not below 64) until its values
 /// fit max_bytes. Exposed so that callers can size it before calibrating.
 template <class T>
 RandomChainSpec calibration_spec(const RandomChainSpec& spec, const CalibrationOptions& options = {});
