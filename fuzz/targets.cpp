@@ -11,7 +11,7 @@
 #include "bppsa/core/error.hpp"
 #include "bppsa/data/cifar10.hpp"
 #include "bppsa/data/irmas.hpp"
-#include "bppsa/data/mnist.hpp"
+#include "bppsa/data/idx.hpp"
 #include "bppsa/io/safetensors.hpp"
 #include "bppsa/nn/arch.hpp"
 #include "bppsa/nn/conv_net.hpp"
@@ -131,13 +131,27 @@ std::string run_safetensors(Bytes data) {
   });
 }
 
-std::string run_mnist(Bytes data) {
+std::string run_idx(Bytes data) {
   return outcome([&] {
-    std::vector<float> x;
-    const Index n = detail::parse_mnist_digits(data, "fuzz.json", x);
-    require(n >= 0 && x.size() == static_cast<std::size_t>(n) * 784, "image count and values disagree");
-    require(std::all_of(x.begin(), x.end(), [](float v) { return v >= 0.0f && v <= 1.0f; }),
-            "an accepted pixel lies outside [0, 1]");
+    const IdxArray a = detail::parse_idx(data, "fuzz.idx");
+    bool empty = false;
+    double values = 1;
+    for (Index d : a.dims) {
+      require(d >= 0, "an accepted array has a negative size");
+      empty = empty || d == 0;
+      values *= static_cast<double>(d);
+    }
+    require(!a.dims.empty() && a.dims.size() <= 255 && static_cast<double>(a.data.size()) == (empty ? 0.0 : values),
+            "an accepted array's bytes do not fill its dimensions");
+    // The array written plain parses back to itself; an accepted plain file is those very bytes.
+    const std::vector<std::uint8_t> plain = idx_file(a.dims, a.data);
+    must("re-parsing an accepted array written plain", [&] {
+      const IdxArray back = detail::parse_idx(plain, "round trip");
+      require(back.dims == a.dims && back.data == a.data, "parse_idx(idx_file(a)) differs from a");
+    });
+    if (data.size() < 2 || data[0] != 0x1f || data[1] != 0x8b)
+      require(std::equal(data.begin(), data.end(), plain.begin(), plain.end()),
+              "an accepted plain file differs from the file its array writes");
   });
 }
 
@@ -273,7 +287,7 @@ std::pair<Bytes, Bytes> split_input(Bytes data) {
 
 const std::vector<Target>& targets() {
   static const std::vector<Target> all = {
-      {"safetensors", run_safetensors, 16384}, {"mnist", run_mnist, 16384},   {"cifar10", run_cifar10, 12800},
+      {"safetensors", run_safetensors, 16384}, {"idx", run_idx, 16384},   {"cifar10", run_cifar10, 12800},
       {"wav", run_wav, 16384},                 {"mfcc_cache", run_mfcc_cache, 4096}, {"arch", run_arch, 2048},
       {"checkpoint", run_checkpoint, 16384},
   };

@@ -44,6 +44,16 @@ inline constexpr const char* kCacheKey = "00c0ffee00c0ffee";
 inline const std::vector<std::int64_t> kCacheLabels = {1, 0, 10};
 inline constexpr std::int64_t kCacheFeatures = 4;
 
+/// An IDX file of unsigned bytes (type 0x08) as LeCun's MNIST files are written: 00 00 08
+/// <ndims>, the big-endian sizes, then the bytes (the idx target's round trip and its seeds).
+inline std::vector<std::uint8_t> idx_file(const std::vector<std::int64_t>& dims, Bytes data) {
+  std::vector<std::uint8_t> b = {0, 0, 0x08, static_cast<std::uint8_t>(dims.size())};
+  for (const std::int64_t d : dims)
+    for (int shift = 24; shift >= 0; shift -= 8) b.push_back(static_cast<std::uint8_t>(d >> shift));
+  b.insert(b.end(), data.begin(), data.end());
+  return b;
+}
+
 /// Splits a two-file input (the checkpoint target's weights and optimizer state) at
 /// kSeparator: {first, rest}, rest empty when there is no separator.
 inline constexpr char kSeparator[] = "\n--bppsa-fuzz-next-file--\n";

