@@ -23,7 +23,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PY = "/usr/bin/python3"
+PY = sys.executable  # the project's environment (scripts/bench_cnn.sh runs it), with PyTorch
 
 
 def run(cmd, log):

@@ -36,7 +36,7 @@ from cpuinfo import cpu_model
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-PYTHON = "/usr/bin/python3"  # Debian's python3-torch lives here
+PYTHON = sys.executable  # the project's environment (scripts/bench_paper.sh runs it), with PyTorch
 METHODS = ["bp", "blelloch", "hybrid", "auto"]
 GRU_SHAPES = {"s": (259, 38), "m": (517, 24), "l": (1034, 12)}  # (T, F) of the IRMAS presets
 

@@ -7,7 +7,7 @@ MaxPool 2×2) it times `--vectors` basis vectors (rows of J = columns of J^T) wr
 dense matrix, and extrapolates to all output elements: the full baseline would take minutes
 to hours and, for ReLU, a 17 GB matrix. Prints one JSON object.
 
-    /usr/bin/python3 python/table1_torch.py --vectors 512 --threads 2
+    scripts/python.sh python/table1_torch.py --vectors 512 --threads 2
 """
 import argparse
 import json

@@ -8,6 +8,9 @@
 #   scripts/bench_mp.sh --quick   loopback only, K = 2 and 4, few repetitions (CI)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib/python_env.sh
+. scripts/lib/python_env.sh
+py=$(bppsa_python)
 quick=0
 [ "${1:-}" = "--quick" ] && quick=1
 [ -x build/bench_mp ] || { echo "bench_mp: build/bench_mp missing (MPI not found at build time?); run scripts/setup.sh" >&2; exit 1; }
@@ -36,7 +39,7 @@ if [ $quick = 0 ]; then
     for d in 0.1 1 10; do
       scripts/netlab.sh up 16 "$d" >&2
       scripts/netlab.sh rtt >&2
-      margin=$(python3 -c "print(0.1 + 0.012 * $d)")
+      margin=$("$py" -c "print(0.1 + 0.012 * $d)")
       for k in $ks; do
         echo "bench_mp: 16 hosts, $d ms links, K = $k" >&2
         ip netns exec bppsa-h0 mpirun --allow-run-as-root $(cat /tmp/bppsa-netlab/mpirun-args) -np "$k" \
@@ -48,5 +51,5 @@ if [ $quick = 0 ]; then
   fi
 fi
 mv "$jsonl.tmp" "$jsonl"
-/usr/bin/python3 bench/plot_mp.py "$jsonl" "$out/fig_mp.png" "$out/mp.md"
+"$py" bench/plot_mp.py "$jsonl" "$out/fig_mp.png" "$out/mp.md"
 echo "bench_mp: wrote $jsonl, $out/fig_mp.png and $out/mp.md" >&2

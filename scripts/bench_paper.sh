@@ -8,6 +8,9 @@
 # Run on a quiet machine: any other busy process stalls the OpenMP barriers of both sides.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib/python_env.sh
+. scripts/lib/python_env.sh
+py=$(bppsa_python)
 build=${BUILD_DIR:-build}
 out=bench/results/cpu
 args=("$@")
@@ -20,5 +23,5 @@ done
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DBPPSA_BUILD_BENCH=ON >/dev/null
 cmake --build "$build" -j"$(nproc)" --target bppsa_cli bench_paper
 echo "load before the run: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-/usr/bin/python3 bench/paper.py --build "$build" --out "$out" "$@"
-/usr/bin/python3 bench/plot_paper.py "$out"
+"$py" bench/paper.py --build "$build" --out "$out" "$@"
+"$py" bench/plot_paper.py "$out"

@@ -4,9 +4,12 @@
 #                                       bench/results/cpu/pytorch/{nn.jsonl,nn.md,fig_nn.png}
 #   scripts/bench_pytorch.sh --quick    smoke test into build/bench-pytorch-quick; not for figures
 # Other arguments go to bench/pytorch_nn.py (--threads N, --reps N, --warmup N, --batch B, --out DIR).
-# Needs the Python package built (scripts/setup.sh builds it into build/python).
+# Runs the bppsa package scripts/setup.sh installed (`pip install .`) in the project's Python environment.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib/python_env.sh
+. scripts/lib/python_env.sh
+py=$(bppsa_python)
 build=${BUILD_DIR:-build}
 out=bench/results/cpu/pytorch
 args=("$@")
@@ -16,7 +19,6 @@ for ((i = 0; i < ${#args[@]}; i++)); do
     --out) out=${args[i + 1]} ;;
   esac
 done
-cmake --build "$build" -j"$(nproc)" --target bppsa_python
 echo "load before the run: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-PYTHONPATH="$build/python" /usr/bin/python3 bench/pytorch_nn.py --out "$out" "$@"
-/usr/bin/python3 bench/plot_pytorch_nn.py "$out"
+"$py" bench/pytorch_nn.py --out "$out" "$@"
+"$py" bench/plot_pytorch_nn.py "$out"

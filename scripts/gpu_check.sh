@@ -59,6 +59,9 @@ budget=${BPPSA_GPU_CHECK_BUDGET:-540}
 jobs=${BPPSA_GPU_CHECK_JOBS:-$(nproc)}
 start=$SECONDS
 export OMP_WAIT_POLICY=PASSIVE PYTHONUNBUFFERED=1
+# The GPU machine's own Python (3.12 with PyTorch 2.x, no registry to make the project's environment
+# from): every Python step, and the benchmark scripts (scripts/lib/python_env.sh), run it.
+export BPPSA_PYTHON=${BPPSA_PYTHON:-$(command -v python3 || echo python3)}
 # The toolkit's tools (nvcc, compute-sanitizer) where PATH may not have them.
 [ -d /usr/local/cuda/bin ] && case ":$PATH:" in *:/usr/local/cuda/bin:*) ;; *) PATH=$PATH:/usr/local/cuda/bin ;; esac
 nvcc_path=$(command -v nvcc || true)
@@ -105,8 +108,8 @@ first_line() { "$@" 2>&1 | head -n 1; }
   echo "cmake: $(first_line timeout 20 cmake --version)"
   echo "ninja: $(first_line timeout 20 ninja --version)"
   echo "c++: $(first_line timeout 20 c++ --version)"
-  echo "python: $(first_line timeout 20 python3 --version) ($(command -v python3))"
-  echo "torch: $(timeout 60 python3 -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "gpu", torch.cuda.is_available())' 2>&1 | tail -n 1)"
+  echo "python: $(first_line timeout 20 "$BPPSA_PYTHON" --version) ($BPPSA_PYTHON)"
+  echo "torch: $(timeout 60 "$BPPSA_PYTHON" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "gpu", torch.cuda.is_available())' 2>&1 | tail -n 1)"
   echo "commit: $commit_line"
   echo "tree: $tree_line"
   echo "host: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo), $(uname -sr)"
@@ -264,7 +267,7 @@ gc_host_tests() {
     "$GC_BUILD/tests/bppsa_test_cuda_recurrent_host" --gtest_output=xml:"$GC_OUT/host_tests_recurrent.xml"
 }
 gc_gpu_tests() { "$GC_BUILD/bppsa_test_gpu" --gtest_filter="$1" --gtest_output=xml:"$GC_OUT/gpu_tests.xml"; }
-gc_cli_gpu() { python3 "$GC_ROOT/tests/gpu/check_cli_gpu.py" "$GC_BUILD/bppsa" "$GC_OUT/cli_gpu_work" "$@"; }
+gc_cli_gpu() { "$BPPSA_PYTHON" "$GC_ROOT/tests/gpu/check_cli_gpu.py" "$GC_BUILD/bppsa" "$GC_OUT/cli_gpu_work" "$@"; }
 gc_sanitizer() {  # gc_sanitizer memcheck|racecheck FILTER
   local extra=()
   [ "$1" = memcheck ] && extra=(--leak-check full)
@@ -272,13 +275,13 @@ gc_sanitizer() {  # gc_sanitizer memcheck|racecheck FILTER
   BPPSA_GPU_TESTS_REDUCED=1 "$GC_SANITIZER" --tool "$1" "${extra[@]}" --report-api-errors no --error-exitcode 1 \
     "$GC_BUILD/bppsa_test_gpu" --gtest_filter="$2"
 }
-# The Python package for this machine's python3 (3.12 + PyTorch 2.x on the GPU machine; CI covers
-# Debian's 3.11 + torch 1.13): its own build folder, CUDA off (the package does not reach the GPU
+# The Python package for this machine's $BPPSA_PYTHON (3.12 + PyTorch 2.x on the GPU machine; CI covers
+# Debian's 3.11 + PyTorch from PyPI, installed with `pip install .`): its own build folder, CUDA off (the package does not reach the GPU
 # yet), pybind11 from pip; then the pytest suite, or without pytest the standalone comparison.
 gc_python() {
   local py ver conf
-  py=$(command -v python3) || { echo "gpu_check: python3 not found"; return 1; }
-  ver=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  py=$(command -v "$BPPSA_PYTHON") || { echo "gpu_check: $BPPSA_PYTHON not found"; return 1; }
+  ver=$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
   conf=$(cmake -S "$GC_ROOT" -B "$GC_BUILD-python" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_PREFIX_PATH="$GC_ROOT/.deps" -DBPPSA_WITH_CUDA=OFF -DBPPSA_WITH_MPI=OFF -DBPPSA_WITH_AUDIO=OFF \
     -DBPPSA_BUILD_BENCH=OFF -DBPPSA_BUILD_TESTS=OFF -DBPPSA_BUILD_TOOLS=OFF -DBPPSA_BUILD_FUZZERS=OFF \
@@ -299,11 +302,11 @@ gc_python() {
   fi
   cmake --build "$GC_BUILD-python" -j"$GC_JOBS" --target bppsa_python ||
     { echo "gpu_check: building the Python package failed"; return 1; }
-  if python3 -c 'import pytest' 2>/dev/null; then
-    PYTHONPATH="$GC_BUILD-python/python" python3 -m pytest -q -p no:cacheprovider "$GC_ROOT/tests/python"
+  if "$py" -c 'import pytest' 2>/dev/null; then
+    PYTHONPATH="$GC_BUILD-python/python" "$py" -m pytest -q -p no:cacheprovider "$GC_ROOT/tests/python"
   else
     echo 'pytest is not installed: the standalone comparison only'
-    PYTHONPATH="$GC_BUILD-python/python" python3 "$GC_ROOT/tests/python/smoke_vs_torch.py"
+    PYTHONPATH="$GC_BUILD-python/python" "$py" "$GC_ROOT/tests/python/smoke_vs_torch.py"
   fi
 }
 gc_benchmark() {  # gc_benchmark BUDGET
@@ -337,7 +340,7 @@ finish() {
     grep -E '^(commit|tree): ' "$out/header.txt"
     for n in "${names[@]}"; do printf '%-12s %-70s %5ss\n' "$n" "${result[$n]}" "${seconds[$n]}"; done
     if [ -f "$out/gpu_tests.xml" ]; then
-      python3 - "$out/gpu_tests.xml" <<'PY' 2>/dev/null || true
+      "$BPPSA_PYTHON" - "$out/gpu_tests.xml" <<'PY' 2>/dev/null || true
 import sys, xml.etree.ElementTree as ET
 r = ET.parse(sys.argv[1]).getroot()
 print("gpu tests: %s run, %s failed, %s disabled, %.1fs" % (r.get("tests"), r.get("failures"), r.get("disabled"), float(r.get("time", 0))))
@@ -355,7 +358,7 @@ PY
     [ -n "$stopped" ] && echo "$stopped"
     if [ $failed = 0 ]; then echo "RESULT: every step that ran passed"; else echo "RESULT: FAILED (see the logs above)"; fi
   } 2>&1 | tee "$out/summary.txt"
-  python3 - "$out" "$failed" "$mode" "$budget" "$((SECONDS - start))" "$archive" <<'PY' || true
+  "$BPPSA_PYTHON" - "$out" "$failed" "$mode" "$budget" "$((SECONDS - start))" "$archive" <<'PY' || true
 import json, os, sys
 out, failed, mode, budget, secs, archive = sys.argv[1], sys.argv[2] != "0", sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
 steps = []

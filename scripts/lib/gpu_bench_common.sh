@@ -4,7 +4,7 @@
 #   gpu_bench_args NAME "$@"
 # from the repository root. It parses OUT_DIR [--quick] (usage and exit 2 otherwise), creates
 # OUT_DIR and sets out, quick (the array (--quick) or empty), build (BPPSA_BUILD_DIR, else build)
-# and py (PYTHON, else python3). Then
+# and py (scripts/lib/python_env.sh's bppsa_python: $BPPSA_PYTHON, else the project's environment). Then
 #   bench_build LOG TARGET…
 # builds the programs: nothing when BPPSA_BENCH_PREBUILT=1 (scripts/gpu_check.sh built them in its
 # bench_build step, leaving out what does not build); otherwise BPPSA_BUILD_BENCH turned on in the
@@ -29,7 +29,9 @@ gpu_bench_args() {
   done
   mkdir -p "$out" || { echo "$name: cannot create $out" >&2; exit 2; }
   build=${BPPSA_BUILD_DIR:-build}
-  py=${PYTHON:-python3}
+  # shellcheck source=python_env.sh
+  . scripts/lib/python_env.sh
+  py=$(bppsa_python) || exit 2
 }
 
 # bench_configure LOG: BPPSA_BUILD_BENCH on in $build (see above); status 0 when it is.

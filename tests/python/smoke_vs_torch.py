@@ -3,7 +3,7 @@
 2.x; run by scripts/gpu_check.sh): bppsa.nn.RNN/GRU/LSTM against torch.nn with the same weights,
 outputs and every gradient within 1e-5 relative, for every backward method, and bppsa.scan
 against a loop of matrix-vector products. Exit 1 on a mismatch.
-    PYTHONPATH=build/python python3 tests/python/smoke_vs_torch.py"""
+    scripts/python.sh tests/python/smoke_vs_torch.py   (the installed package; or PYTHONPATH=<build>/python)"""
 import sys
 
 import torch

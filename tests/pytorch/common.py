@@ -11,7 +11,7 @@ def require_torch():
     try:
         import torch  # noqa: F401
     except ImportError:
-        print("PyTorch is not installed (Debian: apt-get install python3-torch); skipping")
+        print("PyTorch is not installed for this interpreter (scripts/setup.sh makes the project's environment, with PyTorch); skipping")
         sys.exit(77)
 
 

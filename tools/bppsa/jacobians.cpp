@@ -10,6 +10,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -67,9 +68,10 @@ std::string baseline_script(const Args& a) {
 
 /// Runs the PyTorch baseline and returns its JSON, or a JSON with "error".
 nlohmann::json run_baseline(const Args& a, int threads) {
-  const std::string python = !a.python.empty() ? a.python
-                             : std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3"
-                                                                           : "python3";
+  const char* env = std::getenv("BPPSA_PYTHON");
+  const std::string python = !a.python.empty()         ? a.python
+                             : env != nullptr && *env  ? std::string(env)
+                                                       : std::string(BPPSA_DEFAULT_PYTHON);
   const std::string cmd = python + " '" + baseline_script(a) + "' --vectors " + std::to_string(a.vectors) +
                           " --threads " + std::to_string(threads) + " 2>&1";
   std::cerr << "baseline: " << cmd << "\n";
@@ -322,7 +324,7 @@ Command add_jacobians(CLI::App& app) {
       ->check(CLI::Range(16, 1 << 20))
       ->capture_default_str();
   sub->add_flag("--no-baseline", a->no_baseline, "--table1: skip the PyTorch baseline");
-  sub->add_option("--python", a->python, "--table1: Python with PyTorch (default /usr/bin/python3)");
+  sub->add_option("--python", a->python, "--table1: Python with PyTorch (default: $BPPSA_PYTHON, else " BPPSA_DEFAULT_PYTHON ")");
   sub->add_option("--baseline-script", a->script, "--table1: path of python/table1_torch.py");
   sub->add_option("--json", a->json, "also write everything as JSON to this file (atomically)");
   sub->add_option("--seed", a->seed, "seed of the weights and input")->capture_default_str();
