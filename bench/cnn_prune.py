@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """CNN benchmark (issue: sparse Jacobians for CNNs): the paper's Table 1, its Fig. 10 (FLOPs of
 every scan product against BP's, critical path marked), and retraining a pruned VGG-11-shaped
-network on real MNIST with BPPSA gradients, against BP and against PyTorch (same initial
-weights, masks, data and batch order), at pruning levels 0, 90 and 99 %.
+network on Fashion-MNIST (the first --limit-train training images, all 10,000 test images) with
+BPPSA gradients, against BP and against PyTorch (same initial weights, masks, data and batch
+order), at pruning levels 0, 90 and 99 %.
 
   bench/cnn_prune.py --build build --out bench/results/cpu/cnn [--quick] [--threads 2]
 
 Steps, every command recorded in OUT/prune.json:
   1. `bppsa jacobians --table1` → OUT/table1.json (ours vs PyTorch autograd basis-vector Jacobians).
-  2. Dense training with BP (`bppsa train --model cnn --arch ARCH --data mnist`).
+  2. Dense training with BP (`bppsa train --model cnn --arch ARCH --data mnist --limit-train N`).
   3. Per level s: global magnitude pruning of the dense model; backward-pass timing of BP,
      BPPSA (blelloch, hybrid) and PyTorch on the same batch in fresh processes (medians);
      retraining for --epochs with BP, BPPSA (blelloch) and PyTorch; the scan report of the
@@ -58,15 +59,18 @@ def main():
     ap.add_argument("--epochs", type=int, default=3, help="retraining epochs per pruning level")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--levels", default="0,0.9,0.99")
+    ap.add_argument("--limit-train", type=int, default=8000,
+                    help="training images (the first N of the 60,000; 0 = all): the pruning study's size")
     ap.add_argument("--quick", action="store_true", help="smoke test: tiny network, 1 epoch, few repetitions")
     a = ap.parse_args()
     if a.quick:
-        a.arch, a.dense_epochs, a.epochs, a.reps = "vgg11/64", 1, 1, 2
+        a.arch, a.dense_epochs, a.epochs, a.reps, a.limit_train = "vgg11/64", 1, 1, 2, 1000
     bppsa, bench = os.path.join(a.build, "bppsa"), os.path.join(a.build, "bench_cnn")
     work = os.path.join(a.out, "work")
     os.makedirs(work, exist_ok=True)
     cmds, T = [], str(a.threads)
-    common = ["--batch", str(a.batch), "--lr", str(a.lr), "--threads", T, "--no-progress"]
+    limit = ["--limit-train", str(a.limit_train)]
+    common = ["--batch", str(a.batch), "--lr", str(a.lr), "--threads", T, "--no-progress"] + limit
 
     print("Table 1", file=sys.stderr)
     run([bppsa, "jacobians", "--table1", "--threads", T, "--json", os.path.join(a.out, "table1.json")]
@@ -85,13 +89,13 @@ def main():
         print(f"sparsity {pct} %", file=sys.stderr)
         d = os.path.join(work, f"s{pct}")
         exported = last_json(run([bench, "export", "--init", dense, "--prune", str(s), "--epochs", str(a.epochs),
-                                  "--batch", str(a.batch), "--out", d], cmds))
+                                  "--batch", str(a.batch), "--out", d] + limit, cmds))
         pruned_eval = last_json(run([bppsa, "eval", "--checkpoint", os.path.join(d, "init.safetensors"), "--data",
-                                     "mnist", "--json"], cmds))
+                                     "mnist", "--json"] + limit, cmds))
         timing = {}
         for m in ("bp", "blelloch", "hybrid"):
             timing[m] = last_json(run([bench, "time", "--init", dense, "--prune", str(s), "--batch", str(a.batch),
-                                       "--method", m, "--threads", T, "--reps", str(a.reps)], cmds))
+                                       "--method", m, "--threads", T, "--reps", str(a.reps)] + limit, cmds))
         timing["pytorch"] = last_json(run([PY, os.path.join(HERE, "torch_cnn.py"), "time", "--dir", d, "--threads", T,
                                            "--reps", str(a.reps), "--warmup", "2", "--batch", str(a.batch)], cmds))
         ref = timing["pytorch"]["loss"]
@@ -118,7 +122,7 @@ def main():
                        "torch_zero_fraction": [tt.get("zero_fraction_start"), tt.get("zero_fraction_end")]})
 
     doc = {"machine": machine, "arch": a.arch, "threads": a.threads, "batch": a.batch, "lr": a.lr,
-           "dense_epochs": a.dense_epochs, "epochs": a.epochs, "reps": a.reps, "dense_accuracy": dense_accuracy,
+           "limit_train": a.limit_train, "dense_epochs": a.dense_epochs, "epochs": a.epochs, "reps": a.reps, "dense_accuracy": dense_accuracy,
            "levels": levels, "commands": cmds}
     with open(os.path.join(a.out, "prune.json"), "w") as f:
         json.dump(doc, f, indent=1)

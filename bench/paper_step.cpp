@@ -69,7 +69,7 @@ std::int64_t reset_peak() {
 
 // ---- data --------------------------------------------------------------------------------
 
-/// Bilinear resampling of a digit's rows layout (28 steps × 28 features) to steps × features
+/// Bilinear resampling of an image's rows layout (28 steps × 28 features) to steps × features
 /// (time along the image's rows, features along its columns).
 std::vector<float> resample(std::span<const float> img, Index in_t, Index in_f, Index steps, Index features) {
   std::vector<float> out(static_cast<std::size_t>(steps * features));
