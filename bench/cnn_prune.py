@@ -5,7 +5,7 @@ network on Fashion-MNIST (the first --limit-train training images, all 10,000 te
 BPPSA gradients, against BP and against PyTorch (same initial weights, masks, data and batch
 order), at pruning levels 0, 90 and 99 %.
 
-  bench/cnn_prune.py --build build --out bench/results/cpu/cnn [--quick] [--threads 2]
+  scripts/python.sh bench/cnn_prune.py --build build --out bench/results/cpu/cnn [--quick] [--threads 2]
 
 Steps, every command recorded in OUT/prune.json:
   1. `bppsa jacobians --table1` → OUT/table1.json (ours vs PyTorch autograd basis-vector Jacobians).

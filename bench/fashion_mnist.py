@@ -4,7 +4,8 @@ images, accuracy on the 10,000 test images), trained with BPPSA by `bppsa train`
 benchmark table of Fashion-MNIST's own README (Debian: /usr/share/doc/dataset-fashion-mnist/README.md.gz,
 whose rows are quoted from that file).
 
-  bench/fashion_mnist.py --build build --out bench/results/cpu/fashion [--quick] [--threads 2] [--only gru,vgg]
+  scripts/python.sh bench/fashion_mnist.py --build build --out bench/results/cpu/fashion [--quick] [--threads 2] [--only gru,vgg]
+  (scripts/bench_fashion_mnist.sh runs it)
 
 Runs, every command recorded in OUT/fashion.json:
   gru  a GRU over rows (T = 28 steps of 28 pixels), its backward pass through time a Blelloch scan,
@@ -104,7 +105,13 @@ def train(bppsa, name, args, out, cmds, common):
             "nonzero_parameters": nonzero, "checkpoint": ckpt}
 
 
-def versions(bppsa):
+def write_atomically(path, text):
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
+def versions():
     out = {"python": platform.python_version()}
     try:
         out["bppsa_commit"] = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -186,6 +193,7 @@ def main():
     only = set(a.only.split(","))
     if not only <= {"gru", "vgg"}:
         sys.exit(f"fashion_mnist: --only takes gru and/or vgg, not {a.only}")
+    published = published_table()  # before hours of training: a missing file stops the run now
     limit = []
     if a.quick:
         a.gru_hidden, a.gru_epochs, a.vgg_div, a.vgg_epochs, a.vgg_decay_epochs, a.prune_epochs = 16, 1, 32, 1, 1, 1
@@ -236,12 +244,10 @@ def main():
     for r in runs:
         r["checkpoint"] = os.path.relpath(r["checkpoint"], a.out)
     doc = {"machine": f"{cpu_model()}, {os.cpu_count()} cores", "threads": a.threads, "quick": a.quick,
-           "versions": versions(bppsa), "published_source": PUBLISHED_README, "published": published_table(),
+           "versions": versions(), "published_source": PUBLISHED_README, "published": published,
            "runs": runs, "commands": cmds}
-    with open(os.path.join(a.out, "fashion.json"), "w") as f:
-        json.dump(doc, f, indent=1)
-    with open(os.path.join(a.out, "fashion.md"), "w") as f:
-        f.write(markdown(doc))
+    write_atomically(os.path.join(a.out, "fashion.json"), json.dumps(doc, indent=1))
+    write_atomically(os.path.join(a.out, "fashion.md"), markdown(doc))
     plot(doc, os.path.join(a.out, "fig_fashion.png"))
     print(markdown(doc))
 

@@ -2,7 +2,7 @@
 """The figure of bench/pytorch_nn.py: a training step's median time against T for the RNN (H 20,
 batch 16), torch.nn against bppsa.nn's backward methods, and the speedups.
 
-    bench/plot_pytorch_nn.py DIR      reads DIR/nn.jsonl, writes DIR/fig_nn.png"""
+    scripts/python.sh bench/plot_pytorch_nn.py DIR      reads DIR/nn.jsonl, writes DIR/fig_nn.png"""
 import json
 import os
 import sys

@@ -15,7 +15,7 @@ x86 arithmetic slows down many times over. torch does not flush by default, so t
 measured twice: as it comes ("torch.nn") and with torch.set_flush_denormal(True)
 ("torch.nn FTZ"), the fair baseline for the arithmetic alone.
 
-    bench/pytorch_nn.py --out DIR [--threads 2] [--reps 9] [--warmup 5] [--quick]
+    scripts/python.sh bench/pytorch_nn.py --out DIR [--threads 2] [--reps 9] [--warmup 5] [--quick]
 
 Writes DIR/nn.jsonl (one record per configuration and side), DIR/nn.md (the table with
 ratios) and prints the table."""

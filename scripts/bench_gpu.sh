@@ -6,9 +6,9 @@
 #   scripts/bench_gpu.sh OUT_DIR [--quick]
 # Writes OUT_DIR/gpu_bench.{json,md} and, where matplotlib is, gpu_*.png (bench/gpu/bench_gpu.py
 # and plot_gpu.py say exactly what). Full: about 4 minutes; --quick: a handful of points, about a
-# minute. `python3 bench/gpu/keep_results.py OUT_DIR` copies a run into bench/results/gpu/<gpu-name>/.
-# Environment: BPPSA_BUILD_DIR (build; scripts/gpu_check.sh passes its own), PYTHON (python3, with
-# torch), BPPSA_GPU_BENCH_BUDGET (seconds for the measurements: 180, quick 60; what does not fit is
+# minute. `scripts/python.sh bench/gpu/keep_results.py OUT_DIR` copies a run into bench/results/gpu/<gpu-name>/.
+# Environment: BPPSA_BUILD_DIR (build; scripts/gpu_check.sh passes its own), BPPSA_PYTHON (the project's
+# environment's python, with torch), BPPSA_GPU_BENCH_BUDGET (seconds for the measurements: 180, quick 60; what does not fit is
 # skipped and listed; scripts/gpu_check.sh sets it from the time its run has left),
 # BPPSA_GPU_BENCH_DEVICE (cuda; cpu runs both sides on the CPU, to test the script where there is
 # no GPU), BPPSA_BENCH_PREBUILT (1: scripts/gpu_check.sh built the programs; neither configure nor

@@ -8,7 +8,7 @@
 # prediction for each. Writes OUT_DIR/cpu_scaling.{json,md} and, where matplotlib is, .png
 # (bench/gpu/cpu_scaling.py and plot_cpu_scaling.py say what exactly). Full: about 3 minutes on
 # 16 cores; --quick (N 10^4, T 300, 3 repetitions): well under a minute.
-# Environment: BPPSA_BUILD_DIR (build; scripts/gpu_check.sh passes its own), PYTHON (python3),
+# Environment: BPPSA_BUILD_DIR (build; scripts/gpu_check.sh passes its own), BPPSA_PYTHON (the project's environment's python),
 # BPPSA_CPU_SCALING_BUDGET (seconds for the measurements: 150, quick 45; what does not fit is
 # skipped and listed, not failed; scripts/gpu_check.sh sets it from the time its run has left),
 # BPPSA_BENCH_PREBUILT (1: scripts/gpu_check.sh built the programs; neither configure nor build).

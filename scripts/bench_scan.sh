@@ -13,6 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=lib/python_env.sh
 . scripts/lib/python_env.sh
+py=$(bppsa_python)  # before the run: a missing environment fails now, not after it
 start=$(date +%s)
 build=${BUILD_DIR:-build}
 results=${RESULTS:-bench/results/scan_cpu}
@@ -27,7 +28,7 @@ mv "$results.json.tmp" "$results.json"
 end=$(date +%s)
 
 cmd="scripts/bench_scan.sh${*:+ $*}"
-"$(bppsa_python)" bench/summarize_scan.py "$results.json" --out "$results.md" --command "$cmd" --wall-seconds $((end - start)) \
+"$py" bench/summarize_scan.py "$results.json" --out "$results.md" --command "$cmd" --wall-seconds $((end - start)) \
   --note "bppsa source: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- include src 2>/dev/null || echo ' with uncommitted changes in include/ or src/')" \
   --note "load average after the run: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "wrote $results.json and $results.md" >&2

@@ -238,15 +238,18 @@ step() {
   [ "$rc" = 0 ]
 }
 
+# zlib: its headers from .deps (pack_deps.sh carries them), its library the system's runtime
+# libz.so.1, which every Debian/Ubuntu image has, also where the development link libz.so is not.
+zlib_lib=$(ldconfig -p 2>/dev/null | awk '/libz\.so\.1 .*x86-64/ {print $NF; exit}')
 # The steps' commands (exported: each runs in `bash -c` in its own session).
-export GC_ROOT=$root GC_OUT=$out GC_BUILD=$build GC_JOBS=$jobs GC_NVCC=$nvcc_path
+export GC_ROOT=$root GC_OUT=$out GC_BUILD=$build GC_JOBS=$jobs GC_NVCC=$nvcc_path GC_ZLIB=${zlib_lib:+-DZLIB_LIBRARY=$zlib_lib}
 gc_configure() {  # gc_configure BENCH(ON|OFF)
   cmake -S "$GC_ROOT" -B "$GC_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_PREFIX_PATH="$GC_ROOT/.deps" -DCMAKE_CUDA_COMPILER="$GC_NVCC" \
     -DBPPSA_WITH_CUDA=ON -DBPPSA_CUDA_ARCHITECTURES="$GC_ARCH" \
     -DBPPSA_WITH_MPI=OFF -DBPPSA_WITH_AUDIO=OFF -DBPPSA_BUILD_BENCH="$1" -DBPPSA_BUILD_PYTHON=OFF \
-    -DBPPSA_BUILD_FUZZERS=OFF -DBPPSA_BUILD_TESTS=ON -DBPPSA_BUILD_TOOLS=ON &&
-    grep -E '^(Eigen3|CLI11|nlohmann_json|GTest)_DIR' "$GC_BUILD/CMakeCache.txt"
+    -DBPPSA_BUILD_FUZZERS=OFF -DBPPSA_BUILD_TESTS=ON -DBPPSA_BUILD_TOOLS=ON ${GC_ZLIB:+"$GC_ZLIB"} &&
+    grep -E '^(Eigen3|CLI11|nlohmann_json|GTest)_DIR|^ZLIB_(INCLUDE_DIR|LIBRARY)' "$GC_BUILD/CMakeCache.txt"
 }
 gc_build() { cmake --build "$GC_BUILD" -j"$GC_JOBS" --target "$@"; }
 # The benchmark programs, every one that builds; one that does not is removed (never timed stale)
@@ -285,7 +288,7 @@ gc_python() {
   conf=$(cmake -S "$GC_ROOT" -B "$GC_BUILD-python" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_PREFIX_PATH="$GC_ROOT/.deps" -DBPPSA_WITH_CUDA=OFF -DBPPSA_WITH_MPI=OFF -DBPPSA_WITH_AUDIO=OFF \
     -DBPPSA_BUILD_BENCH=OFF -DBPPSA_BUILD_TESTS=OFF -DBPPSA_BUILD_TOOLS=OFF -DBPPSA_BUILD_FUZZERS=OFF \
-    -DBPPSA_BUILD_PYTHON=ON -DPython_EXECUTABLE="$py" 2>&1)
+    -DBPPSA_BUILD_PYTHON=ON -DPython_EXECUTABLE="$py" ${GC_ZLIB:+"$GC_ZLIB"} 2>&1)
   local rc=$?
   echo "$conf"
   [ "$rc" = 0 ] || { echo "gpu_check: configuring the Python package failed (exit $rc)"; return 1; }

@@ -4,7 +4,7 @@
 # and nlohmann-json with their CMake package files, GoogleTest's sources with a GTestConfig.cmake
 # that builds them inside the project, the commit the tree was packed at (.deps/COMMIT: the copy
 # may arrive without a usable .git) and a manifest of the tree as packed (.deps/MANIFEST.sha256,
-# .deps/UNTRACKED), and zlib's headers and static library. Run it here, on the development machine
+# .deps/UNTRACKED), and zlib's headers. Run it here, on the development machine
 # (Debian packages libeigen3-dev libcli11-dev nlohmann-json3-dev googletest zlib1g-dev), as the last
 # thing before the tree is carried: after every change of a file (scripts/gpu_check.sh reports files
 # changed after packing).
@@ -33,11 +33,11 @@ copy /usr/share/cmake/CLI11 share/cmake/CLI11
 copy /usr/include/nlohmann include/nlohmann
 copy /usr/share/cmake/nlohmann_json share/cmake/nlohmann_json
 copy /usr/src/googletest src/googletest
-# zlib (gzip-compressed IDX files): its headers and Debian's static library (position-independent
-# code, so the Python extension links it too), for an image without zlib1g-dev.
+# zlib's headers (gzip-compressed IDX files), for an image without zlib1g-dev; scripts/gpu_check.sh
+# links the system's runtime libz.so.1 (Debian's static libz.a is not position-independent code,
+# which the Python extension, a shared object, would need).
 copy /usr/include/zlib.h include/zlib.h
 copy /usr/include/zconf.h include/zconf.h
-copy "/usr/lib/$(gcc -print-multiarch)/libz.a" lib/libz.a
 rm -rf "$tmp/src/googletest/googletest/test" "$tmp/src/googletest/googlemock/test" "$tmp/src/googletest/googletest/samples"
 # The sources' own CMakeLists still add the test folders only under gtest_build_tests/gmock_build_tests (off).
 

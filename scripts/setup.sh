@@ -28,7 +28,7 @@ if ((${#missing[@]})); then
 fi
 
 bppsa_make_venv
-py=$(bppsa_python)
+py=$(bppsa_venv_path)/bin/python  # the environment's, even where BPPSA_PYTHON names another for running
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DBPPSA_BUILD_TESTS=ON -DBPPSA_BUILD_TOOLS=ON -DBPPSA_BUILD_BENCH=ON \
   -DBPPSA_BUILD_PYTHON=OFF -DPython_EXECUTABLE="$py" "$@" >/dev/null
@@ -36,6 +36,4 @@ cmake --build build -j"$(nproc)"
 
 # The package from this checkout, built by scikit-build-core in build/python-<tag>/ (kept between
 # runs, so only what changed is rebuilt) with the environment's own scikit-build-core and pybind11.
-echo "setup: pip install . into $(dirname "$(dirname "$py")")"
-"$py" -m pip install --quiet --no-build-isolation --no-deps . ||
-  { echo "setup: 'pip install .' failed (rerun it without --quiet for the build log)" >&2; exit 1; }
+bppsa_install_here "$py"

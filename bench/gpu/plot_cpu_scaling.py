@@ -25,7 +25,7 @@ def main():
         import matplotlib
     except ImportError:
         print("plot_cpu_scaling: matplotlib is not installed here: no figure; run "
-              f"`python3 bench/gpu/plot_cpu_scaling.py {d}` where it is")
+              f"`scripts/python.sh bench/gpu/plot_cpu_scaling.py {d}` where it is")
         return 0
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

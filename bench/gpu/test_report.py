@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks of the GPU benchmark's arithmetic (bench/gpu/report.py) on hand-made records: the first-loss
 check, the ratios to PyTorch, the roofline, the plan's sweeps. Standard library only; exit 0 or an
-AssertionError.   python3 bench/gpu/test_report.py"""
+AssertionError.   scripts/python.sh bench/gpu/test_report.py"""
 import os
 import sys
 

@@ -12,7 +12,7 @@ and its GRU's backward pass through time becomes a BPPSA scan; nothing else chan
 of torch.nn — Linear, CrossEntropyLoss — comes through bppsa.nn unchanged). Prints one JSON line
 per logged step: {"step", "loss"} and a final {"test_accuracy"}.
 
-    examples/pytorch/train_gru.py [--data-dir /usr/share/datasets/fashion-mnist] [--steps 300] [--batch 32]
+    scripts/python.sh examples/pytorch/train_gru.py [--data-dir /usr/share/datasets/fashion-mnist] [--steps 300] [--batch 32]
 
 --data-dir is any folder of MNIST-format IDX files (train-images-idx3-ubyte, train-labels-idx1-ubyte,
 t10k-…, gzip-compressed or not): Debian's dataset-fashion-mnist by default, or MNIST itself.

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the hand-made regression inputs of tests/fuzz_regressions/ (the ones found by reading
-the parsers rather than by libFuzzer; see the README's Fuzzing paragraph): python3 tests/fuzz_regressions/craft.py"""
+the parsers rather than by libFuzzer; see the README's Fuzzing paragraph): scripts/python.sh tests/fuzz_regressions/craft.py"""
 import gzip
 import json
 import os

@@ -1,16 +1,38 @@
 # pytest configuration of the bppsa Python tests: the package as installed (never the source
 # tree's python/bppsa), a fixed seed per test.
+import importlib.metadata
+import json
 import os
+import urllib.parse
 
 import pytest
 import torch
 
 import bppsa
 
-_SOURCE = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", "..", "python"))
-if os.path.realpath(bppsa.__file__).startswith(_SOURCE + os.sep):
+_ROOT = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+if os.path.realpath(bppsa.__file__).startswith(os.path.join(_ROOT, "python") + os.sep):
     raise RuntimeError(f"bppsa was imported from the source tree ({bppsa.__file__}), not from an installed "
                        "package: install it with `pip install .` (scripts/setup.sh does)")
+
+
+def _installed_from():
+    """The folder `pip install` took the imported bppsa from (None: not installed by pip, e.g. a build tree)."""
+    try:
+        dist = importlib.metadata.distribution("bppsa")
+        if os.path.realpath(dist.locate_file("bppsa")) != os.path.realpath(os.path.dirname(bppsa.__file__)):
+            return None
+        url = json.loads(dist.read_text("direct_url.json") or "{}").get("url", "")
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return None
+    return os.path.realpath(urllib.parse.unquote(urllib.parse.urlparse(url).path)) if url.startswith("file:") else None
+
+
+# The environment is shared by every clone on the machine: the package must be this checkout's.
+_FROM = _installed_from()
+if _FROM is not None and _FROM != _ROOT:
+    raise RuntimeError(f"the installed bppsa was built from {_FROM}, not from this checkout ({_ROOT}): run "
+                       "scripts/setup.sh here (it installs this checkout's package)")
 
 
 def pytest_report_header(config):

@@ -72,7 +72,7 @@ nlohmann::json run_baseline(const Args& a, int threads) {
   const std::string python = !a.python.empty()         ? a.python
                              : env != nullptr && *env  ? std::string(env)
                                                        : std::string(BPPSA_DEFAULT_PYTHON);
-  const std::string cmd = python + " '" + baseline_script(a) + "' --vectors " + std::to_string(a.vectors) +
+  const std::string cmd = "'" + python + "' '" + baseline_script(a) + "' --vectors " + std::to_string(a.vectors) +
                           " --threads " + std::to_string(threads) + " 2>&1";
   std::cerr << "baseline: " << cmd << "\n";
   FILE* p = popen(cmd.c_str(), "r");
