@@ -76,7 +76,7 @@ if [ -n "$top" ] && [ "$(cd "$top" 2>/dev/null && pwd -P)" = "$root" ] && head=$
 elif [ -f .deps/COMMIT ]; then
   commit_line="$(sed -n '1s/^commit //p' .deps/COMMIT) (recorded by scripts/pack_deps.sh: no usable .git here)"
 fi
-packed_field() { sed -n "s/^$1 //p" .deps/COMMIT 2>/dev/null | head -n 1; }
+packed_field() { sed -n "s/^$1 //p" .deps/COMMIT 2>/dev/null | awk 'NR == 1'; }
 if [ -f .deps/MANIFEST.sha256 ]; then
   differ=$(sha256sum -c --quiet .deps/MANIFEST.sha256 2>/dev/null | sed -n 's/: FAILED.*//p')
   if [ -z "$differ" ]; then
@@ -95,7 +95,7 @@ fi
 export BPPSA_TREE_COMMIT="$commit_line; tree: $tree_line"  # what bench/gpu/machine.py records
 
 # --- header: the first lines say what ran where --------------------------------------------------
-first_line() { "$@" 2>&1 | head -n 1; }
+first_line() { "$@" 2>&1 | awk 'NR == 1'; }  # awk reads it all: no SIGPIPE under pipefail
 {
   echo "== bppsa gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ) (mode: $mode)"
   if command -v nvidia-smi >/dev/null; then
@@ -240,7 +240,7 @@ step() {
 
 # zlib: its headers from .deps (pack_deps.sh carries them), its library the system's runtime
 # libz.so.1, which every Debian/Ubuntu image has, also where the development link libz.so is not.
-zlib_lib=$(ldconfig -p 2>/dev/null | awk '/libz\.so\.1 .*x86-64/ {print $NF; exit}')
+zlib_lib=$(ldconfig -p 2>/dev/null | awk '/libz\.so\.1 .*x86-64/ && !n++ {print $NF}')
 # The steps' commands (exported: each runs in `bash -c` in its own session).
 export GC_ROOT=$root GC_OUT=$out GC_BUILD=$build GC_JOBS=$jobs GC_NVCC=$nvcc_path GC_ZLIB=${zlib_lib:+-DZLIB_LIBRARY=$zlib_lib}
 gc_configure() {  # gc_configure BENCH(ON|OFF)
@@ -258,7 +258,7 @@ gc_bench_build() {
   local t rc=0
   cmake --build "$GC_BUILD" -j"$GC_JOBS" --target bench_gpu_programs -- -k 0 && return 0
   for t in bench_cpu_scaling bench_paper bench_gpu_step bench_fused_scan; do
-    cmake --build "$GC_BUILD" --target "$t" -- -n 2>/dev/null | grep -q 'no work to do' && continue
+    cmake --build "$GC_BUILD" --target "$t" -- -n 2>/dev/null | grep 'no work to do' >/dev/null && continue
     rm -f "${GC_BUILD:?}/$t"
     echo "gpu_check: $t did not build (see above): left out"
     rc=1
