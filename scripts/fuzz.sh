@@ -27,7 +27,7 @@ while (($#)); do
 done
 ((${#targets[@]})) || mapfile -t targets < <(ls fuzz/corpus)
 
-packages=(clang libclang-rt-14-dev libomp-14-dev cmake make pkg-config libeigen3-dev nlohmann-json3-dev
+packages=(clang libclang-rt-14-dev libomp-14-dev cmake make pkg-config libeigen3-dev nlohmann-json3-dev zlib1g-dev
   libsndfile1-dev libaubio-dev)
 missing=()
 for p in "${packages[@]}"; do
