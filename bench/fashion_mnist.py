@@ -194,6 +194,7 @@ def main():
     if not only <= {"gru", "vgg"}:
         sys.exit(f"fashion_mnist: --only takes gru and/or vgg, not {a.only}")
     published = published_table()  # before hours of training: a missing file stops the run now
+    run_versions = versions()  # the commit that trains, not the one checked out when it ends
     limit = []
     if a.quick:
         a.gru_hidden, a.gru_epochs, a.vgg_div, a.vgg_epochs, a.vgg_decay_epochs, a.prune_epochs = 16, 1, 32, 1, 1, 1
@@ -244,7 +245,7 @@ def main():
     for r in runs:
         r["checkpoint"] = os.path.relpath(r["checkpoint"], a.out)
     doc = {"machine": f"{cpu_model()}, {os.cpu_count()} cores", "threads": a.threads, "quick": a.quick,
-           "versions": versions(), "published_source": PUBLISHED_README, "published": published,
+           "versions": run_versions, "published_source": PUBLISHED_README, "published": published,
            "runs": runs, "commands": cmds}
     write_atomically(os.path.join(a.out, "fashion.json"), json.dumps(doc, indent=1))
     write_atomically(os.path.join(a.out, "fashion.md"), markdown(doc))
