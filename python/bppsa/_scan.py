@@ -193,8 +193,10 @@ class _ScanFunction(torch.autograd.Function):
                 raise NotImplementedError("bppsa.scan: gradients with respect to sparse CSR elements are not "
                                           "supported; detach them (they need no gradient as inputs)")
             # λ_i y_(i-1)^T per sample: (B, rows, cols); shared elements sum over the batch.
-            g = torch.einsum("br,bc->brc", lam[i], ys[i - 1])
-            g = g if e.per_sample else g.sum(0)
+            if e.per_sample:
+                g = torch.einsum("br,bc->brc", lam[i], ys[i - 1])
+            else:  # the sum over the batch as one product, no (B, rows, cols) intermediate
+                g = lam[i].T @ ys[i - 1]
             out.append(g.reshape(e.tensor.shape))
         return tuple(out)
 
