@@ -47,6 +47,24 @@ def affine_scan(dtype):
     return _C.affine_scan_f32 if dtype == torch.float32 else _C.affine_scan_f64
 
 
+MAX_THREADS = _C.MAX_THREADS
+
+
+def check_threads(where, threads, name="threads"):
+    """threads as given, after checking it is an int in 0..MAX_THREADS (ValueError naming
+    `where` and `name` otherwise): past a few tens of thousands, OpenMP aborts the process."""
+    if not isinstance(threads, int) or isinstance(threads, bool) or not 0 <= threads <= MAX_THREADS:
+        raise ValueError(f"{where}: {name} must be an int in 0..{MAX_THREADS} (0 = every core this process may "
+                         f"use, {resolve_threads(0)} here), got {threads!r}")
+    return threads
+
+
+def check_memory(op, what, items, fix):
+    """The C++ engine's memory guard for buffers Python is about to allocate: MemoryError with
+    the numbers when `items` ((what, bytes) pairs) do not fit in this machine's memory."""
+    _C.check_memory(op, what, [(name, float(b)) for name, b in items], fix)
+
+
 def resolve_threads(threads):
     """threads = 0 means every core this process may run on. Resolved here rather than by
     OpenMP's default, which PyTorch lowers to its own intra-op thread count (the physical

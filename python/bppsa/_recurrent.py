@@ -1,10 +1,10 @@
 # One recurrent layer in one direction as a torch.autograd.Function: the forward runs bppsa's
 # cell, the backward pass is bppsa's (a BPPSA scan over the layer's transposed Jacobians, or
 # BP) and gives the gradients of the input, the initial state and every parameter.
+import threading
 import weakref
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from . import _native
 
@@ -12,9 +12,12 @@ BACKWARD_METHODS = ("auto", "blelloch", "hybrid", "bp", "linear")
 
 
 class LayerSpec:
-    """What a layer's engines are built from, and a pool of idle engines: an engine keeps the
-    records of its forward (and its scan plan and buffers) until the autograd graph that uses
-    it is freed, then serves the next forward of the same shape without re-planning."""
+    """What a layer's engines are built from, and a pool of idle engines. An engine holds the
+    record of ONE forward (and its scan plan and buffers): every forward takes one of its own
+    from the pool (or a new one), so calls from several threads never share one. A forward that
+    a backward may need keeps its engine until the autograd graph that uses it is freed; an
+    inference forward gives it back at once. The pool then serves the next forward of the same
+    shape without re-planning."""
 
     def __init__(self, cell, input_size, hidden_size, nonlinearity):
         self.cell = cell
@@ -22,32 +25,33 @@ class LayerSpec:
         self.hidden_size = hidden_size
         self.nonlinearity = nonlinearity
         self._idle = {}
-        self._inference = {}
+        # Reentrant: an engine may come back (weakref.finalize, run by the garbage collector)
+        # while this thread is inside acquire() or release().
+        self._lock = threading.RLock()
 
     def acquire(self, dtype):
-        idle = self._idle.get(dtype)
-        if idle:
-            return idle.pop()
-        return _native.layer_engine(dtype, self.cell, self.input_size, self.hidden_size, self.nonlinearity)
-
-    def release(self, dtype, engine):
-        idle = self._idle.setdefault(dtype, [])
-        if len(idle) < 4:
-            idle.append(engine)
-
-    def inference(self, dtype):
-        """The engine for forwards that record nothing for a backward pass (no_grad, eval)."""
-        engine = self._inference.get(dtype)
+        with self._lock:
+            idle = self._idle.get(dtype)
+            engine = idle.pop() if idle else None
         if engine is None:
-            engine = self._inference[dtype] = _native.layer_engine(
-                dtype, self.cell, self.input_size, self.hidden_size, self.nonlinearity)
+            engine = _native.layer_engine(dtype, self.cell, self.input_size, self.hidden_size, self.nonlinearity)
         return engine
 
-    def __getstate__(self):  # engines are not picklable: a copied module starts with none
+    def release(self, dtype, engine):
+        with self._lock:
+            idle = self._idle.setdefault(dtype, [])
+            if len(idle) < 4:
+                idle.append(engine)
+
+    def __getstate__(self):  # engines and locks are not picklable: a copied module starts with none
         state = dict(self.__dict__)
         state["_idle"] = {}
-        state["_inference"] = {}
+        del state["_lock"]
         return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
 
     def __deepcopy__(self, memo):
         return LayerSpec(self.cell, self.input_size, self.hidden_size, self.nonlinearity)
@@ -57,21 +61,41 @@ def _empty(shape, like):
     return torch.empty(shape, dtype=like.dtype, device=like.device)
 
 
+def _contiguous(t):
+    return None if t is None else t.contiguous()
+
+
 def _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh):
+    """Runs the layer on contiguous copies of what is not contiguous (a weight set to a
+    transposed view, say): the engine reads C-order buffers."""
     T, B = x.shape[0], x.shape[1]
     H = spec.hidden_size
     out = _empty((T, B, H), x)
     h_n = _empty((B, H), x)
     c_n = _empty((B, H), x) if spec.cell == "lstm" else None
+    if B == 0:  # nothing to compute (torch returns the empty tensors too)
+        return out, h_n, c_n
+    args = [_contiguous(t) for t in (x, h0, c0, w_ih, w_hh, b_ih, b_hh)]
     r = _native.ref
-    engine.forward(r(x), r(h0), r(c0), r(w_ih), r(w_hh), r(b_ih), r(b_hh), r(out), r(h_n), r(c_n))
+    engine.forward(*[r(t) for t in args], r(out), r(h_n), r(c_n))
     return out, h_n, c_n
+
+
+def _no_double_backward(what):
+    raise RuntimeError(f"{what}: double backward (torch.autograd.grad or backward with create_graph=True through "
+                       "this layer) is not supported: bppsa's backward pass is not itself differentiable. Use "
+                       "torch.nn's module for gradient penalties and other higher-order gradients")
 
 
 class LayerFunction(torch.autograd.Function):
     """apply(x, h0, c0, w_ih, w_hh, b_ih, b_hh, spec, method, threads, chunks) →
-    (out, h_n) or (out, h_n, c_n) for LSTM. x is (T, B, I) contiguous; h0, c0 (B, H) or None;
-    b_ih, b_hh None when the layer has no bias."""
+    (out, h_n) or (out, h_n, c_n) for LSTM. x is (T, B, I); h0, c0 (B, H) or None; b_ih, b_hh
+    None when the layer has no bias. Any strides (contiguous copies are made for the engine).
+
+    The tensors are saved with ctx.save_for_backward, so torch enforces its contracts: a second
+    backward without retain_graph=True, or one after an in-place change of a weight or of the
+    input, raises torch's own error. A backward with create_graph=True raises (no double
+    backward)."""
 
     @staticmethod
     def forward(ctx, x, h0, c0, w_ih, w_hh, b_ih, b_hh, spec, method, threads, chunks):
@@ -82,9 +106,12 @@ class LayerFunction(torch.autograd.Function):
             spec.release(x.dtype, engine)
             raise
         ctx.engine = engine
+        ctx.spec = spec
         ctx.options = (method, threads, chunks)
-        # Only shapes and dtypes: the gradients' buffers are allocated in backward.
-        ctx.shapes = tuple(None if t is None else (t.shape, t.dtype) for t in (x, h0, c0, w_ih, w_hh, b_ih, b_hh))
+        ctx.lock = threading.Lock()  # one backward at a time through this engine (retained graphs)
+        # Saved for torch's checks (version counters, freed graphs); the engine holds the
+        # record the backward pass reads.
+        ctx.save_for_backward(x, h0, c0, w_ih, w_hh, b_ih, b_hh)
         ctx.set_materialize_grads(False)
         # The engine goes back to the pool when the graph holding this node is freed (after
         # backward, or when the outputs are dropped), never while a retained graph needs it.
@@ -92,35 +119,39 @@ class LayerFunction(torch.autograd.Function):
         return (out, h_n, c_n) if c_n is not None else (out, h_n)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad_out, grad_hn, grad_cn=None):
+        if torch.is_grad_enabled():  # create_graph=True: the result would be silently first-order only
+            _no_double_backward(f"bppsa.nn ({ctx.spec.cell.upper()} layer)")
+        saved = ctx.saved_tensors  # raises torch's errors: graph freed, or a tensor changed in place
         method, threads, chunks = ctx.options
         need = ctx.needs_input_grad
 
         def buffer(i):
-            if not need[i] or ctx.shapes[i] is None:
+            if not need[i] or saved[i] is None:
                 return None
-            shape, dtype = ctx.shapes[i]
-            return torch.empty(shape, dtype=dtype)
+            return torch.empty(saved[i].shape, dtype=saved[i].dtype)
 
         grads = [buffer(i) for i in range(7)]
+        if saved[0].shape[1] == 0:  # empty batch: nothing flows back (zero parameter gradients, as torch)
+            return (*[None if g is None else g.zero_() for g in grads], None, None, None, None)
         r = _native.ref
-
-        def contiguous(g):
-            return None if g is None else g.contiguous()
-
-        grad_out, grad_hn, grad_cn = contiguous(grad_out), contiguous(grad_hn), contiguous(grad_cn)
-        ctx.engine.backward(r(grad_out), r(grad_hn), r(grad_cn), method, _native.resolve_threads(threads), chunks,
-                            *[r(g) for g in grads])
+        grad_out, grad_hn, grad_cn = _contiguous(grad_out), _contiguous(grad_hn), _contiguous(grad_cn)
+        with ctx.lock:
+            ctx.engine.backward(r(grad_out), r(grad_hn), r(grad_cn), method, _native.resolve_threads(threads), chunks,
+                                *[r(g) for g in grads])
         return (*grads, None, None, None, None)
 
 
 def run_layer(spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, method, threads, chunks):
-    """One layer-direction: through autograd when a gradient is needed, else straight through
-    the module's inference engine (nothing recorded for a backward pass)."""
+    """One layer-direction: through autograd when a gradient is needed, else on an engine of
+    its own for this call (nothing recorded for a backward pass)."""
     tensors = (x, h0, c0, w_ih, w_hh, b_ih, b_hh)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
         res = LayerFunction.apply(x, h0, c0, w_ih, w_hh, b_ih, b_hh, spec, method, threads, chunks)
         return res if len(res) == 3 else (res[0], res[1], None)
-    with torch.no_grad():
-        return _run_forward(spec.inference(x.dtype), spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh)
+    engine = spec.acquire(x.dtype)
+    try:
+        with torch.no_grad():
+            return _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh)
+    finally:
+        spec.release(x.dtype, engine)

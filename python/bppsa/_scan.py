@@ -1,9 +1,9 @@
 # bppsa.scan: the scan engine from PyTorch, differentiable (its backward pass is itself a
 # BPPSA scan, over the transposed elements in reverse order).
 import torch
-from torch.autograd.function import once_differentiable
 
 from . import _native
+from ._recurrent import _no_double_backward
 
 ALGORITHMS = ("blelloch", "hybrid", "linear", "auto")
 
@@ -25,6 +25,7 @@ class _Element:
             self.kind = "csr"
             self.rows, self.cols = t.shape
             self.count = 1
+            self.per_sample = False
             self.values = t.values().contiguous()
             self.crow = t.crow_indices().contiguous()
             self.col = t.col_indices().contiguous()
@@ -42,8 +43,30 @@ class _Element:
             raise ValueError(f"bppsa.scan: {what} has shape {list(t.shape)}; expected (rows, cols) or "
                              f"(batch, rows, cols)")
         self.kind = "dense"
-        self.values = t.reshape(self.count, self.rows, self.cols).contiguous()
+        self.per_sample = self.count > 1  # the gradient is one matrix per sample
+        # One matrix expanded over the batch (stride 0, e.g. A.expand(B, d, d)) is shared: the
+        # scan takes it once instead of B copies.
+        self.source = t[0] if self.count > 1 and t.stride(0) == 0 else t
+        if self.source is not t:
+            self.count = 1
         self.crow = self.col = None
+        self.values = None  # made by materialize(), after the memory check
+
+    def copy_bytes(self):
+        """Bytes of the contiguous copy materialize() makes (0: none, the tensor is used as it is)."""
+        if self.kind == "csr" or self.source.is_contiguous():
+            return 0
+        return self.count * self.rows * self.cols * self.source.element_size()
+
+    def chain_bytes(self):
+        """Bytes of the native scan's copy of this element."""
+        if self.kind == "csr":
+            return self.values.numel() * (self.values.element_size() + 8)
+        return self.count * self.rows * self.cols * self.source.element_size()
+
+    def materialize(self):
+        if self.kind == "dense" and self.values is None:
+            self.values = self.source.reshape(self.count, self.rows, self.cols).contiguous()
 
     def native(self):
         r = _native.ref
@@ -78,9 +101,42 @@ def _check_chain(elements, g_last):
             raise ValueError(f"bppsa.scan: jacobians[{i}] is {e.rows}×{e.cols} but {prev} gives vectors of length "
                              f"{d}: element i must be (len(s_i) × len(s_(i-1))), i.e. J^T of the layer one step "
                              "closer to the input")
-        if e.values.dtype != g_last.dtype:
-            raise ValueError(f"bppsa.scan: jacobians[{i}] is {e.values.dtype} but g_last is {g_last.dtype}")
+        if e.tensor.dtype != g_last.dtype:
+            raise ValueError(f"bppsa.scan: jacobians[{i}] is {e.tensor.dtype} but g_last is {g_last.dtype}")
         d = e.rows
+
+
+def _check_memory(elements, g_last):
+    """The memory guard before anything is copied: the contiguous copies of strided elements,
+    the native scan's copies of the elements and the outputs (the scan checks its own workspace)."""
+    size = g_last.element_size()
+    batch = g_last.shape[0]
+    outputs = batch * (g_last.shape[1] + sum(e.rows for e in elements)) * size
+    _native.check_memory("bppsa.scan", f"a scan over {len(elements)} elements of batch {batch}",
+                         [("contiguous copies of strided elements", sum(e.copy_bytes() for e in elements)),
+                          ("the elements in the scan", sum(e.chain_bytes() for e in elements)),
+                          ("the outputs", outputs)],
+                         "pass fewer or smaller elements; a matrix the batch shares should be given once "
+                         "(rows, cols) or expanded (stride 0), not repeated per sample")
+    for e in elements:
+        e.materialize()
+
+
+def _torch_scan(elements, g_last):
+    """The scan as a loop of torch products, for empty shapes (a batch of 0, a dimension of 0),
+    where there is nothing to compute but torch's autograd still wants its graph."""
+    s = g_last
+    outs = [s]
+    for e in elements:
+        t = e.tensor
+        if e.kind == "csr":
+            s = (t.to_dense() @ s.T).T
+        elif t.dim() == 2:
+            s = s @ t.T
+        else:
+            s = torch.einsum("brc,bc->br", t.expand(s.shape[0], -1, -1), s)
+        outs.append(s)
+    return outs
 
 
 def _run(elements, g_last, injections, transpose, algorithm, threads):
@@ -103,15 +159,26 @@ class _ScanFunction(torch.autograd.Function):
     def forward(ctx, elements, algorithm, threads, g_last, *tensors):
         outs = _run(elements, g_last, None, False, algorithm, threads)
         ctx.elements, ctx.algorithm, ctx.threads = elements, algorithm, threads
-        ctx.save_for_backward(*outs)
+        # The dense elements are saved too, so that torch checks their version counters (an
+        # element changed in place before backward raises torch's error).
+        ctx.save_for_backward(*outs, *[t if e.kind == "dense" else None for e, t in zip(elements, tensors)])
         return tuple(outs)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, *grads):
-        ys = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph=True: the result would be silently first-order only
+            _no_double_backward("bppsa.scan")
         elements = ctx.elements
         n = len(elements)
+        ys = ctx.saved_tensors[:n + 1]  # raises torch's errors: graph freed, or an element changed in place
+        batch = ys[0].shape[0]
+        per_sample = [e for i, e in enumerate(elements) if e.per_sample and ctx.needs_input_grad[4 + i]]
+        if per_sample:
+            _native.check_memory("bppsa.scan", "the gradients of the per-sample elements",
+                                 [("one matrix per sample and element",
+                                   sum(batch * e.rows * e.cols for e in per_sample) * ys[0].element_size())],
+                                 "give a matrix the batch shares as a 2-D (rows, cols) tensor: its gradient is then "
+                                 "one matrix, summed over the batch")
         grads = [torch.zeros_like(y) if g is None else g.contiguous() for g, y in zip(grads, ys)]
         # Reverse the array: s'_0 = ȳ_N, s'_j = A_(N-j+1)^T s'_(j-1) + ȳ_(N-j).
         rev = list(reversed(elements))
@@ -126,8 +193,10 @@ class _ScanFunction(torch.autograd.Function):
                 raise NotImplementedError("bppsa.scan: gradients with respect to sparse CSR elements are not "
                                           "supported; detach them (they need no gradient as inputs)")
             # λ_i y_(i-1)^T per sample: (B, rows, cols); shared elements sum over the batch.
-            g = torch.einsum("br,bc->brc", lam[i], ys[i - 1])
-            g = g.sum(0) if e.count == 1 else g
+            if e.per_sample:
+                g = torch.einsum("br,bc->brc", lam[i], ys[i - 1])
+            else:  # the sum over the batch as one product, no (B, rows, cols) intermediate
+                g = lam[i].T @ ys[i - 1]
             out.append(g.reshape(e.tensor.shape))
         return tuple(out)
 
@@ -165,8 +234,7 @@ def scan(jacobians, g_last, *, algorithm="blelloch", threads=0):
     """
     if algorithm not in ALGORITHMS:
         raise ValueError(f"bppsa.scan: unknown algorithm '{algorithm}'; use one of {', '.join(ALGORITHMS)}")
-    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 0:
-        raise ValueError(f"bppsa.scan: threads must be an int ≥ 0 (0 = all cores), got {threads!r}")
+    _native.check_threads("bppsa.scan", threads)
     if not isinstance(g_last, torch.Tensor):
         raise TypeError(f"bppsa.scan: g_last must be a tensor, got {type(g_last).__name__}")
     _native.check_float("g_last", g_last)
@@ -175,8 +243,14 @@ def scan(jacobians, g_last, *, algorithm="blelloch", threads=0):
     stacked = isinstance(jacobians, torch.Tensor)
     elements = _elements(jacobians, g_last.shape[0])
     _check_chain(elements, g_last)
-    g = g_last.contiguous()
     tensors = [e.tensor for e in elements]
+    if g_last.numel() == 0 or any(e.rows == 0 or e.cols == 0 for e in elements):
+        # Empty shapes: nothing to scan; torch's own products give the (empty or zero) results
+        # and their gradients.
+        outs = _torch_scan(elements, g_last)
+        return torch.stack(outs) if stacked else outs
+    _check_memory(elements, g_last)
+    g = g_last.contiguous()
     if torch.is_grad_enabled() and (g.requires_grad or any(t.requires_grad for t in tensors)):
         outs = _ScanFunction.apply(elements, algorithm, threads, g, *tensors)
     else:

@@ -12,7 +12,10 @@ bppsa's own options are keyword-only:
   count), ``'blelloch'`` (the modified Blelloch scan, Θ(log T) levels), ``'hybrid'`` (chunked
   scan: reduce chunks, scan their totals, push prefixes through), or ``'bp'`` (sequential BP
   through time, bppsa's own).
-- ``threads``: OpenMP threads of the backward pass (0 = all cores).
+- ``threads``: OpenMP threads of the backward pass, 0..1024 (0 = all cores).
+
+Modules may be called from several threads at once (each call records into an engine of its
+own). Double backward (``create_graph=True``) raises RuntimeError.
 """
 import math
 import numbers
@@ -100,8 +103,7 @@ class _RecurrentBase(torch.nn.Module):
         if backward not in BACKWARD_METHODS:
             raise ValueError(f"bppsa: unknown backward method '{backward}'; use 'auto', 'blelloch', 'hybrid' or "
                              "'bp'")
-        if not isinstance(threads, int) or isinstance(threads, bool) or threads < 0:
-            raise ValueError(f"bppsa: threads must be an int ≥ 0 (0 = all cores), got {threads!r}")
+        _native.check_threads(f"bppsa.nn.{type(self).__name__}", threads)
         self.bppsa_backward = backward
         self.bppsa_threads = threads
 
@@ -188,6 +190,10 @@ class _RecurrentBase(torch.nn.Module):
                     raise RuntimeError(f"For batched 3-D input, hx should also be 3-D but got {s.dim()}-D tensor")
         x = input.transpose(0, 1) if self.batch_first else input
         steps, batch = x.shape[0], x.shape[1]
+        if steps == 0:  # torch's own check (a batch of 0 is fine: empty outputs)
+            raise RuntimeError("Expected sequence length to be larger than 0 in RNN")
+        # Checked again here: bppsa_threads may have been assigned directly.
+        threads = _native.check_threads(f"bppsa.nn.{type(self).__name__}", self.bppsa_threads, "bppsa_threads")
         directions = 2 if self.bidirectional else 1
         expected = (self.num_layers * directions, batch, self.hidden_size)
         for s in states:
@@ -209,7 +215,7 @@ class _RecurrentBase(torch.nn.Module):
                 out, hk, ck = run_layer(self._specs[k], xin,
                                         None if h0 is None else h0[k].contiguous(),
                                         None if c0 is None else c0[k].contiguous(),
-                                        w_ih, w_hh, b_ih, b_hh, self.bppsa_backward, self.bppsa_threads, 0)
+                                        w_ih, w_hh, b_ih, b_hh, self.bppsa_backward, threads, 0)
                 outputs.append(out if direction == 0 else out.flip(0))
                 h_n.append(hk)
                 if lstm:

@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include "bppsa/core/error.hpp"
+#include "bppsa/core/memory.hpp"
 #include "recurrent_layer.hpp"
 #include "scan.hpp"
 
@@ -84,6 +85,19 @@ PYBIND11_MODULE(_C, m) {
            }),
            py::arg("kind"), py::arg("rows"), py::arg("cols"), py::arg("count"), py::arg("values"),
            py::arg("crow") = TensorRef{}, py::arg("col") = TensorRef{});
+
+  m.attr("MAX_THREADS") = kMaxThreads;
+  // The memory guard of the C++ engine (bppsa/core/memory.hpp), for what Python allocates:
+  // MemoryError with the numbers and `fix` when the items do not fit.
+  m.def(
+      "check_memory",
+      [](const std::string& op, const std::string& what, const std::vector<std::pair<std::string, double>>& items,
+         const std::string& fix) {
+        std::vector<MemoryItem> v;
+        for (const auto& [name, bytes] : items) v.push_back({name, bytes});
+        check_memory(op, what, v, fix);
+      },
+      py::arg("op"), py::arg("what"), py::arg("items"), py::arg("fix"));
 
   bind_layer<float>(m, "LayerEngineF32");
   bind_layer<double>(m, "LayerEngineF64");

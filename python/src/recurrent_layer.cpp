@@ -106,10 +106,8 @@ std::string LayerEngine<T>::backward(const OptRef& grad_out, const OptRef& grad_
   if (steps == 0) detail::raise<InvalidArgument>(kOp, "backward without a forward");
   BackwardOptions options;
   options.method = parse_backward(method);
-  if (threads < 0 || chunks < 0)
-    detail::raise<InvalidArgument>(kOp, "threads and chunks must be ≥ 0 (0 = automatic), got threads " +
-                                            std::to_string(threads) + ", chunks " + std::to_string(chunks));
-  options.threads = threads;
+  if (chunks < 0) detail::raise<InvalidArgument>(kOp, "chunks must be ≥ 0 (0 = automatic), got " + std::to_string(chunks));
+  options.threads = checked_threads(threads, kOp);
   options.chunks = chunks;
 
   // The gradient on the final state: what reaches h_n / c_n from outside the layer.

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "bppsa/core/error.hpp"
+#include "bppsa/core/memory.hpp"
 #include "bppsa/scan/scanner.hpp"
 
 namespace bppsa::python {
@@ -95,7 +96,16 @@ void affine_scan(const std::vector<ElementRef>& elements, const TensorRef& g_las
     detail::raise<InvalidArgument>(kOp, "expected " + std::to_string(n + 1) + " output buffers");
   if (!injections.empty() && static_cast<Index>(injections.size()) != n)
     detail::raise<InvalidArgument>(kOp, "expected " + std::to_string(n) + " injections (or none)");
-  if (threads < 0) detail::raise<InvalidArgument>(kOp, "threads must be ≥ 0 (0 = all cores)");
+  checked_threads(threads, kOp);
+  // The chain's copies of the elements, checked before any is made.
+  double chain_bytes = 0;
+  for (const ElementRef& e : elements)
+    chain_bytes += e.kind == "csr" ? static_cast<double>(e.values.numel()) * (sizeof(T) + 2 * sizeof(std::int32_t))
+                                   : static_cast<double>(e.count) * static_cast<double>(e.rows) *
+                                         static_cast<double>(e.cols) * sizeof(T);
+  check_memory(kOp, "a scan over " + std::to_string(n) + " elements", {{"the elements' copies", chain_bytes}},
+               "pass fewer or smaller elements, or share one (rows, cols) matrix by the batch instead of one per "
+               "sample");
 
   // Forward (layer) order: J_k^T = a_{N−k+1}, so the chain is the scan array reversed.
   Chain<T> chain(batch);

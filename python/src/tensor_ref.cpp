@@ -15,12 +15,20 @@ Index TensorRef::numel() const {
 
 bool TensorRef::c_contiguous() const {
   if (strides.size() != shape.size()) return false;
+  if (numel() == 0) return true;  // nothing to lay out (torch gives empty tensors any strides)
   Index expected = 1;
   for (std::size_t i = shape.size(); i-- > 0;) {
     if (shape[i] != 1 && strides[i] != expected) return false;  // extents of 1 may have any stride
     expected *= shape[i];
   }
   return true;
+}
+
+int checked_threads(int threads, const char* op) {
+  if (threads < 0 || threads > kMaxThreads)
+    detail::raise<InvalidArgument>(op, "threads must be in 0.." + std::to_string(kMaxThreads) +
+                                           " (0 = every core this process may use), got " + std::to_string(threads));
+  return threads;
 }
 
 std::string shape_text(const std::vector<Index>& shape) {

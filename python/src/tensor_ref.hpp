@@ -34,6 +34,13 @@ const char* dtype_name();
 template <class T>
 T* checked_data(const TensorRef& t, const std::vector<Index>& shape, const char* op, const std::string& what);
 
+/// The most OpenMP threads a call from Python may ask for. Far more than any machine's cores;
+/// past a few tens of thousands libgomp aborts or the process runs out of stack (issue 22).
+inline constexpr int kMaxThreads = 1024;
+
+/// `threads` after checking 0 ≤ threads ≤ kMaxThreads (InvalidArgument naming `op` otherwise).
+int checked_threads(int threads, const char* op);
+
 /// "[16, 1000, 1]" with −1 shown as "*".
 std::string shape_text(const std::vector<Index>& shape);
 

@@ -54,7 +54,7 @@ def test_forward_errors():
         m(torch.randn(4, 2, 3), (torch.randn(2, 2, 4), torch.randn(2, 2, 4)))
     with pytest.raises(RuntimeError, match="hx should also be 2-D"):
         m(torch.randn(4, 3), torch.randn(2, 1, 4))
-    with pytest.raises(ValueError, match="steps"):  # an empty sequence
+    with pytest.raises(RuntimeError, match="Expected sequence length to be larger than 0"):  # as torch
         m(torch.randn(0, 2, 3))
 
 
