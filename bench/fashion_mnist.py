@@ -8,8 +8,9 @@ whose rows are quoted from that file).
   (scripts/bench_fashion_mnist.sh runs it)
 
 Runs, every command recorded in OUT/fashion.json:
-  gru  a GRU over rows (T = 28 steps of 28 pixels), its backward pass through time a Blelloch scan,
-       and the same run (same seed, weights, batches) with sequential BP beside it;
+  gru  a GRU over rows (T = 28 steps of 28 pixels), its backward pass through time a BPPSA scan
+       (--gru-backward, hybrid: the chunked scan; blelloch does about H× BP's arithmetic, hours at
+       H 128 on two cores), and the same run (same seed, weights, batches) with sequential BP beside it;
   vgg  VGG-11 (channel widths / --vgg-div) trained with BPPSA (--vgg-backward, hybrid: the chunked
        scan over the layers' CSR Jacobians) for --vgg-epochs at --vgg-lr, then --vgg-decay-epochs
        more at a tenth of it (a step schedule: a second run from the first one's weights, fresh
@@ -181,6 +182,7 @@ def main():
     ap.add_argument("--gru-epochs", type=int, default=12)
     ap.add_argument("--gru-batch", type=int, default=64)
     ap.add_argument("--gru-lr", type=float, default=2e-3)
+    ap.add_argument("--gru-backward", default="hybrid", choices=("hybrid", "blelloch"))
     ap.add_argument("--vgg-div", type=int, default=4, help="VGG-11's channel widths divided by this (vgg11/N)")
     ap.add_argument("--vgg-backward", default="hybrid")
     ap.add_argument("--vgg-epochs", type=int, default=8)
@@ -211,10 +213,10 @@ def main():
                "--batch", str(a.gru_batch), "--epochs", str(a.gru_epochs), "--lr", str(a.gru_lr),
                "--clip-grad-norm", "1"]
         label = f"GRU over rows (H {a.gru_hidden}{', %d layers' % a.gru_layers if a.gru_layers > 1 else ''}) + Linear"
-        for method in ("blelloch", "bp"):
+        for method in (a.gru_backward, "bp"):
             print(f"GRU, {method}", file=sys.stderr)
             r = train(bppsa, f"gru_{method}", gru + ["--backward", method], work, cmds, common)
-            r.update(label=label, method="BPPSA (Blelloch scan)" if method == "blelloch" else "BP (reference)")
+            r.update(label=label, method=f"BPPSA ({method} scan)" if method != "bp" else "BP (reference)")
             runs.append(r)
 
     if "vgg" in only:

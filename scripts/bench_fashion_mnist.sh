@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fashion-MNIST under its published protocol (60,000 / 10,000), trained with BPPSA, against the
-# benchmark table of Fashion-MNIST's own README (bench/fashion_mnist.py): a GRU over rows (Blelloch
+# benchmark table of Fashion-MNIST's own README (bench/fashion_mnist.py): a GRU over rows (hybrid
 # scan, with BP beside it), VGG-11 (hybrid scan), and VGG-11 pruned to 90 % and retrained with BPPSA.
 #   scripts/bench_fashion_mnist.sh            full run into bench/results/cpu/fashion (hours on 2 cores)
 #   scripts/bench_fashion_mnist.sh --quick    smoke test (a minute) into build/bench-fashion-quick; not for figures
