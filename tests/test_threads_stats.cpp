@@ -1,4 +1,12 @@
-// Thread-count independence (bit-identical), statistics vs hand-derived formulas, plan reuse.
+// Thread-count independence (bit-identical), the executor's stages, statistics vs hand-derived
+// formulas, plan reuse.
+#include <omp.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "core/team.hpp"
 #include "oracle.hpp"
 
 namespace {
@@ -34,6 +42,7 @@ INSTANTIATE_TEST_SUITE_P(Scan, ThreadCounts,
                          [](const auto& info) { return std::string(to_string(info.param)); });
 
 TEST_P(ThreadCounts, BlellochAndFixedChunkHybridAreBitIdentical) {
+  const detail::FlopsPerThread full_teams(0);  // every thread, however small the problem
   // batch 16 ≥ threads runs sample-major, batch 1 and 3 mostly phase-major.
   for (Index batch : {1, 3, 16})
     for (Index dim : {4, 12}) {  // 12: Eigen's blocked kernels (depth > 8) for shared dense products
@@ -62,6 +71,7 @@ TEST_P(ThreadCounts, BlellochAndFixedChunkHybridAreBitIdentical) {
 }
 
 TEST_P(ThreadCounts, AutoAndThreadChunkedHybridMatchLinear) {
+  const detail::FlopsPerThread full_teams(0);  // every thread, however small the problem
   for (Index batch : {1, 3, 16}) {
     const RandomProblem<float> p = random_problem<float>({200, 5, batch, GetParam(), false, batch == 1, 40});
     Gradients<float> lin;
@@ -82,6 +92,7 @@ TEST_P(ThreadCounts, AutoAndThreadChunkedHybridMatchLinear) {
 }
 
 TEST(ThreadCounts, SharedDenseElementsOnColumnBlocksOfEveryWidth) {
+  const detail::FlopsPerThread full_teams(0);  // every thread, however small the problem
   // A shared dense (or S of shared_dense_diag) element is applied to each thread's block of
   // batch columns at once; the block width depends on the thread count, so this is where a
   // result could start depending on it. Dims not a multiple of the SIMD width, batch 8 / 16.
@@ -104,6 +115,74 @@ TEST(ThreadCounts, SharedDenseElementsOnColumnBlocksOfEveryWidth) {
           }
         }
       }
+}
+
+TEST(ThreadCounts, LittleWorkRunsOnOneThreadAndTheSameBits) {
+  // A chain far below flops_per_thread per thread: the team shrinks to one thread, with the
+  // same result as a full team.
+  const RandomProblem<float> p = random_problem<float>({10, 4, 1, ChainKind::dense, false, false, 5});
+  EXPECT_EQ(detail::team_for(1e3, 8), 1);
+  EXPECT_EQ(detail::team_for(3.5 * detail::flops_per_thread, 8), 3);
+  EXPECT_EQ(detail::team_for(1e30, 8), 8);
+  Gradients<float> small, full;
+  Scanner<float>(opts(Algorithm::blelloch, 2)).run(p.chain, p.g_last, small);
+  {
+    const detail::FlopsPerThread full_teams(0);
+    EXPECT_EQ(detail::team_for(1e3, 8), 8);
+    Scanner<float>(opts(Algorithm::blelloch, 2)).run(p.chain, p.g_last, full);
+  }
+  EXPECT_TRUE(oracle::bit_identical(small, full));
+}
+
+// ---------------------------------------------------------------------------------------
+// The executor's stages: units claimed by whichever thread is free.
+
+TEST(Stages, EveryUnitRunsOnceAndAfterThePreviousStage) {
+  const std::vector<std::int64_t> units{1, 7, 64, 3, 0, 200, 1, 33};
+  for (int threads : {1, 2, 3, 8}) {
+    std::vector<std::atomic<int>> runs(units.size() * 256);
+    std::vector<std::atomic<std::int64_t>> finished(units.size());
+    std::atomic<int> out_of_order{0};
+    detail::Stages stages(units);
+#pragma omp parallel num_threads(threads)
+    stages.run([&](std::size_t s, std::int64_t u) {
+      if (s > 0 && finished[s - 1].load() != units[s - 1]) ++out_of_order;
+      ++runs[s * 256 + static_cast<std::size_t>(u)];
+      ++finished[s];
+    });
+    EXPECT_EQ(out_of_order.load(), 0) << threads << " threads";
+    for (std::size_t s = 0; s < units.size(); ++s)
+      for (std::int64_t u = 0; u < 256; ++u)
+        ASSERT_EQ(runs[s * 256 + static_cast<std::size_t>(u)].load(), u < units[s] ? 1 : 0)
+            << "stage " << s << " unit " << u << ", " << threads << " threads";
+  }
+}
+
+TEST(Stages, AThreadThatNeverArrivesHoldsNothingBack) {
+  // Thread 1 stands for a thread the OS has descheduled: it joins only once every unit is
+  // done, or after 30 s. With a barrier per stage the others would wait for it.
+  const std::vector<std::int64_t> units{4, 9, 2, 16, 5};
+  std::int64_t total = 0;
+  for (std::int64_t u : units) total += u;
+  std::atomic<std::int64_t> ran{0};
+  std::atomic<bool> joined_after_all{false};
+  int team = 0;
+  detail::Stages stages(units);
+#pragma omp parallel num_threads(2)
+  {
+#pragma omp single
+    team = omp_get_num_threads();
+    if (omp_get_thread_num() == 1) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (ran.load() < total && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      joined_after_all = ran.load() == total;
+    }
+    stages.run([&](std::size_t, std::int64_t) { ++ran; });
+  }
+  if (team < 2) GTEST_SKIP() << "OpenMP gave one thread";
+  EXPECT_EQ(ran.load(), total);
+  EXPECT_TRUE(joined_after_all.load()) << "the other thread waited for the absent one";
 }
 
 // ---------------------------------------------------------------------------------------

@@ -260,7 +260,12 @@ void ConvNet<T>::backward(const BackwardOptions& options, BackwardTimes* times) 
     ScanOptions so = scan_options(options);
     so.threads = threads;
     s.scanner.set_options(so);
-    bt.last_scan = s.scanner.run(s.chain, dlogits_, s.grads);
+    try {
+      bt.last_scan = s.scanner.run(s.chain, dlogits_, s.grads);
+    } catch (const NonFiniteError&) {  // the scan's own advice is for library users; a trainer's is BP's
+      detail::raise<NonFiniteError>("ConvNet::backward", "layer gradients are not finite (NaN/Inf): the loss or the "
+                                                         "weights diverged; lower the learning rate");
+    }
     double t2 = omp_get_wtime();
     // ∂ℓ/∂(output of layer i) is g_k with k the number of chained layers up to i.
     Index k = 0;

@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <random>
 
 #include "bppsa/core/error.hpp"
@@ -14,6 +15,7 @@
 #include "core/random.hpp"
 #include "core/denormals.hpp"
 #include "core/finite.hpp"
+#include "core/team.hpp"
 #include "nn/cell.hpp"
 #include "nn/cuda/gpu_model.hpp"
 
@@ -69,15 +71,23 @@ template const CellOps<double>& cell_ops<double>(CellType, Nonlinearity);
 namespace {
 
 
-/// Runs f(t0, t1) on `threads` threads over contiguous ranges covering steps 1..steps: steps
-/// are independent in Jacobian generation and in the pre-activation gradients.
+/// Runs f(t0, t1) over contiguous ranges covering steps 1..steps, on up to `threads` threads
+/// (fewer for little work: `flops_per_step` sizes the team), each range claimed by whichever
+/// thread is free: steps are independent in Jacobian generation and in the pre-activation gradients.
 template <class F>
-void parallel_over_steps(int threads, Index steps, F&& f) {
-#pragma omp parallel num_threads(threads)
+void parallel_over_steps(int threads, Index steps, double flops_per_step, F&& f) {
+  const int team = detail::team_for(flops_per_step * static_cast<double>(steps), threads);
+  if (team <= 1) {
+    f(1, 1 + steps);
+    return;
+  }
+  const Index chunks = std::min<Index>(steps, 4 * team);
+  std::atomic<Index> next{0};
+#pragma omp parallel num_threads(team)
   {
     detail::FlushDenormals flush;
-    const Index nt = omp_get_num_threads(), id = omp_get_thread_num();
-    f(1 + steps * id / nt, 1 + steps * (id + 1) / nt);
+    for (Index c; (c = next.fetch_add(1, std::memory_order_relaxed)) < chunks;)
+      f(1 + steps * c / chunks, 1 + steps * (c + 1) / chunks);
   }
 }
 
@@ -526,6 +536,8 @@ void Recurrent<T>::backward_layer(Index l, const BackwardOptions& options, Backw
   impl_->next_layer = -1;
   const auto& ops = detail::cell_ops<T>(config_.cell, config_.nonlinearity);
   const int threads = resolve_threads(options.threads);
+  // Jacobian generation: at most one S × S block per sample and step.
+  const double fill_flops = static_cast<double>(B) * static_cast<double>(S) * static_cast<double>(S);
   const bool scan = resolve_backward(options, B) != BackwardMethod::bp;
   BackwardTimes local;
 
@@ -564,7 +576,7 @@ void Recurrent<T>::backward_layer(Index l, const BackwardOptions& options, Backw
       L.chain_steps = T_;
       L.chain_batch = B;
     }
-    parallel_over_steps(threads, T_, [&](Index t0r, Index t1r) { ops.fill_jacobians(p, rec, L.chain, t0r, t1r); });
+    parallel_over_steps(threads, T_, fill_flops, [&](Index t0r, Index t1r) { ops.fill_jacobians(p, rec, L.chain, t0r, t1r); });
     if (inject) {
       for (Index k = 1; k < T_; ++k) {
         Matrix<T>* e = L.chain.injection(k);
@@ -583,13 +595,19 @@ void Recurrent<T>::backward_layer(Index l, const BackwardOptions& options, Backw
     so.threads = threads;
     L.scanner.set_options(so);
     impl_->g_last = L.g.middleCols(T_ * B, B);
-    local.last_scan = L.scanner.run(L.chain, impl_->g_last, L.out);
+    try {
+      local.last_scan = L.scanner.run(L.chain, impl_->g_last, L.out);
+    } catch (const NonFiniteError&) {  // the scan's own advice is for library users; a trainer's is BP's
+      detail::raise<NonFiniteError>(op, "state gradients of layer " + std::to_string(l) +
+                                            " are not finite (NaN/Inf): the loss or the weights diverged; "
+                                            "lower the learning rate");
+    }
     for (Index k = 0; k < T_; ++k) L.g.middleCols(k * B, B) = L.out.g(k);
     local.scan += omp_get_wtime() - t1;
   }
 
   double t2 = omp_get_wtime();
-  if (scan) parallel_over_steps(threads, T_, [&](Index t0r, Index t1r) { ops.preact(rec, L.g, L.pg, t0r, t1r); });
+  if (scan) parallel_over_steps(threads, T_, 4.0 * static_cast<double>(G * B), [&](Index t0r, Index t1r) { ops.preact(rec, L.g, L.pg, t0r, t1r); });
   gp.w_ih.noalias() = L.pg.dx * rec.x.transpose();
   gp.b_ih = L.pg.dx.rowwise().sum();
   gp.w_hh.noalias() = dh * rec.h.leftCols(T_ * B).transpose();
@@ -659,7 +677,9 @@ std::pair<Jacobian<T>, Matrix<T>> Recurrent<T>::layer_transfer(Index l, const Ba
     L.chain_batch = B;
   }
   const int threads = resolve_threads(options.threads);
-  parallel_over_steps(threads, T_, [&](Index t0r, Index t1r) { ops.fill_jacobians(p, rec, L.chain, t0r, t1r); });
+  // Jacobian generation: at most one S × S block per sample and step.
+  const double fill_flops = static_cast<double>(B) * static_cast<double>(S) * static_cast<double>(S);
+  parallel_over_steps(threads, T_, fill_flops, [&](Index t0r, Index t1r) { ops.fill_jacobians(p, rec, L.chain, t0r, t1r); });
   Jacobian<T> m = L.chain.jacobian(1);
   for (Index t = 2; t <= T_; ++t) m = multiply(m, L.chain.jacobian(t));
 

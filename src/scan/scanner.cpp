@@ -89,7 +89,7 @@ void check_inputs(const Chain<T>& chain, const Matrix<T>& g_last, int threads) {
   if (!all_finite(g_last)) detail::raise<NonFiniteError>(op, "g_N (the loss gradient) contains NaN or Inf" + hint);
   const Index n = chain.size();
   Index bad = n + 1;
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 64) reduction(min : bad)
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 64) reduction(min : bad) if (n >= kParallelElements)
   for (Index k = 1; k <= n; ++k) {
     const Jacobian<T>& j = chain.jacobian(k);
     bool ok = all_finite(j.values().data(), static_cast<Index>(j.values().size()));
@@ -223,7 +223,7 @@ const ScanStats& Scanner<T>::run(const Chain<T>& chain, const Matrix<T>& g_last,
   if (!options_.check_inputs && !all_finite(g_last))
     detail::raise<NonFiniteError>(op, "g_N (the loss gradient) contains NaN or Inf; check the loss");
   Index bad = -1;  // the highest k with a non-finite g_k: where the trouble entered, going backwards
-#pragma omp parallel for num_threads(threads) schedule(static) reduction(max : bad)
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(max : bad) if (n >= kParallelElements)
   for (Index k = 0; k < n; ++k)
     if (!all_finite(out.g(k))) bad = std::max(bad, k);
   if (bad >= 0)

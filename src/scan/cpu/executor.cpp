@@ -1,6 +1,7 @@
 // OpenMP executor for scan schedules (CPU half).
 #include "scan/cpu/executor.hpp"
 #include "core/denormals.hpp"
+#include "core/team.hpp"
 
 #include <omp.h>
 
@@ -118,57 +119,55 @@ class Runner {
 
 template <class T>
 void execute(const Schedule<T>& schedule, const Operands<T>& operands, Workspace<T>& ws, Index batch, int threads) {
-  threads = std::max(threads, 1);
+  threads = team_for(schedule.stats.flops, std::max(threads, 1));
   ws.scratch.resize(std::max(ws.scratch.size(), static_cast<std::size_t>(threads)));
   const Runner<T> runner(schedule, operands, ws, batch);
   const auto& phases = schedule.phases;
   const bool sample_major = runs_sample_major(batch, threads);
 
+  // The stages: the shared products phase by phase; then either `threads` contiguous sample
+  // ranges through every phase (one stage), or each phase's (task, sample) pairs.
+  std::vector<std::size_t> shared_phases;
+  std::vector<std::int64_t> units;
+  for (std::size_t p = 0; p < phases.size(); ++p)
+    if (phases[p].has_shared_product) {
+      shared_phases.push_back(p);
+      units.push_back(static_cast<std::int64_t>(phases[p].tasks.size()));
+    }
+  const std::size_t first_sample_stage = units.size();
+  if (sample_major)
+    units.push_back(threads);
+  else
+    for (const Phase& phase : phases) units.push_back(static_cast<std::int64_t>(phase.tasks.size()) * batch);
+
   std::exception_ptr error;
-  auto guarded = [&error](auto&& body) {
+  auto unit = [&](std::size_t stage, std::int64_t u, Scratch<T>& scratch) {
     try {
-      body();
+      if (stage < first_sample_stage) {
+        for (const Op& op : phases[shared_phases[stage]].tasks[static_cast<std::size_t>(u)].ops)
+          runner.run_shared(op, scratch);
+      } else if (sample_major) {
+        const Index b0 = batch * u / threads, b1 = batch * (u + 1) / threads;
+        for (const Phase& phase : phases)
+          for (const Task& task : phase.tasks)
+            for (const Op& op : task.ops) runner.run_samples(op, b0, b1, scratch);
+      } else {
+        const Index s = u % batch;
+        for (const Op& op : phases[stage - first_sample_stage].tasks[static_cast<std::size_t>(u / batch)].ops)
+          runner.run_samples(op, s, s + 1, scratch);
+      }
     } catch (...) {
 #pragma omp critical(bppsa_executor_error)
       if (!error) error = std::current_exception();
     }
   };
 
-#pragma omp parallel num_threads(threads)
+  Stages stages(units);
+#pragma omp parallel num_threads(threads) if (threads > 1)
   {
     detail::FlushDenormals flush;
-    const int tid = omp_get_thread_num();
-    const int team = omp_get_num_threads();
-    Scratch<T>& scratch = ws.scratch[static_cast<std::size_t>(tid)];
-    for (std::size_t p = 0; p < phases.size(); ++p) {
-      if (!phases[p].has_shared_product) continue;
-      const auto& tasks = phases[p].tasks;
-#pragma omp for schedule(dynamic, 1)
-      for (std::size_t t = 0; t < tasks.size(); ++t)
-        guarded([&] {
-          for (const Op& op : tasks[t].ops) runner.run_shared(op, scratch);
-        });
-    }
-    if (sample_major) {
-      const Index b0 = batch * tid / team, b1 = batch * (tid + 1) / team;
-      if (b0 < b1)
-        guarded([&] {
-          for (const Phase& phase : phases)
-            for (const Task& task : phase.tasks)
-              for (const Op& op : task.ops) runner.run_samples(op, b0, b1, scratch);
-        });
-    } else {
-      for (const Phase& phase : phases) {
-        const Index units = static_cast<Index>(phase.tasks.size()) * batch;
-#pragma omp for schedule(dynamic, 1)
-        for (Index u = 0; u < units; ++u)
-          guarded([&] {
-            const Index s = u % batch;
-            for (const Op& op : phase.tasks[static_cast<std::size_t>(u / batch)].ops)
-              runner.run_samples(op, s, s + 1, scratch);
-          });
-      }
-    }
+    Scratch<T>& scratch = ws.scratch[static_cast<std::size_t>(omp_get_thread_num())];
+    stages.run([&](std::size_t stage, std::int64_t u) { unit(stage, u, scratch); });
   }
   if (error) std::rethrow_exception(error);
 }

@@ -34,11 +34,13 @@ inline bool runs_sample_major(Index batch, int threads) {
   return threads <= 1 || (batch >= threads && (batch % threads == 0 || batch >= 4 * threads));
 }
 
-/// Runs every op of the schedule. Products whose result is shared by the batch are done
-/// once, first; then either each thread runs whole samples through all phases (no barrier,
-/// when the batch divides well among the threads) or each phase is spread over
-/// (task, sample) pairs with a barrier after it. Every value is computed by exactly one
-/// thread in a fixed order, so the result does not depend on the thread count.
+/// Runs every op of the schedule on at most `threads` threads (fewer for little work:
+/// detail::team_for). Products whose result is shared by the batch are done once, first; then
+/// either whole sample ranges run through all phases (when the batch divides well among the
+/// threads) or each phase is spread over (task, sample) pairs. Units are claimed, not assigned
+/// (detail::Stages), so a descheduled thread delays only the unit it holds. Every value is
+/// computed by exactly one thread in a fixed order, so the result does not depend on which
+/// thread ran it.
 template <class T>
 void execute(const Schedule<T>& schedule, const Operands<T>& operands, Workspace<T>& ws, Index batch, int threads);
 
