@@ -20,6 +20,7 @@
 #include "bppsa/bppsa.hpp"
 #include "bppsa/scan/report.hpp"
 #include "commands.hpp"
+#include "options.hpp"
 
 #ifndef BPPSA_SOURCE_DIR
 #define BPPSA_SOURCE_DIR "."
@@ -317,7 +318,7 @@ Command add_jacobians(CLI::App& app) {
       ->check(CLI::IsMember({"blelloch", "hybrid", "linear", "auto", "bp"}))
       ->capture_default_str();
   sub->add_option("--threads", a->threads, "threads (0 = all cores); hybrid plans one chunk per thread")
-      ->check(CLI::Range(0, 4096));
+      ->check(CLI::Range(0, kMaxThreads));
   sub->add_option("--chunks", a->chunks, "hybrid chunks (0 = automatic)")->check(CLI::Range(0, 1 << 20));
   sub->add_option("--repeats", a->repeats, "--table1: timed repetitions (median)")->check(CLI::Range(1, 100));
   sub->add_option("--vectors", a->vectors, "--table1: basis vectors the PyTorch baseline times per op")

@@ -1,4 +1,7 @@
 // bppsa: command-line entry point. Maps every exception to a message and a non-zero exit.
+#include <omp.h>
+
+#include <cstdlib>
 #include <iostream>
 #include <new>
 
@@ -22,6 +25,15 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);  // prints the message (or the help)
     return rc == 0 ? 0 : 2;      // invalid flags: exit 2
+  }
+  // --threads 0 and every default mean OpenMP's thread count, which OMP_NUM_THREADS sets: held to
+  // the same bound as the flags (libgomp crashes trying to start tens of thousands of threads).
+  if (omp_get_max_threads() > bppsa::cli::kMaxThreads) {
+    const char* env = std::getenv("OMP_NUM_THREADS");
+    std::cerr << "bppsa: error: OMP_NUM_THREADS=" << (env ? env : "?") << " asks for " << omp_get_max_threads()
+              << " threads; bppsa runs at most " << bppsa::cli::kMaxThreads
+              << ": set OMP_NUM_THREADS to at most that, or unset it (every core)\n";
+    return 2;
   }
   try {
     if (app.got_subcommand("scan-check")) return scan_check();

@@ -211,7 +211,7 @@ void add_backward_options(CLI::App& app, BackwardArgs& a) {
   app.add_option("--backward", a.backward, "bp (sequential baseline) or a BPPSA scan: blelloch, hybrid, auto")
       ->check(CLI::IsMember({"bp", "blelloch", "hybrid", "auto", "linear"}))
       ->capture_default_str();
-  app.add_option("--threads", a.threads, "OpenMP threads (0 = all cores)")->check(CLI::Range(0, 4096));
+  app.add_option("--threads", a.threads, "OpenMP threads (0 = all cores)")->check(CLI::Range(0, kMaxThreads));
   app.add_option("--chunks", a.chunks, "hybrid: chunks per chain (0 = chosen by the cost model)")
       ->check(CLI::Range(0, 1 << 20));
 }

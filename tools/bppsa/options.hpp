@@ -11,6 +11,9 @@
 
 namespace bppsa::cli {
 
+/// The most threads any subcommand runs (--threads, and OMP_NUM_THREADS behind --threads 0).
+inline constexpr int kMaxThreads = 4096;
+
 /// Makes every numeric option of every subcommand of `app` take only a number: CLI11 alone
 /// reads "" as 0, NaN and ±inf as floats that pass range checks, "-1" for an unsigned option
 /// as 2^64 − 1 and integers past the type's range as its limit. Invalid values exit 2.

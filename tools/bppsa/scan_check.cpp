@@ -9,6 +9,7 @@
 
 #include "bppsa/bppsa.hpp"
 #include "commands.hpp"
+#include "options.hpp"
 
 namespace bppsa::cli {
 namespace {
@@ -194,7 +195,7 @@ Command add_scan_check(CLI::App& app) {
       ->check(CLI::IsMember({"linear", "blelloch", "hybrid", "auto"}))
       ->capture_default_str();
   c->add_option("--threads", args->threads, "worker threads (0 = all cores)")
-      ->check(CLI::Range(0, 4096))
+      ->check(CLI::Range(0, kMaxThreads))
       ->capture_default_str();
   c->add_option("--chunks", args->chunks, "hybrid: chunks per chain (0 = one per thread)")
       ->check(CLI::Range(0, 1 << 20))
