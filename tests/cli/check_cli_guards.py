@@ -106,6 +106,21 @@ def check_lock():
     run(SMALL + ["--epochs", "1", "--save", ck], 0, label="the lock of a killed run does not block the next")
 
 
+def check_stale_temporaries():
+    """A save removes the temporaries of killed saves (dead pid), never those of a live process."""
+    ck = path("tmp.safetensors")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = [path(f".tmp.safetensors.tmp.{dead.pid}.0"), path(f".tmp.optim.8-0123456789abcdef.safetensors.tmp.{dead.pid}.3")]
+    live = path(f".tmp.safetensors.tmp.{os.getpid()}.0")
+    other = path(f".other.safetensors.tmp.{dead.pid}.0")
+    for f in stale + [live, other]:
+        open(f, "wb").write(b"partial")
+    run(SMALL + ["--epochs", "1", "--save", ck], label="a save beside stale temporaries")
+    check(not any(os.path.exists(f) for f in stale), "the temporaries of the dead process are removed")
+    check(os.path.exists(live) and os.path.exists(other), "a live process's temporary and another file's are kept")
+
+
 def check_log():
     """--log failures are errors; --log may not be a checkpoint file."""
     run(SMALL + ["--epochs", "1", "--log", "/dev/full"], 1, ["/dev/full", "No space left"], "--log /dev/full")
@@ -217,6 +232,10 @@ def check_non_utf8():
         check(lines and lines[-1]["event"] == "epoch", "the log is valid UTF-8 JSON lines")
         run(SMALL + ["--epochs", "2", "--resume", os.fsdecode(out), "--save", os.fsdecode(out)],
             label="resume from the non-UTF-8 path")
+        r = run(["eval", "--checkpoint", os.fsdecode(out), "--data", "bitstream", "--steps", "15", "--samples", "120",
+                 "--json"], label="eval --json of a non-UTF-8 path")
+        check(r.returncode == 0 and json.loads(r.out)["checkpoint"] == out.decode("utf-8", "backslashreplace"),
+              "eval --json names the checkpoint, its byte 0xE9 escaped")
     check(not [f for f in os.listdir(folder) if b".tmp." in f], "no stray temporary file")
     irmas = os.path.join(folder, b"irmas\xe9")
     write_wavs(os.fsdecode(irmas))
@@ -336,7 +355,7 @@ def main():
     shutil.rmtree(WORK, ignore_errors=True)
     os.makedirs(WORK)
     only = set(sys.argv[3:])
-    for f in (check_lock, check_log, check_full_disk, check_inputs, check_non_utf8, check_irmas_cache,
+    for f in (check_lock, check_stale_temporaries, check_log, check_full_disk, check_inputs, check_non_utf8, check_irmas_cache,
               check_jacobians, check_messages):
         if not only or f.__name__ in only:
             f()

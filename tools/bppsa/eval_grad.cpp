@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bppsa/bppsa.hpp"
+#include "bppsa/io/file.hpp"
 #include "bppsa/io/safetensors.hpp"
 #include "bppsa/train/trainer.hpp"
 #include "commands.hpp"
@@ -28,7 +29,7 @@ struct EvalArgs {
 /// Prints an evaluation report (text or one JSON object).
 void print_eval(const EvalArgs& a, const EvalReport& r, const std::string& model, const std::string& data) {
   if (a.json) {
-    std::cout << nlohmann::json{{"checkpoint", a.checkpoint}, {"model", model},           {"data", data},
+    std::cout << nlohmann::json{{"checkpoint", utf8_text(a.checkpoint)}, {"model", model}, {"data", utf8_text(data)},
                                 {"split", a.split},           {"samples", r.samples},      {"loss", r.loss},
                                 {"accuracy", r.accuracy},     {"seconds", r.seconds}}
                      .dump()

@@ -295,7 +295,7 @@ int run_report(const Args& a) {
   }
   std::string pruned = "unpruned";
   if (a.prune > 0) pruned = prune_global_magnitude(model, a.prune).str();
-  else if (!model.layer(0).mask().empty()) pruned = "masks of " + a.weights;
+  else if (!model.layer(0).mask().empty()) pruned = "masks of " + utf8_text(a.weights);
   BackwardOptions bo{parse_backward(a.backward), a.threads, a.chunks};
   if (bo.method == BackwardMethod::bp) bo.method = BackwardMethod::linear;  // BP's products = the linear scan's
   const double t0 = omp_get_wtime();
