@@ -142,7 +142,7 @@ CheckpointLock::~CheckpointLock() {
 
 void save_checkpoint(const std::string& path, TensorFile weights, TensorFile optimizer_state) {
   const auto [base, ext] = split_ext(path);
-  remove_stale_temporaries(base + ".");
+  remove_stale_temporaries(base);  // ".X.safetensors.tmp.…" and ".X.optim.….tmp.…"
   const std::string step = weights.metadata_or("bppsa.step", "0");
   const std::string generation = new_generation(step);
   optimizer_state.metadata["generation"] = generation;

@@ -83,7 +83,7 @@ void check_split(const DataArgs& d, Index train, Index test) {
   std::string why = "--data " + d.data + (d.dir.empty() ? "" : " --data-dir " + d.dir) + " gives " +
                     std::to_string(train) + " training and " + std::to_string(test) + " test samples";
   if (d.data == "irmas")
-    why += " (--test-fraction " + std::to_string(d.test_fraction) + " of them are held out): " +
+    why += " (--test-fraction " + number(d.test_fraction) + " of them are held out): " +
            (train == 0 ? "lower --test-fraction or add files" : "raise --test-fraction (e.g. 0.2) or add files");
   else
     why += ": use a data set with more samples";
