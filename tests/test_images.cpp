@@ -258,10 +258,12 @@ TEST(Cifar10, EveryPixelAndLabelRoundTrips) {
   EXPECT_EQ(train.sample(0)[1], 1.0f);
 }
 
-TEST(Cifar10, BatchesFolderItselfMetaNamesAndFirstGap) {
+TEST(Cifar10, BatchesFolderItselfMetaNamesAndGap) {
   FakeCifar f;
-  // data_batch_3 is missing, so data_batch_4 is not read.
+  // data_batch_3 is missing: data_batch_4 after the gap is an error, not silently left out.
   write_bytes(f.folder / "data_batch_4.bin", batch({5}, 4));
+  expect_error<FormatError>([&] { (void)load_cifar10(f.folder); }, {"data_batch_4.bin", "no data_batch_3.bin"});
+  std::filesystem::remove(f.folder / "data_batch_4.bin");
   write_text(f.folder / "batches.meta.txt", "  plane\r\ncar\nbird\ncat\n\ndeer\ndog\nfrog\nhorse\nship\ntruck \n\n");
   const auto [train, test] = load_cifar10(f.folder);
   expect_records(train, f.train);

@@ -279,4 +279,28 @@ TEST(WriteFileAtomic, FailedWriteKeepsOldFile) {
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()), 1);
 }
 
+TEST(Utf8Text, UnchangedWhenUtf8WithoutBackslashElseEscapedLosslessly) {
+  EXPECT_EQ(utf8_text("/data/caf\xc3\xa9/x.safetensors"), "/data/caf\xc3\xa9/x.safetensors");  // é in UTF-8
+  EXPECT_EQ(utf8_text("/data/caf\xe9"), "/data/caf\\xe9");                                     // Latin-1 é
+  EXPECT_EQ(utf8_text("a\\b"), "a\\\\b");
+  EXPECT_EQ(utf8_text("\xe9\\"), "\\xe9\\\\");
+  EXPECT_EQ(utf8_text("\xc0\xaf"), "\\xc0\\xaf");          // overlong '/'
+  EXPECT_EQ(utf8_text("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // a UTF-16 surrogate
+  EXPECT_FALSE(is_utf8("\xe9"));
+  EXPECT_TRUE(is_utf8("\xf0\x9f\x98\x80"));
+}
+
+TEST(Safetensors, MetadataThatIsNotUtf8IsStoredEscaped) {
+  TensorFile f;
+  f.tensors["w"] = Tensor::from_f32(std::vector<float>{1.0f}, {1});
+  f.metadata["bppsa.init"] = "/tmp/caf\xe9.safetensors";
+  const TensorFile back = parse_safetensors(serialize_safetensors(f), "mem");
+  EXPECT_EQ(back.metadata_or("bppsa.init"), "/tmp/caf\\xe9.safetensors");
+}
+
+TEST(ReadFile, RefusesWhatIsNotARegularFile) {
+  expect_error<IoError>([] { (void)read_file("/dev/zero"); }, {"/dev/zero", "not a regular file"});
+  expect_error<IoError>([] { (void)read_safetensors("/dev/zero"); }, {"/dev/zero", "not a regular file"});
+}
+
 }  // namespace

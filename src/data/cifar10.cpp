@@ -130,14 +130,21 @@ std::vector<std::string> detail::parse_cifar10_class_names(std::span<const unsig
 std::pair<ImageDataset, ImageDataset> load_cifar10(const std::filesystem::path& dir) {
   const std::filesystem::path folder = batches_dir(dir);
   const std::vector<std::string> names = read_class_names(folder);
-  // data_batch_1.bin is there (batches_dir checked); the others up to the first gap.
+  // data_batch_1.bin is there (batches_dir checked); the others up to the first gap, and a
+  // batch after a gap is an error rather than silently left out.
   std::vector<std::filesystem::path> train_files;
   std::error_code ec;
-  for (int k = 1;; ++k) {
+  int k = 1;
+  for (;; ++k) {
     std::filesystem::path file = folder / ("data_batch_" + std::to_string(k) + ".bin");
     if (k > 1 && !std::filesystem::exists(file, ec)) break;
     train_files.push_back(std::move(file));
   }
+  for (int later = k + 1; later <= k + 16; ++later)
+    if (std::filesystem::exists(folder / ("data_batch_" + std::to_string(later) + ".bin"), ec))
+      detail::raise<FormatError>(kOp, "CIFAR-10 folder '" + folder.string() + "' has data_batch_" +
+                                          std::to_string(later) + ".bin but no data_batch_" + std::to_string(k) +
+                                          ".bin: a training batch is missing (restore it, or remove the later ones)");
   ImageDataset train = empty_set("cifar10 train", names), test = empty_set("cifar10 test", names);
   reserve_for(train_files, train);
   for (const auto& file : train_files) read_batch(file, train);

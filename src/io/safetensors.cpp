@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "bppsa/core/error.hpp"
+#include "bppsa/core/memory.hpp"
 #include "bppsa/io/file.hpp"
 
 namespace bppsa {
@@ -270,29 +271,21 @@ const Tensor& TensorFile::require(const std::string& name, const std::vector<Ind
   return t;
 }
 
-TensorFile parse_safetensors(std::span<const unsigned char> bytes, const std::string& source) {
-  const Bad bad{file_name(source)};
-  if (bytes.size() < 8)
-    bad("is " + std::to_string(bytes.size()) +
-        " bytes long, shorter than the 8-byte header length (not a safetensors file, or truncated)");
-  std::uint64_t header_len = 0;
-  std::memcpy(&header_len, bytes.data(), 8);
-  if (header_len > bytes.size() - 8)
-    bad("header length " + std::to_string(header_len) + " is larger than the " + std::to_string(bytes.size() - 8) +
-        " bytes that follow it (truncated, or not a safetensors file)");
-  const auto* header_begin = reinterpret_cast<const char*>(bytes.data() + 8);
-  const std::span<const unsigned char> data = bytes.subspan(8 + header_len);
+namespace {
 
+/// Parses the JSON header and checks every entry against a data section of `data_size`
+/// bytes (inside it, tiling it exactly), before any tensor bytes are read or allocated.
+/// Fills `file`'s metadata; returns the entries sorted by offset.
+std::vector<Entry> parse_header(const char* begin, std::uint64_t header_len, std::uint64_t data_size, TensorFile& file,
+                                const Bad& bad) {
   json header;
   try {
-    header = json::parse(header_begin, header_begin + header_len);
+    header = json::parse(begin, begin + header_len);
   } catch (const json::exception& e) {
     bad(std::string("header is not valid JSON: ") + e.what());
   }
   if (!header.is_object()) bad("header is a JSON " + std::string(header.type_name()) + ", not an object");
 
-  TensorFile file;
-  file.source = source;
   std::vector<Entry> entries;
   for (const auto& [key, value] : header.items()) {
     if (key == "__metadata__") {
@@ -305,7 +298,7 @@ TensorFile parse_safetensors(std::span<const unsigned char> bytes, const std::st
       }
       continue;
     }
-    entries.push_back(parse_entry(key, value, data.size(), bad));
+    entries.push_back(parse_entry(key, value, data_size, bad));
   }
 
   // The tensors must tile the data section exactly: no overlaps, no gaps, nothing after.
@@ -323,11 +316,34 @@ TensorFile parse_safetensors(std::span<const unsigned char> bytes, const std::st
     covered = e.end;
     prev = &e;
   }
-  if (covered != data.size())
-    bad("data_offsets are not contiguous: the data section has " + std::to_string(data.size()) +
+  if (covered != data_size)
+    bad("data_offsets are not contiguous: the data section has " + std::to_string(data_size) +
         " bytes but the tensors cover only [0, " + std::to_string(covered) + ")");
+  return entries;
+}
 
-  for (Entry& e : entries) {
+/// The 8-byte header length, checked against the `size` bytes of the whole file.
+std::uint64_t header_length(const unsigned char* first8, std::uint64_t size, const Bad& bad) {
+  if (size < 8)
+    bad("is " + std::to_string(size) +
+        " bytes long, shorter than the 8-byte header length (not a safetensors file, or truncated)");
+  std::uint64_t header_len = 0;
+  std::memcpy(&header_len, first8, 8);
+  if (header_len > size - 8)
+    bad("header length " + std::to_string(header_len) + " is larger than the " + std::to_string(size - 8) +
+        " bytes that follow it (truncated, or not a safetensors file)");
+  return header_len;
+}
+
+}  // namespace
+
+TensorFile parse_safetensors(std::span<const unsigned char> bytes, const std::string& source) {
+  const Bad bad{file_name(source)};
+  const std::uint64_t header_len = header_length(bytes.data(), bytes.size(), bad);
+  const std::span<const unsigned char> data = bytes.subspan(8 + header_len);
+  TensorFile file;
+  file.source = source;
+  for (Entry& e : parse_header(reinterpret_cast<const char*>(bytes.data() + 8), header_len, data.size(), file, bad)) {
     e.tensor.bytes.assign(data.begin() + static_cast<std::ptrdiff_t>(e.begin),
                           data.begin() + static_cast<std::ptrdiff_t>(e.end));
     file.tensors.emplace(std::move(e.name), std::move(e.tensor));
@@ -336,7 +352,34 @@ TensorFile parse_safetensors(std::span<const unsigned char> bytes, const std::st
 }
 
 TensorFile read_safetensors(const std::filesystem::path& path) {
-  return parse_safetensors(read_file(path), path.string());
+  // Header first, checked against the real file size; the tensors are read (and allocated)
+  // only once every offset is known to lie inside the file and the total fits in memory.
+  const InputFile f(path);
+  const std::string source = path.string();
+  const Bad bad{file_name(source)};
+  unsigned char first8[8] = {};
+  if (f.size() >= 8) f.read_at(0, first8);
+  const std::uint64_t header_len = header_length(first8, f.size(), bad);
+  constexpr std::uint64_t kMaxHeader = 100'000'000;  // the safetensors format's own limit
+  if (header_len > kMaxHeader)
+    bad("header length " + std::to_string(header_len) +
+        " exceeds the format's limit of 100 MB (not a safetensors "
+        "file, or corrupt)");
+  std::vector<unsigned char> header(static_cast<std::size_t>(header_len));
+  f.read_at(8, header);
+  TensorFile file;
+  file.source = source;
+  const std::uint64_t data_size = f.size() - 8 - header_len;
+  std::vector<Entry> entries =
+      parse_header(reinterpret_cast<const char*>(header.data()), header_len, data_size, file, bad);
+  check_memory("read_safetensors", "the tensors of " + file_name(source),
+               {{"tensor data", static_cast<double>(data_size)}}, "give a smaller file");
+  for (Entry& e : entries) {
+    e.tensor.bytes.resize(static_cast<std::size_t>(e.end - e.begin));
+    f.read_at(8 + header_len + e.begin, e.tensor.bytes);
+    file.tensors.emplace(std::move(e.name), std::move(e.tensor));
+  }
+  return file;
 }
 
 std::vector<unsigned char> serialize_safetensors(const TensorFile& file) {
@@ -344,7 +387,11 @@ std::vector<unsigned char> serialize_safetensors(const TensorFile& file) {
   std::string header = "{";
   std::uint64_t offset = 0;
   try {
-    if (!file.metadata.empty()) header += "\"__metadata__\":" + json(file.metadata).dump();
+    // A value that is not UTF-8 (a path's bytes) is stored escaped by utf8_text rather than
+    // failing the write: a save must not fail on the metadata.
+    std::map<std::string, std::string> metadata;
+    for (const auto& [k, v] : file.metadata) metadata[is_utf8(k) ? k : utf8_text(k)] = is_utf8(v) ? v : utf8_text(v);
+    if (!metadata.empty()) header += "\"__metadata__\":" + json(metadata).dump();
     for (const auto& [name, t] : file.tensors) {
       if (name == "__metadata__") detail::raise<InvalidArgument>(op, "a tensor cannot be named \"__metadata__\"");
       const auto n = checked_numel(t.shape);

@@ -43,6 +43,19 @@ def check(cond, label):
         FAILURES.append(label)
 
 
+def optimizer_file(ck):
+    """The optimizer state a checkpoint names (its metadata bppsa.optimizer: the generation)."""
+    gen = st.load(ck)[1]["bppsa.optimizer"]
+    return ck[: -len(".safetensors")] + f".optim.{gen}.safetensors"
+
+
+def copy_checkpoint(src, dst):
+    """Copies a checkpoint and the optimizer state it names, as a pair."""
+    shutil.copy(src, dst)
+    opt = optimizer_file(src)
+    shutil.copy(opt, dst[: -len(".safetensors")] + opt[len(src) - len(".safetensors"):])
+
+
 def main():
     shutil.rmtree(WORK, ignore_errors=True)
     os.makedirs(WORK)
@@ -57,13 +70,12 @@ def main():
     # Training, checkpoint, log.
     ck1 = path("a.safetensors")
     run(SMALL + ["--epochs", "1", "--save", ck1, "--log", path("a.jsonl")], label="train 1 epoch with --save/--log")
-    check(os.path.exists(ck1) and os.path.exists(path("a.optim.safetensors")), "checkpoint and optimizer state written")
+    check(os.path.exists(ck1) and os.path.exists(optimizer_file(ck1)), "checkpoint and optimizer state written")
     lines = [json.loads(line) for line in open(path("a.jsonl"))]
     check(lines[0]["event"] == "start" and lines[-1]["event"] == "epoch" and lines[-1]["epoch"] == 1,
           "log holds a start record and one epoch record")
     # Resume for a second epoch == two epochs straight (bit-identical weights).
-    shutil.copy(ck1, path("b.safetensors"))
-    shutil.copy(path("a.optim.safetensors"), path("b.optim.safetensors"))
+    copy_checkpoint(ck1, path("b.safetensors"))
     run(SMALL + ["--epochs", "2", "--resume", path("b.safetensors"), "--save", path("b.safetensors")],
         label="resume to epoch 2")
     run(SMALL + ["--epochs", "2", "--save", path("c.safetensors")], label="2 epochs straight")
@@ -205,17 +217,22 @@ def main():
             wf.setsampwidth(2)
             wf.setframerate(22050)
             wf.writeframes(pcm.tobytes())
+    cache = ["--cache-dir", path("cache")]
     r = run(["train", "--model", "gru", "--hidden", "6", "--data", "irmas", "--data-dir", irmas, "--preset", "l",
-             "--epochs", "2", "--batch", "4", "--lr", "1e-2", "--no-progress", "--check"], label="train on IRMAS WAVs")
+             "--epochs", "2", "--batch", "4", "--lr", "1e-2", "--no-progress", "--check"] + cache,
+            label="train on IRMAS WAVs")
     check("11 classes" in r.stderr and "12 features" in r.stderr, "IRMAS: 11 classes, 2 × (7 − 1) = 12 features")
-    check(os.path.exists(os.path.join(irmas, ".bppsa-mfcc-l.safetensors")), "IRMAS feature cache written")
-    open(os.path.join(irmas, ".bppsa-mfcc-l.safetensors"), "wb").write(b"\x08\x00\x00\x00\x00\x00\x00\x00{}")
-    run(["train", "--model", "gru", "--data", "irmas", "--data-dir", irmas, "--preset", "l", "--no-progress"], 1,
-        "delete it", "malformed feature cache")
+    caches = [os.path.join(path("cache"), f) for f in os.listdir(path("cache"))] if os.path.isdir(path("cache")) else []
+    check(len(caches) == 1 and caches[0].endswith("-l.safetensors"), f"IRMAS feature cache written: {caches}")
+    for c in caches:
+        open(c, "wb").write(b"\x08\x00\x00\x00\x00\x00\x00\x00{}")
+    run(["train", "--model", "gru", "--data", "irmas", "--data-dir", irmas, "--preset", "l", "--no-progress"] + cache,
+        1, "delete it", "malformed feature cache")
     open(os.path.join(irmas, "cel", "[cel]broken.wav"), "wb").write(b"RIFF\x10\x00\x00\x00WAVEfmt ")
-    os.remove(os.path.join(irmas, ".bppsa-mfcc-l.safetensors"))
-    run(["train", "--model", "gru", "--data", "irmas", "--data-dir", irmas, "--preset", "l", "--no-progress"], 1,
-        "broken.wav", "truncated WAV in the data folder")
+    for c in caches:
+        os.remove(c)
+    run(["train", "--model", "gru", "--data", "irmas", "--data-dir", irmas, "--preset", "l", "--no-progress"] + cache,
+        1, "broken.wav", "truncated WAV in the data folder")
 
     check_cnn()
 
@@ -262,8 +279,7 @@ def check_cnn():
     # Pruned retraining from a checkpoint, and its exact resume (masks restored from the zeros).
     pr = path("pruned.safetensors")
     run(base + ["--init", ck, "--prune", "0.8", "--epochs", "1", "--save", pr], label="prune 80 % and retrain")
-    shutil.copy(pr, path("pruned2.safetensors"))
-    shutil.copy(path("pruned.optim.safetensors"), path("pruned2.optim.safetensors"))
+    copy_checkpoint(pr, path("pruned2.safetensors"))
     run(base + ["--resume", path("pruned2.safetensors"), "--epochs", "2", "--save", path("pruned2.safetensors")],
         label="resume the pruned run")
     run(base + ["--init", ck, "--prune", "0.8", "--epochs", "2", "--save", path("pruned3.safetensors")],

@@ -1,10 +1,12 @@
 // `bppsa eval` (accuracy of a checkpoint on a data set) and `bppsa grad` (one batch's loss
 // and gradients, in safetensors, for checking against PyTorch autograd).
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "bppsa/bppsa.hpp"
+#include "bppsa/io/file.hpp"
 #include "bppsa/io/safetensors.hpp"
 #include "bppsa/train/trainer.hpp"
 #include "commands.hpp"
@@ -27,7 +29,7 @@ struct EvalArgs {
 /// Prints an evaluation report (text or one JSON object).
 void print_eval(const EvalArgs& a, const EvalReport& r, const std::string& model, const std::string& data) {
   if (a.json) {
-    std::cout << nlohmann::json{{"checkpoint", a.checkpoint}, {"model", model},           {"data", data},
+    std::cout << nlohmann::json{{"checkpoint", utf8_text(a.checkpoint)}, {"model", model}, {"data", utf8_text(data)},
                                 {"split", a.split},           {"samples", r.samples},      {"loss", r.loss},
                                 {"accuracy", r.accuracy},     {"seconds", r.seconds}}
                      .dump()
@@ -85,6 +87,15 @@ void require_finite(const std::vector<float>& x, const GradArgs& a) {
     if (!std::isfinite(v)) detail::raise<NonFiniteError>("grad", "tensor 'x' in " + a.batch + " holds NaN/Inf");
 }
 
+/// Every label of the batch file in [0, classes), else an error naming the file and the sample.
+void require_labels(const std::vector<std::int64_t>& y, Index classes, const GradArgs& a) {
+  for (std::size_t i = 0; i < y.size(); ++i)
+    if (y[i] < 0 || y[i] >= classes)
+      detail::raise<InvalidArgument>("grad", "tensor 'y' in --batch " + a.batch + ": label " + std::to_string(y[i]) +
+                                                 " (sample " + std::to_string(i) + ") is outside [0, " +
+                                                 std::to_string(classes) + "), the classes of --weights " + a.weights);
+}
+
 int run_grad_cnn(const GradArgs& a) {
   const char* op = "grad";
   const TensorFile w = read_safetensors(a.weights);
@@ -111,6 +122,7 @@ int run_grad_cnn(const GradArgs& a) {
   const std::vector<float> x = xt.to_f32("x");
   require_finite(x, a);
   const std::vector<std::int64_t> y = xb.at("y", op).to_i64("y");
+  require_labels(y, model.classes(), a);
   const float loss = model.loss_and_grad(x, B, y, to_options(a.backward));
   write_grads(a, model, loss, describe(config));
   return 0;
@@ -122,10 +134,22 @@ int run_grad(const GradArgs& a) {
   if (device == Device::cuda && (a.mp.enabled || a.model == "cnn"))
     detail::raise<InvalidArgument>(op, "--device cuda is for single-process recurrent models (rnn, gru, lstm); "
                                        "drop --device cuda for --model cnn or --model-parallel");
+  for (const auto& [flag, file] :
+       {std::pair<const char*, const std::string*>{"--weights", &a.weights}, {"--batch", &a.batch}}) {
+    std::error_code ec;
+    if (std::filesystem::equivalent(a.out, *file, ec))
+      detail::raise<InvalidArgument>(op, "--out " + a.out + " is the " + flag +
+                                             " file; writing the gradients "
+                                             "would replace it: give --out another name");
+  }
   if (a.mp.enabled) return run_grad_model_parallel(a);
   if (a.model == "cnn") return run_grad_cnn(a);
   if (!a.arch.empty()) detail::raise<InvalidArgument>(op, "--arch is for --model cnn");
   const TensorFile w = read_safetensors(a.weights);
+  if (w.metadata_or("bppsa.model") == "cnn")
+    detail::raise<InvalidArgument>(op, "--weights " + a.weights +
+                                           " holds a CNN (metadata bppsa.model = cnn); "
+                                           "use --model cnn");
   ModelConfig config = config_from_state_dict(w, parse_cell(a.model));
   config.rnn.device = device;
   SequenceClassifier<float> model(config);
@@ -141,6 +165,7 @@ int run_grad(const GradArgs& a) {
   const std::vector<float> x = xt.to_f32("x");
   const std::vector<std::int64_t> y = xb.at("y", op).to_i64("y");
   require_finite(x, a);
+  require_labels(y, config.classes, a);
   const float loss = model.loss_and_grad(x, B, T, y, to_options(a.backward));
   write_grads(a, model, loss, describe(config));
   return 0;

@@ -4,13 +4,17 @@
 //                  building the dense Jacobian one basis vector at a time with PyTorch autograd.
 //  --arch SPEC:    every product of the scan over a (pruned) network's Jacobian chain — kinds,
 //                  fill-in, flops, critical path — against sequential BP (the paper's Fig. 10).
+#include <fcntl.h>
 #include <omp.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -18,6 +22,7 @@
 #include <random>
 
 #include "bppsa/bppsa.hpp"
+#include "bppsa/io/file.hpp"
 #include "bppsa/scan/report.hpp"
 #include "commands.hpp"
 #include "options.hpp"
@@ -67,29 +72,68 @@ std::string baseline_script(const Args& a) {
                                       "--baseline-script PATH, or --no-baseline");
 }
 
-/// Runs the PyTorch baseline and returns its JSON, or a JSON with "error".
+/// Runs argv[0] with arguments argv[1..] directly (no shell: any byte in a path is fine) and
+/// returns its exit status (as waitpid's) and its stdout and stderr together.
+std::pair<int, std::string> run_captured(const std::vector<std::string>& argv) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0)
+    detail::raise<IoError>("jacobians", std::string("cannot create a pipe: ") + std::strerror(errno));
+  std::vector<char*> args;
+  for (const auto& s : argv) args.push_back(const_cast<char*>(s.c_str()));
+  args.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    detail::raise<IoError>("jacobians", std::string("cannot start a process: ") + std::strerror(errno));
+  }
+  if (pid == 0) {
+    ::dup2(fds[1], 1);
+    ::dup2(fds[1], 2);
+    ::execvp(args[0], args.data());
+    const std::string msg = "cannot run " + argv[0] + ": " + std::strerror(errno) + "\n";
+    (void)!::write(2, msg.data(), msg.size());
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(fds[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return {status, out};
+}
+
+/// Runs the PyTorch baseline and returns its JSON, or a JSON with "error" when it fails.
 nlohmann::json run_baseline(const Args& a, int threads) {
   const char* env = std::getenv("BPPSA_PYTHON");
   const std::string python = !a.python.empty()         ? a.python
                              : env != nullptr && *env  ? std::string(env)
                                                        : std::string(BPPSA_DEFAULT_PYTHON);
-  const std::string cmd = "'" + python + "' '" + baseline_script(a) + "' --vectors " + std::to_string(a.vectors) +
-                          " --threads " + std::to_string(threads) + " 2>&1";
-  std::cerr << "baseline: " << cmd << "\n";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {{"error", "cannot run " + python}};
-  std::string out;
-  char buf[4096];
-  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  const int rc = pclose(p);
+  const std::vector<std::string> argv{python,      baseline_script(a),     "--vectors", std::to_string(a.vectors),
+                                      "--threads", std::to_string(threads)};
+  std::cerr << "baseline:";
+  for (const auto& s : argv) std::cerr << " '" << s << "'";
+  std::cerr << "\n";
+  const auto [status, out] = run_captured(argv);
+  const std::string how = WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status))
+                                            : "signal " + std::to_string(WTERMSIG(status));
+  const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
   try {
     const auto start = out.find('{');
     if (start == std::string::npos) throw std::runtime_error("no JSON");
     auto j = nlohmann::json::parse(out.substr(start));
-    if (rc != 0 && !j.contains("error")) j["error"] = "exit status " + std::to_string(rc);
+    if (!ok && !j.contains("error")) j["error"] = python + " ended with " + how;
     return j;
   } catch (const std::exception&) {
-    return {{"error", "the baseline failed (exit " + std::to_string(rc) + "): " + out.substr(0, 400)}};
+    return {{"error", utf8_text(python + " ended with " + how + ": " + out.substr(0, 400))}};
   }
 }
 
@@ -207,6 +251,11 @@ int run_table1(const Args& a) {
                 baseline["repeats"].get<int>());
   for (const auto& r : rows)
     if (!r["nnz_matches_spec"].get<bool>()) return 3;
+  if (baseline.contains("error")) {
+    std::cerr << "bppsa: error: the PyTorch baseline failed: " << baseline["error"].get<std::string>()
+              << "; pass --python with a Python that has PyTorch, or --no-baseline\n";
+    return 1;
+  }
   return 0;
 }
 
@@ -247,7 +296,7 @@ int run_report(const Args& a) {
   }
   std::string pruned = "unpruned";
   if (a.prune > 0) pruned = prune_global_magnitude(model, a.prune).str();
-  else if (!model.layer(0).mask().empty()) pruned = "masks of " + a.weights;
+  else if (!model.layer(0).mask().empty()) pruned = "masks of " + utf8_text(a.weights);
   BackwardOptions bo{parse_backward(a.backward), a.threads, a.chunks};
   if (bo.method == BackwardMethod::bp) bo.method = BackwardMethod::linear;  // BP's products = the linear scan's
   const double t0 = omp_get_wtime();
@@ -329,7 +378,14 @@ Command add_jacobians(CLI::App& app) {
   sub->add_option("--baseline-script", a->script, "--table1: path of python/table1_torch.py");
   sub->add_option("--json", a->json, "also write everything as JSON to this file (atomically)");
   sub->add_option("--seed", a->seed, "seed of the weights and input")->capture_default_str();
-  return [a] {
+  return [a, sub] {
+    // --arch (and --input) describe the network only when neither --table1 nor --weights does.
+    for (const char* flag : {"--arch", "--input"})
+      if (sub->count(flag) && (a->table1 || !a->weights.empty()))
+        detail::raise<InvalidArgument>("jacobians", std::string(flag) + " is ignored with " +
+                                                        (a->table1 ? "--table1 (its network is fixed)"
+                                                                   : "--weights (the checkpoint gives the network)") +
+                                                        "; drop one of them");
     if (a->table1) return run_table1(*a);
     return run_report(*a);
   };

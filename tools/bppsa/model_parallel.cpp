@@ -1,20 +1,24 @@
 // `bppsa train --model-parallel` and `bppsa grad --model-parallel`: one rank of an MPI job.
 // Rank 0 prints, logs and writes files; an error on any rank ends the whole job
 // (MPI_Abort) with the message, instead of leaving its peers waiting.
+#include "model_parallel.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <variant>
 
 #include "bppsa/bppsa.hpp"
+#include "bppsa/io/file.hpp"
 #include "bppsa/io/safetensors.hpp"
 #include "bppsa/mpi/pipeline.hpp"
 #include "bppsa/train/trainer.hpp"
-#include "model_parallel.hpp"
+#include "checkpoint.hpp"
 #include "progress.hpp"
 
 namespace bppsa::cli {
@@ -127,8 +131,10 @@ int train_rank(const TrainArgs& a, Comm& world) {
   oc.weight_decay = a.weight_decay;
   Optimizer<float> optimizer(oc);
 
-  std::ofstream log;
-  const std::string data_name = std::visit([](const auto& d) { return d.name; }, job.train);
+  JsonLog log;
+  std::optional<CheckpointLock> lock;  // rank 0 writes the checkpoint: it holds the lock
+  if (root && !a.save.empty()) lock.emplace(a.save);
+  const std::string data_name = utf8_text(std::visit([](const auto& d) { return d.name; }, job.train));
   if (root) {
     std::cerr << "model: " << job.description << ", model-parallel " << mp.stages() << " stages × " << mp.replicas()
               << " replicas, " << a.mp.micro_batches << " micro-batches, backward " << a.mp.backward
@@ -137,16 +143,19 @@ int train_rank(const TrainArgs& a, Comm& world) {
                                            : " (" + std::to_string(mp.stages() - 1) + " hops)")
               << ", " << a.optimizer << " lr " << a.lr << ", batch " << a.batch << "\n";
     if (!a.log.empty()) {
-      log.open(a.log, std::ios::trunc);
-      if (!log) detail::raise<IoError>("train", "cannot open the log file " + a.log + " for writing");
-      log << nlohmann::json{{"event", "start"},          {"model", job.description}, {"data", data_name},
-                            {"stages", mp.stages()},     {"replicas", mp.replicas()},
-                            {"micro_batches", a.mp.micro_batches}, {"backward", a.mp.backward},
-                            {"scan", a.mp.scan},         {"optimizer", a.optimizer}, {"lr", a.lr},
-                            {"batch", a.batch},          {"seed", a.seed}}
-                 .dump()
-          << "\n"
-          << std::flush;
+      log.open(a.log, false);
+      log.write(nlohmann::json{{"event", "start"},
+                               {"model", job.description},
+                               {"data", data_name},
+                               {"stages", mp.stages()},
+                               {"replicas", mp.replicas()},
+                               {"micro_batches", a.mp.micro_batches},
+                               {"backward", a.mp.backward},
+                               {"scan", a.mp.scan},
+                               {"optimizer", a.optimizer},
+                               {"lr", a.lr},
+                               {"batch", a.batch},
+                               {"seed", a.seed}});
     }
   }
 
@@ -199,17 +208,16 @@ int train_rank(const TrainArgs& a, Comm& world) {
                   test_loss / static_cast<double>(nt), 100.0 * static_cast<double>(correct) / static_cast<double>(nt),
                   seconds, forward, backward, reduce);
       std::fflush(stdout);
-      if (log.is_open())
-        log << nlohmann::json{{"event", "epoch"},      {"epoch", epoch},
-                              {"train_loss", loss_sum / static_cast<double>(n)},
-                              {"test_loss", test_loss / static_cast<double>(nt)},
-                              {"test_accuracy", static_cast<double>(correct) / static_cast<double>(nt)},
-                              {"seconds", seconds},    {"forward_seconds", forward},
-                              {"backward_seconds", backward}, {"reduce_seconds", reduce},
-                              {"steps", optimizer.steps()}}
-                   .dump()
-            << "\n"
-            << std::flush;
+      log.write(nlohmann::json{{"event", "epoch"},
+                               {"epoch", epoch},
+                               {"train_loss", loss_sum / static_cast<double>(n)},
+                               {"test_loss", test_loss / static_cast<double>(nt)},
+                               {"test_accuracy", static_cast<double>(correct) / static_cast<double>(nt)},
+                               {"seconds", seconds},
+                               {"forward_seconds", forward},
+                               {"backward_seconds", backward},
+                               {"reduce_seconds", reduce},
+                               {"steps", optimizer.steps()}});
     }
     if (!a.save.empty()) {
       // Every stage's weights to rank 0, then one atomic write of the whole model.
@@ -221,7 +229,8 @@ int train_rank(const TrainArgs& a, Comm& world) {
         ck.metadata["bppsa.data"] = data_name;
         ck.metadata["bppsa.backward"] = "model-parallel " + a.mp.backward;
         ck.metadata["bppsa.stages"] = std::to_string(mp.stages());
-        if (!a.init.empty()) ck.metadata["bppsa.init"] = a.init;
+        if (!a.init.empty()) ck.metadata["bppsa.init"] = utf8_text(a.init);
+        remove_stale_temporaries(a.save);
         write_safetensors(a.save, ck);
         std::cerr << "saved " << a.save << " (epoch " << epoch << ", assembled from " << mp.stages() << " stages)\n";
       }

@@ -22,7 +22,7 @@ void add_model_parallel_options(CLI::App& app, MpArgs& a) {
       ->check(CLI::IsMember({"doubling", "blelloch"}))
       ->capture_default_str();
   app.add_option("--mp-timeout", a.timeout, "seconds any rank waits for a peer before ending the job with an error")
-      ->check(CLI::PositiveNumber)
+      ->check(positive())
       ->capture_default_str();
 }
 

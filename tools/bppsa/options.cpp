@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <iostream>
 
 #include "bppsa/core/device.hpp"
@@ -47,6 +49,23 @@ CLI::Validator number(const std::string& type) {
       "");
 }
 }  // namespace
+
+namespace {
+CLI::Validator sign_check(bool zero_ok) {
+  return CLI::Validator(
+      [zero_ok](std::string& s) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (s.empty() || end != s.c_str() + s.size()) return {};  // not a number: number() says so
+        if (zero_ok ? v >= 0 : v > 0) return {};
+        return std::string("must be ") + (zero_ok ? "≥ 0" : "> 0") + ", got " + s;
+      },
+      zero_ok ? "NONNEGATIVE" : "POSITIVE");
+}
+}  // namespace
+
+CLI::Validator positive() { return sign_check(false); }
+CLI::Validator non_negative() { return sign_check(true); }
 
 void require_numbers(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
@@ -102,13 +121,46 @@ void add_data_options(CLI::App& app, DataArgs& a) {
       ->check(CLI::Range(0.0, 0.9))
       ->capture_default_str();
   app.add_option("--limit-train", a.limit_train, "use only the first N training samples (0 = all)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--limit-test", a.limit_test, "use only the first N test samples (0 = all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
+  app.add_option("--limit-test", a.limit_test, "use only the first N test samples (0 = all)")->check(non_negative());
+  app.add_option("--cache-dir", a.cache_dir,
+                 "irmas: folder of the MFCC feature caches, one file per data folder and preset, written "
+                 "atomically (default $XDG_CACHE_HOME/bppsa/irmas-features, else ~/.cache/bppsa/irmas-features); "
+                 "the data folder is only read");
   app.add_option("--data-seed", a.data_seed, "seed of the data generation and split (bitstream, irmas; mnist* keep the published split)")->capture_default_str();
 }
 
+std::filesystem::path irmas_cache_dir() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  if (xdg && *xdg == '/') return std::filesystem::path(xdg) / "bppsa" / "irmas-features";
+  const char* home = std::getenv("HOME");
+  if (!home || !*home)
+    detail::raise<InvalidArgument>("data",
+                                   "--data irmas: neither $XDG_CACHE_HOME nor $HOME is set, so there is no "
+                                   "default folder for the feature cache; pass --cache-dir DIR");
+  return std::filesystem::path(home) / ".cache" / "bppsa" / "irmas-features";
+}
+
 namespace {
+/// The feature cache of --data-dir and --preset in --cache-dir (or irmas_cache_dir()): named
+/// by a hash of the data folder's canonical path, so that folders and presets never share one
+/// (the file's own key still checks the WAVs' names, sizes and times).
+std::filesystem::path irmas_cache_file(const DataArgs& a) {
+  const std::filesystem::path dir = a.cache_dir.empty() ? irmas_cache_dir() : std::filesystem::path(a.cache_dir);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (!std::filesystem::is_directory(dir))
+    detail::raise<IoError>("data", "the feature cache folder " + dir.string() + " cannot be created" +
+                                       (ec ? " (" + ec.message() + ")" : std::string()) +
+                                       "; pass --cache-dir with a writable folder");
+  const std::string folder = std::filesystem::weakly_canonical(a.dir, ec).string();
+  std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a
+  for (unsigned char c : ec ? a.dir : folder) h = (h ^ c) * 0x100000001b3ULL;
+  char name[64];
+  std::snprintf(name, sizeof name, "%016llx-%s.safetensors", static_cast<unsigned long long>(h), a.preset.c_str());
+  return dir / name;
+}
+
 template <class Data>
 Data head_of(Data d, Index limit) {
   if (limit <= 0 || limit >= d.size()) return d;
@@ -153,7 +205,7 @@ std::pair<SequenceDataset, SequenceDataset> load_data(const DataArgs& a, bool qu
   } else {
     if (a.dir.empty())
       detail::raise<InvalidArgument>("data", "--data irmas needs --data-dir pointing at a folder of IRMAS WAV files");
-    const SequenceDataset all = load_irmas(a.dir, mfcc_preset(a.preset));
+    const SequenceDataset all = load_irmas(a.dir, mfcc_preset(a.preset), 0, irmas_cache_file(a));
     const Index test = static_cast<Index>(std::llround(a.test_fraction * static_cast<double>(all.size())));
     out = split(all, test, a.data_seed);
   }
@@ -249,6 +301,10 @@ ModelConfig model_config(const ModelArgs& a, Index input, Index classes) {
 }
 
 ModelConfig checkpoint_config(const TensorFile& file, const std::string& fallback_cell) {
+  if (file.metadata_or("bppsa.model") == "cnn")
+    detail::raise<InvalidArgument>("model", "the checkpoint '" + file.source +
+                                                "' holds a CNN (metadata bppsa.model = "
+                                                "cnn), not a recurrent model; use --model cnn");
   return config_from_state_dict(file, parse_cell(file.metadata_or("bppsa.model", fallback_cell)),
                                 parse_head(file.metadata_or("bppsa.head", "last")),
                                 parse_loss(file.metadata_or("bppsa.loss", "ce")));

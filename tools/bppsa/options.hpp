@@ -19,6 +19,11 @@ inline constexpr int kMaxThreads = 4096;
 /// as 2^64 − 1 and integers past the type's range as its limit. Invalid values exit 2.
 void require_numbers(CLI::App& app);
 
+/// CLI11's PositiveNumber and NonNegativeNumber with a short message ("must be > 0, got 0"):
+/// theirs prints the range's end, DBL_MAX, in 309 digits.
+CLI::Validator positive();
+CLI::Validator non_negative();
+
 struct ModelArgs {
   std::string model = "rnn";
   std::string arch;  ///< cnn: SPEC or a named architecture (bppsa/nn/arch.hpp)
@@ -38,7 +43,11 @@ struct DataArgs {
   double test_fraction = 0.2;  ///< irmas
   Index limit_train = 0, limit_test = 0;
   std::uint64_t data_seed = 4202;  ///< bitstream, irmas (mnist* keep their published split)
+  std::string cache_dir;           ///< irmas: feature caches (default: irmas_cache_dir())
 };
+/// Where --data irmas keeps its feature caches without --cache-dir:
+/// $XDG_CACHE_HOME/bppsa/irmas-features, else ~/.cache/bppsa/irmas-features.
+std::filesystem::path irmas_cache_dir();
 void add_data_options(CLI::App& app, DataArgs& a);
 /// Loads and splits the data set; prints a one-line summary unless quiet ("data: Fashion-MNIST
 /// (<folder>): 60000 train + 10000 test images, rows: T = 28, …", which set, where, how many).

@@ -207,7 +207,7 @@ Command add_scan_check(CLI::App& app) {
   c->add_flag("--json", args->json, "print one JSON object");
   c->add_option("--tolerance", args->tolerance,
                 "fail (exit 3) above this max_rel_err (default 1e-4 float, 1e-10 double)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   return [args] { return args->use_double ? run<double>(*args) : run<float>(*args); };
 }
 

@@ -8,12 +8,15 @@
 #include <fstream>
 #include <iostream>
 #include <map>
-#include <type_traits>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <type_traits>
 
 #include "bppsa/bppsa.hpp"
+#include "bppsa/io/file.hpp"
 #include "bppsa/io/safetensors.hpp"
 #include "bppsa/train/trainer.hpp"
+#include "checkpoint.hpp"
 #include "commands.hpp"
 #include "model_parallel.hpp"
 #include "options.hpp"
@@ -23,16 +26,6 @@ namespace bppsa::cli {
 namespace {
 
 using Args = TrainArgs;
-
-
-std::string optimizer_path(const std::string& checkpoint) {
-  const std::string ext = ".safetensors";
-  if (checkpoint.size() > ext.size() && checkpoint.compare(checkpoint.size() - ext.size(), ext.size(), ext) == 0)
-    return checkpoint.substr(0, checkpoint.size() - ext.size()) + ".optim.safetensors";
-  return checkpoint + ".optim";
-}
-
-Index meta_index(const TensorFile& f, const std::string& key) { return f.metadata_count(key, 0, "resume"); }
 
 std::vector<std::vector<float>> copy_grads(const std::vector<NamedParam<float>>& params) {
   std::vector<std::vector<float>> g;
@@ -44,12 +37,57 @@ void check_save_folder(const Args& a) {
   if (a.save.empty()) return;  // fail before training, not after the first epoch
   const std::filesystem::path dir = std::filesystem::path(a.save).parent_path();
   std::error_code ec;
+  if (std::filesystem::is_directory(a.save, ec))
+    detail::raise<InvalidArgument>("train", "--save " + a.save + " is a folder; give a file name (e.g. " +
+                                                (std::filesystem::path(a.save) / "model.safetensors").string() + ")");
   if (!dir.empty() && !std::filesystem::is_directory(dir, ec))
     detail::raise<InvalidArgument>("train",
                                    "--save " + a.save + ": the folder " + dir.string() + " does not exist; create it first");
   if (access(dir.empty() ? "." : dir.c_str(), W_OK) != 0)
     detail::raise<InvalidArgument>("train", "--save " + a.save + ": the folder " +
                                                 (dir.empty() ? std::string(".") : dir.string()) + " is not writable");
+}
+
+/// "1e+06", "0.01": a flag's value for messages.
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+/// Weight decay above this is named in divergence messages.
+constexpr double kLargeWeightDecay = 1.0;
+
+/// A finite loss this large means the run diverged: stop before the epoch is saved over the
+/// last good checkpoint.
+void check_not_exploded(const Args& a, Index epoch, double train_loss, double test_loss) {
+  constexpr double kExploded = 1e6;
+  if (train_loss <= kExploded && test_loss <= kExploded) return;
+  char what[160];
+  std::snprintf(what, sizeof what, "epoch %lld: the training loss %.3g / test loss %.3g exceeds %.0e",
+                static_cast<long long>(epoch), train_loss, test_loss, kExploded);
+  detail::raise<NonFiniteError>(
+      "train", std::string(what) + ": training diverged, so this epoch is not saved" +
+                   (a.save.empty() ? std::string() : " (" + a.save + " keeps the last good epoch)") +
+                   "; lower --lr (now " + number(a.lr) + ")" +
+                   (a.weight_decay > kLargeWeightDecay
+                        ? " or --weight-decay (now " + number(a.weight_decay) + ", usually 1e-5 to 1e-2)"
+                        : std::string()) +
+                   (a.clip > 0 ? std::string() : " or add --clip-grad-norm 1"));
+}
+
+/// Empty training or test data, with the flags that made it so.
+void check_split(const DataArgs& d, Index train, Index test) {
+  if (train > 0 && test > 0) return;
+  const std::string which = train == 0 ? "training" : "test";
+  std::string why = "--data " + d.data + (d.dir.empty() ? "" : " --data-dir " + d.dir) + " gives " +
+                    std::to_string(train) + " training and " + std::to_string(test) + " test samples";
+  if (d.data == "irmas")
+    why += " (--test-fraction " + number(d.test_fraction) + " of them are held out): " +
+           (train == 0 ? "lower --test-fraction or add files" : "raise --test-fraction (e.g. 0.2) or add files");
+  else
+    why += ": use a data set with more samples";
+  detail::raise<InvalidArgument>("data", "the " + which + " data is empty: " + why);
 }
 
 /// A flag given explicitly must agree with the checkpoint being resumed.
@@ -131,7 +169,7 @@ std::string check_batch(Model& model, const Data& train, std::span<const float> 
 template <class Model, class Data>
 int train_loop(const Args& a, Model& model, const std::string& description, const Data& train, const Data& test,
                const TensorFile& resumed, const std::map<std::string, std::string>& metadata) {
-  const Index first_epoch = a.resume.empty() ? 1 : meta_index(resumed, "bppsa.epoch") + 1;
+  const Index first_epoch = a.resume.empty() ? 1 : checkpoint_count(resumed, "bppsa.epoch") + 1;
   OptimizerConfig oc;
   oc.type = parse_optimizer(a.optimizer);
   oc.lr = a.lr;
@@ -147,16 +185,13 @@ int train_loop(const Args& a, Model& model, const std::string& description, cons
                 {a.optimizer + " state", (oc.type == OptimizerType::adam ? 2 : 1) * values * sizeof(float)}},
                "use a smaller model (--hidden, --layers, --arch)");
   if (!a.resume.empty()) {
-    const std::string op_path = optimizer_path(a.resume);
-    if (!std::filesystem::exists(op_path))
-      detail::raise<IoError>("resume", "optimizer state " + op_path + " (saved beside " + a.resume +
-                                           ") is missing; it is needed to continue the run exactly");
-    const TensorFile os = read_safetensors(op_path);
-    if (os.metadata_or("step") != resumed.metadata_or("bppsa.step"))
-      detail::raise<FormatError>("resume", op_path + " is from step " + os.metadata_or("step") + " but " + a.resume +
-                                               " from step " + resumed.metadata_or("bppsa.step") +
-                                               ": the pair is inconsistent");
-    optimizer.load_state(os, params);
+    const std::string saved_data = resumed.metadata_or("bppsa.data");
+    if (!saved_data.empty() && saved_data != utf8_text(train.name))
+      detail::raise<InvalidArgument>("resume", "--data gives " + utf8_text(train.name) + " but " + a.resume +
+                                                   " was trained on " + saved_data +
+                                                   "; resume with the same --data (and its flags), or start a new "
+                                                   "run from these weights with --init");
+    optimizer.load_state(load_optimizer_state(a.resume, resumed), params);
   }
 
   TrainConfig tc;
@@ -172,15 +207,19 @@ int train_loop(const Args& a, Model& model, const std::string& description, cons
                     : std::string())
             << ", " << a.optimizer << " lr " << a.lr << ", batch " << a.batch
             << (a.resume.empty() ? "" : ", resumed from " + a.resume) << "\n";
-  std::ofstream log;
-  if (!a.log.empty()) {
-    log.open(a.log, a.resume.empty() ? std::ios::trunc : std::ios::app);
-    if (!log) detail::raise<IoError>("train", "cannot open the log file " + a.log + " for writing");
-    nlohmann::json start{{"event", "start"},         {"model", description}, {"data", train.name},
-                         {"backward", a.backward.backward}, {"optimizer", a.optimizer}, {"lr", a.lr},
-                         {"batch", a.batch},         {"seed", a.seed},       {"first_epoch", first_epoch}};
+  JsonLog log(a.log, !a.resume.empty());
+  if (log.is_open()) {
+    nlohmann::json start{{"event", "start"},
+                         {"model", description},
+                         {"data", utf8_text(train.name)},
+                         {"backward", a.backward.backward},
+                         {"optimizer", a.optimizer},
+                         {"lr", a.lr},
+                         {"batch", a.batch},
+                         {"seed", a.seed},
+                         {"first_epoch", first_epoch}};
     for (const auto& [k, v] : metadata) start[k] = v;
-    log << start.dump() << "\n" << std::flush;
+    log.write(start);
   }
   if (first_epoch > a.epochs)
     std::cerr << "the checkpoint already completed epoch " << first_epoch - 1 << " of " << a.epochs
@@ -189,11 +228,21 @@ int train_loop(const Args& a, Model& model, const std::string& description, cons
   EpochReport last;  // the last epoch trained here (--compare-bp)
   for (Index epoch = first_epoch; epoch <= a.epochs; ++epoch) {
     ProgressBar bar("epoch " + std::to_string(epoch) + "/" + std::to_string(a.epochs), "batch", !a.no_progress);
-    const EpochReport r = train_epoch(model, optimizer, train, epoch, tc,
-                                      [&](Index done, Index total, double loss) { bar.update(done, total, loss); });
+    EpochReport r;
+    try {
+      r = train_epoch(model, optimizer, train, epoch, tc,
+                      [&](Index done, Index total, double loss) { bar.update(done, total, loss); });
+    } catch (const NonFiniteError& err) {
+      if (a.weight_decay <= kLargeWeightDecay) throw;
+      detail::raise<NonFiniteError>("train", std::string(err.what()) + "; note --weight-decay " +
+                                                 number(a.weight_decay) +
+                                                 " is large (usual values are "
+                                                 "1e-5 to 1e-2): lower it");
+    }
     bar.finish();
     last = r;
     const EvalReport e = evaluate(model, test, 256);
+    check_not_exploded(a, epoch, r.train_loss, e.loss);
     std::printf(
         "epoch %lld/%lld  train loss %.4f acc %5.2f%%  test loss %.4f acc %5.2f%%  %.1f s (forward %.1f, backward %.1f "
         "of which Jacobians %.1f, optimizer %.2f; eval %.1f s)\n",
@@ -201,36 +250,28 @@ int train_loop(const Args& a, Model& model, const std::string& description, cons
         100 * e.accuracy, r.seconds, r.forward_seconds, r.backward_seconds, r.jacobian_seconds, r.optimizer_seconds,
         e.seconds);
     std::fflush(stdout);
-    if (log.is_open())
-      log << nlohmann::json{{"event", "epoch"},
-                            {"epoch", epoch},
-                            {"train_loss", r.train_loss},
-                            {"train_accuracy", r.train_accuracy},
-                            {"test_loss", e.loss},
-                            {"test_accuracy", e.accuracy},
-                            {"seconds", r.seconds},
-                            {"forward_seconds", r.forward_seconds},
-                            {"backward_seconds", r.backward_seconds},
-                            {"jacobian_seconds", r.jacobian_seconds},
-                            {"scan_seconds", r.scan_seconds},
-                            {"optimizer_seconds", r.optimizer_seconds},
-                            {"steps", optimizer.steps()},
-                            {"samples", r.samples}}
-                 .dump()
-          << "\n"
-          << std::flush;
+    log.write(nlohmann::json{{"event", "epoch"},
+                             {"epoch", epoch},
+                             {"train_loss", r.train_loss},
+                             {"train_accuracy", r.train_accuracy},
+                             {"test_loss", e.loss},
+                             {"test_accuracy", e.accuracy},
+                             {"seconds", r.seconds},
+                             {"forward_seconds", r.forward_seconds},
+                             {"backward_seconds", r.backward_seconds},
+                             {"jacobian_seconds", r.jacobian_seconds},
+                             {"scan_seconds", r.scan_seconds},
+                             {"optimizer_seconds", r.optimizer_seconds},
+                             {"steps", optimizer.steps()},
+                             {"samples", r.samples}});
     if (!a.save.empty()) {
-      // Optimizer state first, then the weights: each atomically, so a crash leaves the old
-      // pair or a consistent new weights file with its matching state.
-      TensorFile os = optimizer.state(params);
-      write_safetensors(optimizer_path(a.save), os);
       TensorFile ck = model.state_dict();
       ck.metadata["bppsa.epoch"] = std::to_string(epoch);
       ck.metadata["bppsa.step"] = std::to_string(optimizer.steps());
-      ck.metadata["bppsa.data"] = train.name;
+      ck.metadata["bppsa.data"] = utf8_text(train.name);
       ck.metadata["bppsa.backward"] = a.backward.backward;
       for (const auto& [k, v] : metadata) ck.metadata[k] = v;
-      write_safetensors(a.save, ck);
+      save_checkpoint(a.save, std::move(ck), optimizer.state(params));
       std::cerr << "saved " << a.save << " (epoch " << epoch << ")\n";
     }
   }
@@ -254,15 +295,14 @@ int train_loop(const Args& a, Model& model, const std::string& description, cons
                     bp.backward_seconds, a.backward.backward.c_str(), last.seconds, last.backward_seconds,
                     last.jacobian_seconds, last.seconds / std::max(bp.seconds, 1e-9));
       comparison = line;
-      if (log.is_open())
-        log << nlohmann::json{{"event", "compare_bp"},         {"epoch", last.epoch},
-                              {"steps", last.steps},           {"bp_seconds", bp.seconds},
-                              {"bp_backward_seconds", bp.backward_seconds},
-                              {"scan_seconds", last.seconds},  {"scan_backward_seconds", last.backward_seconds},
-                              {"scan_jacobian_seconds", last.jacobian_seconds}}
-                   .dump()
-            << "\n"
-            << std::flush;
+      log.write(nlohmann::json{{"event", "compare_bp"},
+                               {"epoch", last.epoch},
+                               {"steps", last.steps},
+                               {"bp_seconds", bp.seconds},
+                               {"bp_backward_seconds", bp.backward_seconds},
+                               {"scan_seconds", last.seconds},
+                               {"scan_backward_seconds", last.backward_seconds},
+                               {"scan_jacobian_seconds", last.jacobian_seconds}});
     }
   }
   auto print_comparison = [&] {
@@ -313,7 +353,7 @@ int run_recurrent(const Args& a) {
   else
     model.reset_parameters(a.seed);
   std::map<std::string, std::string> meta;
-  if (!a.init.empty()) meta["bppsa.init"] = a.init;
+  if (!a.init.empty()) meta["bppsa.init"] = utf8_text(a.init);
   return train_loop(a, model, describe(config), train, test, a.resume.empty() ? TensorFile{} : resumed, meta);
 }
 
@@ -343,13 +383,14 @@ int run_cnn(const Args& a) {
       meta[kSparsityKey] = file.metadata_or(kSparsityKey);
     }
   }
-  const std::string init = !a.init.empty() ? a.init : file.metadata_or("bppsa.init", "");
+  const std::string init = !a.init.empty() ? utf8_text(a.init) : file.metadata_or("bppsa.init", "");
   if (!init.empty()) meta["bppsa.init"] = init;
   return train_loop(a, model, describe(config), train, test, a.resume.empty() ? TensorFile{} : file, meta);
 }
 
 int run(const Args& a) {
   check_save_folder(a);
+  check_log_path(a.log, a.save, {a.init, a.resume});
   if (require_device(a.device) == Device::cuda) {  // fails fast: before any data is loaded
     if (a.mp.enabled)
       detail::raise<InvalidArgument>("train", "--device cuda with --model-parallel: model-parallel training runs "
@@ -358,7 +399,9 @@ int run(const Args& a) {
       detail::raise<InvalidArgument>("train", "--device cuda is for recurrent models (rnn, gru, lstm); CNNs train "
                                               "on the CPU");
   }
-  if (a.mp.enabled) return run_train_model_parallel(a);
+  if (a.mp.enabled) return run_train_model_parallel(a);  // takes the lock on rank 0
+  std::optional<CheckpointLock> lock;
+  if (!a.save.empty()) lock.emplace(a.save);
   return a.model.model == "cnn" ? run_cnn(a) : run_recurrent(a);
 }
 
@@ -375,6 +418,7 @@ ModelConfig recurrent_train_config(const TrainArgs& a, const SequenceDataset& tr
   } else {
     config = model_config(a.model, train.features, train.classes);
   }
+  check_split(a.data, train.size(), test.size());
   check_data_fits(config, train, "the training data");
   check_data_fits(config, test, "the test data");
   return config;
@@ -399,6 +443,7 @@ ConvNetConfig cnn_train_config(const TrainArgs& a, const ImageDataset& train, co
   }
   config.loss = parse_loss(a.model.loss);
   const Index classes = ConvNet<float>(config).classes();
+  check_split(a.data, train.size(), test.size());
   check_data_fits(config, classes, train, "the training data");
   check_data_fits(config, classes, test, "the test data");
   return config;
@@ -439,19 +484,20 @@ Command add_train(CLI::App& app) {
   sub->add_option("--batch", a->batch, "batch size")
       ->check(CLI::Range(Index{1}, Index{1} << 24))
       ->capture_default_str();
-  sub->add_option("--lr", a->lr, "learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  sub->add_option("--lr", a->lr, "learning rate")->check(positive())->capture_default_str();
   sub->add_option("--optimizer", a->optimizer, "adam or sgd")
       ->check(CLI::IsMember({"adam", "sgd"}))
       ->capture_default_str();
   sub->add_option("--momentum", a->momentum, "SGD momentum")->check(CLI::Range(0.0, 0.999999));
-  sub->add_option("--weight-decay", a->weight_decay, "L2 weight decay")->check(CLI::NonNegativeNumber);
+  sub->add_option("--weight-decay", a->weight_decay, "L2 weight decay")->check(non_negative());
   sub->add_option("--clip-grad-norm", a->clip,
                   "clip the global gradient norm (as torch.nn.utils.clip_grad_norm_; 0 = off)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   sub->add_option("--seed", a->seed, "seed of the initial weights and the epoch shuffles")->capture_default_str();
   sub->add_option("--save", a->save,
-                  "checkpoint written atomically after every epoch (safetensors, PyTorch names; "
-                  "the optimizer state goes beside it as *.optim.safetensors)");
+                  "checkpoint written after every epoch (safetensors, PyTorch names; the optimizer state goes "
+                  "beside it as *.optim.GENERATION.safetensors; the pair is replaced atomically as a whole and "
+                  "*.lock keeps a second run off it)");
   sub->add_option("--resume", a->resume, "continue from a checkpoint written by --save")->check(CLI::ExistingFile);
   sub->add_option("--log", a->log, "write per-epoch metrics as JSON lines");
   sub->add_flag("--no-progress", a->no_progress, "no progress bar");

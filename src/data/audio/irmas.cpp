@@ -156,7 +156,12 @@ void compute_file(const Entry& file, const MfccPreset& preset, int rate, const s
   std::vector<float> feats[2];
   for (int c = 0; c < audio.channels; ++c) {
     for (Index i = 0; i < frames; ++i) channel[i] = audio.samples[i * audio.channels + c];
-    feats[c] = mfcc(channel, audio.sample_rate, preset);
+    try {
+      feats[c] = mfcc(channel, audio.sample_rate, preset);
+    } catch (const NonFiniteError& e) {
+      detail::raise<NonFiniteError>(k_op, file.path.string() + ", channel " + std::to_string(c) + ": " + e.what() +
+                                              " (the WAV file holds NaN/Inf samples; fix or remove it)");
+    }
   }
   if (audio.channels == 1) feats[1] = feats[0];
   const Index t_max = std::min(steps, static_cast<Index>(feats[0].size()) / half);
