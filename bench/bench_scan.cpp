@@ -1,4 +1,4 @@
-// bench_scan: the scan engine on random chains (spec §2), Google Benchmark.
+// bench_scan: the scan engine on random chains (docs/method.md §2), Google Benchmark.
 //
 // Benchmarks are named  <case>/<algorithm>/threads:<t>,  e.g.
 //   dense_d20_n60000_b16/blelloch/threads:2

@@ -10,7 +10,7 @@
 //                       forward / backward (Jacobian generation, scan, parameter gradients)
 //                       in fresh processes; JSON on stdout.
 //
-// Definitions (spec, end of §5): forward = up to the loss value; backward = from the loss to
+// Definitions (docs/method.md, end of §5): forward = up to the loss value; backward = from the loss to
 // every parameter gradient, Jacobian generation included (also reported on its own).
 #include <omp.h>
 

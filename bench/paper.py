@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The paper's measurements (spec §5), ours and PyTorch's in the same run, on this machine.
+"""The paper's measurements (docs/method.md §5), ours and PyTorch's in the same run, on this machine.
 
 For every configuration, bench_paper (bppsa) writes the initial weights and the batch once
 (--export); then each backward method of bppsa and PyTorch autograd (bench/torch_step.py)

@@ -11,7 +11,7 @@
 // DIR/init.safetensors (the initial weights under PyTorch's names) and DIR/data.safetensors
 // (x [N][T][F] float32 batch-first, y [N] int64, in the order the iterations use them).
 //
-// Definitions (spec, end of §5): forward = up to the loss value; backward = from the loss to
+// Definitions (docs/method.md, end of §5): forward = up to the loss value; backward = from the loss to
 // every parameter gradient, Jacobian generation included (also reported on its own).
 // Memory: the growth of the process's peak resident set (VmHWM, reset through
 // /proc/self/clear_refs) during the first backward pass of a fresh process, above the

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The paper's Table-1 baseline: a layer's dense Jacobian built one basis vector at a time
-with PyTorch autograd (one vector-Jacobian product per output element, as in §4 of the spec).
+with PyTorch autograd (one vector-Jacobian product per output element, as in docs/method.md §4).
 
 For each of the first three ops of VGG-11 on one 3×32×32 image (Conv2d 3→64 3×3 pad 1, ReLU,
 MaxPool 2×2) it times `--vectors` basis vectors (rows of J = columns of J^T) written into a

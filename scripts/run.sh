@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up (scripts/setup.sh), then run the main job: train the paper's RNN (spec §5: tanh RNN,
+# Set up (scripts/setup.sh), then run the main job: train the paper's RNN (docs/method.md §5: tanh RNN,
 # hidden 20, Linear 20→10, T = 1000, batch 16, Adam, seed 4202) on the bitstream task with
 # BPPSA (Blelloch scan) over the 32,000 training sequences, with test accuracy on the 18,000
 # held-out ones after every epoch; then time one epoch of sequential BP on a copy of the trained

@@ -1,4 +1,4 @@
-// Audio path (spec §5 GRU/IRMAS): WAV decoding, MFCC against a plain DFT oracle, and
+// Audio path (docs/method.md §5 GRU/IRMAS): WAV decoding, MFCC against a plain DFT oracle, and
 // load_irmas on generated IRMAS-layout folders, its cache and its error messages.
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -237,7 +237,7 @@ TEST(Mfcc, PresetsAndClasses) {
   EXPECT_EQ(std::vector<int>({s.n_mfcc, s.n_fft, s.hop}), std::vector<int>({20, 4096, 512}));
   EXPECT_EQ(std::vector<int>({m.n_mfcc, m.n_fft, m.hop}), std::vector<int>({13, 2048, 256}));
   EXPECT_EQ(std::vector<int>({l.n_mfcc, l.n_fft, l.hop}), std::vector<int>({7, 1024, 128}));
-  // The spec's T for a 3-s clip at 44.1 kHz.
+  // docs/method.md §5.3's T for a 3-s clip at 44.1 kHz.
   EXPECT_EQ(1 + 3 * 44100 / s.hop, 259);
   EXPECT_EQ(1 + 3 * 44100 / m.hop, 517);
   EXPECT_EQ(1 + 3 * 44100 / l.hop, 1034);

@@ -652,7 +652,7 @@ TEST(LinearLayer, DenseAndPrunedJacobiansMatchFiniteDifferences) {
 }
 
 // ---------------------------------------------------------------------------------------
-// 4. The paper's Table 1 (spec §4): the first three operators of VGG-11 on one 3×32×32 image.
+// 4. The paper's Table 1 (docs/method.md §4): the first three operators of VGG-11 on one 3×32×32 image.
 
 double sparsity(Index nnz, Index rows, Index cols) {
   return 1.0 - static_cast<double>(nnz) / (static_cast<double>(rows) * static_cast<double>(cols));

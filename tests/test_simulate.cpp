@@ -1,5 +1,5 @@
 // The simulator (bppsa/scan/simulate.hpp): the virtual-worker model against closed forms worked
-// out here from spec §2's indexing (not from the simulator), the shared planner against the
+// out here from docs/method.md §2's indexing (not from the simulator), the shared planner against the
 // Scanner, calibration sanity and one loose prediction-vs-measurement smoke check.
 #include <gtest/gtest.h>
 
@@ -323,7 +323,7 @@ TEST(SimulatePlanner, SameScheduleAsTheScanner) {
           EXPECT_EQ(r.mm, st.mm) << what;
           EXPECT_EQ(r.mv, st.mv) << what;
         }
-  // And the spec's reference counts through the layout-only path (no chain is built).
+  // And docs/method.md §2.3's reference counts through the layout-only path (no chain is built).
   for (auto [n, mm, levels] : {std::tuple<Index, Index, Index>{2000, 1989, 21}, {60000, 59984, 31}}) {
     const SimulationResult r = simulate<float>(chain(n, 2, 1, ChainKind::diagonal), Algorithm::blelloch, 1, 0, t);
     EXPECT_EQ(r.mm, mm);

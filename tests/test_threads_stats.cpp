@@ -23,7 +23,7 @@ Index ceil_log2(Index x) {
   while ((Index{1} << l) < x) ++l;
   return l;
 }
-/// Critical path of the modified Blelloch scan (spec §2): 2⌈log2(N+1)⌉ − 1.
+/// Critical path of the modified Blelloch scan (docs/method.md §2): 2⌈log2(N+1)⌉ − 1.
 Index blelloch_levels(Index n) { return 2 * ceil_log2(n + 1) - 1; }
 
 std::vector<Md> as_reference(const Gradients<float>& g) {

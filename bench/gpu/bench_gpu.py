@@ -2,7 +2,7 @@
 """The GPU benchmark (issue 14, item 8): bppsa's GPU training step against torch.nn.RNN/GRU/LSTM with
 cuDNN on the same GPU, in the same run, with the same weights and data. Run by scripts/bench_gpu.sh.
 
-1. The plan (the paper's sweeps, spec §5): RNN H 20 on bitstream at batch 16 over T ∈ {10 … 30000};
+1. The plan (the paper's sweeps, docs/method.md §5): RNN H 20 on bitstream at batch 16 over T ∈ {10 … 30000};
    at T 1000 over batch ∈ {2 … 256}; the GRU at the IRMAS s/m/l shapes (F 38/24/12, T 259/517/1034,
    H 20, batch 16, 11 classes); the RNN at H ∈ {64, 256} and an LSTM (T 1000, batch 16). --quick:
    a handful of those points.

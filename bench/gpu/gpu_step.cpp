@@ -13,7 +13,7 @@
 // Methods (API.md): bp = BP through time on the GPU; blelloch = the fused chunked scan; hybrid =
 // Jacobians generated on the GPU and the generic GPU scan engine.
 //
-// Definitions as bench_paper's and torch_gpu.py's (spec §5): forward = forward and loss up to the
+// Definitions as bench_paper's and torch_gpu.py's (docs/method.md §5): forward = forward and loss up to the
 // loss value on the host; backward = from the loss to every parameter gradient (Jacobians, scan,
 // parameter GEMMs); optimizer = Adam's step; iteration = the three. Timing: the host clock around
 // regions that start and end synchronised (model.synchronize()), so a region includes its launch

@@ -15,7 +15,7 @@ sides use.
       one JSON line per configuration (appended and flushed as each finishes, so a run cut short
       keeps what it measured).
 
-Definitions (as bench/torch_step.py and bench_paper, spec §5): forward = zero_grad, model(x) and the
+Definitions (as bench/torch_step.py and bench_paper, docs/method.md §5): forward = zero_grad, model(x) and the
 mean cross-entropy up to the loss value on the host; backward = loss.backward() (every parameter
 gradient); optimizer = Adam's step; iteration = the three. Times: CUDA events on the GPU (the CPU
 clock with --device cpu); `--warmup` untimed iterations (the first one is the memory probe), then

@@ -152,7 +152,7 @@ def _run(elements, g_last, injections, transpose, algorithm, threads):
 
 class _ScanFunction(torch.autograd.Function):
     # y_0 = g, y_i = A_i y_(i-1). With ȳ_i the incoming gradients, λ_N = ȳ_N and
-    # λ_(i-1) = A_i^T λ_i + ȳ_(i-1): the same scan over A_N^T … A_1^T with injections (spec §1).
+    # λ_(i-1) = A_i^T λ_i + ȳ_(i-1): the same scan over A_N^T … A_1^T with injections (docs/method.md §1).
     # Then ∂/∂g = λ_0 and ∂/∂A_i = λ_i y_(i-1)^T (summed over the batch when A_i is shared).
 
     @staticmethod
@@ -224,7 +224,7 @@ def scan(jacobians, g_last, *, algorithm="blelloch", threads=0):
     Returns the inclusive scan s_0 … s_N = g_N, g_(N-1), …, g_0 (g_0 included): a tensor
     (N+1, B, d) when ``jacobians`` was a tensor, else a list of N+1 tensors (B, d_k).
 
-    ``algorithm``: ``'blelloch'`` (Θ(log N) levels, spec §2), ``'hybrid'`` (chunked),
+    ``algorithm``: ``'blelloch'`` (Θ(log N) levels, docs/method.md §2), ``'hybrid'`` (chunked),
     ``'linear'`` (sequential BP, the reference), ``'auto'`` (bppsa's cost model).
     ``threads``: OpenMP threads, 0 = all cores. The parallel algorithms reassociate the
     products, so results may differ from the sequential order in the last bits.

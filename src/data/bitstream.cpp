@@ -1,5 +1,5 @@
 // The synthetic bitstream task: the class is hidden in the rate of 1-bits over a long sequence,
-// so a model must integrate over all T steps (spec §5).
+// so a model must integrate over all T steps (docs/method.md §5).
 #include "bppsa/data/bitstream.hpp"
 
 #include <cmath>

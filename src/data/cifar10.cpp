@@ -1,5 +1,5 @@
 // CIFAR-10 binary batches: fixed 3073-byte records (label byte + 3 planes of 32×32 bytes)
-// read into 3×32×32 images in [0, 1] (spec §7).
+// read into 3×32×32 images in [0, 1] (docs/method.md §7).
 #include "bppsa/data/cifar10.hpp"
 
 #include <algorithm>

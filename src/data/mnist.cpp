@@ -1,5 +1,5 @@
 // MNIST-format data sets from their four IDX files (read_idx): found in a folder or torchvision's
-// raw/ layouts, told apart by content, and laid out as sequences or zero-padded images (spec §7).
+// raw/ layouts, told apart by content, and laid out as sequences or zero-padded images (docs/method.md §7).
 #include "bppsa/data/mnist.hpp"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// The modified Blelloch scan of spec §2 as a schedule.
+// The modified Blelloch scan of docs/method.md §2 as a schedule.
 //
 // Positions 0..n hold [g_N, J_N^T, …, J_1^T]; val[i] is the up-sweep value at position i
 // (the product of a contiguous range ending at i). The textbook in-place down-sweep only

@@ -1,4 +1,4 @@
-// The chunked scan for p workers (spec §2, "hybrid") as a schedule of three phases:
+// The chunked scan for p workers (docs/method.md §2, "hybrid") as a schedule of three phases:
 //   1. chunk 0 runs plain BP from g_N (mv); every other chunk reduces its elements to one
 //      total T_c = a_end ⋯ a_start (mm);
 //   2. one task scans the chunk totals: s_end(c) = T_c · s_start(c)−1 (mv);

@@ -55,7 +55,7 @@ LONG_WORK = {
 LONG_WORK_SECONDS = 8
 
 # Runs whose exit code 3 is a check doing its job (scan-check's error against BP above
-# --tolerance; Table 1's nnz against the spec).
+# --tolerance; Table 1's nnz against docs/method.md §4.10).
 EXIT_3_OK = {"scan-check", "jacobians-table1"}
 
 FORBIDDEN = ["internal error", "bad_alloc", "std::length_error", "AddressSanitizer", "LeakSanitizer",

@@ -156,7 +156,7 @@ int run_table1(const Args& a) {
   for (Index i = 0; i < act[0].size(); ++i) act[0].data()[i] = normal(rng);
   for (std::size_t i = 0; i < 3; ++i) layers[i]->forward(act[i], act[i + 1], threads);
 
-  // Reference figures of spec §4 (the paper's Table 1 structure), for the check column.
+  // Reference figures of docs/method.md §4 (the paper's Table 1 structure), for the check column.
   const std::array<Index, 3> ref_nnz{1696512, 65536, 65536};
   const std::array<double, 3> paper_sparsity{0.99157, 0.99998, 0.99994}, paper_speedup{8.3e3, 1.2e6, 1.5e5};
   const std::array<const char*, 3> names{"conv", "relu", "maxpool"};
@@ -237,7 +237,7 @@ int run_table1(const Args& a) {
                 static_cast<long long>(r["nnz"].get<Index>()), r["sparsity"].get<double>(),
                 r["paper_sparsity"].get<double>(), r["pattern_seconds"].get<double>(),
                 r["values_seconds"].get<double>(), base, speed, step, r["paper_speedup"].get<double>(),
-                r["nnz_matches_spec"].get<bool>() ? "" : "  (nnz differs from spec §4!)");
+                r["nnz_matches_spec"].get<bool>() ? "" : "  (nnz differs from docs/method.md §4!)");
   }
   std::printf("\nours: direct generation = structural pattern (built once per architecture) + values (every step), "
               "medians of %d runs; speedup = baseline / (pattern + values); per step = baseline / values.\n",

@@ -99,7 +99,7 @@ void add_model_options(CLI::App& app, ModelArgs& a) {
 
 void add_data_options(CLI::App& app, DataArgs& a) {
   app.add_option("--data", a.data,
-                 "bitstream (spec §5), mnist-rows (T=28), mnist-pixels (T=784), irmas (folder of WAVs); for --model "
+                 "bitstream (docs/method.md §5), mnist-rows (T=28), mnist-pixels (T=784), irmas (folder of WAVs); for --model "
                  "cnn: mnist (1×32×32 images) or cifar10 (binary batches in --data-dir). mnist*: an MNIST-format set "
                  "of IDX files, Fashion-MNIST by default, with its official train/test split")
       ->check(CLI::IsMember({"bitstream", "mnist-rows", "mnist-pixels", "irmas", "mnist", "cifar10"}))
@@ -114,7 +114,7 @@ void add_data_options(CLI::App& app, DataArgs& a) {
                  "mnist*: a folder of IDX files (train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz], "
                  "t10k-*; default $BPPSA_MNIST or /usr/share/datasets/fashion-mnist, Debian's "
                  "dataset-fashion-mnist); irmas: the WAV folder; cifar10: cifar-10-batches-bin or its parent");
-  app.add_option("--preset", a.preset, "irmas MFCC preset s, m or l (spec §5)")
+  app.add_option("--preset", a.preset, "irmas MFCC preset s, m or l (docs/method.md §5)")
       ->check(CLI::IsMember({"s", "m", "l"}))
       ->capture_default_str();
   app.add_option("--test-fraction", a.test_fraction, "irmas: held-out fraction")

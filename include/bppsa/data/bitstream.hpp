@@ -1,4 +1,4 @@
-// The paper's synthetic bitstream classification task (spec §5).
+// The paper's synthetic bitstream classification task (docs/method.md §5).
 #pragma once
 
 #include <cstdint>

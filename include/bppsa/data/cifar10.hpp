@@ -1,4 +1,4 @@
-// CIFAR-10 from its "binary version" batches (spec §7): 50,000 train and 10,000 test 3×32×32 images.
+// CIFAR-10 from its "binary version" batches (docs/method.md §7): 50,000 train and 10,000 test 3×32×32 images.
 #pragma once
 
 #include <array>

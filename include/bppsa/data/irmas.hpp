@@ -1,4 +1,4 @@
-// IRMAS-format audio (spec §5): folders of WAV files → per-channel MFCC sequences, cached.
+// IRMAS-format audio (docs/method.md §5): folders of WAV files → per-channel MFCC sequences, cached.
 #pragma once
 
 #include <filesystem>

@@ -1,5 +1,5 @@
 // MNIST-format data sets (Fashion-MNIST, MNIST, …) from their four IDX files, with the official
-// train/test split, as sequences (rows, pixels) or zero-padded images (spec §7).
+// train/test split, as sequences (rows, pixels) or zero-padded images (docs/method.md §7).
 #pragma once
 
 #include <filesystem>

@@ -1,4 +1,4 @@
-// Transposed Jacobians in compact form (spec §3): the elements of the BPPSA scan.
+// Transposed Jacobians in compact form (docs/method.md §3): the elements of the BPPSA scan.
 #pragma once
 
 #include <memory>

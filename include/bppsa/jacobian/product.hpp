@@ -1,5 +1,6 @@
-// Products of compact transposed Jacobians (spec §3): the two operations the scan is made of.
-//  - multiply (mm): C = A · B, A the LATER element (closer to the loss), B the earlier one;
+// Products of compact transposed Jacobians (docs/method.md §3): the two operations the scan is made of.
+//  - multiply (mm): C = A · B, A the element later in the scan (the smaller layer index, farther
+//    from the loss), B the earlier one;
 //    kinds combine without densifying what need not be dense.
 //  - apply (mv):    y = A · x for a batch of vectors.
 #pragma once

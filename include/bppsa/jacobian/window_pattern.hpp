@@ -1,4 +1,4 @@
-// Structural patterns of the transposed Jacobians of sliding-window operators (spec §4):
+// Structural patterns of the transposed Jacobians of sliding-window operators (docs/method.md §4):
 // Conv2d, MaxPool2d and AvgPool2d. The pattern depends only on shapes (and a fixed pruning
 // mask), so it is built once per architecture; per step only values are written, through
 // the index maps built here.

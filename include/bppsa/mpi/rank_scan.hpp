@@ -1,4 +1,4 @@
-// The scan across ranks (spec §1, §2 hybrid, §6): the backward pass of a model split into K
+// The scan across ranks (docs/method.md §1, §2 hybrid, §6): the backward pass of a model split into K
 // pipeline stages, in Θ(log K) message rounds instead of back-propagation's K − 1 hops.
 //
 // Each stage's backward is one affine map from the gradient arriving on its output to the
@@ -11,7 +11,7 @@
 // Two log-depth algorithms over point-to-point messages (Open MPI's MPI_Exscan is linear):
 //  - doubling: recursive doubling with partner rank ⊕ 2^d (MPICH's exscan order),
 //              ⌈log2 K⌉ rounds; every rank exchanges every round.
-//  - blelloch: the modified Blelloch tree of spec §2 over ranks, 2⌈log2 K⌉ − 1 rounds, about
+//  - blelloch: the modified Blelloch tree of docs/method.md §2 over ranks, 2⌈log2 K⌉ − 1 rounds, about
 //              half the matrix products and messages of doubling.
 #pragma once
 

@@ -1,6 +1,6 @@
 // Sequential CNN classifier: the PyTorch module nn.Sequential(*layers) on [B, C, H, W]
 // input, mean cross-entropy (or MSE) on its output, whose backward pass is a BPPSA scan over
-// the layers' transposed Jacobians (spec §3–§4), or sequential BP.
+// the layers' transposed Jacobians (docs/method.md §3–§4), or sequential BP.
 //
 // Data path of a step: forward (each layer records what its Jacobian needs) → J^T of every
 // layer after the first generated directly in compact form (conv, pooling: CSR with a

@@ -1,5 +1,5 @@
 // Feed-forward layers of convolutional networks (PyTorch semantics) whose transposed
-// Jacobians are generated directly in compact form (spec §3–§4):
+// Jacobians are generated directly in compact form (docs/method.md §3–§4):
 //
 //   layer      J^T kind                     shared by the batch   values
 //   Conv2d     csr (window_pattern.hpp)     yes                   the weights, gathered

@@ -1,5 +1,5 @@
 // Linear layer y = W x + b (PyTorch nn.Linear): the classification head of the models.
-// J^T = W^T is shared by the batch (spec §4); ∇W = g x^T, ∇b = g.
+// J^T = W^T is shared by the batch (docs/method.md §4); ∇W = g x^T, ∇b = g.
 #pragma once
 
 #include <cstdint>

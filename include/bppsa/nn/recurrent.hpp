@@ -6,7 +6,7 @@
 // shared W_hh^T × per-step diagonal; GRU, LSTM: dense per sample) → the scan (or sequential
 // BP) gives every state gradient → parameter gradients as batched outer-product sums (GEMMs
 // over all steps at once) and the gradient on the layer's input. Stacked layers run the
-// affine scan: the layer above injects its input gradients into the layer below (spec §1).
+// affine scan: the layer above injects its input gradients into the layer below (docs/method.md §1).
 //
 // RecurrentConfig::device = Device::cuda runs the same layers on the current CUDA GPU
 // (src/nn/cuda/), with this same API: see "On the GPU" at the class.

@@ -1,6 +1,6 @@
 // The input of a backward pass: the chain of transposed Jacobians J_1^T … J_N^T of a model
 // x_k = f_k(x_{k-1}), k = 1..N, for a batch of B samples, plus optional per-step gradient
-// injections (per-step losses, spec §1).
+// injections (per-step losses, docs/method.md §1).
 #pragma once
 
 #include <vector>
@@ -19,7 +19,7 @@ inline constexpr Index kParallelElements = 4096;
 /// one Jacobian per sample (count B).
 ///
 /// Elements are kept in forward (layer) order; the scan itself runs over the reversed array
-/// [g_N, J_N^T, …, J_1^T] (spec §1). Values may be rewritten in place between scans; keeping
+/// [g_N, J_N^T, …, J_1^T] (docs/method.md §1). Values may be rewritten in place between scans; keeping
 /// every element's layout unchanged lets a Scanner reuse its plan and buffers.
 template <class T>
 class Chain {

@@ -14,7 +14,7 @@ namespace bppsa {
 /// One product of a planned scan. Operands are named by the chain elements they multiply:
 /// J_k^T is element k of the chain (forward order), and a product of the consecutive elements
 /// first..last is J_first^T ⋯ J_last^T = (J_last ⋯ J_first)^T (the later element, the smaller
-/// k, on the left, spec §1).
+/// k, on the left, docs/method.md §1).
 ///  - mm: out = a · b with a = J_first^T ⋯ J_split^T and b = J_{split+1}^T ⋯ J_last^T.
 ///  - mv: g_{first−1} = a · g_last with a = J_first^T ⋯ J_last^T (split = last); the vector
 ///    operand and the result are dense columns, one per sample: b_kind = out_kind = dense,

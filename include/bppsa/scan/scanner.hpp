@@ -1,6 +1,6 @@
 // The scan engine: every gradient g_N … g_0 of a chain by sequential BP or by parallel scan.
 //
-// Operator contract (spec §1–§2). The scan runs over [g_N, J_N^T, …, J_1^T] with
+// Operator contract (docs/method.md §1–§2). The scan runs over [g_N, J_N^T, …, J_1^T] with
 // x ◇ y = y · x: the LATER element multiplies on the LEFT. ◇ is associative and not
 // commutative, so every algorithm keeps operand order; the inclusive prefix s_i = g_{N−i}
 // is returned for every i, including g_0. The parallel algorithms reassociate the products,
@@ -21,8 +21,8 @@
 namespace bppsa {
 
 /// - linear:    sequential BP, g_{k−1} = J_k^T g_k; N matrix-vector products. The oracle.
-/// - blelloch:  the modified Blelloch scan (spec §2): ≤ N matrix-matrix products, critical
-///              path 2⌈log2(N+1)⌉ − 1 levels, no padding, any N.
+/// - blelloch:  the modified Blelloch scan (docs/method.md §2): ≤ N matrix-matrix products,
+///              critical path at most 2⌈log2(N+1)⌉ − 1 levels, no padding, any N.
 /// - hybrid:    p contiguous chunks per chain: reduce each chunk (mm), scan the chunk totals,
 ///              push prefixes through each chunk (mv). Chunk sizes are balanced by the cost
 ///              model (chunk 0 only does matrix-vector work, so it is longer).
@@ -58,10 +58,10 @@ struct ScanStats {
   Algorithm algorithm = Algorithm::linear;  ///< the algorithm that ran (automatic resolved)
   int threads = 1;
   int chunks = 1;  ///< hybrid chunks per chain (1 for linear, 0 for blelloch)
-  /// Critical path of the schedule as executed: phases run one after another (a barrier
-  /// between them), the products of a task in sequence, tasks of a phase in parallel, so
-  /// levels = Σ over phases of the longest task. Blelloch: 2⌈log2(N+1)⌉ − 1 for large N
-  /// (one product per task); linear: N.
+  /// Critical path of the schedule as executed: phases run one after another (each waits for
+  /// the one before), the products of a task in sequence, tasks of a phase in parallel, so
+  /// levels = Σ over phases of the longest task. Blelloch: at most 2⌈log2(N+1)⌉ − 1 (one
+  /// product per task; docs/method.md §2.3 says when it is one fewer); linear: N.
   Index levels = 0;
   /// The longest chain of products that depend on each other (≤ levels): what an ideal
   /// dataflow machine with unbounded workers would wait for.

@@ -1,4 +1,4 @@
-// Pruning for retraining (the paper's use case for sparse Jacobians, spec §5): global
+// Pruning for retraining (the paper's use case for sparse Jacobians, docs/method.md §5): global
 // magnitude pruning of a CNN's weights to a target sparsity, masks kept fixed while training.
 #pragma once
 

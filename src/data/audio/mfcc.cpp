@@ -3,7 +3,7 @@
 // and FFT (aubio's phase vocoder), power spectrum through n_filters (128) Slaney-scale mel
 // bands from 0 Hz to Nyquist with unit-area triangles (aubio_filterbank_set_mel_coeffs),
 // power_to_db (10·log10(max(1e-10, S)), clipped at 80 dB below the clip's maximum), and the
-// orthonormal DCT-II; then standardised per coefficient over time (spec §5). Float arithmetic.
+// orthonormal DCT-II; then standardised per coefficient over time (docs/method.md §5). Float arithmetic.
 #include <aubio/aubio.h>
 
 #include <algorithm>

@@ -2,7 +2,7 @@
 //   r = σ(W_ir x + b_ir + W_hr h + b_hr), z = σ(W_iz x + b_iz + W_hz h + b_hz),
 //   M = W_hn h + b_hn, n = tanh(W_in x + b_in + r ⊙ M), h' = (1 − z) ⊙ n + z ⊙ h.
 // J^T = W_hr^T D(α) + W_hz^T D(γ) + W_hn^T D(β) + D(z) with α = r(1−r)M(1−n²)(1−z),
-// β = r(1−n²)(1−z), γ = z(1−z)(h − n) (spec §4, regrouped): dense, one per sample and step.
+// β = r(1−n²)(1−z), γ = z(1−z)(h − n) (docs/method.md §4, regrouped): dense, one per sample and step.
 #include "nn/cell.hpp"
 
 namespace bppsa::detail {

@@ -1,5 +1,5 @@
 // CPU half of the plain RNN cell (PyTorch nn.RNN): h_t = act(W_ih x_t + b_ih + W_hh h_{t−1} + b_hh)
-// with act = tanh (J_t^T = W_hh^T · diag(1 − h_t²), spec §4) or relu (J_t^T = W_hh^T ·
+// with act = tanh (J_t^T = W_hh^T · diag(1 − h_t²), docs/method.md §4) or relu (J_t^T = W_hh^T ·
 // diag(1[h_t > 0]); h_t > 0 exactly when the pre-activation is, and the derivative at 0 is 0,
 // as PyTorch's). One shared matrix and a per-step diagonal either way.
 #include "nn/cell.hpp"

@@ -1,4 +1,4 @@
-// The fused chunked scan on the GPU (spec §2 hybrid, §8): the state gradients g_0 … g_T of ONE
+// The fused chunked scan on the GPU (docs/method.md §2 hybrid, §8): the state gradients g_0 … g_T of ONE
 // recurrent layer from its forward record, without ever storing a Jacobian. Plan once per
 // (cell, H, T, B), then run() on device data as often as needed (launches only).
 //
