@@ -90,18 +90,46 @@ def parameters(checkpoint):
     return total, nonzero
 
 
+def requested_epochs(args):
+    return int(args[args.index("--epochs") + 1])
+
+
+def settings(args):
+    """A run's flags but its epoch count: what must match for an earlier run to be continued."""
+    i = args.index("--epochs")
+    return args[:i] + args[i + 2:]
+
+
 def train(bppsa, name, args, out, cmds, common):
-    """One `bppsa train` run with a log and a checkpoint: its record."""
-    log, ckpt = os.path.join(out, f"{name}.jsonl"), os.path.join(out, f"{name}.safetensors")
-    for p in (log, ckpt):
-        if os.path.exists(p):
-            os.remove(p)
+    """One `bppsa train` run with a log and a checkpoint: its record. A run interrupted earlier
+    with the same settings (NAME.args.json beside its log and checkpoint) continues with
+    --resume, exactly, where it has no --init; a complete one is taken as it is."""
+    log, ckpt, meta = (os.path.join(out, f"{name}.{ext}") for ext in ("jsonl", "safetensors", "args.json"))
+    want = requested_epochs(args)
+    done, same = [], False
+    if all(os.path.exists(p) for p in (log, ckpt, meta)):
+        with open(meta) as f:
+            same = json.load(f) == settings(args + common)
+        done = epochs_of(log) if same else []
     t0 = time.time()
-    r = run([bppsa, "train"] + args + common + ["--log", log, "--save", ckpt], cmds)
+    base = [bppsa, "train"] + args + common + ["--log", log, "--save", ckpt]
+    if same and len(done) == want:
+        print(f"  {name}: complete in {out} ({want} epochs), taken as it is", file=sys.stderr)
+        cmds.append(" ".join(base))
+        r = None
+    elif same and 0 < len(done) < want and "--init" not in args:
+        print(f"  {name}: continuing after epoch {len(done)} (--resume)", file=sys.stderr)
+        r = run(base + ["--resume", ckpt], cmds)
+    else:
+        for p in (log, ckpt, meta):
+            if os.path.exists(p):
+                os.remove(p)
+        write_atomically(meta, json.dumps(settings(args + common)))
+        r = run(base, cmds)
     epochs = epochs_of(log)
     total, nonzero = parameters(ckpt)
-    return {"name": name, "command": cmds[-1], "data": data_line(r.stderr), "wall_seconds": time.time() - t0,
-            "epochs": epochs, "test_accuracy": epochs[-1]["test_accuracy"],
+    return {"name": name, "command": cmds[-1], "data": data_line(r.stderr) if r else "",
+            "wall_seconds": time.time() - t0, "epochs": epochs, "test_accuracy": epochs[-1]["test_accuracy"],
             "best_test_accuracy": max(e["test_accuracy"] for e in epochs), "parameters": total,
             "nonzero_parameters": nonzero, "checkpoint": ckpt}
 
@@ -112,11 +140,19 @@ def write_atomically(path, text):
     os.replace(path + ".tmp", path)
 
 
-def versions():
+def versions(build):
+    """The commit of this driver, and of the bppsa binary: BUILD/COMMIT where a copied build
+    records it, else the same checkout's."""
     out = {"python": platform.python_version()}
     try:
-        out["bppsa_commit"] = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                                             text=True).stdout.strip()
+        out["driver_commit"] = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                              text=True).stdout.strip()
+    except OSError:
+        pass
+    out["bppsa_commit"] = out.get("driver_commit", "?")
+    try:
+        with open(os.path.join(build, "COMMIT")) as f:
+            out["bppsa_commit"] = f.read().strip()
     except OSError:
         pass
     return out
@@ -196,7 +232,7 @@ def main():
     if not only <= {"gru", "vgg"}:
         sys.exit(f"fashion_mnist: --only takes gru and/or vgg, not {a.only}")
     published = published_table()  # before hours of training: a missing file stops the run now
-    run_versions = versions()  # the commit that trains, not the one checked out when it ends
+    run_versions = versions(a.build)  # the commit that trains, not the one checked out when it ends
     limit = []
     if a.quick:
         a.gru_hidden, a.gru_epochs, a.vgg_div, a.vgg_epochs, a.vgg_decay_epochs, a.prune_epochs = 16, 1, 32, 1, 1, 1
