@@ -16,17 +16,22 @@ LossType parse_loss(std::string_view name) {
   detail::raise<InvalidArgument>("loss", "unknown loss '" + std::string(name) + "'; use ce or mse");
 }
 
+void check_label(const char* op, std::int64_t label, const std::string& what, Index classes) {
+  if (label < 0)
+    detail::raise<InvalidArgument>(op, "label " + std::to_string(label) + " (" + what +
+                                           ") is negative: labels are class indices 0.." + std::to_string(classes - 1));
+  if (label >= classes)
+    detail::raise<InvalidArgument>(op, "label " + std::to_string(label) + " (" + what + ") is outside [0, " +
+                                           std::to_string(classes) + "): the data has more classes than the model's head");
+}
+
 template <class T>
 T loss(LossType type, const Matrix<T>& logits, std::span<const std::int64_t> labels, Matrix<T>* dlogits) {
   const char* op = "loss";
   const Index C = logits.rows(), N = logits.cols();
   if (static_cast<Index>(labels.size()) != N)
     detail::raise<ShapeError>(op, std::to_string(labels.size()) + " labels for " + std::to_string(N) + " predictions");
-  for (Index j = 0; j < N; ++j)
-    if (labels[static_cast<std::size_t>(j)] < 0 || labels[static_cast<std::size_t>(j)] >= C)
-      detail::raise<InvalidArgument>(op, "label " + std::to_string(labels[static_cast<std::size_t>(j)]) +
-                                             " (prediction " + std::to_string(j) + ") is outside [0, " +
-                                             std::to_string(C) + "): the data has more classes than the model's head");
+  for (Index j = 0; j < N; ++j) check_label(op, labels[static_cast<std::size_t>(j)], "prediction " + std::to_string(j), C);
   if (dlogits) dlogits->resize(C, N);
   double total = 0;
   if (type == LossType::cross_entropy) {

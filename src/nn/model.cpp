@@ -222,11 +222,7 @@ void SequenceClassifier<T>::set_batch(std::span<const float> x, Index batch, Ind
   if (gpu_) {
     // The GPU computes the loss without looking at label ranges: check them here, as loss() does.
     for (Index b = 0; b < batch; ++b)
-      if (labels[static_cast<std::size_t>(b)] < 0 || labels[static_cast<std::size_t>(b)] >= config_.classes)
-        detail::raise<InvalidArgument>("loss", "label " + std::to_string(labels[static_cast<std::size_t>(b)]) +
-                                                   " (prediction " + std::to_string(b) + ") is outside [0, " +
-                                                   std::to_string(config_.classes) +
-                                                   "): the data has more classes than the model's head");
+      check_label("loss", labels[static_cast<std::size_t>(b)], "prediction " + std::to_string(b), config_.classes);
     gpu()->set_batch(x, batch, steps, labels);
   } else {
     x_.resize(I, steps * batch);

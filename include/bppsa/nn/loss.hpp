@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "bppsa/core/types.hpp"
@@ -21,5 +22,9 @@ LossType parse_loss(std::string_view name);
 /// range (naming the column and C) and NonFiniteError when the loss is NaN/Inf.
 template <class T>
 T loss(LossType type, const Matrix<T>& logits, std::span<const std::int64_t> labels, Matrix<T>* dlogits);
+
+/// Throws InvalidArgument unless 0 ≤ label < classes, saying which (`what`, e.g. "prediction 3")
+/// and why: a negative label is no class index; one ≥ classes means more classes than the head.
+void check_label(const char* op, std::int64_t label, const std::string& what, Index classes);
 
 }  // namespace bppsa

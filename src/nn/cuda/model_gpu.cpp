@@ -175,10 +175,7 @@ void ModelGpuImpl<T>::use_data(int slot, const SequenceDataset& data) {
                                   " steps × " + std::to_string(data.features) + " features; the model takes " +
                                   std::to_string(I_) + " features per step");
   for (Index i = 0; i < data.size(); ++i)
-    if (data.y[static_cast<std::size_t>(i)] < 0 || data.y[static_cast<std::size_t>(i)] >= C_)
-      raise<InvalidArgument>("loss", "label " + std::to_string(data.y[static_cast<std::size_t>(i)]) + " (sample " +
-                                         std::to_string(i) + ") is outside [0, " + std::to_string(C_) +
-                                         "): the data has more classes than the model's head");
+    check_label("loss", data.y[static_cast<std::size_t>(i)], "sample " + std::to_string(i) + " of " + data.name, C_);
   r = Resident{};
   const double n = static_cast<double>(data.size());
   cuda::require_device_memory(
