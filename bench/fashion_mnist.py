@@ -219,6 +219,8 @@ def main():
     ap.add_argument("--gru-batch", type=int, default=64)
     ap.add_argument("--gru-lr", type=float, default=2e-3)
     ap.add_argument("--gru-backward", default="hybrid", choices=("hybrid", "blelloch"))
+    ap.add_argument("--gru-reference", default="bp", choices=("bp", "none"),
+                    help="the same GRU run with sequential BP beside it (none: skip it)")
     ap.add_argument("--vgg-div", type=int, default=4, help="VGG-11's channel widths divided by this (vgg11/N)")
     ap.add_argument("--vgg-backward", default="hybrid")
     ap.add_argument("--vgg-epochs", type=int, default=8)
@@ -249,7 +251,7 @@ def main():
                "--batch", str(a.gru_batch), "--epochs", str(a.gru_epochs), "--lr", str(a.gru_lr),
                "--clip-grad-norm", "1"]
         label = f"GRU over rows (H {a.gru_hidden}{', %d layers' % a.gru_layers if a.gru_layers > 1 else ''}) + Linear"
-        for method in (a.gru_backward, "bp"):
+        for method in (a.gru_backward,) + (("bp",) if a.gru_reference == "bp" else ()):
             print(f"GRU, {method}", file=sys.stderr)
             r = train(bppsa, f"gru_{method}", gru + ["--backward", method], work, cmds, common)
             r.update(label=label, method=f"BPPSA ({method} scan)" if method != "bp" else "BP (reference)")
