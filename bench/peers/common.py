@@ -64,9 +64,11 @@ def timed(fn, reps, warmup, before=None):
 
 
 def adaptive_reps(one_call_s, reps, warmup, budget_s):
-    """Fewer repetitions for long calls: about budget_s of timed calls, at least 3 reps; the
-    warm-ups are dropped first (the worker's compile and memory calls have warmed it already)."""
+    """Fewer repetitions for long calls: about budget_s of timed calls, at least 3 reps (1 when a
+    call alone is longer than budget_s); the warm-ups are dropped first (the worker's compile and memory calls have warmed it already)."""
     n = int(budget_s / max(one_call_s, 1e-9))
+    if n < 1:  # one call is longer than the whole budget: one timed call each
+        return 1, 0
     r = max(3, min(reps, n))
     return r, max(0, min(warmup, n - r))
 

@@ -182,6 +182,8 @@ def plot(doc, out):
             if pts:
                 ax.plot(*zip(*pts), marker="o", label=p, linestyle="--" if p.startswith("bppsa") else "-")
         ax.set(xscale="log", yscale="log", xlabel=xlabel, ylabel="training step, ms (median)", title=title)
+    for ax in axes[len(groups):-1]:
+        ax.axis("off")
     axes[0].legend(fontsize=7)
     big = [r for r in recs if r["cell"] in ("GRU", "LSTM") and r["steps"] == 1000 and not doc["quick"]]
     ax = axes[-1]

@@ -106,8 +106,8 @@ def main():
     ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--budget", type=float, default=8.0, help="seconds of timed calls per measurement (adaptive reps)")
-    ap.add_argument("--cap", type=float, default=30.0, help="a step longer than this is skipped as over budget")
+    ap.add_argument("--budget", type=float, default=4.0, help="seconds of timed calls per measurement (adaptive reps)")
+    ap.add_argument("--cap", type=float, default=10.0, help="a step longer than this is skipped as over budget")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per worker")
     ap.add_argument("--only", help="comma-separated peers (default: all)")
     ap.add_argument("--perturb-jax-bppsa", type=float, default=0.0,
