@@ -126,7 +126,7 @@ TEST(Loss, StableForHugeLogitsAndChecksInputs) {
       [&] {
         loss<double>(LossType::cross_entropy, z, std::vector<std::int64_t>{-1, 0}, nullptr);
       },
-      {"label -1", "prediction 0", "negative", "0..2"});
+      {"label -1", "prediction 0", "negative", "[0, 3)"});
   expect_error<ShapeError>([&] { loss<double>(LossType::mse, z, std::vector<std::int64_t>{1}, nullptr); },
                            {"1 labels for 2 predictions"});
   z(0, 1) = std::numeric_limits<double>::infinity();

@@ -19,7 +19,8 @@ LossType parse_loss(std::string_view name) {
 void check_label(const char* op, std::int64_t label, const std::string& what, Index classes) {
   if (label < 0)
     detail::raise<InvalidArgument>(op, "label " + std::to_string(label) + " (" + what +
-                                           ") is negative: labels are class indices 0.." + std::to_string(classes - 1));
+                                           ") is negative: labels are class indices in [0, " +
+                                           std::to_string(classes) + ")");
   if (label >= classes)
     detail::raise<InvalidArgument>(op, "label " + std::to_string(label) + " (" + what + ") is outside [0, " +
                                            std::to_string(classes) + "): the data has more classes than the model's head");
