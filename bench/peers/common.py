@@ -98,22 +98,9 @@ def peak_of(fn, base):
     return {"bytes": max(0, _status("VmHWM") - base), "method": method}
 
 
-class Hog:
-    """A process that keeps one core busy (pinned to it) until stopped; as bench/busy_core.py."""
-
-    def __init__(self, core):
-        self.core = core
-        self.proc = None
-
-    def __enter__(self):
-        code = f"import os\nos.sched_setaffinity(0, {{{self.core}}})\nwhile True:\n    pass\n"
-        self.proc = subprocess.Popen([sys.executable, "-c", code])
-        time.sleep(0.2)  # let it reach its loop
-        return self
-
-    def __exit__(self, *exc):
-        self.proc.kill()
-        self.proc.wait()
+# A process that keeps one core busy (pinned to it) until stopped: bench/busy_core.py's.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from busy_core import Hog  # noqa: E402,F401
 
 
 def busy_core():
