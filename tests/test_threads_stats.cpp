@@ -1,9 +1,12 @@
 // Thread-count independence (bit-identical), the executor's stages, statistics vs hand-derived
 // formulas, plan reuse.
-#include <omp.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "core/team.hpp"
@@ -144,11 +147,12 @@ TEST(Stages, EveryUnitRunsOnceAndAfterThePreviousStage) {
     std::vector<std::atomic<std::int64_t>> finished(units.size());
     std::atomic<int> out_of_order{0};
     detail::Stages stages(units);
-#pragma omp parallel num_threads(threads)
-    stages.run([&](std::size_t s, std::int64_t u) {
-      if (s > 0 && finished[s - 1].load() != units[s - 1]) ++out_of_order;
-      ++runs[s * 256 + static_cast<std::size_t>(u)];
-      ++finished[s];
+    detail::run_team(threads, [&](int) {
+      stages.run([&](std::size_t s, std::int64_t u) {
+        if (s > 0 && finished[s - 1].load() != units[s - 1]) ++out_of_order;
+        ++runs[s * 256 + static_cast<std::size_t>(u)];
+        ++finished[s];
+      });
     });
     EXPECT_EQ(out_of_order.load(), 0) << threads << " threads";
     for (std::size_t s = 0; s < units.size(); ++s)
@@ -159,30 +163,120 @@ TEST(Stages, EveryUnitRunsOnceAndAfterThePreviousStage) {
 }
 
 TEST(Stages, AThreadThatNeverArrivesHoldsNothingBack) {
-  // Thread 1 stands for a thread the OS has descheduled: it joins only once every unit is
-  // done, or after 30 s. With a barrier per stage the others would wait for it.
+  // Worker 1 stands for a thread the OS has descheduled: it claims nothing until every unit is
+  // done, or 30 s have passed. With a barrier per stage the caller would wait for it.
   const std::vector<std::int64_t> units{4, 9, 2, 16, 5};
   std::int64_t total = 0;
   for (std::int64_t u : units) total += u;
   std::atomic<std::int64_t> ran{0};
-  std::atomic<bool> joined_after_all{false};
-  int team = 0;
+  std::atomic<bool> worker_joined{false}, joined_after_all{false};
   detail::Stages stages(units);
-#pragma omp parallel num_threads(2)
-  {
-#pragma omp single
-    team = omp_get_num_threads();
-    if (omp_get_thread_num() == 1) {
+  detail::run_team(2, [&](int worker) {
+    if (worker == 1) {
+      worker_joined = true;
       const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
       while (ran.load() < total && std::chrono::steady_clock::now() < until)
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       joined_after_all = ran.load() == total;
     }
     stages.run([&](std::size_t, std::int64_t) { ++ran; });
-  }
-  if (team < 2) GTEST_SKIP() << "OpenMP gave one thread";
+  });
   EXPECT_EQ(ran.load(), total);
-  EXPECT_TRUE(joined_after_all.load()) << "the other thread waited for the absent one";
+  if (worker_joined) {
+    EXPECT_TRUE(joined_after_all.load()) << "the caller waited for the absent worker";
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// The team runner: the caller is worker 0; pool threads join while the job is open.
+
+TEST(RunTeam, TheCallerRunsOnceAndEveryOtherWorkerAtMostOnce) {
+  for (int threads : {1, 2, 3, 8})
+    for (int rep = 0; rep < 50; ++rep) {
+      std::vector<std::atomic<int>> calls(16);
+      std::atomic<std::int64_t> ran{0};
+      detail::Stages stages({3, 40, 1, 17});
+      detail::run_team(threads, [&](int worker) {
+        ++calls[static_cast<std::size_t>(worker)];
+        stages.run([&](std::size_t, std::int64_t) { ++ran; });
+      });
+      ASSERT_EQ(calls[0].load(), 1) << threads << " threads";
+      for (int w = 1; w < 16; ++w) ASSERT_LE(calls[static_cast<std::size_t>(w)].load(), w < threads ? 1 : 0) << w;
+      ASSERT_EQ(ran.load(), 61) << "every unit done before run_team returns";
+    }
+}
+
+TEST(RunTeam, AnExceptionReachesTheCallerAndThePoolStaysUsable) {
+  for (int rep = 0; rep < 20; ++rep) {
+    EXPECT_THROW(detail::run_team(2, [](int worker) {
+                   if (worker == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+                   throw std::runtime_error("unit " + std::to_string(worker));
+                 }),
+                 std::runtime_error);
+    std::atomic<int> ran{0};
+    detail::Stages stages({10});
+    detail::run_team(2, [&](int) { stages.run([&](std::size_t, std::int64_t) { ++ran; }); });
+    ASSERT_EQ(ran.load(), 10);
+  }
+}
+
+TEST(RunTeam, NestedAndConcurrentCallersEachFinishTheirOwnWork) {
+  // A call from inside a body, or while another caller holds the pool, runs on its caller alone.
+  std::atomic<int> inner_workers{0};
+  detail::run_team(2, [&](int worker) {
+    if (worker == 0) detail::run_team(4, [&](int w) { inner_workers += 1 + w * 100; });
+  });
+  EXPECT_EQ(inner_workers.load(), 1);
+
+  std::vector<std::thread> callers;
+  std::atomic<int> wrong{0};
+  for (int c = 0; c < 4; ++c)
+    callers.emplace_back([&, c] {
+      for (int rep = 0; rep < 200; ++rep) {
+        std::atomic<std::int64_t> ran{0};
+        detail::Stages stages({5 + c, 30, 2});
+        detail::run_team(1 + (rep + c) % 3, [&](int) { stages.run([&](std::size_t, std::int64_t) { ++ran; }); });
+        if (ran.load() != 37 + c) ++wrong;
+      }
+    });
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+}
+
+TEST(RunTeam, AForkedChildStartsAPoolOfItsOwn) {
+  // The child inherits the pool, busy or not, but not its threads (PyTorch forks data-loader
+  // workers from a process that is training): its teams must still get real workers.
+  std::atomic<bool> stop{false};
+  std::thread busy([&] {
+    while (!stop) {
+      detail::Stages stages({64});
+      detail::run_team(2, [&](int) { stages.run([](std::size_t, std::int64_t) {}); });
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const pid_t pid = fork();
+  if (pid == 0) {
+    alarm(60);  // a deadlock kills the child: the parent sees a signal, not exit 0
+    int joined = 0;
+    for (int rep = 0; rep < 5; ++rep) {
+      std::atomic<bool> worker_ran{false};
+      detail::run_team(2, [&](int worker) {
+        if (worker == 1) worker_ran = true;
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (worker == 0 && !worker_ran && std::chrono::steady_clock::now() < until)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      });
+      joined += worker_ran ? 1 : 0;
+    }
+    _exit(joined == 5 ? 0 : 1);
+  }
+  stop = true;
+  busy.join();
+  ASSERT_GT(pid, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "the child's teams got no worker (status " << status << ")";
 }
 
 // ---------------------------------------------------------------------------------------

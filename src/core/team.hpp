@@ -1,11 +1,15 @@
-// How the CPU engine shares work among its OpenMP threads on a machine it does not own: teams
-// sized by the work (a fork/join costs microseconds, a descheduled thread a scheduler slice), and
-// stages whose units are claimed rather than assigned, so that waiting is for work, not threads.
+// How the CPU engine shares work among threads on a machine it does not own: teams sized by the
+// work (a fork/join costs microseconds, a descheduled thread a scheduler slice), a team runner
+// whose caller never waits for a thread that has not started, and stages whose units are claimed
+// rather than assigned, so that waiting is for work, not for threads.
 #pragma once
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <memory>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -43,6 +47,22 @@ inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   _mm_pause();
 #endif
+}
+
+/// Runs body(worker) on the calling thread (worker 0) and on up to `threads` − 1 threads of a
+/// process-wide pool (workers 1 … threads − 1, each at most once), and returns when the caller's
+/// call has returned and every pool thread that joined has left body. A pool thread that wakes
+/// after the caller's call has returned does not join: the caller waits for work, never for a
+/// thread the OS has not run. body must share its work by claiming (Stages, atomic counters), since
+/// any worker but 0 may be missing. When the pool is in use (another caller, or a call from inside
+/// body) the caller runs body(0) alone. The first exception thrown by any call is rethrown.
+void run_team(int threads, void (*call)(void* context, int worker), void* context);
+
+template <class F>
+void run_team(int threads, F&& body) {
+  using Body = std::remove_reference_t<F>;
+  run_team(threads, [](void* context, int worker) { (*static_cast<Body*>(context))(worker); },
+           const_cast<void*>(static_cast<const void*>(std::addressof(body))));
 }
 
 /// A sequence of stages, each of `units` independent units; stage s starts only when every

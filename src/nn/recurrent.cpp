@@ -83,12 +83,11 @@ void parallel_over_steps(int threads, Index steps, double flops_per_step, F&& f)
   }
   const Index chunks = std::min<Index>(steps, 4 * team);
   std::atomic<Index> next{0};
-#pragma omp parallel num_threads(team)
-  {
+  detail::run_team(team, [&](int) {
     detail::FlushDenormals flush;
     for (Index c; (c = next.fetch_add(1, std::memory_order_relaxed)) < chunks;)
       f(1 + steps * c / chunks, 1 + steps * (c + 1) / chunks);
-  }
+  });
 }
 
 /// What a layer stack holds for steps × batch, part by part, in bytes (doubles: absurd sizes

@@ -1,12 +1,11 @@
-// OpenMP executor for scan schedules (CPU half).
+// Executor for scan schedules (CPU half): stages of claimed units on a team of threads.
 #include "scan/cpu/executor.hpp"
 #include "core/denormals.hpp"
 #include "core/team.hpp"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <exception>
+#include <mutex>
 
 namespace bppsa::detail {
 
@@ -141,6 +140,7 @@ void execute(const Schedule<T>& schedule, const Operands<T>& operands, Workspace
     for (const Phase& phase : phases) units.push_back(static_cast<std::int64_t>(phase.tasks.size()) * batch);
 
   std::exception_ptr error;
+  std::mutex error_mutex;
   auto unit = [&](std::size_t stage, std::int64_t u, Scratch<T>& scratch) {
     try {
       if (stage < first_sample_stage) {
@@ -157,18 +157,17 @@ void execute(const Schedule<T>& schedule, const Operands<T>& operands, Workspace
           runner.run_samples(op, s, s + 1, scratch);
       }
     } catch (...) {
-#pragma omp critical(bppsa_executor_error)
+      const std::lock_guard lock(error_mutex);
       if (!error) error = std::current_exception();
     }
   };
 
   Stages stages(units);
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
+  run_team(threads, [&](int worker) {
     detail::FlushDenormals flush;
-    Scratch<T>& scratch = ws.scratch[static_cast<std::size_t>(omp_get_thread_num())];
+    Scratch<T>& scratch = ws.scratch[static_cast<std::size_t>(worker)];
     stages.run([&](std::size_t stage, std::int64_t u) { unit(stage, u, scratch); });
-  }
+  });
   if (error) std::rethrow_exception(error);
 }
 

@@ -1,4 +1,4 @@
-// CPU half of the scan: runs a Schedule with OpenMP threads.
+// CPU half of the scan: runs a Schedule on a team of threads (detail::run_team).
 #pragma once
 
 #include <vector>

@@ -1,0 +1,116 @@
+#include "core/team.hpp"
+
+#include <pthread.h>
+
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace bppsa::detail {
+namespace {
+
+/// The pool's threads wait for a job: a short spin (back-to-back jobs, such as Jacobian generation
+/// then the scan, find them awake), then a sleep that leaves the core to whoever needs it.
+class Pool {
+ public:
+  void run(int threads, void (*call)(void*, int), void* context) {
+    std::unique_lock lock(mutex_);
+    if (busy_) {  // another caller's job, or a call from inside a body: run alone
+      lock.unlock();
+      call(context, 0);
+      return;
+    }
+    busy_ = true;
+    for (; workers_ < threads - 1; ++workers_) std::thread([this, id = workers_ + 1] { work(id); }).detach();
+    job_ = Job{call, context, threads, 0, true, nullptr};
+    epoch_.fetch_add(1, std::memory_order_release);
+    lock.unlock();
+    wake_.notify_all();
+
+    std::exception_ptr error;
+    try {
+      call(context, 0);
+    } catch (...) {
+      error = std::current_exception();
+    }
+
+    lock.lock();
+    job_.open = false;
+    left_.wait(lock, [&] { return job_.active == 0; });
+    if (!error) error = job_.error;
+    job_ = Job{};
+    busy_ = false;
+    lock.unlock();
+    if (error) std::rethrow_exception(error);
+  }
+
+ private:
+  struct Job {
+    void (*call)(void*, int) = nullptr;
+    void* context = nullptr;
+    int threads = 0;
+    int active = 0;
+    bool open = false;
+    std::exception_ptr error;
+  };
+
+  void work(int id) {
+    std::uint64_t seen = 0;
+    for (;;) {
+      constexpr int kSpins = 4096;
+      for (int i = 0; i < kSpins && epoch_.load(std::memory_order_acquire) == seen; ++i) cpu_relax();
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [&] { return epoch_.load(std::memory_order_acquire) != seen; });
+      seen = epoch_.load(std::memory_order_acquire);
+      if (!job_.open || id >= job_.threads) continue;
+      ++job_.active;
+      const Job job = job_;
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        job.call(job.context, id);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      if (error && !job_.error) job_.error = error;
+      if (--job_.active == 0) left_.notify_one();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_, left_;
+  std::atomic<std::uint64_t> epoch_{0};
+  Job job_;
+  bool busy_ = false;
+  int workers_ = 0;
+};
+
+// Never destroyed: its threads sleep through exit. A forked child (a data-loader worker, say)
+// inherits the object but not its threads, so it starts a pool of its own.
+std::atomic<Pool*> pool{nullptr};
+
+Pool& the_pool() {
+  static const int registered = pthread_atfork(nullptr, nullptr, [] { pool.store(nullptr); });
+  (void)registered;
+  Pool* p = pool.load(std::memory_order_acquire);
+  if (p) return *p;
+  auto* fresh = new Pool;
+  if (pool.compare_exchange_strong(p, fresh, std::memory_order_acq_rel)) return *fresh;
+  delete fresh;
+  return *p;
+}
+
+}  // namespace
+
+void run_team(int threads, void (*call)(void* context, int worker), void* context) {
+  if (threads <= 1) {
+    call(context, 0);
+    return;
+  }
+  the_pool().run(threads, call, context);
+}
+
+}  // namespace bppsa::detail
