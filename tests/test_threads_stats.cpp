@@ -1,5 +1,6 @@
 // Thread-count independence (bit-identical), the executor's stages, statistics vs hand-derived
 // formulas, plan reuse.
+#include <pthread.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -277,6 +278,41 @@ TEST(RunTeam, AForkedChildStartsAPoolOfItsOwn) {
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
       << "the child's teams got no worker (status " << status << ")";
+}
+
+TEST(RunTeam, NoMoreThreadsMeansFewerWorkersNotAnError) {
+  // In a child (a new pool) whose threads cannot be created (a 1 TiB default stack cannot be
+  // mapped: what a process or container thread limit looks like), the work still gets done, by
+  // the caller, call after call.
+  const pid_t pid = fork();
+  if (pid == 0) {
+    alarm(60);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, std::size_t{1} << 40);
+    if (pthread_setattr_default_np(&attr) != 0) _exit(3);
+    int wrong = 0;
+    for (int rep = 0; rep < 5; ++rep) {
+      std::atomic<int> ran{0}, others{0};
+      detail::Stages stages({7, 11});
+      try {
+        detail::run_team(4, [&](int worker) {
+          if (worker != 0) ++others;
+          stages.run([&](std::size_t, std::int64_t) { ++ran; });
+        });
+      } catch (...) {
+        _exit(2);
+      }
+      if (ran != 18 || others != 0) ++wrong;
+    }
+    _exit(wrong == 0 ? 0 : 1);
+  }
+  ASSERT_GT(pid, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
+  if (WEXITSTATUS(status) == 3) GTEST_SKIP() << "pthread_setattr_default_np refused the stack size";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << (WEXITSTATUS(status) == 2 ? "run_team threw" : "work missing");
 }
 
 // ---------------------------------------------------------------------------------------

@@ -4,7 +4,9 @@
 
 #include <condition_variable>
 #include <exception>
+#include <algorithm>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -23,8 +25,11 @@ class Pool {
       return;
     }
     busy_ = true;
-    for (; workers_ < threads - 1; ++workers_) std::thread([this, id = workers_ + 1] { work(id); }).detach();
-    job_ = Job{call, context, threads, 0, true, nullptr};
+    try {
+      for (; workers_ < threads - 1; ++workers_) std::thread([this, id = workers_ + 1] { work(id); }).detach();
+    } catch (const std::system_error&) {  // no more threads (a process or container limit): use those there are
+    }
+    job_ = Job{call, context, std::min(threads, workers_ + 1), 0, true, nullptr};
     epoch_.fetch_add(1, std::memory_order_release);
     lock.unlock();
     wake_.notify_all();
@@ -58,13 +63,17 @@ class Pool {
 
   void work(int id) {
     std::uint64_t seen = 0;
+    bool ran = false;
     for (;;) {
-      constexpr int kSpins = 4096;
-      for (int i = 0; i < kSpins && epoch_.load(std::memory_order_acquire) == seen; ++i) cpu_relax();
+      // Only a thread that has just run a body spins (the next job of a sequence is likely near);
+      // one that was not wanted, or came too late, sleeps at once.
+      constexpr int kSpins = 2048;
+      for (int i = 0; ran && i < kSpins && epoch_.load(std::memory_order_acquire) == seen; ++i) cpu_relax();
       std::unique_lock lock(mutex_);
       wake_.wait(lock, [&] { return epoch_.load(std::memory_order_acquire) != seen; });
       seen = epoch_.load(std::memory_order_acquire);
-      if (!job_.open || id >= job_.threads) continue;
+      ran = job_.open && id < job_.threads;
+      if (!ran) continue;
       ++job_.active;
       const Job job = job_;
       lock.unlock();
@@ -82,8 +91,8 @@ class Pool {
 
   std::mutex mutex_;
   std::condition_variable wake_, left_;
-  std::atomic<std::uint64_t> epoch_{0};
-  Job job_;
+  alignas(64) std::atomic<std::uint64_t> epoch_{0};  // spun on: a cache line of its own
+  alignas(64) Job job_;
   bool busy_ = false;
   int workers_ = 0;
 };
@@ -91,10 +100,10 @@ class Pool {
 // Never destroyed: its threads sleep through exit. A forked child (a data-loader worker, say)
 // inherits the object but not its threads, so it starts a pool of its own.
 std::atomic<Pool*> pool{nullptr};
+// Registered when the library is loaded, before any thread of ours exists.
+[[maybe_unused]] const int at_fork = pthread_atfork(nullptr, nullptr, [] { pool.store(nullptr); });
 
 Pool& the_pool() {
-  static const int registered = pthread_atfork(nullptr, nullptr, [] { pool.store(nullptr); });
-  (void)registered;
   Pool* p = pool.load(std::memory_order_acquire);
   if (p) return *p;
   auto* fresh = new Pool;

@@ -51,11 +51,13 @@ inline void cpu_relax() {
 
 /// Runs body(worker) on the calling thread (worker 0) and on up to `threads` − 1 threads of a
 /// process-wide pool (workers 1 … threads − 1, each at most once), and returns when the caller's
-/// call has returned and every pool thread that joined has left body. A pool thread that wakes
-/// after the caller's call has returned does not join: the caller waits for work, never for a
-/// thread the OS has not run. body must share its work by claiming (Stages, atomic counters), since
-/// any worker but 0 may be missing. When the pool is in use (another caller, or a call from inside
-/// body) the caller runs body(0) alone. The first exception thrown by any call is rethrown.
+/// call has returned and every pool thread that joined has left body. A pool thread joins only
+/// while the job is open, which ends when the caller's call returns: the caller waits for work and
+/// for threads that joined, never for one the OS has not yet run. body must share its work by
+/// claiming (Stages, atomic counters), since any worker but 0 may be missing. When the pool is in
+/// use (another caller, or a call from inside body) the caller runs body(0) alone; when no more
+/// threads can be made, the pool runs with those it has. An exception from body(0), else the first
+/// from a worker, is rethrown. Forking from inside a body is not supported.
 void run_team(int threads, void (*call)(void* context, int worker), void* context);
 
 template <class F>
