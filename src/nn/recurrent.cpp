@@ -90,6 +90,35 @@ void parallel_over_steps(int threads, Index steps, double flops_per_step, F&& f)
   });
 }
 
+/// dst = a · b on up to `threads` threads (fewer for little work), in blocks of a fixed number of
+/// rows of dst (kRows) or, with `by_columns`, of columns (kCols) claimed by whichever thread is
+/// free. The blocks do not depend on the thread count, so neither do the results, to the bit.
+/// dst must be sized and must not alias a or b.
+template <class D, class A, class B>
+void parallel_product(int threads, D&& dst, const A& a, const B& b, bool by_columns = false) {
+  constexpr Index kRows = 64, kCols = 256;
+  const Index n = by_columns ? dst.cols() : dst.rows(), block = by_columns ? kCols : kRows;
+  const Index blocks = (n + block - 1) / block;
+  const double flops = 2.0 * static_cast<double>(dst.rows()) * static_cast<double>(dst.cols()) *
+                       static_cast<double>(a.cols());
+  const int team = static_cast<int>(std::min<Index>(blocks, detail::team_for(flops, threads)));
+  std::atomic<Index> next{0};
+  auto body = [&](int) {
+    detail::FlushDenormals flush;
+    for (Index k; (k = next.fetch_add(1, std::memory_order_relaxed)) < blocks;) {
+      const Index i0 = k * block, len = std::min(block, n - i0);
+      if (by_columns)
+        dst.middleCols(i0, len).noalias() = a * b.middleCols(i0, len);
+      else
+        dst.middleRows(i0, len).noalias() = a.middleRows(i0, len) * b;
+    }
+  };
+  if (team <= 1)
+    body(0);
+  else
+    detail::run_team(team, body);
+}
+
 /// What a layer stack holds for steps × batch, part by part, in bytes (doubles: absurd sizes
 /// cannot overflow). Every layer keeps its own record, gradients, chain and scanner.
 struct StackBytes {
@@ -115,6 +144,8 @@ StackBytes stack_bytes(const RecurrentConfig& c, Index steps, Index batch, std::
       b.jacobians += TB * (rnn ? H : S * S) + S * T1B;  // and the scan's g_0 … g_T
       if (method == BackwardMethod::blelloch || method == BackwardMethod::automatic)
         b.workspace += TB * (rnn ? H * H : S * S);
+      else if (method == BackwardMethod::hybrid && !rnn)  // per-sample dense chunk products: about as many again
+        b.workspace += TB * S * S;
     }
   }
   for (double* v : {&b.params, &b.record, &b.grads, &b.jacobians, &b.workspace}) *v *= size;
@@ -155,14 +186,17 @@ void check_step_memory(const RecurrentConfig& c, Index steps, Index batch, std::
 template <class T>
 void bp_recurrence(const detail::CellOps<T>& ops, CellType cell, const RecurrentLayerParams<T>& p,
                    const detail::LayerRecord<T>& rec, const Matrix<T>& above, bool inject, Matrix<T>& g,
-                   detail::PreactGrads<T>& pg) {
+                   detail::PreactGrads<T>& pg, int threads) {
   const Index T_ = rec.steps, B = rec.batch, H = rec.hidden;
   auto& dh = cell == CellType::gru ? pg.dh : pg.dx;
+  Matrix<T> carried(H, B);
   for (Index t = T_; t >= 1; --t) {
     ops.preact(rec, g, pg, t, t + 1);
     auto gprev = g.middleCols((t - 1) * B, B);
     if (inject && t >= 2) gprev.topRows(H) = above.middleCols((t - 2) * B, B);
-    gprev.topRows(H).noalias() += p.w_hh.transpose() * dh.middleCols((t - 1) * B, B);
+    // W_hh^T · dh_t: a GEMM per step, shared among the threads for large states (gated cells).
+    parallel_product(threads, carried, p.w_hh.transpose(), dh.middleCols((t - 1) * B, B));
+    gprev.topRows(H) += carried;
     ops.direct(rec, g, t, gprev);
   }
 }
@@ -558,9 +592,9 @@ void Recurrent<T>::backward_layer(Index l, const BackwardOptions& options, Backw
 
   if (!scan) {
     double t0 = omp_get_wtime();
-    bp_recurrence(ops, config_.cell, p, rec, above, inject, L.g, L.pg);
+    bp_recurrence(ops, config_.cell, p, rec, above, inject, L.g, L.pg, threads);
     local.scan += omp_get_wtime() - t0;
-    if (!detail::all_finite(L.g.data(), L.g.size()))
+    if (options.check_finite && !detail::all_finite(L.g.data(), L.g.size()))
       detail::raise<NonFiniteError>(op, "state gradients of layer " + std::to_string(l) +
                                             " are not finite (NaN/Inf): the loss or the weights diverged; "
                                             "lower the learning rate");
@@ -607,12 +641,16 @@ void Recurrent<T>::backward_layer(Index l, const BackwardOptions& options, Backw
 
   double t2 = omp_get_wtime();
   if (scan) parallel_over_steps(threads, T_, 4.0 * static_cast<double>(G * B), [&](Index t0r, Index t1r) { ops.preact(rec, L.g, L.pg, t0r, t1r); });
-  gp.w_ih.noalias() = L.pg.dx * rec.x.transpose();
+  // The parameter-gradient GEMMs (T·B deep), shared among the threads.
+  gp.w_ih.resize(L.pg.dx.rows(), rec.x.rows());
+  parallel_product(threads, gp.w_ih, L.pg.dx, rec.x.transpose());
   gp.b_ih = L.pg.dx.rowwise().sum();
-  gp.w_hh.noalias() = dh * rec.h.leftCols(T_ * B).transpose();
+  gp.w_hh.resize(dh.rows(), H);
+  parallel_product(threads, gp.w_hh, dh, rec.h.leftCols(T_ * B).transpose());
   gp.b_hh = dh.rowwise().sum();
   Matrix<T>& gx = l == 0 ? input_grad_ : impl_->gx;
-  Matrix<T> next = p.w_ih.transpose() * L.pg.dx;
+  Matrix<T> next(p.w_ih.cols(), L.pg.dx.cols());
+  parallel_product(threads, next, p.w_ih.transpose(), L.pg.dx, /*by_columns=*/true);
   gx = std::move(next);
   L.g0 = L.g.leftCols(B);
   local.params += omp_get_wtime() - t2;
@@ -693,7 +731,7 @@ std::pair<Jacobian<T>, Matrix<T>> Recurrent<T>::layer_transfer(Index l, const Ba
   detail::PreactGrads<T> pg;
   pg.dx.resize(G, T_ * B);
   if (config_.cell == CellType::gru) pg.dh.resize(G, T_ * B);
-  bp_recurrence(ops, config_.cell, p, rec, above, inject, g, pg);
+  bp_recurrence(ops, config_.cell, p, rec, above, inject, g, pg, threads);
   Matrix<T> v = g.leftCols(B);
   if (!detail::all_finite(v.data(), v.size()))
     detail::raise<NonFiniteError>(op, "initial-state gradient of layer " + std::to_string(l) +
