@@ -26,7 +26,7 @@ void bind_layer(py::module_& m, const char* name) {
       .def("backward", &LayerEngine<T>::backward, py::call_guard<py::gil_scoped_release>(), py::arg("grad_out"),
            py::arg("grad_hn"), py::arg("grad_cn"), py::arg("method"), py::arg("threads"), py::arg("chunks"),
            py::arg("grad_x"), py::arg("grad_h0"), py::arg("grad_c0"), py::arg("grad_w_ih"), py::arg("grad_w_hh"),
-           py::arg("grad_b_ih"), py::arg("grad_b_hh"))
+           py::arg("grad_b_ih"), py::arg("grad_b_hh"), py::arg("check_finite"))
       .def_property_readonly("steps", &LayerEngine<T>::steps)
       .def_property_readonly("batch", &LayerEngine<T>::batch);
 }

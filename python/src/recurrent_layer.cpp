@@ -98,7 +98,8 @@ template <class T>
 std::string LayerEngine<T>::backward(const OptRef& grad_out, const OptRef& grad_hn, const OptRef& grad_cn,
                                      const std::string& method, int threads, int chunks, const OptRef& grad_x,
                                      const OptRef& grad_h0, const OptRef& grad_c0, const OptRef& grad_w_ih,
-                                     const OptRef& grad_w_hh, const OptRef& grad_b_ih, const OptRef& grad_b_hh) {
+                                     const OptRef& grad_w_hh, const OptRef& grad_b_ih, const OptRef& grad_b_hh,
+                                     bool check_finite) {
   const RecurrentConfig& cfg = rnn_.config();
   const Index H = cfg.hidden, I = cfg.input, S = state_size(cfg.cell, H);
   const Index steps = rnn_.steps(), batch = rnn_.batch();
@@ -109,6 +110,7 @@ std::string LayerEngine<T>::backward(const OptRef& grad_out, const OptRef& grad_
   if (chunks < 0) detail::raise<InvalidArgument>(kOp, "chunks must be ≥ 0 (0 = automatic), got " + std::to_string(chunks));
   options.threads = checked_threads(threads, kOp);
   options.chunks = chunks;
+  options.check_finite = check_finite;
 
   // The gradient on the final state: what reaches h_n / c_n from outside the layer.
   if (grad_hn || grad_cn) {

@@ -26,11 +26,12 @@ class LayerEngine {
 
   /// From the gradients on out, h_n and c_n (None = zero) of the last forward(): writes the
   /// gradients whose buffers are given (None = not needed). method: bp, blelloch, hybrid,
-  /// auto, linear. Returns the method that ran (auto resolved).
+  /// auto, linear. check_finite: raise on NaN/Inf state gradients (else they propagate, as in
+  /// torch). Returns the method that ran (auto resolved).
   std::string backward(const OptRef& grad_out, const OptRef& grad_hn, const OptRef& grad_cn, const std::string& method,
                        int threads, int chunks, const OptRef& grad_x, const OptRef& grad_h0, const OptRef& grad_c0,
                        const OptRef& grad_w_ih, const OptRef& grad_w_hh, const OptRef& grad_b_ih,
-                       const OptRef& grad_b_hh);
+                       const OptRef& grad_b_hh, bool check_finite);
 
   Index steps() const { return rnn_.steps(); }
   Index batch() const { return rnn_.batch(); }

@@ -87,7 +87,8 @@ Jacobian<T> make_element(const ElementRef& e, Index i, bool transpose, Index bat
 
 template <class T>
 void affine_scan(const std::vector<ElementRef>& elements, const TensorRef& g_last, const std::vector<TensorRef>& out,
-                 const std::vector<TensorRef>& injections, bool transpose, const std::string& algorithm, int threads) {
+                 const std::vector<TensorRef>& injections, bool transpose, const std::string& algorithm, int threads,
+                 bool check_finite) {
   const Index n = static_cast<Index>(elements.size());
   if (g_last.shape.size() != 2)
     detail::raise<ShapeError>(kOp, "g_last has shape " + shape_text(g_last.shape) + ", expected (batch, d_N)");
@@ -128,6 +129,7 @@ void affine_scan(const std::vector<ElementRef>& elements, const TensorRef& g_las
   ScanOptions options;
   options.algorithm = parse_algorithm(algorithm);
   options.threads = threads;
+  options.check_inputs = options.check_outputs = check_finite;
   Gradients<T> grads;
   if (n == 0) {
     T* o = checked_data<T>(out[0], {batch, d_last}, kOp, "output 0");
@@ -144,8 +146,8 @@ void affine_scan(const std::vector<ElementRef>& elements, const TensorRef& g_las
 }
 
 template void affine_scan<float>(const std::vector<ElementRef>&, const TensorRef&, const std::vector<TensorRef>&,
-                                 const std::vector<TensorRef>&, bool, const std::string&, int);
+                                 const std::vector<TensorRef>&, bool, const std::string&, int, bool);
 template void affine_scan<double>(const std::vector<ElementRef>&, const TensorRef&, const std::vector<TensorRef>&,
-                                  const std::vector<TensorRef>&, bool, const std::string&, int);
+                                  const std::vector<TensorRef>&, bool, const std::string&, int, bool);
 
 }  // namespace bppsa::python

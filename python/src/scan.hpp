@@ -24,6 +24,7 @@ struct ElementRef {
 /// Runs on the scan engine: a_i = J_{N−i+1}^T, s_i = g_{N−i}.
 template <class T>
 void affine_scan(const std::vector<ElementRef>& elements, const TensorRef& g_last, const std::vector<TensorRef>& out,
-                 const std::vector<TensorRef>& injections, bool transpose, const std::string& algorithm, int threads);
+                 const std::vector<TensorRef>& injections, bool transpose, const std::string& algorithm, int threads,
+                 bool check_finite);
 
 }  // namespace bppsa::python

@@ -47,7 +47,11 @@ Algorithm scan_algorithm(BackwardMethod m) {
 }
 
 ScanOptions scan_options(const BackwardOptions& options) {
-  return {.algorithm = scan_algorithm(options.method), .threads = options.threads, .chunks = options.chunks};
+  return {.algorithm = scan_algorithm(options.method),
+          .threads = options.threads,
+          .chunks = options.chunks,
+          .check_inputs = options.check_finite,
+          .check_outputs = options.check_finite};
 }
 
 int resolve_threads(int threads) { return threads > 0 ? threads : omp_get_max_threads(); }

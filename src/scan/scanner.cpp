@@ -220,12 +220,14 @@ const ScanStats& Scanner<T>::run(const Chain<T>& chain, const Matrix<T>& g_last,
     detail::execute(plan_->schedule, plan_->operands, plan_->workspace, batch, threads);
   }
 
-  if (!options_.check_inputs && !all_finite(g_last))
+  if (options_.check_outputs && !options_.check_inputs && !all_finite(g_last))
     detail::raise<NonFiniteError>(op, "g_N (the loss gradient) contains NaN or Inf; check the loss");
   Index bad = -1;  // the highest k with a non-finite g_k: where the trouble entered, going backwards
+  if (options_.check_outputs) {
 #pragma omp parallel for num_threads(threads) schedule(static) reduction(max : bad) if (n >= kParallelElements)
-  for (Index k = 0; k < n; ++k)
-    if (!all_finite(out.g(k))) bad = std::max(bad, k);
+    for (Index k = 0; k < n; ++k)
+      if (!all_finite(out.g(k))) bad = std::max(bad, k);
+  }
   if (bad >= 0)
     detail::raise<NonFiniteError>(op, "g_" + std::to_string(bad) + " is NaN or Inf although g_" +
                                           std::to_string(bad + 1) + " is finite: " +

@@ -32,6 +32,9 @@ struct BackwardOptions {
   BackwardMethod method = BackwardMethod::blelloch;
   int threads = 0;  ///< OpenMP threads for generation, scan and gradients; 0 = default
   int chunks = 0;   ///< hybrid chunks (0 = automatic)
+  /// Raise NonFiniteError when a state gradient is NaN/Inf (the trainer's divergence check); false
+  /// lets non-finite values propagate into the gradients, as torch's autograd does.
+  bool check_finite = true;
 };
 
 /// What `automatic` resolves to for this batch and thread count (other methods: themselves).

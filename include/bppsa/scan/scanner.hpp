@@ -50,6 +50,9 @@ struct ScanOptions {
   /// gradient. Results equal the CPU engine's up to float reassociation (fused multiply-adds,
   /// library GEMMs), and exactly on small-integer data. Without CUDA: UnsupportedError.
   Device device = Device::cpu;
+  /// Check every output gradient (and g_N) for NaN/Inf. With both checks false, non-finite
+  /// values propagate into the outputs, as torch's autograd does.
+  bool check_outputs = true;
 };
 
 /// What a run did. Counts are per chain (one sample); flops cover the whole batch with
