@@ -13,5 +13,6 @@ __all__ = ["nn", "scan", "default_threads", "__version__"]
 
 
 def default_threads():
-    """The number of threads bppsa uses when ``threads=0``: every core this process may use."""
-    return _native.resolve_threads(0)
+    """The number of threads bppsa uses when ``threads`` is not given: ``torch.get_num_threads()``
+    now (``threads=0`` means every core this process may use)."""
+    return _native.resolve_threads(None)

@@ -51,11 +51,14 @@ MAX_THREADS = _C.MAX_THREADS
 
 
 def check_threads(where, threads, name="threads"):
-    """threads as given, after checking it is an int in 0..MAX_THREADS (ValueError naming
-    `where` and `name` otherwise): past a few tens of thousands, OpenMP aborts the process."""
+    """threads as given, after checking it is None or an int in 0..MAX_THREADS (ValueError naming
+    `where` and `name` otherwise): past a few tens of thousands, thread creation aborts the process."""
+    if threads is None:
+        return None
     if not isinstance(threads, int) or isinstance(threads, bool) or not 0 <= threads <= MAX_THREADS:
-        raise ValueError(f"{where}: {name} must be an int in 0..{MAX_THREADS} (0 = every core this process may "
-                         f"use, {resolve_threads(0)} here), got {threads!r}")
+        raise ValueError(f"{where}: {name} must be None (follow torch.get_num_threads(), {torch.get_num_threads()} "
+                         f"now) or an int in 0..{MAX_THREADS} (0 = every core this process may use, "
+                         f"{resolve_threads(0)} here), got {threads!r}")
     return threads
 
 
@@ -66,9 +69,10 @@ def check_memory(op, what, items, fix):
 
 
 def resolve_threads(threads):
-    """threads = 0 means every core this process may run on. Resolved here rather than by
-    OpenMP's default, which PyTorch lowers to its own intra-op thread count (the physical
-    cores) in the OpenMP runtime both share."""
+    """None follows torch.get_num_threads() (as torch.nn's modules do), read at each call; 0 means
+    every core this process may run on."""
+    if threads is None:
+        return max(1, torch.get_num_threads())
     if threads > 0:
         return threads
     try:

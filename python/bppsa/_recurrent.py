@@ -88,9 +88,10 @@ def _no_double_backward(what):
 
 
 class LayerFunction(torch.autograd.Function):
-    """apply(x, h0, c0, w_ih, w_hh, b_ih, b_hh, spec, method, threads, chunks) →
+    """apply(x, h0, c0, w_ih, w_hh, b_ih, b_hh, spec, options) →
     (out, h_n) or (out, h_n, c_n) for LSTM. x is (T, B, I); h0, c0 (B, H) or None; b_ih, b_hh
-    None when the layer has no bias. Any strides (contiguous copies are made for the engine).
+    None when the layer has no bias; options = (method, threads, chunks, check_finite). Any
+    strides (contiguous copies are made for the engine).
 
     The tensors are saved with ctx.save_for_backward, so torch enforces its contracts: a second
     backward without retain_graph=True, or one after an in-place change of a weight or of the
@@ -98,7 +99,7 @@ class LayerFunction(torch.autograd.Function):
     backward)."""
 
     @staticmethod
-    def forward(ctx, x, h0, c0, w_ih, w_hh, b_ih, b_hh, spec, method, threads, chunks):
+    def forward(ctx, x, h0, c0, w_ih, w_hh, b_ih, b_hh, spec, options):
         engine = spec.acquire(x.dtype)
         try:
             out, h_n, c_n = _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh)
@@ -107,7 +108,7 @@ class LayerFunction(torch.autograd.Function):
             raise
         ctx.engine = engine
         ctx.spec = spec
-        ctx.options = (method, threads, chunks)
+        ctx.options = options
         ctx.lock = threading.Lock()  # one backward at a time through this engine (retained graphs)
         # Saved for torch's checks (version counters, freed graphs); the engine holds the
         # record the backward pass reads.
@@ -123,7 +124,7 @@ class LayerFunction(torch.autograd.Function):
         if torch.is_grad_enabled():  # create_graph=True: the result would be silently first-order only
             _no_double_backward(f"bppsa.nn ({ctx.spec.cell.upper()} layer)")
         saved = ctx.saved_tensors  # raises torch's errors: graph freed, or a tensor changed in place
-        method, threads, chunks = ctx.options
+        method, threads, chunks, check_finite = ctx.options
         need = ctx.needs_input_grad
 
         def buffer(i):
@@ -133,21 +134,21 @@ class LayerFunction(torch.autograd.Function):
 
         grads = [buffer(i) for i in range(7)]
         if saved[0].shape[1] == 0:  # empty batch: nothing flows back (zero parameter gradients, as torch)
-            return (*[None if g is None else g.zero_() for g in grads], None, None, None, None)
+            return (*[None if g is None else g.zero_() for g in grads], None, None)
         r = _native.ref
         grad_out, grad_hn, grad_cn = _contiguous(grad_out), _contiguous(grad_hn), _contiguous(grad_cn)
         with ctx.lock:
             ctx.engine.backward(r(grad_out), r(grad_hn), r(grad_cn), method, _native.resolve_threads(threads), chunks,
-                                *[r(g) for g in grads])
-        return (*grads, None, None, None, None)
+                                *[r(g) for g in grads], check_finite)
+        return (*grads, None, None)
 
 
-def run_layer(spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, method, threads, chunks):
+def run_layer(spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, method, threads, chunks, check_finite=False):
     """One layer-direction: through autograd when a gradient is needed, else on an engine of
     its own for this call (nothing recorded for a backward pass)."""
     tensors = (x, h0, c0, w_ih, w_hh, b_ih, b_hh)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
-        res = LayerFunction.apply(x, h0, c0, w_ih, w_hh, b_ih, b_hh, spec, method, threads, chunks)
+        res = LayerFunction.apply(x, h0, c0, w_ih, w_hh, b_ih, b_hh, spec, (method, threads, chunks, check_finite))
         return res if len(res) == 3 else (res[0], res[1], None)
     engine = spec.acquire(x.dtype)
     try:

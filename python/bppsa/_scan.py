@@ -139,14 +139,14 @@ def _torch_scan(elements, g_last):
     return outs
 
 
-def _run(elements, g_last, injections, transpose, algorithm, threads):
+def _run(elements, g_last, injections, transpose, algorithm, threads, check_finite):
     batch = g_last.shape[0]
     dims = [g_last.shape[1]] + [e.cols if transpose else e.rows for e in elements]
     outs = [torch.empty((batch, d), dtype=g_last.dtype) for d in dims]
     r = _native.ref
     inj = [] if injections is None else [_native._C.TensorRef() if e is None else r(e) for e in injections]
     _native.affine_scan(g_last.dtype)([e.native() for e in elements], r(g_last), [r(o) for o in outs], inj,
-                                      transpose, algorithm, _native.resolve_threads(threads))
+                                      transpose, algorithm, _native.resolve_threads(threads), check_finite)
     return outs
 
 
@@ -156,9 +156,10 @@ class _ScanFunction(torch.autograd.Function):
     # Then ∂/∂g = λ_0 and ∂/∂A_i = λ_i y_(i-1)^T (summed over the batch when A_i is shared).
 
     @staticmethod
-    def forward(ctx, elements, algorithm, threads, g_last, *tensors):
-        outs = _run(elements, g_last, None, False, algorithm, threads)
-        ctx.elements, ctx.algorithm, ctx.threads = elements, algorithm, threads
+    def forward(ctx, elements, options, g_last, *tensors):
+        algorithm, threads, check_finite = options
+        outs = _run(elements, g_last, None, False, algorithm, threads, check_finite)
+        ctx.elements, ctx.options = elements, options
         # The dense elements are saved too, so that torch checks their version counters (an
         # element changed in place before backward raises torch's error).
         ctx.save_for_backward(*outs, *[t if e.kind == "dense" else None for e, t in zip(elements, tensors)])
@@ -172,7 +173,7 @@ class _ScanFunction(torch.autograd.Function):
         n = len(elements)
         ys = ctx.saved_tensors[:n + 1]  # raises torch's errors: graph freed, or an element changed in place
         batch = ys[0].shape[0]
-        per_sample = [e for i, e in enumerate(elements) if e.per_sample and ctx.needs_input_grad[4 + i]]
+        per_sample = [e for i, e in enumerate(elements) if e.per_sample and ctx.needs_input_grad[3 + i]]
         if per_sample:
             _native.check_memory("bppsa.scan", "the gradients of the per-sample elements",
                                  [("one matrix per sample and element",
@@ -182,11 +183,11 @@ class _ScanFunction(torch.autograd.Function):
         grads = [torch.zeros_like(y) if g is None else g.contiguous() for g, y in zip(grads, ys)]
         # Reverse the array: s'_0 = ȳ_N, s'_j = A_(N-j+1)^T s'_(j-1) + ȳ_(N-j).
         rev = list(reversed(elements))
-        lam = _run(rev, grads[n], list(reversed(grads[:n])), True, ctx.algorithm, ctx.threads)
+        lam = _run(rev, grads[n], list(reversed(grads[:n])), True, *ctx.options)
         lam = list(reversed(lam))  # lam[i] = λ_i
-        out = [None, None, None, lam[0]]
+        out = [None, None, lam[0]]
         for i, e in enumerate(elements, start=1):
-            if not ctx.needs_input_grad[3 + i]:
+            if not ctx.needs_input_grad[2 + i]:
                 out.append(None)
                 continue
             if e.kind == "csr":
@@ -201,7 +202,7 @@ class _ScanFunction(torch.autograd.Function):
         return tuple(out)
 
 
-def scan(jacobians, g_last, *, algorithm="blelloch", threads=0):
+def scan(jacobians, g_last, *, algorithm="blelloch", threads=None, check_finite=False):
     r"""Every gradient of a chain by parallel scan: s_0 = g_last, s_i = A_i · s_(i-1).
 
     For a chain x_k = f_k(x_(k-1)), k = 1..N, with J_k = ∂x_k/∂x_(k-1) and g_k = ∂ℓ/∂x_k,
@@ -226,15 +227,20 @@ def scan(jacobians, g_last, *, algorithm="blelloch", threads=0):
 
     ``algorithm``: ``'blelloch'`` (Θ(log N) levels, docs/method.md §2), ``'hybrid'`` (chunked),
     ``'linear'`` (sequential BP, the reference), ``'auto'`` (bppsa's cost model).
-    ``threads``: OpenMP threads, 0 = all cores. The parallel algorithms reassociate the
-    products, so results may differ from the sequential order in the last bits.
+    ``threads``: threads of the scan; None (default) follows ``torch.get_num_threads()``, 0 = every
+    core this process may use. The parallel algorithms reassociate the products, so results may
+    differ from the sequential order in the last bits.
+    ``check_finite``: raise FloatingPointError when an input or a result is NaN/Inf, naming the
+    element; by default (False) non-finite values propagate into the results, as torch's products do.
 
     Differentiable with respect to ``g_last`` and dense elements; the backward pass is itself a
     scan over the transposed elements in reverse order.
     """
     if algorithm not in ALGORITHMS:
         raise ValueError(f"bppsa.scan: unknown algorithm '{algorithm}'; use one of {', '.join(ALGORITHMS)}")
-    _native.check_threads("bppsa.scan", threads)
+    threads = _native.check_threads("bppsa.scan", threads)
+    if not isinstance(check_finite, bool):
+        raise TypeError(f"bppsa.scan: check_finite must be True or False, got {check_finite!r}")
     if not isinstance(g_last, torch.Tensor):
         raise TypeError(f"bppsa.scan: g_last must be a tensor, got {type(g_last).__name__}")
     _native.check_float("g_last", g_last)
@@ -252,7 +258,7 @@ def scan(jacobians, g_last, *, algorithm="blelloch", threads=0):
     _check_memory(elements, g_last)
     g = g_last.contiguous()
     if torch.is_grad_enabled() and (g.requires_grad or any(t.requires_grad for t in tensors)):
-        outs = _ScanFunction.apply(elements, algorithm, threads, g, *tensors)
+        outs = _ScanFunction.apply(elements, (algorithm, threads, check_finite), g, *tensors)
     else:
-        outs = _run(elements, g, None, False, algorithm, threads)
+        outs = _run(elements, g, None, False, algorithm, threads, check_finite)
     return torch.stack(list(outs)) if stacked else list(outs)

@@ -12,15 +12,18 @@ bppsa's own options are keyword-only:
   count), ``'blelloch'`` (the modified Blelloch scan, Θ(log T) levels), ``'hybrid'`` (chunked
   scan: reduce chunks, scan their totals, push prefixes through), or ``'bp'`` (sequential BP
   through time, bppsa's own).
-- ``threads``: OpenMP threads of the backward pass, 0..1024 (0 = all cores).
+- ``threads``: threads of the backward pass: None (default) follows ``torch.get_num_threads()``
+  at each call, as torch.nn's modules do; 1..1024 fixes it; 0 = every core this process may use.
+- ``check_finite``: False (default) lets NaN/Inf propagate into the gradients, as torch.nn does;
+  True raises FloatingPointError naming the layer.
 
+The modules subclass torch.nn.RNN, GRU and LSTM (so ``isinstance(m, torch.nn.RNNBase)`` holds and
+the constructor is the installed torch's). Under ``torch.jit.trace``, ``torch.export`` and
+``torch.onnx.export`` they run torch.nn's own forward, so those tools record torch's standard
+operators with the module's weights; ``to_torch()`` returns a plain torch.nn copy.
 Modules may be called from several threads at once (each call records into an engine of its
 own). Double backward (``create_graph=True``) raises RuntimeError.
 """
-import math
-import numbers
-import warnings
-
 import torch
 from torch.nn.utils.rnn import PackedSequence
 
@@ -29,76 +32,62 @@ from ._recurrent import BACKWARD_METHODS, LayerSpec, run_layer
 
 __all__ = ["RNN", "GRU", "LSTM"]
 
-_GATES = {"rnn": 1, "gru": 3, "lstm": 4}
+
+def _tracing_or_exporting(input):
+    """True under torch.jit.trace, torch.export (and torch.onnx.export, which uses one of them), or
+    with fake tensors: there the module runs torch.nn's own forward, which those tools record as
+    the standard RNN/GRU/LSTM operators with the module's own weights."""
+    if torch.jit.is_tracing():
+        return True
+    is_exporting = getattr(torch.compiler, "is_exporting", None)
+    if is_exporting is not None and is_exporting():
+        return True
+    fake = getattr(getattr(torch, "_subclasses", None), "FakeTensor", None)
+    data = input.data if isinstance(input, PackedSequence) else input
+    return fake is not None and isinstance(data, fake)
 
 
-class _RecurrentBase(torch.nn.Module):
-    """nn.RNNBase's parameters and forward() with bppsa's engine underneath."""
+def _check_factory(name, kwargs):
+    """Refuses what the engine cannot run before torch allocates anything (a CUDA device, say)."""
+    dtype, device = kwargs.get("dtype"), kwargs.get("device")
+    if dtype is not None and dtype not in _native.SUPPORTED_FLOATS:
+        raise NotImplementedError(f"bppsa: dtype {dtype} is not supported; use torch.float32 or torch.float64")
+    if device is not None and torch.device(device).type not in ("cpu", "meta"):
+        raise NotImplementedError(f"bppsa.nn.{name}: device {device} is not supported from Python yet; use the CPU")
 
-    def __init__(self, cell, input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
-                 bidirectional=False, proj_size=0, device=None, dtype=None, *, nonlinearity="tanh",
-                 backward="auto", threads=0):
-        super().__init__()
-        if not isinstance(dropout, numbers.Number) or isinstance(dropout, bool) or not 0 <= dropout <= 1:
-            raise ValueError("dropout should be a number in range [0, 1] representing the probability of an "
-                             "element being zeroed")
-        if dropout > 0 and num_layers == 1:
-            warnings.warn("dropout option adds dropout after all but last recurrent layer, so non-zero dropout "
-                          f"expects num_layers greater than 1, but got dropout={dropout} and "
-                          f"num_layers={num_layers}")
-        for name, value in (("input_size", input_size), ("hidden_size", hidden_size), ("num_layers", num_layers)):
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise TypeError(f"{name} should be of type int, got: {type(value).__name__}")
-            if value <= 0:
-                raise ValueError(f"{name} must be greater than zero")
-        if proj_size != 0:
-            raise NotImplementedError(f"bppsa.nn.LSTM does not support proj_size (got {proj_size}); "
+
+class _Bppsa:
+    """bppsa's forward (and through it, its backward pass) on top of torch.nn.RNNBase: the
+    parameters, their order and initialisation, the constructor's checks, repr, state_dict,
+    _flat_weights and all_weights are torch's own."""
+
+    _cell = None  # "rnn", "gru", "lstm"
+
+    def __init__(self, *args, backward="auto", threads=None, check_finite=False, **kwargs):
+        _check_factory(type(self).__name__, kwargs)
+        super().__init__(*args, **kwargs)  # torch.nn.RNN's, GRU's or LSTM's (the next class in the MRO)
+        self._bppsa_init(backward, threads, check_finite)
+
+    def _bppsa_init(self, backward, threads, check_finite):
+        name = type(self).__name__
+        if self.proj_size != 0:
+            raise NotImplementedError(f"bppsa.nn.{name} does not support proj_size (got {self.proj_size}); "
                                       "use torch.nn.LSTM for projections")
-        if nonlinearity not in ("tanh", "relu"):
-            raise ValueError(f"Unknown nonlinearity '{nonlinearity}'. Select from 'tanh' or 'relu'.")
-        if dtype is not None and dtype not in _native.SUPPORTED_FLOATS:
-            raise NotImplementedError(f"bppsa: dtype {dtype} is not supported; use torch.float32 or torch.float64")
-        if device is not None and torch.device(device).type != "cpu":
-            raise NotImplementedError(f"bppsa: device {device} is not supported from Python yet; use the CPU")
-        self._cell = cell
-        self.mode = {"rnn": "RNN_TANH" if nonlinearity == "tanh" else "RNN_RELU", "gru": "GRU",
-                     "lstm": "LSTM"}[cell]
-        self.nonlinearity = nonlinearity
-        self.input_size = input_size
-        self.hidden_size = hidden_size
-        self.num_layers = num_layers
-        self.bias = bias
-        self.batch_first = batch_first
-        self.dropout = float(dropout)
-        self.bidirectional = bidirectional
-        self.proj_size = 0
+        weight = self.weight_ih_l0
+        if weight.dtype not in _native.SUPPORTED_FLOATS:
+            raise NotImplementedError(f"bppsa: dtype {weight.dtype} is not supported; use torch.float32 or "
+                                      "torch.float64")
+        if weight.device.type not in ("cpu", "meta"):
+            raise NotImplementedError(f"bppsa: device {weight.device} is not supported from Python yet; use the CPU")
+        nonlinearity = getattr(self, "nonlinearity", "tanh")
+        directions = 2 if self.bidirectional else 1
+        self._specs = [LayerSpec(self._cell, self.input_size if layer == 0 else self.hidden_size * directions,
+                                 self.hidden_size, nonlinearity)
+                       for layer in range(self.num_layers) for _ in range(directions)]
         self.set_backward(backward, threads)
+        self.set_check_finite(check_finite)
 
-        num_directions = 2 if bidirectional else 1
-        gate_size = _GATES[cell] * hidden_size
-        factory = {"device": device, "dtype": dtype}
-        self._flat_weights_names = []
-        self._all_weights = []
-        self._specs = []
-        # Registered in torch's order (layer, direction, w_ih, w_hh, b_ih, b_hh): the same
-        # seed then draws the same initial weights as torch.nn's module.
-        for layer in range(num_layers):
-            for direction in range(num_directions):
-                layer_input = input_size if layer == 0 else hidden_size * num_directions
-                suffix = "_reverse" if direction == 1 else ""
-                names = [f"weight_ih_l{layer}{suffix}", f"weight_hh_l{layer}{suffix}"]
-                shapes = [(gate_size, layer_input), (gate_size, hidden_size)]
-                if bias:
-                    names += [f"bias_ih_l{layer}{suffix}", f"bias_hh_l{layer}{suffix}"]
-                    shapes += [(gate_size,), (gate_size,)]
-                for name, shape in zip(names, shapes):
-                    setattr(self, name, torch.nn.Parameter(torch.empty(shape, **factory)))
-                self._flat_weights_names.extend(names)
-                self._all_weights.append(names)
-                self._specs.append(LayerSpec(cell, layer_input, hidden_size, nonlinearity))
-        self.reset_parameters()
-
-    def set_backward(self, backward="auto", threads=0):
+    def set_backward(self, backward="auto", threads=None):
         """Chooses how the backward pass is computed (see the module docstring)."""
         if backward not in BACKWARD_METHODS:
             raise ValueError(f"bppsa: unknown backward method '{backward}'; use 'auto', 'blelloch', 'hybrid' or "
@@ -107,40 +96,37 @@ class _RecurrentBase(torch.nn.Module):
         self.bppsa_backward = backward
         self.bppsa_threads = threads
 
-    def reset_parameters(self):
-        stdv = 1.0 / math.sqrt(self.hidden_size)
-        for weight in self.parameters():
-            torch.nn.init.uniform_(weight, -stdv, stdv)
-
-    def flatten_parameters(self):
-        """Kept for compatibility with torch.nn's modules (cuDNN's weight layout): nothing to do."""
-
-    @property
-    def all_weights(self):
-        return [[getattr(self, name) for name in names] for names in self._all_weights]
-
-    @property
-    def _flat_weights(self):
-        return [getattr(self, name) for name in self._flat_weights_names]
+    def set_check_finite(self, check_finite=False):
+        """check_finite=True: a NaN/Inf state gradient raises FloatingPointError naming the layer.
+        False (default): non-finite values propagate into the gradients, as in torch.nn."""
+        if not isinstance(check_finite, bool):
+            raise TypeError(f"bppsa.nn.{type(self).__name__}: check_finite must be True or False, got "
+                            f"{check_finite!r}")
+        self.bppsa_check_finite = check_finite
 
     def extra_repr(self):
-        s = "{input_size}, {hidden_size}"
-        if self.num_layers != 1:
-            s += ", num_layers={num_layers}"
+        s = super().extra_repr()
         if self._cell == "rnn" and self.nonlinearity != "tanh":
-            s += ", nonlinearity={nonlinearity}"
-        if self.bias is not True:
-            s += ", bias={bias}"
-        if self.batch_first is not False:
-            s += ", batch_first={batch_first}"
-        if self.dropout != 0:
-            s += ", dropout={dropout}"
-        if self.bidirectional is not False:
-            s += ", bidirectional={bidirectional}"
-        s += ", backward={bppsa_backward!r}"
-        if self.bppsa_threads:
-            s += ", threads={bppsa_threads}"
-        return s.format(**self.__dict__)
+            s += f", nonlinearity={self.nonlinearity!r}"
+        s += f", backward={self.bppsa_backward!r}"
+        if self.bppsa_threads is not None:
+            s += f", threads={self.bppsa_threads}"
+        if self.bppsa_check_finite:
+            s += ", check_finite=True"
+        return s
+
+    def to_torch(self):
+        """A torch.nn module of the same class and arguments holding copies of these weights."""
+        base = {"rnn": torch.nn.RNN, "gru": torch.nn.GRU, "lstm": torch.nn.LSTM}[self._cell]
+        kwargs = dict(num_layers=self.num_layers, bias=self.bias, batch_first=self.batch_first,
+                      dropout=self.dropout, bidirectional=self.bidirectional, device=self.weight_ih_l0.device,
+                      dtype=self.weight_ih_l0.dtype)
+        if self._cell == "rnn":
+            kwargs["nonlinearity"] = self.nonlinearity
+        m = base(self.input_size, self.hidden_size, **kwargs)
+        m.load_state_dict(self.state_dict())
+        m.train(self.training)
+        return m
 
     def _check_input(self, input, hx):
         name = type(self).__name__
@@ -168,6 +154,8 @@ class _RecurrentBase(torch.nn.Module):
                     raise RuntimeError(f"bppsa.nn.{name}: hx is {s.dtype} but input is {input.dtype}")
 
     def forward(self, input, hx=None):
+        if _tracing_or_exporting(input):
+            return super().forward(input, hx)
         self._check_input(input, hx)
         lstm = self._cell == "lstm"
         if lstm and hx is not None and not (isinstance(hx, tuple) and len(hx) == 2):
@@ -194,6 +182,7 @@ class _RecurrentBase(torch.nn.Module):
             raise RuntimeError("Expected sequence length to be larger than 0 in RNN")
         # Checked again here: bppsa_threads may have been assigned directly.
         threads = _native.check_threads(f"bppsa.nn.{type(self).__name__}", self.bppsa_threads, "bppsa_threads")
+        check_finite = self.bppsa_check_finite
         directions = 2 if self.bidirectional else 1
         expected = (self.num_layers * directions, batch, self.hidden_size)
         for s in states:
@@ -215,7 +204,8 @@ class _RecurrentBase(torch.nn.Module):
                 out, hk, ck = run_layer(self._specs[k], xin,
                                         None if h0 is None else h0[k].contiguous(),
                                         None if c0 is None else c0[k].contiguous(),
-                                        w_ih, w_hh, b_ih, b_hh, self.bppsa_backward, threads, 0)
+                                        w_ih, w_hh, b_ih, b_hh, self.bppsa_backward, threads, 0,
+                                        check_finite)
                 outputs.append(out if direction == 0 else out.flip(0))
                 h_n.append(hk)
                 if lstm:
@@ -235,43 +225,27 @@ class _RecurrentBase(torch.nn.Module):
         return (output, (h_n, c_n)) if lstm else (output, h_n)
 
 
-class RNN(_RecurrentBase):
-    """torch.nn.RNN (tanh or relu) with a BPPSA backward pass.
+class RNN(_Bppsa, torch.nn.RNN):
+    """torch.nn.RNN (tanh or relu) with a BPPSA backward pass: a subclass of torch.nn.RNN taking
+    the installed torch's arguments, plus keyword-only backward='auto', threads=None and
+    check_finite=False."""
 
-    RNN(input_size, hidden_size, num_layers=1, nonlinearity='tanh', bias=True, batch_first=False,
-    dropout=0.0, bidirectional=False, device=None, dtype=None, *, backward='auto', threads=0)
-    """
-
-    def __init__(self, input_size, hidden_size, num_layers=1, nonlinearity="tanh", bias=True, batch_first=False,
-                 dropout=0.0, bidirectional=False, device=None, dtype=None, *, backward="auto", threads=0):
-        super().__init__("rnn", input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
-                         0, device, dtype, nonlinearity=nonlinearity, backward=backward, threads=threads)
+    _cell = "rnn"
 
 
-class GRU(_RecurrentBase):
-    """torch.nn.GRU with a BPPSA backward pass.
+class GRU(_Bppsa, torch.nn.GRU):
+    """torch.nn.GRU with a BPPSA backward pass: a subclass of torch.nn.GRU taking the installed
+    torch's arguments, plus keyword-only backward='auto', threads=None and check_finite=False."""
 
-    GRU(input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
-    bidirectional=False, device=None, dtype=None, *, backward='auto', threads=0)
-    """
-
-    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
-                 bidirectional=False, device=None, dtype=None, *, backward="auto", threads=0):
-        super().__init__("gru", input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
-                         0, device, dtype, backward=backward, threads=threads)
+    _cell = "gru"
 
 
-class LSTM(_RecurrentBase):
-    """torch.nn.LSTM with a BPPSA backward pass (no proj_size).
+class LSTM(_Bppsa, torch.nn.LSTM):
+    """torch.nn.LSTM with a BPPSA backward pass (no proj_size yet): a subclass of torch.nn.LSTM
+    taking the installed torch's arguments, plus keyword-only backward='auto', threads=None and
+    check_finite=False."""
 
-    LSTM(input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
-    bidirectional=False, proj_size=0, device=None, dtype=None, *, backward='auto', threads=0)
-    """
-
-    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
-                 bidirectional=False, proj_size=0, device=None, dtype=None, *, backward="auto", threads=0):
-        super().__init__("lstm", input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
-                         proj_size, device, dtype, backward=backward, threads=threads)
+    _cell = "lstm"
 
 
 def __getattr__(name):

@@ -2,6 +2,7 @@
 # weights, a loop of torch products, torch's own autograd errors): thread counts, concurrent
 # calls, double backward, autograd's contracts (second backward, in-place changes,
 # non-contiguous parameters), zero-size dimensions, expanded (stride-0) scan elements.
+import os
 import threading
 import time
 
@@ -21,15 +22,15 @@ MAX = bppsa._native.MAX_THREADS
 @pytest.mark.parametrize("bad", [-1, MAX + 1, 70000, 10**6, 2**40, 1.5, True, "4"])
 def test_thread_counts_out_of_range_are_refused(bad):
     x = torch.randn(5, 2, 3)
-    with pytest.raises(ValueError, match=rf"bppsa.scan: threads must be an int in 0..{MAX}"):
+    with pytest.raises(ValueError, match=rf"bppsa.scan: threads must be None .* or an int in 0..{MAX}"):
         bppsa.scan(torch.randn(4, 3, 3), torch.randn(2, 3), threads=bad)
-    with pytest.raises(ValueError, match=rf"bppsa.nn.GRU: threads must be an int in 0..{MAX}"):
+    with pytest.raises(ValueError, match=rf"bppsa.nn.GRU: threads must be None .* or an int in 0..{MAX}"):
         bppsa.nn.GRU(3, 4, threads=bad)
     m = bppsa.nn.LSTM(3, 4)
-    with pytest.raises(ValueError, match=rf"bppsa.nn.LSTM: threads must be an int in 0..{MAX}"):
+    with pytest.raises(ValueError, match=rf"bppsa.nn.LSTM: threads must be None .* or an int in 0..{MAX}"):
         m.set_backward("blelloch", bad)
     m.bppsa_threads = bad  # set directly: refused when used, before anything runs
-    with pytest.raises(ValueError, match=rf"bppsa.nn.LSTM: bppsa_threads must be an int in 0..{MAX}"):
+    with pytest.raises(ValueError, match=rf"bppsa.nn.LSTM: bppsa_threads must be None .* or an int in 0..{MAX}"):
         m(x)
 
 
@@ -40,12 +41,14 @@ def test_native_engine_refuses_thread_counts_too():
     w_ih, w_hh = torch.randn(12, 3), torch.randn(12, 4)
     e.forward(r(x), None, None, r(w_ih), r(w_hh), None, None, r(out), r(hn), None)
     with pytest.raises(ValueError, match=rf"threads must be in 0..{MAX}"):
-        e.backward(r(torch.ones(5, 2, 4)), None, None, "blelloch", 70000, 0, None, None, None, None, None, None, None)
+        e.backward(r(torch.ones(5, 2, 4)), None, None, "blelloch", 70000, 0, None, None, None, None, None, None, None,
+                   False)
     g = torch.randn(2, 3)
     outs = [torch.empty(2, 3) for _ in range(3)]
     el = [bppsa._native._C.ElementRef("dense", 3, 3, 1, r(torch.randn(1, 3, 3))) for _ in range(2)]
     with pytest.raises(ValueError, match=rf"threads must be in 0..{MAX}"):
-        bppsa._native.affine_scan(torch.float32)(el, r(g), [r(o) for o in outs], [], False, "blelloch", 10**6)
+        bppsa._native.affine_scan(torch.float32)(el, r(g), [r(o) for o in outs], [], False, "blelloch", 10**6,
+                                                  False)
 
 
 def test_the_largest_thread_count_runs():
@@ -371,3 +374,16 @@ def test_expanded_per_sample_jacobian_too_large_raises_memory_error():
     with pytest.raises(MemoryError, match="bppsa.scan"):
         bppsa.scan(P.expand(N, B, dim, dim), g)
     assert time.monotonic() - t0 < 10
+
+
+def test_a_hybrid_scan_that_cannot_fit_is_refused_not_killed():
+    # LSTM H 256, T 1000, batch 16: 16.8 GB of dense 512 × 512 Jacobians and as much again in the
+    # hybrid's chunk products. On a machine of less than 40 GB the backward must raise
+    # MemoryError before allocating (it was killed by the OOM killer at 25 GB).
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    if total > 40e9:
+        pytest.skip(f"this machine has {total / 1e9:.0f} GB: the scan would fit")
+    m = bppsa.nn.LSTM(1, 256, backward="hybrid", threads=1)
+    out, _ = m(torch.randn(1000, 16, 1))
+    with pytest.raises(MemoryError, match="hybrid scan backward of 1000 steps"):
+        out[-1].sum().backward()

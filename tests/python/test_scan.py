@@ -137,6 +137,6 @@ def test_errors():
     with pytest.raises(FloatingPointError, match="NaN or Inf"):
         bad = torch.randn(3, 4, 4)
         bad[1, 2, 2] = float("nan")
-        bppsa.scan(bad, g)
+        bppsa.scan(bad, g, check_finite=True)
     with pytest.raises(TypeError):
         bppsa.scan("not a tensor", g)
