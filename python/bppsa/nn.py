@@ -42,6 +42,8 @@ def _tracing_or_exporting(input):
     is_exporting = getattr(torch.compiler, "is_exporting", None)
     if is_exporting is not None and is_exporting():
         return True
+    if torch.compiler.is_compiling():  # torch.compile: bppsa's layer runs eagerly (a graph break)
+        return False
     fake = getattr(getattr(torch, "_subclasses", None), "FakeTensor", None)
     data = input.data if isinstance(input, PackedSequence) else input
     return fake is not None and isinstance(data, fake)
@@ -156,6 +158,13 @@ class _Bppsa:
     def forward(self, input, hx=None):
         if _tracing_or_exporting(input):
             return super().forward(input, hx)
+        if torch.compiler.is_compiling():  # (decorating would import torch._dynamo with bppsa)
+            return torch.compiler.disable(self._bppsa_forward)(input, hx)
+        return self._bppsa_forward(input, hx)
+
+    def _bppsa_forward(self, input, hx):
+        """bppsa's forward; under torch.compile it runs eagerly, outside the compiled graph, so that
+        the gradients are bppsa's (compiling through it needs custom operators: issue 24)."""
         self._check_input(input, hx)
         lstm = self._cell == "lstm"
         if lstm and hx is not None and not (isinstance(hx, tuple) and len(hx) == 2):

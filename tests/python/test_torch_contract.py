@@ -175,3 +175,29 @@ print(sorted(libs() - before)); print(rss() - mb)
     assert not [lib for lib in new_libs if any(k in lib.lower() for k in ("cuda", "cublas", "cusparse", "cudnn",
                                                                            "nccl", "nvrtc"))], new_libs
     assert grown < 64, f"import bppsa grew the process by {grown} MiB"
+
+
+def test_torch_compile_runs_bppsa_layers_eagerly_with_torch_equal_gradients(monkeypatch):
+    # torch.compile (graph breaks allowed) compiles the model around the layer; the layer itself
+    # runs bppsa's engine (counted), so its gradients are bppsa's, equal to torch.nn's.
+    import bppsa.nn as bnn
+    calls = []
+    real = bnn.run_layer
+    monkeypatch.setattr(bnn, "run_layer", lambda *a, **k: calls.append(1) or real(*a, **k))
+    ref, ours = twins("GRU", 3, 6, backward="blelloch")
+    head_ref, head = torch.nn.Linear(6, 2), torch.nn.Linear(6, 2)
+    head.load_state_dict(head_ref.state_dict())
+
+    def model(m, h, x):
+        return h(m(x)[0][-1]).square().sum()
+
+    compiled = torch.compile(lambda x: model(ours, head, x))
+    x = torch.randn(7, 4, 3)
+    loss = compiled(x)
+    loss.backward()
+    want = model(ref, head_ref, x)
+    want.backward()
+    assert calls, "bppsa's layer did not run under torch.compile"
+    assert rel_err(loss, want) < 1e-5
+    for (name, p), q in zip(ref.named_parameters(), ours.parameters()):
+        assert rel_err(q.grad, p.grad) < 1e-4, name
