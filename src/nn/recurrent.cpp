@@ -71,6 +71,21 @@ template const CellOps<double>& cell_ops<double>(CellType, Nonlinearity);
 namespace {
 
 
+/// Runs f(k) for k = 0 … blocks − 1 on a team of up to `team` threads, each block claimed by
+/// whichever thread is free (subnormals flushed on every thread).
+template <class F>
+void claimed_blocks(int team, Index blocks, F&& f) {
+  std::atomic<Index> next{0};
+  auto body = [&](int) {
+    detail::FlushDenormals flush;
+    for (Index k; (k = next.fetch_add(1, std::memory_order_relaxed)) < blocks;) f(k);
+  };
+  if (std::min<Index>(team, blocks) <= 1)
+    body(0);
+  else
+    detail::run_team(static_cast<int>(std::min<Index>(team, blocks)), body);
+}
+
 /// Runs f(t0, t1) over contiguous ranges covering steps 1..steps, on up to `threads` threads
 /// (fewer for little work: `flops_per_step` sizes the team), each range claimed by whichever
 /// thread is free: steps are independent in Jacobian generation and in the pre-activation gradients.
@@ -82,12 +97,7 @@ void parallel_over_steps(int threads, Index steps, double flops_per_step, F&& f)
     return;
   }
   const Index chunks = std::min<Index>(steps, 4 * team);
-  std::atomic<Index> next{0};
-  detail::run_team(team, [&](int) {
-    detail::FlushDenormals flush;
-    for (Index c; (c = next.fetch_add(1, std::memory_order_relaxed)) < chunks;)
-      f(1 + steps * c / chunks, 1 + steps * (c + 1) / chunks);
-  });
+  claimed_blocks(team, chunks, [&](Index c) { f(1 + steps * c / chunks, 1 + steps * (c + 1) / chunks); });
 }
 
 /// dst = a · b on up to `threads` threads (fewer for little work), in blocks of a fixed number of
@@ -101,22 +111,13 @@ void parallel_product(int threads, D&& dst, const A& a, const B& b, bool by_colu
   const Index blocks = (n + block - 1) / block;
   const double flops = 2.0 * static_cast<double>(dst.rows()) * static_cast<double>(dst.cols()) *
                        static_cast<double>(a.cols());
-  const int team = static_cast<int>(std::min<Index>(blocks, detail::team_for(flops, threads)));
-  std::atomic<Index> next{0};
-  auto body = [&](int) {
-    detail::FlushDenormals flush;
-    for (Index k; (k = next.fetch_add(1, std::memory_order_relaxed)) < blocks;) {
-      const Index i0 = k * block, len = std::min(block, n - i0);
-      if (by_columns)
-        dst.middleCols(i0, len).noalias() = a * b.middleCols(i0, len);
-      else
-        dst.middleRows(i0, len).noalias() = a.middleRows(i0, len) * b;
-    }
-  };
-  if (team <= 1)
-    body(0);
-  else
-    detail::run_team(team, body);
+  claimed_blocks(detail::team_for(flops, threads), blocks, [&](Index k) {
+    const Index i0 = k * block, len = std::min(block, n - i0);
+    if (by_columns)
+      dst.middleCols(i0, len).noalias() = a * b.middleCols(i0, len);
+    else
+      dst.middleRows(i0, len).noalias() = a.middleRows(i0, len) * b;
+  });
 }
 
 /// What a layer stack holds for steps × batch, part by part, in bytes (doubles: absurd sizes
