@@ -49,9 +49,8 @@ def _tracing_or_exporting(input):
     return fake is not None and isinstance(data, fake)
 
 
-def _check_factory(name, kwargs):
-    """Refuses what the engine cannot run before torch allocates anything (a CUDA device, say)."""
-    dtype, device = kwargs.get("dtype"), kwargs.get("device")
+def _check_factory(name, dtype, device):
+    """Refuses a dtype or device the engine cannot run (None: not given)."""
     if dtype is not None and dtype not in _native.SUPPORTED_FLOATS:
         raise NotImplementedError(f"bppsa: dtype {dtype} is not supported; use torch.float32 or torch.float64")
     if device is not None and torch.device(device).type not in ("cpu", "meta"):
@@ -66,7 +65,8 @@ class _Bppsa:
     _cell = None  # "rnn", "gru", "lstm"
 
     def __init__(self, *args, backward="auto", threads=None, check_finite=False, **kwargs):
-        _check_factory(type(self).__name__, kwargs)
+        # Before torch allocates anything (a CUDA device, say); again after, for positional arguments.
+        _check_factory(type(self).__name__, kwargs.get("dtype"), kwargs.get("device"))
         super().__init__(*args, **kwargs)  # torch.nn.RNN's, GRU's or LSTM's (the next class in the MRO)
         self._bppsa_init(backward, threads, check_finite)
 
@@ -75,12 +75,7 @@ class _Bppsa:
         if self.proj_size != 0:
             raise NotImplementedError(f"bppsa.nn.{name} does not support proj_size (got {self.proj_size}); "
                                       "use torch.nn.LSTM for projections")
-        weight = self.weight_ih_l0
-        if weight.dtype not in _native.SUPPORTED_FLOATS:
-            raise NotImplementedError(f"bppsa: dtype {weight.dtype} is not supported; use torch.float32 or "
-                                      "torch.float64")
-        if weight.device.type not in ("cpu", "meta"):
-            raise NotImplementedError(f"bppsa: device {weight.device} is not supported from Python yet; use the CPU")
+        _check_factory(name, self.weight_ih_l0.dtype, self.weight_ih_l0.device)
         nonlinearity = getattr(self, "nonlinearity", "tanh")
         directions = 2 if self.bidirectional else 1
         self._specs = [LayerSpec(self._cell, self.input_size if layer == 0 else self.hidden_size * directions,
