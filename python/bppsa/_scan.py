@@ -2,7 +2,7 @@
 # BPPSA scan, over the transposed elements in reverse order).
 import torch
 
-from . import _native
+from . import _native, _ops
 from ._recurrent import _no_double_backward
 
 ALGORITHMS = ("blelloch", "hybrid", "linear", "auto")
@@ -150,6 +150,13 @@ def _run(elements, g_last, injections, transpose, algorithm, threads, check_fini
     return outs
 
 
+def element_gradient(lam, y_prev, per_sample, shape):
+    """∂ℓ/∂A_i = λ_i y_(i-1)^T: one matrix per sample (B, rows, cols), or for an element the batch
+    shares the sum over the batch as one product (no (B, rows, cols) intermediate)."""
+    g = torch.einsum("br,bc->brc", lam, y_prev) if per_sample else lam.T @ y_prev
+    return g.reshape(shape)
+
+
 class _ScanFunction(torch.autograd.Function):
     # y_0 = g, y_i = A_i y_(i-1). With ȳ_i the incoming gradients, λ_N = ȳ_N and
     # λ_(i-1) = A_i^T λ_i + ȳ_(i-1): the same scan over A_N^T … A_1^T with injections (docs/method.md §1).
@@ -193,12 +200,7 @@ class _ScanFunction(torch.autograd.Function):
             if e.kind == "csr":
                 raise NotImplementedError("bppsa.scan: gradients with respect to sparse CSR elements are not "
                                           "supported; detach them (they need no gradient as inputs)")
-            # λ_i y_(i-1)^T per sample: (B, rows, cols); shared elements sum over the batch.
-            if e.per_sample:
-                g = torch.einsum("br,bc->brc", lam[i], ys[i - 1])
-            else:  # the sum over the batch as one product, no (B, rows, cols) intermediate
-                g = lam[i].T @ ys[i - 1]
-            out.append(g.reshape(e.tensor.shape))
+            out.append(element_gradient(lam[i], ys[i - 1], e.per_sample, e.tensor.shape))
         return tuple(out)
 
 
@@ -234,7 +236,8 @@ def scan(jacobians, g_last, *, algorithm="blelloch", threads=None, check_finite=
     element; by default (False) non-finite values propagate into the results, as torch's products do.
 
     Differentiable with respect to ``g_last`` and dense elements; the backward pass is itself a
-    scan over the transposed elements in reverse order.
+    scan over the transposed elements in reverse order. Under ``torch.compile`` and
+    ``torch.export`` a scan of dense elements is the custom operator ``bppsa::affine_scan``.
     """
     if algorithm not in ALGORITHMS:
         raise ValueError(f"bppsa.scan: unknown algorithm '{algorithm}'; use one of {', '.join(ALGORITHMS)}")
@@ -255,6 +258,15 @@ def scan(jacobians, g_last, *, algorithm="blelloch", threads=None, check_finite=
         # and their gradients.
         outs = _torch_scan(elements, g_last)
         return torch.stack(outs) if stacked else outs
+    if _ops.capturing(g_last):  # torch.compile, torch.export: the scan as a custom operator
+        if any(e.kind == "csr" for e in elements):
+            if torch.compiler.is_compiling():  # run eagerly, outside the graph (a graph break)
+                return torch.compiler.disable(scan)(jacobians, g_last, algorithm=algorithm, threads=threads,
+                                                    check_finite=check_finite)
+            raise NotImplementedError("bppsa.scan: sparse CSR elements cannot be recorded by torch.export or run on "
+                                      "fake tensors; give dense elements, or call bppsa.scan outside the export")
+        outs = _ops.scan(tensors, g_last, algorithm, threads, check_finite)
+        return torch.stack(list(outs)) if stacked else list(outs)
     _check_memory(elements, g_last)
     g = g_last.contiguous()
     if torch.is_grad_enabled() and (g.requires_grad or any(t.requires_grad for t in tensors)):

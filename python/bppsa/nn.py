@@ -18,32 +18,41 @@ bppsa's own options are keyword-only:
   True raises FloatingPointError naming the layer.
 
 The modules subclass torch.nn.RNN, GRU and LSTM (so ``isinstance(m, torch.nn.RNNBase)`` holds and
-the constructor is the installed torch's). Under ``torch.jit.trace``, ``torch.export`` and
-``torch.onnx.export`` they run torch.nn's own forward, so those tools record torch's standard
-operators with the module's weights; ``to_torch()`` returns a plain torch.nn copy.
+the constructor is the installed torch's). Under ``torch.compile`` and ``torch.export`` each layer
+is a PyTorch custom operator, ``bppsa::layer_forward``, whose backward is ``bppsa::layer_backward``
+(it runs the layer's forward again: an operator cannot keep the engine's record). Dynamo traces
+into an ``RNNBase`` only with ``torch._dynamo.config.allow_rnn = True``: set it for
+``fullgraph=True``; without it the graph breaks at the module, which still runs bppsa. Under ``torch.jit.trace`` and ``torch.onnx.export`` they run torch.nn's own
+forward, so those tools record torch's standard operators with the module's weights;
+``to_torch()`` returns a plain torch.nn copy.
 Modules may be called from several threads at once (each call records into an engine of its
 own). Double backward (``create_graph=True``) raises RuntimeError.
 """
 import torch
 from torch.nn.utils.rnn import PackedSequence
 
-from . import _native
+from . import _native, _ops
 from ._recurrent import BACKWARD_METHODS, LayerSpec, run_layer
 
 __all__ = ["RNN", "GRU", "LSTM"]
 
 
-def _tracing_or_exporting(input):
-    """True under torch.jit.trace, torch.export (and torch.onnx.export, which uses one of them), or
-    with fake tensors: there the module runs torch.nn's own forward, which those tools record as
-    the standard RNN/GRU/LSTM operators with the module's own weights."""
+def _records_torch_ops():
+    """True under torch.jit.trace and torch.onnx.export: there the module runs torch.nn's own
+    forward, which those tools record as the standard RNN/GRU/LSTM operators with the module's
+    own weights (a trace or an ONNX file then runs without bppsa)."""
     if torch.jit.is_tracing():
         return True
+    is_onnx_exporting = getattr(torch.onnx, "is_in_onnx_export", None)
+    return is_onnx_exporting is not None and is_onnx_exporting()
+
+
+def _torch_forward_without_ops(input):
+    """Without bppsa's custom operators (PyTorch < 2.4): torch.export and fake tensors get torch.nn's
+    forward too (torch.compile runs bppsa's layer eagerly, a graph break)."""
     is_exporting = getattr(torch.compiler, "is_exporting", None)
     if is_exporting is not None and is_exporting():
         return True
-    if torch.compiler.is_compiling():  # torch.compile: bppsa's layer runs eagerly (a graph break)
-        return False
     fake = getattr(getattr(torch, "_subclasses", None), "FakeTensor", None)
     data = input.data if isinstance(input, PackedSequence) else input
     return fake is not None and isinstance(data, fake)
@@ -151,15 +160,18 @@ class _Bppsa:
                     raise RuntimeError(f"bppsa.nn.{name}: hx is {s.dtype} but input is {input.dtype}")
 
     def forward(self, input, hx=None):
-        if _tracing_or_exporting(input):
+        if _records_torch_ops():
             return super().forward(input, hx)
-        if torch.compiler.is_compiling():  # (decorating would import torch._dynamo with bppsa)
-            return torch.compiler.disable(self._bppsa_forward)(input, hx)
+        if not _ops.AVAILABLE:
+            if torch.compiler.is_compiling():  # (decorating would import torch._dynamo with bppsa)
+                return torch.compiler.disable(self._bppsa_forward)(input, hx)
+            if _torch_forward_without_ops(input):
+                return super().forward(input, hx)
         return self._bppsa_forward(input, hx)
 
     def _bppsa_forward(self, input, hx):
-        """bppsa's forward; under torch.compile it runs eagerly, outside the compiled graph, so that
-        the gradients are bppsa's (compiling through it needs custom operators: issue 24)."""
+        """bppsa's forward. While torch captures a graph (torch.compile, torch.export, fake tensors)
+        each layer is one bppsa::layer_forward operator, whose backward is bppsa::layer_backward."""
         self._check_input(input, hx)
         lstm = self._cell == "lstm"
         if lstm and hx is not None and not (isinstance(hx, tuple) and len(hx) == 2):
@@ -196,6 +208,7 @@ class _Bppsa:
         c0 = states[1] if lstm and len(states) > 1 else None
 
         layer_input = x.contiguous()
+        capture = _ops.capturing(layer_input)
         h_n, c_n = [], []
         for layer in range(self.num_layers):
             outputs = []
@@ -205,11 +218,15 @@ class _Bppsa:
                 w_ih, w_hh = getattr(self, names[0]), getattr(self, names[1])
                 b_ih, b_hh = (getattr(self, names[2]), getattr(self, names[3])) if self.bias else (None, None)
                 xin = layer_input if direction == 0 else layer_input.flip(0)
-                out, hk, ck = run_layer(self._specs[k], xin,
-                                        None if h0 is None else h0[k].contiguous(),
-                                        None if c0 is None else c0[k].contiguous(),
-                                        w_ih, w_hh, b_ih, b_hh, self.bppsa_backward, threads, 0,
-                                        check_finite)
+                h0k = None if h0 is None else h0[k].contiguous()
+                c0k = None if c0 is None else c0[k].contiguous()
+                if capture:
+                    spec = self._specs[k]
+                    out, hk, ck = _ops.layer(xin, h0k, c0k, w_ih, w_hh, b_ih, b_hh, spec.cell, spec.nonlinearity,
+                                             self.bppsa_backward, threads, 0, check_finite)
+                else:
+                    out, hk, ck = run_layer(self._specs[k], xin, h0k, c0k, w_ih, w_hh, b_ih, b_hh,
+                                            self.bppsa_backward, threads, 0, check_finite)
                 outputs.append(out if direction == 0 else out.flip(0))
                 h_n.append(hk)
                 if lstm:

@@ -177,13 +177,55 @@ print(sorted(libs() - before)); print(rss() - mb)
     assert grown < 64, f"import bppsa grew the process by {grown} MiB"
 
 
-def test_torch_compile_runs_bppsa_layers_eagerly_with_torch_equal_gradients(monkeypatch):
-    # torch.compile (graph breaks allowed) compiles the model around the layer; the layer itself
-    # runs bppsa's engine (counted), so its gradients are bppsa's, equal to torch.nn's.
-    import bppsa.nn as bnn
+# Custom operators (issue 24, item 1): under torch.compile(fullgraph=True) and torch.export each
+# layer is bppsa::layer_forward, whose backward is bppsa::layer_backward. Dynamo refuses to trace
+# into any torch.nn.RNNBase (so into these subclasses too) unless torch's own switch allows it.
+
+def _compiled_loss(ours, head, x, h0, backend):
+    def loss(x, h0):
+        out, h = ours(x, h0)
+        h = h[0] if isinstance(h, tuple) else h
+        return head(out[-1]).square().sum() + h.sum()
+    return torch.compile(loss, fullgraph=True, backend=backend)(x, h0)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_compile_fullgraph_records_bppsa_operators_with_torch_equal_gradients(kind):
+    ref, ours = twins(kind, 3, 6, num_layers=2, bidirectional=True, backward="blelloch")
+    head = torch.nn.Linear(12, 2)
+    x = torch.randn(7, 4, 3, requires_grad=True)
+    h0 = torch.randn(4, 4, 6)
+    h0 = (h0, torch.randn(4, 4, 6)) if kind == "LSTM" else h0
+    graphs = []
+
+    def recording(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    with torch._dynamo.config.patch(allow_rnn=True):
+        torch._dynamo.reset()
+        _compiled_loss(ours, head, x, h0, recording)
+        got = _compiled_loss(ours, head, x, h0, "inductor")
+    assert len(graphs) == 1, "torch.compile split the model (a graph break)"
+    code = graphs[0].code
+    assert code.count("bppsa.layer_forward") == 4 and "aten.gru" not in code and "aten.lstm" not in code
+    out, h = ref(x, h0)
+    want = head(out[-1]).square().sum() + (h[0] if kind == "LSTM" else h).sum()
+    assert rel_err(got, want) < 1e-5
+    params = [x, *ours.parameters()]
+    mine = torch.autograd.grad(got, params)
+    theirs = torch.autograd.grad(want, [x, *ref.parameters()])
+    for (name, _), a, b in zip([("input", None), *ref.named_parameters()], mine, theirs):
+        assert rel_err(a, b) < 1e-4, name
+
+
+def test_compile_without_torch_switch_breaks_the_graph_and_runs_bppsa(monkeypatch):
+    # torch.compile without allow_rnn: dynamo breaks the graph at the module; the module's own
+    # frame still runs bppsa's engine (counted), so the gradients are bppsa's, equal to torch.nn's.
+    from bppsa._recurrent import LayerSpec
     calls = []
-    real = bnn.run_layer
-    monkeypatch.setattr(bnn, "run_layer", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = LayerSpec.acquire
+    monkeypatch.setattr(LayerSpec, "acquire", lambda *a, **k: calls.append(1) or real(*a, **k))
     ref, ours = twins("GRU", 3, 6, backward="blelloch")
     head_ref, head = torch.nn.Linear(6, 2), torch.nn.Linear(6, 2)
     head.load_state_dict(head_ref.state_dict())
@@ -191,6 +233,7 @@ def test_torch_compile_runs_bppsa_layers_eagerly_with_torch_equal_gradients(monk
     def model(m, h, x):
         return h(m(x)[0][-1]).square().sum()
 
+    torch._dynamo.reset()
     compiled = torch.compile(lambda x: model(ours, head, x))
     x = torch.randn(7, 4, 3)
     loss = compiled(x)
@@ -201,3 +244,80 @@ def test_torch_compile_runs_bppsa_layers_eagerly_with_torch_equal_gradients(monk
     assert rel_err(loss, want) < 1e-5
     for (name, p), q in zip(ref.named_parameters(), ours.parameters()):
         assert rel_err(q.grad, p.grad) < 1e-4, name
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_torch_export_records_bppsa_operators_and_trains_like_torch(kind, tmp_path):
+    ref, ours = twins(kind, 3, 5, num_layers=2, backward="hybrid")
+    exported = torch.export.export(ours, (torch.randn(6, 2, 3),))
+    assert "bppsa.layer_forward" in str(exported.graph)
+    path = tmp_path / "m.pt2"
+    torch.export.save(exported, str(path))
+    loaded = torch.export.load(str(path)).module()
+    x = torch.randn(6, 2, 3, requires_grad=True)
+    got, want = loaded(x)[0], ref(x)[0]
+    assert rel_err(got, want) < 1e-5
+    w = torch.randn_like(want)
+    assert rel_err(torch.autograd.grad((got * w).sum(), x)[0], torch.autograd.grad((want * w).sum(), x)[0]) < 1e-4
+
+
+def test_operators_pass_torch_opcheck():
+    # torch.library.opcheck: schema, fake (meta) implementation, autograd registration and
+    # AOTAutograd (static and dynamic shapes) against eager.
+    torch.manual_seed(0)
+    x = torch.randn(5, 2, 3, requires_grad=True)
+    h0, c0 = torch.randn(2, 4, requires_grad=True), torch.randn(2, 4, requires_grad=True)
+    for cell, gates in (("rnn", 1), ("gru", 3), ("lstm", 4)):
+        w_ih = torch.randn(gates * 4, 3, requires_grad=True)
+        w_hh = torch.randn(gates * 4, 4, requires_grad=True)
+        b = torch.randn(gates * 4, requires_grad=True)
+        torch.library.opcheck(torch.ops.bppsa.layer_forward.default,
+                              (x, h0, c0 if cell == "lstm" else None, w_ih, w_hh, b, b, cell, "tanh", "blelloch", -1,
+                               0, False))
+    elements = [torch.randn(4, 4, requires_grad=True), torch.randn(2, 5, 4, requires_grad=True),
+                torch.randn(1, 3, 5, requires_grad=True)]
+    g = torch.randn(2, 4, requires_grad=True)
+    torch.library.opcheck(torch.ops.bppsa.affine_scan.default, (elements, g, [], False, "blelloch", -1, False))
+
+
+def test_scan_compiles_fullgraph_with_gradients_of_the_sequential_products():
+    torch.manual_seed(1)
+    B = 3
+    elements = [torch.randn(4, 4, requires_grad=True), torch.randn(B, 5, 4, requires_grad=True),
+                torch.randn(2, 5, requires_grad=True)]
+    g = torch.randn(B, 4, requires_grad=True)
+    weights = [torch.randn(B, d) for d in (4, 4, 5, 2)]
+
+    def loss(elements, g):
+        return sum((y * w).sum() for y, w in zip(bppsa.scan(elements, g), weights))
+
+    def oracle(elements, g):  # the products one after another, in double precision
+        ys = [g.double()]
+        for a in elements:
+            a = a.double()
+            ys.append(torch.einsum("brc,bc->br", a.expand(B, -1, -1), ys[-1]) if a.dim() == 3 else ys[-1] @ a.T)
+        return sum((y * w.double()).sum() for y, w in zip(ys, weights))
+
+    torch._dynamo.reset()
+    got = torch.compile(loss, fullgraph=True)(elements, g)
+    want = oracle(elements, g)
+    assert rel_err(got, want) < 1e-5
+    for a, b in zip(torch.autograd.grad(got, [g, *elements]), torch.autograd.grad(want, [g, *elements])):
+        assert rel_err(a, b) < 1e-5
+
+
+def test_operators_refuse_double_backward_clearly():
+    _, ours = twins("GRU", 3, 4)
+    x = torch.randn(5, 2, 3, requires_grad=True)
+    out, _ = torch.export.export(ours, (x.detach(),)).module()(x)
+    (gx,) = torch.autograd.grad(out.sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(gx.sum(), x)
+
+
+def test_fake_tensors_get_the_shapes_of_torch():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    _, ours = twins("LSTM", 3, 5, num_layers=2, bidirectional=True, batch_first=True)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        out, (h, c) = ours(torch.randn(2, 7, 3))
+    assert out.shape == (2, 7, 10) and h.shape == c.shape == (4, 2, 5)

@@ -1,0 +1,206 @@
+# bppsa's recurrent layer and scan as PyTorch custom operators (torch.library, PyTorch >= 2.4):
+# schemas, fake implementations (shapes for torch.compile, torch.export and fake tensors) and
+# autograd formulas whose backward pass is itself an operator. While torch captures a graph,
+# bppsa.nn and bppsa.scan call these instead of their eager autograd.Functions, so that
+# torch.compile(fullgraph=True) and torch.export record bppsa's forward and backward passes.
+#
+# The operators are functional: one cannot hand the engine's forward record to the next, so
+# bppsa::layer_backward runs the layer's forward again on an engine of its own before its
+# backward pass. Eager mode keeps the record and does not recompute.
+import threading
+import torch
+
+from . import _native
+from ._recurrent import LayerSpec, _contiguous, _no_double_backward, _run_forward
+
+AVAILABLE = all(hasattr(torch.library, f) for f in ("custom_op", "register_fake", "register_autograd"))
+
+_specs = {}
+_specs_lock = threading.Lock()
+
+
+def capturing(t):
+    """True while torch captures a graph (torch.compile, torch.export) or t is a fake tensor: then
+    bppsa runs through these operators."""
+    if not AVAILABLE:
+        return False
+    if torch.compiler.is_compiling():
+        return True
+    is_exporting = getattr(torch.compiler, "is_exporting", None)
+    if is_exporting is not None and is_exporting():
+        return True
+    fake = getattr(getattr(torch, "_subclasses", None), "FakeTensor", None)
+    return fake is not None and isinstance(t, fake)
+
+
+def encode_threads(threads):
+    """An operator's `threads`: -1 stands for None (follow torch.get_num_threads() when it runs)."""
+    return -1 if threads is None else threads
+
+
+def _spec(cell, input_size, hidden_size, nonlinearity):
+    """One engine pool per layer shape, shared by every operator call."""
+    key = (cell, input_size, hidden_size, nonlinearity)
+    with _specs_lock:
+        spec = _specs.get(key)
+        if spec is None:
+            spec = _specs[key] = LayerSpec(*key)
+    return spec
+
+
+def _absent(like):
+    """The empty tensor that stands for an absent result (an operator returns tensors only)."""
+    return like.new_empty((0,))
+
+
+def _layer_forward_impl(x, h0, c0, w_ih, w_hh, b_ih, b_hh, cell, nonlinearity, method, threads, chunks,
+                        check_finite):
+    spec = _spec(cell, x.shape[2], w_hh.shape[1], nonlinearity)
+    engine = spec.acquire(x.dtype)
+    try:
+        out, h_n, c_n = _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh)
+    finally:
+        spec.release(x.dtype, engine)
+    return out, h_n, _absent(x) if c_n is None else c_n
+
+
+def _layer_forward_fake(x, h0, c0, w_ih, w_hh, b_ih, b_hh, cell, nonlinearity, method, threads, chunks,
+                        check_finite):
+    steps, batch, hidden = x.shape[0], x.shape[1], w_hh.shape[1]
+    c_n = x.new_empty((batch, hidden)) if cell == "lstm" else _absent(x)
+    return x.new_empty((steps, batch, hidden)), x.new_empty((batch, hidden)), c_n
+
+
+def _layer_backward_impl(x, h0, c0, w_ih, w_hh, b_ih, b_hh, grad_out, grad_hn, grad_cn, cell, nonlinearity,
+                         method, threads, chunks, check_finite, needs):
+    inputs = (x, h0, c0, w_ih, w_hh, b_ih, b_hh)
+    wanted = [need and t is not None for need, t in zip(needs, inputs)]
+    grads = [torch.empty(t.shape, dtype=t.dtype) if w else None for t, w in zip(inputs, wanted)]
+    if x.shape[1] > 0:
+        spec = _spec(cell, x.shape[2], w_hh.shape[1], nonlinearity)
+        engine = spec.acquire(x.dtype)
+        try:
+            _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh)  # the record the backward reads
+            r = _native.ref
+            # Named, so that the contiguous copies outlive the call that reads them.
+            grad_out, grad_hn = _contiguous(grad_out), _contiguous(grad_hn)
+            grad_cn = _contiguous(grad_cn) if cell == "lstm" else None
+            engine.backward(r(grad_out), r(grad_hn), r(grad_cn), method,
+                            _native.resolve_threads(None if threads < 0 else threads), chunks,
+                            *[r(g) for g in grads], check_finite)
+        finally:
+            spec.release(x.dtype, engine)
+    else:  # empty batch: nothing flows back (zero parameter gradients, as torch)
+        grads = [None if g is None else g.zero_() for g in grads]
+    return [_absent(x) if g is None else g for g in grads]
+
+
+def _layer_backward_fake(x, h0, c0, w_ih, w_hh, b_ih, b_hh, grad_out, grad_hn, grad_cn, cell, nonlinearity,
+                         method, threads, chunks, check_finite, needs):
+    inputs = (x, h0, c0, w_ih, w_hh, b_ih, b_hh)
+    return [t.new_empty(t.shape) if need and t is not None else _absent(x) for need, t in zip(needs, inputs)]
+
+
+def _layer_setup(ctx, inputs, output):
+    x, h0, c0, w_ih, w_hh, b_ih, b_hh, *options = inputs
+    ctx.save_for_backward(x, h0, c0, w_ih, w_hh, b_ih, b_hh)
+    ctx.options = options  # cell, nonlinearity, method, threads, chunks, check_finite
+
+
+def _layer_backward_formula(ctx, grad_out, grad_hn, grad_cn):
+    saved = ctx.saved_tensors
+    x = saved[0]
+    cell = ctx.options[0]
+    zeros = lambda g, shape: torch.zeros(shape, dtype=x.dtype, device=x.device) if g is None else g  # noqa: E731
+    batch, hidden = x.shape[1], saved[4].shape[1]
+    grad_out = zeros(grad_out, (x.shape[0], batch, hidden))
+    grad_hn = zeros(grad_hn, (batch, hidden))
+    grad_cn = zeros(grad_cn, (batch, hidden) if cell == "lstm" else (0,))
+    needs = list(ctx.needs_input_grad[:7])
+    grads = torch.ops.bppsa.layer_backward(*saved, grad_out, grad_hn, grad_cn, *ctx.options, needs)
+    return (*[g if need else None for g, need in zip(grads, needs)], *([None] * len(ctx.options)))
+
+
+def _refuse_double_backward(what):
+    def formula(ctx, *grads):
+        _no_double_backward(what)
+    return formula
+
+
+def layer(x, h0, c0, w_ih, w_hh, b_ih, b_hh, cell, nonlinearity, method, threads, chunks, check_finite):
+    """One layer-direction through the operators: (out, h_n, c_n or None)."""
+    out, h_n, c_n = torch.ops.bppsa.layer_forward(x, h0, c0, w_ih, w_hh, b_ih, b_hh, cell, nonlinearity, method,
+                                                  encode_threads(threads), chunks, check_finite)
+    return out, h_n, (c_n if cell == "lstm" else None)
+
+
+def _scan_dims(elements, g, transpose):
+    return [g.shape[1]] + [e.shape[-1] if transpose else e.shape[-2] for e in elements]
+
+
+def _affine_scan_impl(elements, g, injections, transpose, algorithm, threads, check_finite):
+    from ._scan import _Element, _check_memory, _run
+    wrapped = [_Element(i, t, g.shape[0]) for i, t in enumerate(elements)]
+    _check_memory(wrapped, g)
+    injections = [t.contiguous() for t in injections] if injections else None
+    return _run(wrapped, g.contiguous(), injections, transpose, algorithm,
+                None if threads < 0 else threads, check_finite)
+
+
+def _affine_scan_fake(elements, g, injections, transpose, algorithm, threads, check_finite):
+    return [g.new_empty((g.shape[0], d)) for d in _scan_dims(elements, g, transpose)]
+
+
+def _scan_setup(ctx, inputs, output):
+    elements, g, injections, transpose, algorithm, threads, check_finite = inputs
+    ctx.count = len(elements)
+    ctx.plain = not transpose and not injections  # the only form bppsa.scan records for autograd
+    ctx.options = (algorithm, threads, check_finite)
+    ctx.save_for_backward(*elements, *output)
+
+
+def _scan_backward_formula(ctx, grads):
+    # As _ScanFunction.backward (docs/method.md §1): λ by the scan over the transposed elements in
+    # reverse order with the incoming gradients injected, then ∂/∂A_i = λ_i y_(i-1)^T.
+    if not ctx.plain:
+        _no_double_backward("bppsa.scan")
+    n = ctx.count
+    saved = ctx.saved_tensors
+    elements, ys = saved[:n], saved[n:]
+    grads = [torch.zeros_like(y) if g is None else g for g, y in zip(grads, ys)]
+    lam = torch.ops.bppsa.affine_scan(list(reversed(elements)), grads[n], list(reversed(grads[:n])), True,
+                                      *ctx.options)
+    lam = list(reversed(lam))
+    needs = ctx.needs_input_grad[0]
+    needs = list(needs) if isinstance(needs, (list, tuple)) else [needs] * n
+    from ._scan import element_gradient
+    out = [element_gradient(lam[i], ys[i - 1], e.dim() == 3 and e.shape[0] > 1, e.shape) if needs[i - 1] else None
+           for i, e in enumerate(elements, start=1)]
+    return out, lam[0], [], None, None, None, None
+
+
+def scan(elements, g, algorithm, threads, check_finite):
+    """The plain scan s_0 = g, s_i = A_i s_(i-1) of dense elements through the operator."""
+    return torch.ops.bppsa.affine_scan(list(elements), g, [], False, algorithm, encode_threads(threads), check_finite)
+
+
+if AVAILABLE:
+    _OPTIONS = "str cell, str nonlinearity, str method, int threads, int chunks, bool check_finite"
+    _LAYER = "Tensor x, Tensor? h0, Tensor? c0, Tensor w_ih, Tensor w_hh, Tensor? b_ih, Tensor? b_hh"
+    _layer_forward = torch.library.custom_op(
+        "bppsa::layer_forward", _layer_forward_impl, mutates_args=(),
+        schema=f"({_LAYER}, {_OPTIONS}) -> (Tensor, Tensor, Tensor)")
+    _layer_forward.register_fake(_layer_forward_fake)
+    _layer_backward = torch.library.custom_op(
+        "bppsa::layer_backward", _layer_backward_impl, mutates_args=(),
+        schema=f"({_LAYER}, Tensor grad_out, Tensor grad_hn, Tensor grad_cn, {_OPTIONS}, bool[] needs) -> Tensor[]")
+    _layer_backward.register_fake(_layer_backward_fake)
+    _layer_forward.register_autograd(_layer_backward_formula, setup_context=_layer_setup)
+    _layer_backward.register_autograd(_refuse_double_backward("bppsa.nn (a recurrent layer)"))
+
+    _affine_scan = torch.library.custom_op(
+        "bppsa::affine_scan", _affine_scan_impl, mutates_args=(),
+        schema="(Tensor[] elements, Tensor g, Tensor[] injections, bool transpose, str algorithm, int threads, "
+               "bool check_finite) -> Tensor[]")
+    _affine_scan.register_fake(_affine_scan_fake)
+    _affine_scan.register_autograd(_scan_backward_formula, setup_context=_scan_setup)
