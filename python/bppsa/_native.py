@@ -38,6 +38,24 @@ def check_float(what, t):
         raise NotImplementedError(f"bppsa: {what} has layout {t.layout}; expected a dense (strided) tensor")
 
 
+def is_compiling():
+    """torch.compiler.is_compiling(), False on a PyTorch without torch.compiler (< 2.1)."""
+    compiler = getattr(torch, "compiler", None)
+    return compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling()
+
+
+def is_exporting():
+    """torch.compiler.is_exporting(), False on a PyTorch without it."""
+    compiler = getattr(torch, "compiler", None)
+    return compiler is not None and hasattr(compiler, "is_exporting") and compiler.is_exporting()
+
+
+def is_fake(t):
+    """t is a FakeTensor (shape propagation, torch.export's non-strict tracing)."""
+    fake = getattr(getattr(torch, "_subclasses", None), "FakeTensor", None)
+    return fake is not None and isinstance(t, fake)
+
+
 def layer_engine(dtype, cell, input_size, hidden_size, nonlinearity):
     cls = _C.LayerEngineF32 if dtype == torch.float32 else _C.LayerEngineF64
     return cls(cell, input_size, hidden_size, nonlinearity)

@@ -22,15 +22,7 @@ _specs_lock = threading.Lock()
 def capturing(t):
     """True while torch captures a graph (torch.compile, torch.export) or t is a fake tensor: then
     bppsa runs through these operators."""
-    if not AVAILABLE:
-        return False
-    if torch.compiler.is_compiling():
-        return True
-    is_exporting = getattr(torch.compiler, "is_exporting", None)
-    if is_exporting is not None and is_exporting():
-        return True
-    fake = getattr(getattr(torch, "_subclasses", None), "FakeTensor", None)
-    return fake is not None and isinstance(t, fake)
+    return AVAILABLE and (_native.is_compiling() or _native.is_exporting() or _native.is_fake(t))
 
 
 def encode_threads(threads):

@@ -260,7 +260,7 @@ def scan(jacobians, g_last, *, algorithm="blelloch", threads=None, check_finite=
         return torch.stack(outs) if stacked else outs
     if _ops.capturing(g_last):  # torch.compile, torch.export: the scan as a custom operator
         if any(e.kind == "csr" for e in elements):
-            if torch.compiler.is_compiling():  # run eagerly, outside the graph (a graph break)
+            if _native.is_compiling():  # run eagerly, outside the graph (a graph break)
                 return torch.compiler.disable(scan)(jacobians, g_last, algorithm=algorithm, threads=threads,
                                                     check_finite=check_finite)
             raise NotImplementedError("bppsa.scan: sparse CSR elements cannot be recorded by torch.export or run on "

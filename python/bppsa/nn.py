@@ -28,6 +28,8 @@ forward, so those tools record torch's standard operators with the module's weig
 Modules may be called from several threads at once (each call records into an engine of its
 own). Double backward (``create_graph=True``) raises RuntimeError.
 """
+import sys
+
 import torch
 from torch.nn.utils.rnn import PackedSequence
 
@@ -43,19 +45,16 @@ def _records_torch_ops():
     own weights (a trace or an ONNX file then runs without bppsa)."""
     if torch.jit.is_tracing():
         return True
-    is_onnx_exporting = getattr(torch.onnx, "is_in_onnx_export", None)
+    onnx = sys.modules.get("torch.onnx")  # not imported: no ONNX export under way (and none imported here)
+    is_onnx_exporting = getattr(onnx, "is_in_onnx_export", None)
     return is_onnx_exporting is not None and is_onnx_exporting()
 
 
 def _torch_forward_without_ops(input):
     """Without bppsa's custom operators (PyTorch < 2.4): torch.export and fake tensors get torch.nn's
     forward too (torch.compile runs bppsa's layer eagerly, a graph break)."""
-    is_exporting = getattr(torch.compiler, "is_exporting", None)
-    if is_exporting is not None and is_exporting():
-        return True
-    fake = getattr(getattr(torch, "_subclasses", None), "FakeTensor", None)
     data = input.data if isinstance(input, PackedSequence) else input
-    return fake is not None and isinstance(data, fake)
+    return _native.is_exporting() or _native.is_fake(data)
 
 
 def _check_factory(name, dtype, device):
@@ -163,7 +162,7 @@ class _Bppsa:
         if _records_torch_ops():
             return super().forward(input, hx)
         if not _ops.AVAILABLE:
-            if torch.compiler.is_compiling():  # (decorating would import torch._dynamo with bppsa)
+            if _native.is_compiling():  # (decorating would import torch._dynamo with bppsa)
                 return torch.compiler.disable(self._bppsa_forward)(input, hx)
             if _torch_forward_without_ops(input):
                 return super().forward(input, hx)

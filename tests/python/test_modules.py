@@ -171,9 +171,11 @@ def test_module_attributes_and_repr_like_torch():
             [[tuple(w.shape) for w in ws] for ws in ref.all_weights]
         assert repr(ours).startswith(kind + "(3, 5, num_layers=2, bias=False, batch_first=True, dropout=0.25")
         ours.flatten_parameters()  # compatibility no-op
-    # torch ≥ 2's positional order (torch 1.13 read a fourth positional argument as bias).
-    assert bppsa.nn.RNN(2, 3, 1, "relu").nonlinearity == "relu"
-    assert bppsa.nn.RNN(2, 3, 1, "relu").mode == "RNN_RELU"
+    # The installed torch's positional order (torch ≥ 2 reads a fourth positional argument as the
+    # nonlinearity, torch 1.13 as bias).
+    ours, ref = bppsa.nn.RNN(2, 3, 1, "relu"), torch.nn.RNN(2, 3, 1, "relu")
+    for attr in ("nonlinearity", "mode", "bias"):
+        assert getattr(ours, attr) == getattr(ref, attr), attr
 
 
 def test_dropout_between_layers():
