@@ -11,21 +11,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=lib/python_env.sh
 . scripts/lib/python_env.sh
+# shellcheck source=lib/debian.sh
+. scripts/lib/debian.sh
 
 packages=(g++ cmake make pkg-config libeigen3-dev libcli11-dev nlohmann-json3-dev zlib1g-dev libgtest-dev
   libbenchmark-dev libsndfile1-dev libaubio-dev python3 python3-dev python3-venv libopenmpi-dev openmpi-bin iproute2
   util-linux dataset-fashion-mnist)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo"
-if ((${#missing[@]})); then
-  echo "setup: installing ${missing[*]}"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+bppsa_apt_install "${packages[@]}"
 
 bppsa_make_venv
 py=$(bppsa_venv_path)/bin/python  # the environment's, even where BPPSA_PYTHON names another for running

@@ -8,17 +8,9 @@ cd "$(dirname "$0")/.."
 # shellcheck source=lib/python_env.sh
 . scripts/lib/python_env.sh
 
-missing=()
-for p in python3-torch python3-pytest; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo"
-if ((${#missing[@]})); then
-  echo "test_oldest_torch: installing ${missing[*]}"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+# shellcheck source=lib/debian.sh
+. scripts/lib/debian.sh
+bppsa_apt_install python3-torch python3-pytest
 
 pkg=$("$(bppsa_python)" -c "import bppsa, os; print(os.path.dirname(bppsa.__file__))")
 tmp=$(mktemp -d)
