@@ -270,6 +270,45 @@ TEST(Optimizer, SgdPlainAndMomentumFollowPyTorch) {
   }
 }
 
+TEST(Optimizer, CosineScheduleFollowsPyTorchsCosineAnnealingAndResumes) {
+  // torch.optim.lr_scheduler.CosineAnnealingLR(SGD(lr=0.1), T_max=4), stepped after every step:
+  // the learning rates of steps 1..6 (printed by PyTorch 2.15: past T_max bppsa holds 0, where
+  // torch's cosine would rise again).
+  const double want[] = {0.1, 0.08535533905932738, 0.05, 0.014644660940672627, 0.0, 0.0};
+  OptimizerConfig oc;
+  oc.type = OptimizerType::sgd;
+  oc.lr = 0.1;
+  oc.schedule = LrSchedule::cosine;
+  oc.total_steps = 4;
+  for (int t = 1; t <= 6; ++t) EXPECT_NEAR(learning_rate(oc, t), want[t - 1], 1e-15) << "step " << t;
+
+  // SGD's step moves a parameter by lr_t · g: the schedule reaches the update, and a run resumed
+  // from the optimizer state after step 2 continues it.
+  Rng rng(5);
+  FakeParams<double> fp;
+  fp.fill(rng);
+  Optimizer<double> opt(oc);
+  TensorFile state;
+  for (int t = 1; t <= 4; ++t) {
+    fp.new_grads(rng);
+    const double before = fp.a[0], g = fp.ga[0];
+    opt.step(fp.list());
+    EXPECT_NEAR(fp.a[0], before - want[t - 1] * g, 1e-15) << "step " << t;
+    if (t == 2) state = parse_safetensors(serialize_safetensors(opt.state(fp.list())), "opt.safetensors");
+  }
+  FakeParams<double> again = fp;
+  Optimizer<double> resumed(oc);
+  resumed.load_state(state, again.list());
+  again.new_grads(rng);
+  const double before = again.a[0], g = again.ga[0];
+  resumed.step(again.list());
+  EXPECT_NEAR(again.a[0], before - want[2] * g, 1e-15);
+
+  expect_error<InvalidArgument>([] { parse_lr_schedule("step"); }, {"'step'", "constant or cosine"});
+  oc.total_steps = 0;
+  expect_error<InvalidArgument>([&] { Optimizer<double> o(oc); }, {"cosine", "total steps"});
+}
+
 /// Runs 3 steps, saves the state through a safetensors image, restores it into a fresh optimizer
 /// and checks that 2 more steps of both are bit-identical.
 template <class T>

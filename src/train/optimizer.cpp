@@ -1,8 +1,10 @@
 // SGD (momentum) and Adam, following torch.optim's update rules step for step.
 #include "bppsa/train/optimizer.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numbers>
 
 #include "bppsa/core/error.hpp"
 #include "core/finite.hpp"
@@ -12,6 +14,21 @@
 namespace bppsa {
 
 const char* to_string(OptimizerType o) { return o == OptimizerType::sgd ? "sgd" : "adam"; }
+
+const char* to_string(LrSchedule s) { return s == LrSchedule::cosine ? "cosine" : "constant"; }
+
+LrSchedule parse_lr_schedule(std::string_view name) {
+  if (name == "constant") return LrSchedule::constant;
+  if (name == "cosine") return LrSchedule::cosine;
+  detail::raise<InvalidArgument>("optimizer",
+                                 "unknown learning-rate schedule '" + std::string(name) + "'; use constant or cosine");
+}
+
+double learning_rate(const OptimizerConfig& config, std::int64_t step) {
+  if (config.schedule == LrSchedule::constant) return config.lr;
+  const double done = static_cast<double>(std::clamp<std::int64_t>(step - 1, 0, config.total_steps));
+  return config.lr * 0.5 * (1 + std::cos(std::numbers::pi * done / static_cast<double>(config.total_steps)));
+}
 
 OptimizerType parse_optimizer(std::string_view name) {
   if (name == "sgd") return OptimizerType::sgd;
@@ -31,6 +48,9 @@ Optimizer<T>::Optimizer(OptimizerConfig config) : config_(config) {
     detail::raise<InvalidArgument>(op, "Adam needs betas in [0, 1) and eps > 0");
   if (config.weight_decay < 0) detail::raise<InvalidArgument>(op, "weight decay must be ≥ 0");
   if (config.clip_grad_norm < 0) detail::raise<InvalidArgument>(op, "gradient clipping norm must be ≥ 0 (0 = off)");
+  if (config.schedule == LrSchedule::cosine && config.total_steps <= 0)
+    detail::raise<InvalidArgument>(op, "the cosine schedule needs the run's total steps (> 0, got " +
+                                           std::to_string(config.total_steps) + ")");
 }
 
 template <class T>
@@ -75,7 +95,7 @@ void Optimizer<T>::step(const std::vector<NamedParam<T>>& params) {
   T clip = T(1);
   if (config_.clip_grad_norm > 0 && last_norm_ > config_.clip_grad_norm)
     clip = static_cast<T>(config_.clip_grad_norm / (last_norm_ + 1e-6));
-  const T lr = static_cast<T>(config_.lr), wd = static_cast<T>(config_.weight_decay);
+  const T lr = static_cast<T>(learning_rate(config_, step_)), wd = static_cast<T>(config_.weight_decay);
   for (std::size_t i = 0; i < params.size(); ++i) {
     const auto& p = params[i];
     T* m = m_[i].data();

@@ -14,7 +14,7 @@ template <class T>
 gpu::StepConstants<T> step_constants(const OptimizerConfig& c, std::int64_t step) {
   gpu::StepConstants<T> k;
   k.adam = c.type == OptimizerType::adam;
-  k.lr = static_cast<T>(c.lr);
+  k.lr = static_cast<T>(learning_rate(c, step));
   k.wd = static_cast<T>(c.weight_decay);
   k.mu = static_cast<T>(c.momentum);
   k.first_step = step == 1;

@@ -129,6 +129,9 @@ int train_rank(const TrainArgs& a, Comm& world) {
   oc.lr = a.lr;
   oc.momentum = a.momentum;
   oc.weight_decay = a.weight_decay;
+  oc.schedule = parse_lr_schedule(a.lr_schedule);
+  const Index train_size = std::visit([](const auto& d) { return d.size(); }, job.train);
+  oc.total_steps = a.epochs * ((train_size + a.batch - 1) / a.batch);
   Optimizer<float> optimizer(oc);
 
   JsonLog log;

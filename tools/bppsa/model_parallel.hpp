@@ -34,6 +34,7 @@ struct TrainArgs {
   Index epochs = 1;
   Index batch = 16;
   double lr = 3e-5;
+  std::string lr_schedule = "constant";
   std::string optimizer = "adam";
   double momentum = 0;
   double weight_decay = 0;

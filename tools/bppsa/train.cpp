@@ -176,6 +176,8 @@ int train_loop(const Args& a, Model& model, const std::string& description, cons
   oc.momentum = a.momentum;
   oc.weight_decay = a.weight_decay;
   oc.clip_grad_norm = a.clip;
+  oc.schedule = parse_lr_schedule(a.lr_schedule);
+  oc.total_steps = a.epochs * ((train.size() + a.batch - 1) / a.batch);
   Optimizer<float> optimizer(oc);
   auto params = model.parameters();
   double values = 0;  // the weights and gradients exist; Adam's two moments (SGD's momentum) come next
@@ -205,7 +207,10 @@ int train_loop(const Args& a, Model& model, const std::string& description, cons
                     ? std::string(resolved == BackwardMethod::bp ? " (→ bp: the batch keeps every thread busy)"
                                                                  : " (→ scan, algorithm by the cost model)")
                     : std::string())
-            << ", " << a.optimizer << " lr " << a.lr << ", batch " << a.batch
+            << ", " << a.optimizer << " lr " << a.lr
+            << (oc.schedule == LrSchedule::cosine ? " (cosine to 0 over " + std::to_string(oc.total_steps) + " steps)"
+                                                  : std::string())
+            << ", batch " << a.batch
             << (a.resume.empty() ? "" : ", resumed from " + a.resume) << "\n";
   JsonLog log(a.log, !a.resume.empty());
   if (log.is_open()) {
@@ -215,6 +220,7 @@ int train_loop(const Args& a, Model& model, const std::string& description, cons
                          {"backward", a.backward.backward},
                          {"optimizer", a.optimizer},
                          {"lr", a.lr},
+                         {"lr_schedule", a.lr_schedule},
                          {"batch", a.batch},
                          {"seed", a.seed},
                          {"first_epoch", first_epoch}};
@@ -485,6 +491,11 @@ Command add_train(CLI::App& app) {
       ->check(CLI::Range(Index{1}, Index{1} << 24))
       ->capture_default_str();
   sub->add_option("--lr", a->lr, "learning rate")->check(positive())->capture_default_str();
+  sub->add_option("--lr-schedule", a->lr_schedule,
+                  "constant, or cosine: the learning rate falls from --lr to 0 along a half cosine over all "
+                  "--epochs (torch's CosineAnnealingLR stepped every batch; a resumed run continues it)")
+      ->check(CLI::IsMember({"constant", "cosine"}))
+      ->capture_default_str();
   sub->add_option("--optimizer", a->optimizer, "adam or sgd")
       ->check(CLI::IsMember({"adam", "sgd"}))
       ->capture_default_str();

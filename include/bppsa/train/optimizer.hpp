@@ -22,6 +22,13 @@ enum class OptimizerType { sgd, adam };
 const char* to_string(OptimizerType o);
 OptimizerType parse_optimizer(std::string_view name);  ///< "sgd", "adam"
 
+/// How the learning rate moves over the steps: constant, or cosine annealing to 0 over
+/// total_steps (torch.optim.lr_scheduler.CosineAnnealingLR(T_max = total_steps, eta_min = 0)
+/// stepped after every optimizer step).
+enum class LrSchedule { constant, cosine };
+const char* to_string(LrSchedule s);
+LrSchedule parse_lr_schedule(std::string_view name);  ///< "constant", "cosine"
+
 struct OptimizerConfig {
   OptimizerType type = OptimizerType::adam;
   double lr = 3e-5;
@@ -31,7 +38,14 @@ struct OptimizerConfig {
   /// > 0: scale the gradients so that their global 2-norm is at most this, as
   /// torch.nn.utils.clip_grad_norm_(params, max_norm) before the step (coef = max/(norm + 1e-6)).
   double clip_grad_norm = 0;
+  LrSchedule schedule = LrSchedule::constant;
+  std::int64_t total_steps = 0;  ///< cosine: the steps of the whole run (> 0)
 };
+
+/// The learning rate of optimizer step `step` (1-based): lr, or for cosine
+/// lr · (1 + cos(π · min(step − 1, total_steps) / total_steps)) / 2. A function of the step count
+/// alone, so a resumed run (whose optimizer state restores the count) continues the schedule.
+double learning_rate(const OptimizerConfig& config, std::int64_t step);
 
 /// Updates a fixed list of parameters (the model's parameters(), same order every step).
 /// State (momentum buffers, Adam moments, step count) is kept per parameter and can be
