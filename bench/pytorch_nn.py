@@ -45,6 +45,36 @@ class Model(torch.nn.Module):
         return self.head(out[:, -1])
 
 
+def paper_batch(c, batch):
+    """The data of a configuration: bitstream-like bits for the RNN, Gaussian features for the GRU."""
+    gen = torch.Generator().manual_seed(4202)
+    x = torch.bernoulli(torch.full((batch, c["steps"], c["features"]), 0.3), generator=gen) \
+        if c["cell"] == "RNN" else torch.randn(batch, c["steps"], c["features"], generator=gen)
+    return x, torch.randint(0, c["classes"], (batch,), generator=gen)
+
+
+def parse_args(doc, warmup):
+    """The options every torch-side benchmark takes, checked."""
+    p = argparse.ArgumentParser(description=doc.split("\n")[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--reps", type=int, default=9)
+    p.add_argument("--warmup", type=int, default=warmup)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--quick", action="store_true", help="a short smoke run (not for figures)")
+    args = p.parse_args()
+    if args.reps < 1 or args.warmup < 0 or args.threads < 1 or args.batch < 1:
+        p.error("--reps, --threads and --batch must be ≥ 1, --warmup ≥ 0")
+    torch.set_num_threads(args.threads)  # every side gets the same cores
+    os.makedirs(args.out, exist_ok=True)
+    return args
+
+
+def machine_of(args):
+    return {"cpu": cpu_model(), "cores": os.cpu_count(), "threads": args.threads, "torch": torch.__version__,
+            "bppsa": bppsa.__version__, "python": platform.python_version()}
+
+
 def timed(fn, reps, warmup):
     for _ in range(warmup):
         fn()
@@ -88,30 +118,15 @@ def configs(quick):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", required=True)
-    p.add_argument("--threads", type=int, default=os.cpu_count())
-    p.add_argument("--reps", type=int, default=9)
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--quick", action="store_true", help="a short smoke run (not for figures)")
-    args = p.parse_args()
-    if args.reps < 1 or args.warmup < 0 or args.threads < 1 or args.batch < 1:
-        p.error("--reps, --threads and --batch must be ≥ 1, --warmup ≥ 0")
+    args = parse_args(__doc__, warmup=5)
     if args.quick:
         args.reps, args.warmup = min(args.reps, 3), min(args.warmup, 1)
-    torch.set_num_threads(args.threads)  # both sides get the same cores
-    os.makedirs(args.out, exist_ok=True)
-    machine = {"cpu": cpu_model(), "cores": os.cpu_count(), "threads": args.threads, "torch": torch.__version__,
-               "bppsa": bppsa.__version__, "python": platform.python_version()}
+    machine = machine_of(args)
     records = []
     jsonl = os.path.join(args.out, "nn.jsonl")
     with open(jsonl + ".tmp", "w") as f:
         for c in configs(args.quick):
-            gen = torch.Generator().manual_seed(4202)
-            x = torch.bernoulli(torch.full((args.batch, c["steps"], c["features"]), 0.3), generator=gen) \
-                if c["cell"] == "RNN" else torch.randn(args.batch, c["steps"], c["features"], generator=gen)
-            y = torch.randint(0, c["classes"], (args.batch,), generator=gen)
+            x, y = paper_batch(c, args.batch)
             torch.manual_seed(4202)
             ref = Model(torch.nn, c["cell"], c["features"], c["hidden"], c["classes"])
             sides = [("torch.nn", ref), ("torch.nn FTZ", ref)]

@@ -337,3 +337,29 @@ def test_fake_tensors_get_the_shapes_of_torch():
     with FakeTensorMode(allow_non_fake_inputs=True):
         out, (h, c) = ours(torch.randn(2, 7, 3))
     assert out.shape == (2, 7, 10) and h.shape == c.shape == (4, 2, 5)
+
+
+def test_gradgradcheck_is_refused_with_the_reason():
+    # Double backward is not supported (bppsa's backward pass is not itself differentiable):
+    # torch.autograd.gradgradcheck gets a clear RuntimeError, never a silently first-order answer.
+    _, ours = twins("GRU", 2, 3, dtype=torch.float64)
+    x = torch.randn(4, 2, 2, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.gradgradcheck(lambda x: ours(x)[0], (x,))
+    a = torch.randn(3, 2, 2, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(2, 2, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.gradgradcheck(lambda a, g: bppsa.scan(a, g), (a, g))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_data_parallel_on_the_cpu_runs_the_module_like_torch(kind):
+    # nn.DataParallel without GPUs calls the module itself: outputs and gradients are torch.nn's.
+    ref, ours = twins(kind, 3, 4, num_layers=2, batch_first=True)
+    x = torch.randn(2, 6, 3)
+    got, want = torch.nn.DataParallel(ours)(x)[0], torch.nn.DataParallel(ref)(x)[0]
+    assert rel_err(got, want) < 1e-5
+    got.square().sum().backward()
+    want.square().sum().backward()
+    for (name, p), q in zip(ref.named_parameters(), ours.parameters()):
+        assert rel_err(q.grad, p.grad) < 1e-4, name

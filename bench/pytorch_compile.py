@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Eager and torch.compile'd, torch.nn against bppsa.nn: a whole training step (zero_grad,
+forward, cross-entropy, backward, Adam's step) at the paper's shapes, in one process, with the
+same weights and data on every side (the first loss must agree).
+
+Sides:
+- torch.nn             eager torch.nn.RNN / GRU
+- torch.nn compiled    torch.compile(model) as users get it (dynamo runs torch's RNN modules
+                       eagerly unless torch._dynamo.config.allow_rnn is set)
+- torch.nn compiled allow_rnn   the same with allow_rnn=True (dynamo traces into the module)
+- bppsa.nn             eager bppsa.nn (backward 'auto')
+- bppsa.nn compiled    torch.compile(model, fullgraph=True) with allow_rnn=True: the layer is the
+                       custom operator bppsa::layer_forward / layer_backward (the backward
+                       operator runs the layer's forward again)
+
+Compile time is reported apart (the first call), never in the medians.
+
+    scripts/python.sh bench/pytorch_compile.py --out DIR [--threads 2] [--reps 9] [--warmup 3] [--quick]
+
+Writes DIR/compile.jsonl and DIR/compile.md (the table) and prints the table."""
+import json
+import os
+import statistics
+import time
+
+import torch
+
+import bppsa
+from pytorch_nn import Model, machine_of, paper_batch, parse_args
+
+
+SIDES = [  # name, family, compiled, allow_rnn, fullgraph
+    ("torch.nn", torch.nn, False, False, False),
+    ("torch.nn compiled", torch.nn, True, False, False),
+    ("torch.nn compiled allow_rnn", torch.nn, True, True, False),
+    ("bppsa.nn", bppsa.nn, False, False, False),
+    ("bppsa.nn compiled", bppsa.nn, True, True, True),
+]
+
+
+def configs(quick):
+    steps = [10, 100, 1000] if quick else [10, 100, 1000, 10000]
+    out = [dict(name=f"RNN T={t}", cell="RNN", features=1, steps=t, hidden=20, classes=10) for t in steps]
+    presets = [("s", 38, 259)] if quick else [("s", 38, 259), ("l", 12, 1034)]
+    out += [dict(name=f"GRU {p} (F={f}, T={t})", cell="GRU", features=f, steps=t, hidden=20, classes=11)
+            for p, f, t in presets]
+    return out
+
+
+def measure(model, x, y, compiled, allow_rnn, fullgraph, reps, warmup):
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def loss(x, y):
+        return loss_fn(model(x), y)
+
+    fn = torch.compile(loss, fullgraph=fullgraph) if compiled else loss
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch._dynamo.config.patch(allow_rnn=allow_rnn):
+        torch._dynamo.reset()
+        t0 = time.perf_counter()
+        first = fn(x, y)
+        first.backward()
+        compile_s = time.perf_counter() - t0
+        first = first.item()
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            fn(x, y).backward()
+            opt.step()
+
+        for _ in range(warmup):
+            step()
+        samples = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            step()
+            samples.append(time.perf_counter() - t0)
+    model.load_state_dict(state)
+    return {"first_loss": first, "first_call_s": compile_s, "median": statistics.median(samples),
+            "min": min(samples), "max": max(samples), "samples": samples}
+
+
+def main():
+    args = parse_args(__doc__, warmup=3)
+    if args.quick:
+        args.reps, args.warmup = min(args.reps, 2), min(args.warmup, 1)
+    machine = machine_of(args)
+    records = []
+    jsonl = os.path.join(args.out, "compile.jsonl")
+    with open(jsonl + ".tmp", "w") as f:
+        for c in configs(args.quick):
+            x, y = paper_batch(c, args.batch)
+            torch.manual_seed(4202)
+            ref = Model(torch.nn, c["cell"], c["features"], c["hidden"], c["classes"])
+            base = None
+            for side, family, compiled, allow_rnn, fullgraph in SIDES:
+                kw = {} if family is torch.nn else {"backward": "auto", "threads": args.threads}
+                model = Model(family, c["cell"], c["features"], c["hidden"], c["classes"], **kw)
+                model.load_state_dict(ref.state_dict())
+                try:
+                    r = measure(model, x, y, compiled, allow_rnn, fullgraph, args.reps, args.warmup)
+                except Exception as e:  # a compile that fails is a result, recorded with its error
+                    r = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+                    print(f"{c['name']:>22}  {side:<28} failed: {r['error']}", flush=True)
+                else:
+                    if base is None:
+                        base = r
+                    elif abs(r["first_loss"] - base["first_loss"]) > 1e-5 * max(1.0, abs(base["first_loss"])):
+                        raise SystemExit(f"{c['name']}: first loss {r['first_loss']} of {side} differs from "
+                                         f"torch's {base['first_loss']}")
+                    print(f"{c['name']:>22}  {side:<28} step {r['median'] * 1e3:9.2f} ms  "
+                          f"(first call {r['first_call_s']:.1f} s)", flush=True)
+                rec = dict(config=c["name"], cell=c["cell"], steps=c["steps"], batch=args.batch, side=side,
+                           machine=machine, **r)
+                records.append(rec)
+                f.write(json.dumps(rec) + "\n")
+                f.flush()
+    os.replace(jsonl + ".tmp", jsonl)
+    write_table(records, machine, os.path.join(args.out, "compile.md"), args)
+
+
+def write_table(records, machine, path, args):
+    names = [s[0] for s in SIDES]
+    lines = [f"# Eager and compiled, torch.nn and bppsa.nn ({machine['cpu']}, {machine['cores']} cores, "
+             f"{machine['threads']} threads; torch {machine['torch']}, bppsa {machine['bppsa']})", "",
+             f"A whole Adam step, medians of {args.reps} after {args.warmup} warm-up steps, batch {args.batch}; "
+             "in brackets the ratio torch.nn (eager) / the side (above 1: faster than eager torch.nn); "
+             "first call (compile) time apart.", "",
+             "| model | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    by = {}
+    for r in records:
+        by.setdefault(r["config"], {})[r["side"]] = r
+    for config, sides in by.items():
+        eager = sides["torch.nn"].get("median")
+        row = [config]
+        for n in names:
+            r = sides[n]
+            if "error" in r:
+                row.append("failed")
+            else:
+                ratio = f" ({eager / r['median']:.2f}×)" if eager else ""
+                row.append(f"{r['median'] * 1e3:.2f} ms{ratio}, first {r['first_call_s']:.1f} s")
+        lines.append("| " + " | ".join(row) + " |")
+    text = "\n".join(lines) + "\n"
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
