@@ -85,6 +85,28 @@ def test_matches_torch(c):
         assert rel_err(a, b) <= 1e-5, f"{name}: relative error {rel_err(a, b):.3g}"
 
 
+COMPILED = CONFIGS[::4] + CONFIGS[-2:-1]  # every cell, method and option, one long sequence
+
+
+@pytest.mark.skipif(not bppsa._ops.AVAILABLE, reason="this PyTorch has no torch.library.custom_op (< 2.4)")
+@pytest.mark.parametrize("c", COMPILED, ids=[_id(c) for c in COMPILED])
+def test_compiled_fullgraph_matches_torch(c):
+    # The same check under torch.compile(fullgraph=True): the layers are bppsa's custom operators,
+    # the backward graph AOTAutograd's (backend aot_eager: no code generation, the same graphs).
+    ref, ours = _modules(c)
+    x, hx, head = _inputs(c, torch.float32)
+    out_r, h_r, g_r = run(ref, x, hx, head)
+    with torch._dynamo.config.patch(allow_rnn=True):
+        torch._dynamo.reset()
+        out_o, h_o, g_o = run(torch.compile(ours, fullgraph=True, backend="aot_eager"), x, hx, head)
+    assert rel_err(out_o, out_r) <= 1e-5
+    for a, b in zip(h_o, h_r):
+        assert rel_err(a, b) <= 1e-5
+    assert len(g_o) == len(g_r)
+    for (i, a), b in zip(enumerate(g_o), g_r):
+        assert rel_err(a, b) <= 1e-5, f"gradient {i}: relative error {rel_err(a, b):.3g}"
+
+
 GRADCHECK = [
     dict(kind="RNN", layers=2, bidirectional=True, relu=False, method="blelloch"),
     dict(kind="RNN", layers=1, bidirectional=False, relu=True, method="hybrid"),
