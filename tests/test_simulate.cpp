@@ -1,4 +1,4 @@
-// The simulator (bppsa/scan/simulate.hpp): the virtual-worker model against closed forms worked
+// The simulator (bppsa/analysis/simulate.hpp): the virtual-worker model against closed forms worked
 // out here from docs/method.md §2's indexing (not from the simulator), the shared planner against the
 // Scanner, calibration sanity and one loose prediction-vs-measurement smoke check.
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <tuple>
 
 #include "bppsa/bppsa.hpp"
-#include "bppsa/scan/simulate.hpp"
+#include "bppsa/analysis/simulate.hpp"
 #include "expect_error.hpp"
 
 namespace {

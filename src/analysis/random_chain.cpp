@@ -1,6 +1,6 @@
 // Random chain generator (checks and benchmarks). Built backwards from g_N in double,
 // rescaling every element so that the reference gradient keeps its norm.
-#include "bppsa/scan/random_chain.hpp"
+#include "bppsa/analysis/random_chain.hpp"
 
 #include <Eigen/QR>
 #include <map>

@@ -1,6 +1,6 @@
 // The scan report: the Scanner's own plan (detail::plan_run) walked op by op, costed with the
 // builder's own flop counts (detail::mm_flops, detail::mv_flops).
-#include "bppsa/scan/report.hpp"
+#include "bppsa/analysis/report.hpp"
 
 #include <algorithm>
 #include <nlohmann/json.hpp>

@@ -1,7 +1,7 @@
 // Calibrated simulation of the scan on P virtual workers (docs/simulate.md): calibration by
 // replaying schedules op by op on one thread, the virtual-worker model of the executor, and
 // the measurement the predictions are validated against.
-#include "bppsa/scan/simulate.hpp"
+#include "bppsa/analysis/simulate.hpp"
 
 #include <omp.h>
 #include <unistd.h>

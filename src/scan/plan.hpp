@@ -1,6 +1,6 @@
 // The one schedule planner: picks the algorithm (Algorithm::automatic through the cost model),
 // partitions hybrid chunks and builds the schedule. Scanner<T>::run plans with it and so does
-// the simulator (bppsa/scan/simulate.hpp), so what is simulated is what runs.
+// the simulator (bppsa/analysis/simulate.hpp), so what is simulated is what runs.
 #pragma once
 
 #include <vector>
@@ -36,7 +36,7 @@ int run_threads(const ScanOptions& options);
 
 /// plan_schedule exactly as Scanner<T>::run calls it for `options` with `threads` threads
 /// (run_threads): Algorithm::automatic plans for min(threads, this machine's cores), since
-/// oversubscribed threads add no arithmetic. The scan report (bppsa/scan/report.hpp) plans
+/// oversubscribed threads add no arithmetic. The scan report (bppsa/analysis/report.hpp) plans
 /// with it too, so what it reports is what runs.
 template <class T>
 PlannedSchedule<T> plan_run(std::vector<ElementInfo<T>> elements, Index batch, const ScanOptions& options, int threads);

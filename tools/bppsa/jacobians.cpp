@@ -23,7 +23,7 @@
 
 #include "bppsa/bppsa.hpp"
 #include "bppsa/io/file.hpp"
-#include "bppsa/scan/report.hpp"
+#include "bppsa/analysis/report.hpp"
 #include "commands.hpp"
 #include "options.hpp"
 

@@ -1,7 +1,7 @@
 // `bppsa simulate`: predicted scan times on P virtual workers from per-product costs calibrated on
 // this machine, the speedup over BP, and (--validate) the prediction against measured runs at
 // every P this machine has. The model is documented in docs/simulate.md.
-#include "bppsa/scan/simulate.hpp"
+#include "bppsa/analysis/simulate.hpp"
 
 #include <omp.h>
 

@@ -29,7 +29,7 @@
 #include <utility>
 #include <vector>
 
-#include "bppsa/scan/random_chain.hpp"
+#include "bppsa/analysis/random_chain.hpp"
 #include "bppsa/scan/scanner.hpp"
 
 namespace bppsa {
