@@ -307,6 +307,8 @@ TEST(Optimizer, CosineScheduleFollowsPyTorchsCosineAnnealingAndResumes) {
   expect_error<InvalidArgument>([] { parse_lr_schedule("step"); }, {"'step'", "constant or cosine"});
   oc.total_steps = 0;
   expect_error<InvalidArgument>([&] { Optimizer<double> o(oc); }, {"cosine", "total steps"});
+  oc.total_steps = -3;
+  expect_error<InvalidArgument>([&] { learning_rate(oc, 1); }, {"cosine", "total steps"});
 }
 
 /// Runs 3 steps, saves the state through a safetensors image, restores it into a fresh optimizer

@@ -56,6 +56,16 @@ def is_fake(t):
     return fake is not None and isinstance(t, fake)
 
 
+def in_dispatch_mode():
+    """A TorchDispatchMode is active (make_fx and other tracers record through one): operators
+    that write through raw pointers would be invisible to it."""
+    try:
+        from torch.utils._python_dispatch import _get_current_dispatch_mode
+    except ImportError:
+        return False
+    return _get_current_dispatch_mode() is not None
+
+
 def layer_engine(dtype, cell, input_size, hidden_size, nonlinearity):
     cls = _C.LayerEngineF32 if dtype == torch.float32 else _C.LayerEngineF64
     return cls(cell, input_size, hidden_size, nonlinearity)

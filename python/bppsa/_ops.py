@@ -20,9 +20,11 @@ _specs_lock = threading.Lock()
 
 
 def capturing(t):
-    """True while torch captures a graph (torch.compile, torch.export) or t is a fake tensor: then
-    bppsa runs through these operators."""
-    return AVAILABLE and (_native.is_compiling() or _native.is_exporting() or _native.is_fake(t))
+    """True while torch captures a graph (torch.compile, torch.export, make_fx or any other
+    dispatch mode) or t is a fake tensor: then bppsa runs through these operators, which a tracer
+    records, rather than writing through raw pointers, which it would not see."""
+    return AVAILABLE and (_native.is_compiling() or _native.is_exporting() or _native.is_fake(t)
+                          or _native.in_dispatch_mode())
 
 
 def encode_threads(threads):

@@ -24,8 +24,17 @@ LrSchedule parse_lr_schedule(std::string_view name) {
                                  "unknown learning-rate schedule '" + std::string(name) + "'; use constant or cosine");
 }
 
+namespace {
+void check_total_steps(const OptimizerConfig& config) {
+  if (config.schedule == LrSchedule::cosine && config.total_steps <= 0)
+    detail::raise<InvalidArgument>("optimizer", "the cosine schedule needs the run's total steps (> 0, got " +
+                                                    std::to_string(config.total_steps) + ")");
+}
+}  // namespace
+
 double learning_rate(const OptimizerConfig& config, std::int64_t step) {
   if (config.schedule == LrSchedule::constant) return config.lr;
+  check_total_steps(config);
   const double done = static_cast<double>(std::clamp<std::int64_t>(step - 1, 0, config.total_steps));
   return config.lr * 0.5 * (1 + std::cos(std::numbers::pi * done / static_cast<double>(config.total_steps)));
 }
@@ -48,9 +57,7 @@ Optimizer<T>::Optimizer(OptimizerConfig config) : config_(config) {
     detail::raise<InvalidArgument>(op, "Adam needs betas in [0, 1) and eps > 0");
   if (config.weight_decay < 0) detail::raise<InvalidArgument>(op, "weight decay must be ≥ 0");
   if (config.clip_grad_norm < 0) detail::raise<InvalidArgument>(op, "gradient clipping norm must be ≥ 0 (0 = off)");
-  if (config.schedule == LrSchedule::cosine && config.total_steps <= 0)
-    detail::raise<InvalidArgument>(op, "the cosine schedule needs the run's total steps (> 0, got " +
-                                           std::to_string(config.total_steps) + ")");
+  check_total_steps(config);
 }
 
 template <class T>

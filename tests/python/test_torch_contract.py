@@ -363,3 +363,24 @@ def test_data_parallel_on_the_cpu_runs_the_module_like_torch(kind):
     want.square().sum().backward()
     for (name, p), q in zip(ref.named_parameters(), ours.parameters()):
         assert rel_err(q.grad, p.grad) < 1e-4, name
+
+
+@needs_ops
+@pytest.mark.parametrize("grad", [False, True])
+def test_make_fx_records_the_operators_not_a_stale_buffer(grad):
+    # make_fx with real tensors traces through a dispatch mode: the layer and the scan must be
+    # recorded as operators, so that the graph computes new inputs (not the example's memory).
+    from torch.fx.experimental.proxy_tensor import make_fx
+    ref, ours = twins("GRU", 3, 4)
+    a = torch.randn(3, 2, 2)
+
+    def f(x, g):
+        return ours(x)[0], bppsa.scan(a, g)[-1]
+
+    with torch.set_grad_enabled(grad):
+        gm = make_fx(f, tracing_mode="real")(torch.randn(5, 2, 3), torch.randn(2, 2))
+    assert "bppsa.layer_forward" in gm.code and "bppsa.affine_scan" in gm.code
+    x, g = torch.randn(5, 2, 3) * 3, torch.randn(2, 2)
+    out, s = gm(x, g)
+    assert rel_err(out, ref(x)[0]) < 1e-5
+    assert rel_err(s, bppsa.scan(a, g)[-1]) < 1e-6

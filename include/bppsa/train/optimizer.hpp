@@ -45,6 +45,7 @@ struct OptimizerConfig {
 /// The learning rate of optimizer step `step` (1-based): lr, or for cosine
 /// lr · (1 + cos(π · min(step − 1, total_steps) / total_steps)) / 2. A function of the step count
 /// alone, so a resumed run (whose optimizer state restores the count) continues the schedule.
+/// InvalidArgument for cosine with total_steps ≤ 0.
 double learning_rate(const OptimizerConfig& config, std::int64_t step);
 
 /// Updates a fixed list of parameters (the model's parameters(), same order every step).
