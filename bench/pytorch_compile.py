@@ -22,13 +22,12 @@ Compile time is reported apart (the first call), never in the medians.
 Writes DIR/compile.jsonl and DIR/compile.md (the table) and prints the table."""
 import json
 import os
-import statistics
 import time
 
 import torch
 
 import bppsa
-from pytorch_nn import Model, machine_of, paper_batch, parse_args
+from pytorch_nn import Model, agreed_base, machine_of, paper_batch, parse_args, timed
 
 
 SIDES = [  # name, family, compiled, allow_rnn, fullgraph, longest T
@@ -71,16 +70,9 @@ def measure(model, x, y, compiled, allow_rnn, fullgraph, reps, warmup):
             fn(x, y).backward()
             opt.step()
 
-        for _ in range(warmup):
-            step()
-        samples = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            step()
-            samples.append(time.perf_counter() - t0)
+        r = {"first_loss": first, "first_call_s": compile_s, **timed(step, reps, warmup)}
     model.load_state_dict(state)
-    return {"first_loss": first, "first_call_s": compile_s, "median": statistics.median(samples),
-            "min": min(samples), "max": max(samples), "samples": samples}
+    return r
 
 
 def main():
@@ -99,26 +91,19 @@ def main():
             for side, family, compiled, allow_rnn, fullgraph, longest in SIDES:
                 if longest is not None and c["steps"] > longest:
                     r = {"skipped": f"T > {longest}: the compile time grows with T"}
-                    records.append(dict(config=c["name"], cell=c["cell"], steps=c["steps"], batch=args.batch,
-                                        side=side, machine=machine, **r))
-                    f.write(json.dumps(records[-1]) + "\n")
-                    continue
-                kw = {} if family is torch.nn else {"backward": "auto", "threads": args.threads}
-                model = Model(family, c["cell"], c["features"], c["hidden"], c["classes"], **kw)
-                model.load_state_dict(ref.state_dict())
-                try:
-                    r = measure(model, x, y, compiled, allow_rnn, fullgraph, args.reps, args.warmup)
-                except Exception as e:  # a compile that fails is a result, recorded with its error
-                    r = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
-                    print(f"{c['name']:>22}  {side:<28} failed: {r['error']}", flush=True)
                 else:
-                    if base is None:
-                        base = r
-                    elif abs(r["first_loss"] - base["first_loss"]) > 1e-5 * max(1.0, abs(base["first_loss"])):
-                        raise SystemExit(f"{c['name']}: first loss {r['first_loss']} of {side} differs from "
-                                         f"torch's {base['first_loss']}")
-                    print(f"{c['name']:>22}  {side:<28} step {r['median'] * 1e3:9.2f} ms  "
-                          f"(first call {r['first_call_s']:.1f} s)", flush=True)
+                    kw = {} if family is torch.nn else {"backward": "auto", "threads": args.threads}
+                    model = Model(family, c["cell"], c["features"], c["hidden"], c["classes"], **kw)
+                    model.load_state_dict(ref.state_dict())
+                    try:
+                        r = measure(model, x, y, compiled, allow_rnn, fullgraph, args.reps, args.warmup)
+                    except Exception as e:  # a compile that fails is a result, recorded with its error
+                        r = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+                        print(f"{c['name']:>22}  {side:<28} failed: {r['error']}", flush=True)
+                    else:
+                        base = agreed_base(c["name"], side, r, base)
+                        print(f"{c['name']:>22}  {side:<28} step {r['median'] * 1e3:9.2f} ms  "
+                              f"(first call {r['first_call_s']:.1f} s)", flush=True)
                 rec = dict(config=c["name"], cell=c["cell"], steps=c["steps"], batch=args.batch, side=side,
                            machine=machine, **r)
                 records.append(rec)

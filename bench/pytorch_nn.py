@@ -86,6 +86,17 @@ def timed(fn, reps, warmup):
     return {"median": statistics.median(samples), "min": min(samples), "max": max(samples), "samples": samples}
 
 
+def agreed_base(config, side, r, base):
+    """The first side's result is the base; every later side's first loss must equal its loss (the
+    same weights and data), else the run stops."""
+    if base is None:
+        return r
+    if abs(r["first_loss"] - base["first_loss"]) > 1e-5 * max(1.0, abs(base["first_loss"])):
+        raise SystemExit(f"{config}: first loss {r['first_loss']} of {side} differs from torch's "
+                         f"{base['first_loss']}")
+    return base
+
+
 def measure(model, x, y, reps, warmup):
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -143,11 +154,7 @@ def main():
                     r = measure(model, x, y, args.reps, args.warmup)
                 finally:
                     torch.set_flush_denormal(False)
-                if base is None:
-                    base = r
-                elif abs(r["first_loss"] - base["first_loss"]) > 1e-5 * max(1.0, abs(base["first_loss"])):
-                    raise SystemExit(f"{c['name']}: first loss {r['first_loss']} of {side} differs from torch's "
-                                     f"{base['first_loss']}")
+                base = agreed_base(c["name"], side, r, base)
                 rec = dict(config=c["name"], cell=c["cell"], steps=c["steps"], batch=args.batch, side=side,
                            machine=machine, **r)
                 records.append(rec)

@@ -32,6 +32,11 @@ def encode_threads(threads):
     return -1 if threads is None else threads
 
 
+def decode_threads(threads):
+    """The `threads` an operator was given, back to bppsa's form (None: follow torch)."""
+    return None if threads < 0 else threads
+
+
 def _spec(cell, input_size, hidden_size, nonlinearity):
     """One engine pool per layer shape, shared by every operator call."""
     key = (cell, input_size, hidden_size, nonlinearity)
@@ -50,11 +55,8 @@ def _absent(like):
 def _layer_forward_impl(x, h0, c0, w_ih, w_hh, b_ih, b_hh, cell, nonlinearity, method, threads, chunks,
                         check_finite):
     spec = _spec(cell, x.shape[2], w_hh.shape[1], nonlinearity)
-    engine = spec.acquire(x.dtype)
-    try:
+    with spec.borrowed(x.dtype) as engine:
         out, h_n, c_n = _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh)
-    finally:
-        spec.release(x.dtype, engine)
     return out, h_n, _absent(x) if c_n is None else c_n
 
 
@@ -72,18 +74,15 @@ def _layer_backward_impl(x, h0, c0, w_ih, w_hh, b_ih, b_hh, grad_out, grad_hn, g
     grads = [torch.empty(t.shape, dtype=t.dtype) if w else None for t, w in zip(inputs, wanted)]
     if x.shape[1] > 0:
         spec = _spec(cell, x.shape[2], w_hh.shape[1], nonlinearity)
-        engine = spec.acquire(x.dtype)
-        try:
+        with spec.borrowed(x.dtype) as engine:
             _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh)  # the record the backward reads
             r = _native.ref
             # Named, so that the contiguous copies outlive the call that reads them.
             grad_out, grad_hn = _contiguous(grad_out), _contiguous(grad_hn)
             grad_cn = _contiguous(grad_cn) if cell == "lstm" else None
             engine.backward(r(grad_out), r(grad_hn), r(grad_cn), method,
-                            _native.resolve_threads(None if threads < 0 else threads), chunks,
-                            *[r(g) for g in grads], check_finite)
-        finally:
-            spec.release(x.dtype, engine)
+                            _native.resolve_threads(decode_threads(threads)), chunks, *[r(g) for g in grads],
+                            check_finite)
     else:  # empty batch: nothing flows back (zero parameter gradients, as torch)
         grads = [None if g is None else g.zero_() for g in grads]
     return [_absent(x) if g is None else g for g in grads]
@@ -137,8 +136,7 @@ def _affine_scan_impl(elements, g, injections, transpose, algorithm, threads, ch
     wrapped = [_Element(i, t, g.shape[0]) for i, t in enumerate(elements)]
     _check_memory(wrapped, g)
     injections = [t.contiguous() for t in injections] if injections else None
-    return _run(wrapped, g.contiguous(), injections, transpose, algorithm,
-                None if threads < 0 else threads, check_finite)
+    return _run(wrapped, g.contiguous(), injections, transpose, algorithm, decode_threads(threads), check_finite)
 
 
 def _affine_scan_fake(elements, g, injections, transpose, algorithm, threads, check_finite):

@@ -1,6 +1,7 @@
 # One recurrent layer in one direction as a torch.autograd.Function: the forward runs bppsa's
 # cell, the backward pass is bppsa's (a BPPSA scan over the layer's transposed Jacobians, or
 # BP) and gives the gradients of the input, the initial state and every parameter.
+import contextlib
 import threading
 import weakref
 
@@ -42,6 +43,15 @@ class LayerSpec:
             idle = self._idle.setdefault(dtype, [])
             if len(idle) < 4:
                 idle.append(engine)
+
+    @contextlib.contextmanager
+    def borrowed(self, dtype):
+        """An engine for one call, back in the pool when the call ends (whatever way it ends)."""
+        engine = self.acquire(dtype)
+        try:
+            yield engine
+        finally:
+            self.release(dtype, engine)
 
     def __getstate__(self):  # engines and locks are not picklable: a copied module starts with none
         state = dict(self.__dict__)
@@ -150,9 +160,5 @@ def run_layer(spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, method, threads, chunks, 
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
         res = LayerFunction.apply(x, h0, c0, w_ih, w_hh, b_ih, b_hh, spec, (method, threads, chunks, check_finite))
         return res if len(res) == 3 else (res[0], res[1], None)
-    engine = spec.acquire(x.dtype)
-    try:
-        with torch.no_grad():
-            return _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh)
-    finally:
-        spec.release(x.dtype, engine)
+    with spec.borrowed(x.dtype) as engine, torch.no_grad():
+        return _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh)

@@ -22,9 +22,10 @@ the constructor is the installed torch's). Under ``torch.compile`` and ``torch.e
 is a PyTorch custom operator, ``bppsa::layer_forward``, whose backward is ``bppsa::layer_backward``
 (it runs the layer's forward again: an operator cannot keep the engine's record). Dynamo traces
 into an ``RNNBase`` only with ``torch._dynamo.config.allow_rnn = True``: set it for
-``fullgraph=True``; without it the graph breaks at the module, which still runs bppsa. Under ``torch.jit.trace`` and ``torch.onnx.export`` they run torch.nn's own
-forward, so those tools record torch's standard operators with the module's weights;
-``to_torch()`` returns a plain torch.nn copy.
+``fullgraph=True``; without it the graph breaks at the module, which still runs bppsa. Under
+``torch.jit.trace`` and ``torch.onnx.export`` they run torch.nn's own forward, so those tools
+record torch's standard operators with the module's weights; ``to_torch()`` returns a plain
+torch.nn copy.
 Modules may be called from several threads at once (each call records into an engine of its
 own). Double backward (``create_graph=True``) raises RuntimeError.
 """
