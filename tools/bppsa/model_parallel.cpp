@@ -124,15 +124,8 @@ int train_rank(const TrainArgs& a, Comm& world) {
     if (root) std::cerr << line << "\n";
   }
 
-  OptimizerConfig oc;
-  oc.type = parse_optimizer(a.optimizer);
-  oc.lr = a.lr;
-  oc.momentum = a.momentum;
-  oc.weight_decay = a.weight_decay;
-  oc.schedule = parse_lr_schedule(a.lr_schedule);
-  const Index train_size = std::visit([](const auto& d) { return d.size(); }, job.train);
-  oc.total_steps = a.epochs * ((train_size + a.batch - 1) / a.batch);
-  Optimizer<float> optimizer(oc);
+  // --clip-grad-norm was refused above: a.clip is 0.
+  Optimizer<float> optimizer(optimizer_config(a, std::visit([](const auto& d) { return d.size(); }, job.train)));
 
   JsonLog log;
   std::optional<CheckpointLock> lock;  // rank 0 writes the checkpoint: it holds the lock

@@ -10,6 +10,7 @@
 
 #include "bppsa/nn/conv_net.hpp"
 #include "bppsa/io/safetensors.hpp"
+#include "bppsa/train/optimizer.hpp"
 
 #include "options.hpp"
 
@@ -50,6 +51,10 @@ struct TrainArgs {
   MpArgs mp;
   CLI::App* app = nullptr;
 };
+
+/// The optimizer a training run's flags ask for; a cosine schedule spans --epochs × the batches
+/// per epoch of a training set of `train_size` samples.
+OptimizerConfig optimizer_config(const TrainArgs& a, Index train_size);
 
 struct GradArgs {
   std::string model;

@@ -23,6 +23,19 @@
 #include "progress.hpp"
 
 namespace bppsa::cli {
+
+OptimizerConfig optimizer_config(const TrainArgs& a, Index train_size) {
+  OptimizerConfig oc;
+  oc.type = parse_optimizer(a.optimizer);
+  oc.lr = a.lr;
+  oc.momentum = a.momentum;
+  oc.weight_decay = a.weight_decay;
+  oc.clip_grad_norm = a.clip;
+  oc.schedule = parse_lr_schedule(a.lr_schedule);
+  oc.total_steps = a.epochs * ((train_size + a.batch - 1) / a.batch);
+  return oc;
+}
+
 namespace {
 
 using Args = TrainArgs;
@@ -170,14 +183,7 @@ template <class Model, class Data>
 int train_loop(const Args& a, Model& model, const std::string& description, const Data& train, const Data& test,
                const TensorFile& resumed, const std::map<std::string, std::string>& metadata) {
   const Index first_epoch = a.resume.empty() ? 1 : checkpoint_count(resumed, "bppsa.epoch") + 1;
-  OptimizerConfig oc;
-  oc.type = parse_optimizer(a.optimizer);
-  oc.lr = a.lr;
-  oc.momentum = a.momentum;
-  oc.weight_decay = a.weight_decay;
-  oc.clip_grad_norm = a.clip;
-  oc.schedule = parse_lr_schedule(a.lr_schedule);
-  oc.total_steps = a.epochs * ((train.size() + a.batch - 1) / a.batch);
+  const OptimizerConfig oc = optimizer_config(a, train.size());
   Optimizer<float> optimizer(oc);
   auto params = model.parameters();
   double values = 0;  // the weights and gradients exist; Adam's two moments (SGD's momentum) come next
