@@ -22,7 +22,9 @@
 # Exit status: 0 when every step that ran passed, 1 otherwise, 2 on bad arguments.
 # Environment: BPPSA_GPU_BUILD_DIR (build-gpu in the tree), BPPSA_GPU_CHECK_JOBS (nproc),
 # BPPSA_CUDA_ARCHITECTURES (the GPU's compute capability), BPPSA_GPU_CHECK_LIMITS ("STEP=SECONDS …":
-# overrides steps' limits, to test this script).
+# overrides steps' limits, to test this script or to fit a short lease), BPPSA_GPU_CHECK_SKIP ("STEP …":
+# steps left out, listed as skipped), BPPSA_GPU_SANITIZER_FILTER (the GoogleTest filter of the tests run
+# under compute-sanitizer; default GpuSmall.*, and in quick mode the smaller set below).
 # shellcheck disable=SC2317  # the gc_* step functions and on_signal are called indirectly
 set -uo pipefail
 set +m  # no job control: a step started in the background is no group leader, so setsid makes it
@@ -182,6 +184,11 @@ step() {
   local name=$1 limit=$2
   shift 2
   local left over cut=0
+  case " ${BPPSA_GPU_CHECK_SKIP:-} " in *" $name "*)
+    skip "$name" "left out by BPPSA_GPU_CHECK_SKIP"
+    return 1
+    ;;
+  esac
   left=$(left)
   if [ "$left" -le 10 ]; then
     skip "$name" "time budget spent"
@@ -439,6 +446,7 @@ if [ "$mode" != bench ]; then
   # Under the sanitizers (10–100× slower): the small cases, fewer of them in quick mode (the scan,
   # the recurrent model's and the fused scan's kernels).
   [ "$mode" = quick ] && small='GpuSmall.SmallIntegerChains*:GpuSmall.DeviceResident*:GpuSmall.Errors*:GpuSmall.HostChanges*:GpuSmall.RecurrentApi*:GpuSmall.FusedScanIsExactOnSmallIntegers*'
+  small=${BPPSA_GPU_SANITIZER_FILTER:-$small}
   if [ $built = 1 ]; then
     if [ "$mode" != quick ]; then
       step host_tests 180 gc_host_tests

@@ -11,6 +11,7 @@ torch_models.Model, safetensors_np).
 
 Usage: check_cli_gpu.py BPPSA_BINARY WORK_DIR [--quick]. Exit 77 without torch+CUDA or without a
 GPU bppsa can use, 1 on a failed check (a missing gradient or loss included: a FAIL line)."""
+import copy
 import os
 import subprocess
 import sys
@@ -42,15 +43,23 @@ def check(ok, label):
         FAILURES.append(label)
 
 
-def check_grads(gpath, model, loss, label):
+def check_grads(gpath, model, loss, label, tol=TOL):
     """Checks bppsa's gradients in gpath against the model's (after loss.backward()): a missing
-    gradient is a failed check too."""
+    gradient is a failed check too. Returns the worst relative error (inf when missing)."""
     result = worst_grad_error(gpath, model, loss)
     if result is None:
         check(False, f"{label}: the loss or a gradient is missing from {os.path.basename(gpath)} (named above)")
-        return
+        return float("inf")
     name, e = result
-    check(e <= TOL, f"{label}: {e:.2e} ({name})")
+    check(e <= tol, f"{label}: {e:.2e} ({name}, bound {tol:.1e})")
+    return e
+
+
+def torch_worst(model, ref):
+    """The worst relative error of model's gradients against ref's (same names, after backward)."""
+    got = dict(model.named_parameters())
+    return max(rel_err(got[k].grad.double().cpu().numpy(), p.grad.double().cpu().numpy())
+               for k, p in ref.named_parameters())
 
 
 def grad_case(binary, work, cell, layers, rng, case, quick):
@@ -67,6 +76,10 @@ def grad_case(binary, work, cell, layers, rng, case, quick):
     wpath, xpath = os.path.join(work, f"w{case}.safetensors"), os.path.join(work, f"x{case}.safetensors")
     st.save(wpath, {k: v.detach().numpy() for k, v in model.state_dict().items()})
     st.save(xpath, {"x": x.numpy(), "y": y.numpy()})
+    # The oracle: PyTorch in float64 on the CPU.
+    ref = copy.deepcopy(model).double()
+    loss64 = nn.functional.cross_entropy(ref(x.double()), y)
+    loss64.backward()
     # PyTorch's gradients on the GPU (cuDNN), fp32 without TF32, then moved back for comparison.
     model = model.cuda()
     loss = nn.functional.cross_entropy(model(x.cuda()), y.cuda())
@@ -77,21 +90,27 @@ def grad_case(binary, work, cell, layers, rng, case, quick):
     cpu_path = os.path.join(work, f"g{case}_cpu.safetensors")
     run([binary, "grad", "--model", cell, "--weights", wpath, "--batch", xpath, "--out", cpu_path, "--backward", "bp"])
     cpu, _ = st.load(cpu_path)
-    check_grads(cpu_path, model, loss, f"{label} cpu bp vs torch(cuda)")
+    # This record's own fp32 error, as the CPU engine and cuDNN show it against float64 (long chains
+    # with wide weights lose digits in any fp32 order): GPU results are held to 4× the larger, 1e-4 at least.
+    e_cudnn = torch_worst(model, ref)
+    e_cpu = check_grads(cpu_path, ref, loss64, f"{label} cpu bp vs torch(float64)", max(TOL, 4 * e_cudnn))
+    print(f"     {label}: cuDNN fp32 vs float64 {e_cudnn:.2e}", flush=True)
+    bound = max(TOL, 4 * max(e_cpu, e_cudnn))
     for backward in ("bp", "blelloch", "hybrid", "auto"):
         if backward == "hybrid" and t * b * (2 * h if cell == "lstm" else h) ** 2 > 5e7:
             continue  # the generic scan stores T·B Jacobians: only where they are small
         gpath = os.path.join(work, f"g{case}_cuda_{backward}.safetensors")
         run([binary, "grad", "--model", cell, "--weights", wpath, "--batch", xpath, "--out", gpath,
              "--backward", backward, "--device", "cuda"])
-        check_grads(gpath, model, loss, f"{label} cuda {backward:8s} vs torch(cuda)")
+        check_grads(gpath, ref, loss64, f"{label} cuda {backward:8s} vs torch(float64)", bound)
+        check_grads(gpath, model, loss, f"{label} cuda {backward:8s} vs torch(cuda)", bound)
         g, _ = st.load(gpath)
         missing = sorted(set(cpu) - set(g))
         if missing:
             check(False, f"{label} cuda {backward:8s} vs the CPU engine: missing {', '.join(missing)}")
             continue
         worst = max((rel_err(g[k].astype(np.float64), cpu[k].astype(np.float64)), k) for k in cpu)
-        check(worst[0] <= TOL, f"{label} cuda {backward:8s} vs the CPU engine: {worst[0]:.2e} ({worst[1]})")
+        check(worst[0] <= bound, f"{label} cuda {backward:8s} vs the CPU engine: {worst[0]:.2e} ({worst[1]}, bound {bound:.1e})")
 
 
 def train_checks(binary, work, quick):
@@ -109,7 +128,10 @@ def train_checks(binary, work, quick):
     ev = [json.loads(run([binary, "eval", "--checkpoint", ck, "--data", "bitstream", "--steps", "100", "--samples",
                           small[small.index("--samples") + 1], "--json"] + (["--device", "cuda"] if d else [])))
           for d in (False, True)]
-    check(ev[0]["accuracy"] == ev[1]["accuracy"] and abs(ev[0]["loss"] - ev[1]["loss"]) <= 1e-4 * abs(ev[0]["loss"]),
+    # A near-tie between two classes may flip one prediction: at most one sample in a thousand may differ.
+    n = int(ev[0]["samples"])
+    flips = round(abs(ev[0]["accuracy"] - ev[1]["accuracy"]) * n)
+    check(flips <= max(1, n // 1000) and abs(ev[0]["loss"] - ev[1]["loss"]) <= 1e-4 * abs(ev[0]["loss"]),
           f"eval of a GPU checkpoint, cpu vs cuda: {ev[0]['accuracy']:.4f}/{ev[0]['loss']:.6f} vs "
           f"{ev[1]['accuracy']:.4f}/{ev[1]['loss']:.6f}")
     # --resume on the GPU continues exactly: 1 epoch + resume to 2 == 2 epochs straight.

@@ -37,13 +37,13 @@ constexpr double kFloor = 1e-6;
 template <class T>
 cuda::DeviceBuffer<T> upload(const Matrix<T>& m) {
   cuda::DeviceBuffer<T> b(static_cast<std::size_t>(m.size()));
-  if (m.size() > 0) BPPSA_CUDA_CHECK(cudaMemcpy(b.data(), m.data(), m.size() * sizeof(T), cudaMemcpyHostToDevice));
+  b.upload(m.data(), static_cast<std::size_t>(m.size()));
   return b;
 }
 template <class T>
 cuda::DeviceBuffer<T> upload(const RowMatrix<T>& m) {
   cuda::DeviceBuffer<T> b(static_cast<std::size_t>(m.size()));
-  BPPSA_CUDA_CHECK(cudaMemcpy(b.data(), m.data(), m.size() * sizeof(T), cudaMemcpyHostToDevice));
+  b.upload(m.data(), static_cast<std::size_t>(m.size()));
   return b;
 }
 
@@ -63,7 +63,7 @@ struct DeviceLayer {
         g(static_cast<std::size_t>(L.S * (L.steps + 1) * L.B)) {
     poison();
   }
-  void poison() { BPPSA_CUDA_CHECK(cudaMemset(g.data(), 0xFF, g.bytes())); }
+  void poison() { g.fill_bytes(0xFF); }  // complete before the scan's non-blocking stream starts
   FusedDevicePtrs<T> ptrs() const {
     FusedDevicePtrs<T> p;
     p.w_hh = w.data();

@@ -5,6 +5,7 @@
 // hybrid = the generic scan}; the sizes (T up to 1000, H up to 256, B up to 64) as a
 // covering set; bit-identical reruns; resident-data training and evaluation; errors.
 // GpuSmall.* stay small enough for compute-sanitizer (BPPSA_GPU_TESTS_REDUCED=1 runs part of them).
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -299,14 +300,16 @@ TEST(GpuSmall, TrainingAndEvaluationOnResidentDataFollowTheCpu) {
       EXPECT_EQ(rg.samples, rc.samples);
       EXPECT_EQ(progress_calls, rc.steps);
       EXPECT_NEAR(rg.train_loss, rc.train_loss, 1e-4 * std::abs(rc.train_loss)) << "epoch " << epoch;
-      EXPECT_EQ(rg.train_accuracy, rc.train_accuracy) << "epoch " << epoch;
+      // A near-tie between two classes may flip one prediction (float order differs): one at most.
+      EXPECT_LE(std::abs(rg.train_accuracy - rc.train_accuracy) * static_cast<double>(rc.samples), 1.0 + 1e-9)
+          << "epoch " << epoch;
       EXPECT_GT(rg.forward_seconds, 0.0);
       EXPECT_GT(rg.backward_seconds, 0.0);
     }
     EXPECT_TRUE(same_tensors(gpu.parameters(), cpu.parameters(), false, 1e-4));
     const EvalReport ec = evaluate(cpu, data, 4), eg = evaluate(gpu, data, 4);
     EXPECT_NEAR(eg.loss, ec.loss, 1e-4 * ec.loss);
-    EXPECT_EQ(eg.accuracy, ec.accuracy);
+    EXPECT_LE(std::abs(eg.accuracy - ec.accuracy) * static_cast<double>(ec.samples), 1.0 + 1e-9);  // as above
     EXPECT_EQ(eg.samples, ec.samples);
     // The optimizer state round-trips through the host (checkpoints): both continue identically.
     const auto params = gpu.parameters();

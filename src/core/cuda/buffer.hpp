@@ -41,9 +41,19 @@ class DeviceBuffer {
   std::size_t size() const { return count_; }
   std::size_t bytes() const { return count_ * sizeof(T); }
 
-  /// Synchronous upload of a host vector that must have exactly size() values.
-  void upload(const std::vector<T>& host) {
-    if (!host.empty()) BPPSA_CUDA_CHECK(cudaMemcpy(data_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  /// Uploads `count` ≤ size() host values; complete on the device when it returns (a pageable
+  /// cudaMemcpy may return before its DMA lands, and a non-blocking stream would not wait for it).
+  void upload(const T* host, std::size_t count) {
+    if (count == 0) return;
+    BPPSA_CUDA_CHECK(cudaMemcpy(data_, host, count * sizeof(T), cudaMemcpyHostToDevice));
+    BPPSA_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  void upload(const std::vector<T>& host) { upload(host.data(), host.size()); }
+  /// Sets every byte to `byte`, complete on the device when it returns (as upload).
+  void fill_bytes(unsigned char byte) {
+    if (count_ == 0) return;
+    BPPSA_CUDA_CHECK(cudaMemset(data_, byte, bytes()));
+    BPPSA_CUDA_CHECK(cudaDeviceSynchronize());
   }
 
  private:

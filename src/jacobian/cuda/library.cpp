@@ -166,7 +166,7 @@ SparseMv<T>::SparseMv(cusparseHandle_t handle, const VecOp* ops, Idx count, Idx 
                                                    data_type<T>(), CUSPARSE_SPMM_ALG_DEFAULT, &bytes));
       largest = std::max(largest, bytes);
     }
-    buffer_ = cuda::DeviceBuffer<char>(largest);
+    buffer_ = workspace(largest);  // never null: cuSPARSE may ask for 0 bytes
   } catch (...) {
     release();
     throw;

@@ -52,9 +52,7 @@ GenericLayerScan<T>::GenericLayerScan(std::int32_t cell, Index hidden, Index ste
   for (std::size_t t = 0; t + 1 < o.prefix.size(); ++t) pre.push_back(arena + o.prefix[t]);  // g_0 … g_{T−1}
   elements_ = cuda::to_device(el);
   if (!inj.empty()) injections_ = cuda::to_device(inj);
-  prefixes_ = cuda::to_device(pre);
-  // cudaMemcpy's pageable DMA may still be in flight, and the layer's stream would not wait for it.
-  BPPSA_CUDA_CHECK(cudaDeviceSynchronize());
+  prefixes_ = cuda::to_device(pre);  // complete when it returns (DeviceBuffer::upload)
 }
 
 template <class T>

@@ -186,10 +186,7 @@ void ModelGpuImpl<T>::use_data(int slot, const SequenceDataset& data) {
       {{"inputs", static_cast<double>(data.x.size()) * sizeof(float)}, {"labels and order", 2 * n * 8}},
       "use --limit-train/--limit-test, shorter sequences or --device cpu");
   r.x = cuda::to_device(data.x);
-  r.y = cuda::to_device(data.y);
-  // cudaMemcpy from pageable memory may return before its DMA lands, and the model's stream
-  // (non-blocking) would not wait for it.
-  BPPSA_CUDA_CHECK(cudaDeviceSynchronize());
+  r.y = cuda::to_device(data.y);  // complete when it returns (DeviceBuffer::upload)
   r.source = &data;
   r.host_x = data.x.data();
   r.host_y = data.y.data();

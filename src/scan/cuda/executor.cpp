@@ -39,15 +39,16 @@ DeviceScan<T>::DeviceScan(gpu::Program<T> program, CudaProducts products) : prog
                "use a smaller batch or a shorter chain");
 
   values_ = cuda::DeviceBuffer<T>(static_cast<std::size_t>(p.values));
+  // Zeroed once: SpMM and SpGEMM-reuse write their outputs with β = 0 into recycled slots, and
+  // cuSPARSE does not promise to leave C unread; a NaN left there by the allocator must not leak in.
+  values_.fill_bytes(0);
+  // Uploads complete when they return (DeviceBuffer::upload): SpGEMM's plan reads the patterns on stream_.
   indices_ = cuda::to_device(p.indices);
   mat_ops_ = cuda::to_device(p.mat_ops);
   vec_ops_ = cuda::to_device(p.vec_ops);
   staging_ = cuda::PinnedBuffer<T>(staging);
-  // The tables went up with cudaMemcpy, whose pageable-memory DMA may still be in flight when it
-  // returns, and the work on stream_ (non-blocking) would not wait for it: before the library
-  // plans (SpGEMM reads the patterns on stream_), and after them (their own pointer tables).
-  BPPSA_CUDA_CHECK(cudaDeviceSynchronize());
   plan_execs(products);
+  // The library plans' own pointer tables went up the same way; their set-up ran on stream_.
   BPPSA_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
