@@ -3,13 +3,20 @@
 // plan, with its FLOPs and bytes against this GPU's FP32 and bandwidth roofline
 // (bench/gpu/device_peak.hpp). bench/gpu/bench_gpu.py runs it; report.py computes the ratios.
 //
-//   bench_fused_scan --plan PLAN.json --out RECORDS.jsonl [--reps 10] [--budget SECONDS]
+//   bench_fused_scan --plan PLAN.json --out RECORDS.jsonl [--reps 10] [--budget SECONDS] [--sweep]
+//
+// --sweep (calibrating the cost model of src/nn/cuda/fused_plan.hpp on a real GPU): per configuration,
+// the model's own plan, then every chunk length of a geometric ladder, every compiled reduce
+// (tile × columns) and push tile at the model's chunk length, and W_hh forced to global memory; one
+// record each, with the forced options under "forced" (a plan the kernels refuse gives a record
+// with "error").
 //
 // Per configuration (cell, H, T, B; the features of the input do not enter the scan): bench_fused
 // plans, fills a random record in a real forward's ranges, warms up twice (capturing its CUDA
 // Graph when the plan uses one), then times --reps runs one by one with CUDA events. One JSON line
 // per configuration, appended and flushed; a configuration that throws gives a line with "error".
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <iostream>
@@ -17,10 +24,13 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "bppsa/bppsa.hpp"
 #include "device_peak.hpp"
 #include "nn/cuda/fused_bench.hpp"
+#include "nn/cuda/fused_math.hpp"
 #include "nn/cuda/recurrent_math.hpp"
 
 namespace {
@@ -48,7 +58,56 @@ json device_json(const bppsa_bench::DevicePeak& d) {
           {"peak_bytes_per_s", d.peak_bytes_per_s}};
 }
 
-int run(const std::string& plan_path, const std::string& out_path, int reps, double budget) {
+/// The option sets of a sweep for one configuration (the first: the model's own plan).
+std::vector<std::pair<json, FusedScanOptions>> sweep_options(long steps, const FusedScanStats& model) {
+  std::vector<std::pair<json, FusedScanOptions>> v{{json::object(), FusedScanOptions{}}};
+  for (long L = 2; L < 2 * steps; L *= 2) {
+    FusedScanOptions o;
+    o.chunk_length = std::min(L, steps);
+    v.push_back({{{"chunk_length", o.chunk_length}}, o});
+    if (L >= steps) break;
+  }
+  for (const int tile : kFusedTiles)
+    for (const int nc : {1, 4}) {
+      if (model.chunks < 2) break;  // BP only: no reduce
+      FusedScanOptions o;
+      o.chunk_length = model.chunk_length;
+      o.reduce_tile = tile;
+      o.reduce_columns = nc;
+      v.push_back({{{"chunk_length", o.chunk_length}, {"reduce_tile", tile}, {"reduce_columns", nc}}, o});
+    }
+  for (const int tile : kFusedTiles) {
+    FusedScanOptions o;
+    o.chunk_length = model.chunk_length;
+    o.push_tile = tile;
+    v.push_back({{{"chunk_length", o.chunk_length}, {"push_tile", tile}}, o});
+  }
+  FusedScanOptions g;
+  g.chunk_length = model.chunk_length;
+  g.w_shared = 0;
+  v.push_back({{{"chunk_length", g.chunk_length}, {"w_shared", 0}}, g});
+  return v;
+}
+
+json stats_json(const FusedScanStats& s) {
+  return {{"flops", s.flops},
+          {"bytes", s.bytes},
+          {"launches", s.launches},
+          {"graph", s.graph},
+          {"chunk", s.chunk_length},
+          {"chunks", s.chunks},
+          {"first_chunk", s.first_chunk_length},
+          {"reduce_tile", s.reduce_tile},
+          {"reduce_columns", s.reduce_columns},
+          {"reduce_threads_per_column", s.reduce_threads_per_column},
+          {"push_tile", s.push_tile},
+          {"push_threads_per_column", s.push_threads_per_column},
+          {"w_shared", s.w_shared},
+          {"device_bytes", s.device_bytes},
+          {"estimate_us", s.estimate_us}};
+}
+
+int run(const std::string& plan_path, const std::string& out_path, int reps, double budget, bool sweep) {
   std::ifstream in(plan_path);
   if (!in) throw bppsa::IoError("[bench_fused_scan] cannot read the plan " + plan_path);
   const json plan = json::parse(in);
@@ -69,21 +128,38 @@ int run(const std::string& plan_path, const std::string& out_path, int reps, dou
       std::cout << "bench_fused_scan: skipped " << c.at("id").get<std::string>() << ": time budget spent" << std::endl;
       continue;
     }
+    if (sweep) {
+      FusedScanStats model;
+      bool first = true;
+      std::vector<std::pair<json, FusedScanOptions>> sets{{json::object(), FusedScanOptions{}}};
+      for (std::size_t i = 0; i < sets.size(); ++i) {
+        if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > budget) break;
+        json r2 = rec;
+        r2["forced"] = sets[i].first;
+        try {
+          const FusedBenchResult r = bench_fused<float>(cell_code(cell), hidden, steps, batch, reps, sets[i].second);
+          r2["time"] = {{"median", 1e-3 * r.median_ms}, {"min", 1e-3 * r.min_ms}, {"max", 1e-3 * r.max_ms}};
+          r2.update(stats_json(r.stats));
+          if (first) {
+            model = r.stats;
+            const auto more = sweep_options(steps, model);
+            sets.insert(sets.end(), more.begin() + 1, more.end());
+          }
+        } catch (const std::exception& e) {
+          r2["error"] = e.what();
+        }
+        first = false;
+        out << r2.dump() << "\n" << std::flush;
+      }
+      std::cout << "  sweep " << c.at("id").get<std::string>() << ": " << sets.size() << " plans" << std::endl;
+      continue;
+    }
     try {
       const FusedBenchResult r = bench_fused<float>(cell_code(cell), hidden, steps, batch, reps);
       const FusedScanStats& s = r.stats;
       rec["time"] = {{"median", 1e-3 * r.median_ms}, {"min", 1e-3 * r.min_ms}, {"max", 1e-3 * r.max_ms}};
-      rec.update({{"flops", s.flops},
-                  {"bytes", s.bytes},
-                  {"launches", s.launches},
-                  {"graph", s.graph},
-                  {"chunk", s.chunk_length},
-                  {"chunks", s.chunks},
-                  {"first_chunk", s.first_chunk_length},
-                  {"w_shared", s.w_shared},
-                  {"device_bytes", s.device_bytes},
-                  {"estimate_us", s.estimate_us},
-                  {"device_summary", r.device}});
+      rec.update(stats_json(s));
+      rec["device_summary"] = r.device;
       std::cout << "  fused " << c.at("id").get<std::string>() << ": " << r.median_ms << " ms, "
                 << s.flops / (1e-3 * r.median_ms) / 1e12 << " TFLOP/s" << std::endl;
     } catch (const std::exception& e) {
@@ -103,17 +179,19 @@ int main(int argc, char** argv) {
   std::string plan, out;
   int reps = 10;
   double budget = 1e9;
+  bool sweep = false;
   app.add_option("--plan", plan, "the configurations (JSON, bench/gpu/bench_gpu.py writes it)")->required();
   app.add_option("--out", out, "JSON lines, appended: one record per distinct (cell, H, T, B)")->required();
   app.add_option("--reps", reps, "timed runs per configuration")->check(CLI::Range(1, 10000));
   app.add_option("--budget", budget, "seconds; configurations after it are skipped")->check(CLI::PositiveNumber);
+  app.add_flag("--sweep", sweep, "time the model's plan and forced alternatives (calibration), one record each");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   try {
-    return run(plan, out, reps, budget);
+    return run(plan, out, reps, budget, sweep);
   } catch (const std::exception& e) {
     std::cerr << "bench_fused_scan: error: " << e.what() << "\n";
     return 1;
