@@ -82,16 +82,16 @@ void replay_columns(const FusedArgs<T>& a, const DeviceVector<T>& wp, Order orde
     const T* w = l.w_shared ? sm.data() : wp.data();
     const Idx ldw = l.w_shared ? gpu::launch_hpad(l) : a.shape.ldw;
     auto step = [&](Idx t, Idx j) {
-      const bool ok = gpu::fused_with_combo<T>(l.tile, l.nc, [&](auto tw, auto nc) {
-        constexpr int TW = decltype(tw)::value, NC = decltype(nc)::value;
-        const auto& g = gr[static_cast<std::size_t>(t)];
-        if (fam == gpu::kFamGru)
-          gpu::fused_step<T, gpu::kFamGru, TW, NC>(a, sm.data(), w, ldw, g, j);
-        else if (fam == gpu::kFamLstm)
-          gpu::fused_step<T, gpu::kFamLstm, TW, NC>(a, sm.data(), w, ldw, g, j);
-        else
-          gpu::fused_step<T, gpu::kFamRnn, TW, NC>(a, sm.data(), w, ldw, g, j);
-      });
+      auto with_family = [&](auto famc) {
+        constexpr std::int32_t FAM = decltype(famc)::value;
+        return gpu::fused_with_combo<T, FAM>(l.tile, l.nc, [&](auto tw, auto nc) {
+          constexpr int TW = decltype(tw)::value, NC = decltype(nc)::value;
+          gpu::fused_step<T, FAM, TW, NC>(a, sm.data(), w, ldw, gr[static_cast<std::size_t>(t)], j);
+        });
+      };
+      const bool ok = fam == gpu::kFamGru    ? with_family(std::integral_constant<std::int32_t, gpu::kFamGru>{})
+                      : fam == gpu::kFamLstm ? with_family(std::integral_constant<std::int32_t, gpu::kFamLstm>{})
+                                             : with_family(std::integral_constant<std::int32_t, gpu::kFamRnn>{});
       ASSERT_TRUE(ok) << "tile " << l.tile << " × " << l.nc << " not compiled";
     };
     if (order == Order::thread_major) {
@@ -240,7 +240,7 @@ TEST(FusedChunks, EveryColumnOfEveryProblemHasOneThreadPerTile) {
           for (int ti = 0; ti < gpu::kFusedTileCount; ++ti)
             for (const Idx nc : {1, 4}) {
               const Idx tile = gpu::kFusedTiles[ti];
-              if (!gpu::fused_combo_compiled(tile, nc, 4)) continue;
+              if (!gpu::fused_combo_compiled(tile, nc, 4, gpu::fused_family(cell))) continue;
               for (const std::int32_t mode : {gpu::kFusedReduce, gpu::kFusedPush}) {
                 if (mode == gpu::kFusedPush && nc != 1) continue;
                 FusedLaunch l;
@@ -297,7 +297,7 @@ TEST(FusedChoice, TheIssueSizesGetValidPlansThatFitTheDevice) {
             ASSERT_EQ((s.C - 1) * s.L + s.len0, T_) << what;
             ASSERT_GT(p.cycles, 0) << what;
             for (const FusedLaunch* l : {&p.push, s.C > 1 ? &p.reduce : &p.push}) {
-              ASSERT_TRUE(gpu::fused_combo_compiled(l->tile, l->nc, scalar)) << what;
+              ASSERT_TRUE(gpu::fused_combo_compiled(l->tile, l->nc, scalar, gpu::fused_family(cell))) << what;
               ASSERT_GE(l->ntile * l->tile, H) << what;
               ASSERT_LE(l->ntile * l->tile, s.ldw) << what;
               ASSERT_EQ(s.ldw % 4, 0) << what;
@@ -528,12 +528,12 @@ TEST(FusedHost, EveryCompiledTileAndColumnCountMatchesTheEnginesBp) {
         const Idx tile = gpu::kFusedTiles[ti];
         const auto Lf = make_layer<float>(cell, 37, 12, 2, true, true, 9);
         const auto Ld = make_layer<double>(cell, 37, 12, 2, true, true, 9);
-        if (gpu::fused_combo_compiled(tile, nc, 4)) {
+        if (gpu::fused_combo_compiled(tile, nc, 4, gpu::fused_family(cell))) {
           const FusedChoice p = plan_for(Lf, 5, tile, nc, tile);
           ASSERT_TRUE(close_to_oracle(replay(Lf, p).g.data(), oracle_bp(Lf), 2, kTol<float>, kFloor))
               << Lf.describe() << plan_string(p);
         }
-        if (gpu::fused_combo_compiled(tile, nc, 8)) {
+        if (gpu::fused_combo_compiled(tile, nc, 8, gpu::fused_family(cell))) {
           const FusedChoice p = plan_for(Ld, 5, tile, nc, tile);
           ASSERT_TRUE(close_to_oracle(replay(Ld, p).g.data(), oracle_bp(Ld), 2, kTol<double>))
               << Ld.describe() << plan_string(p);

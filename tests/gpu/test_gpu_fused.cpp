@@ -165,11 +165,11 @@ TEST(GpuSmall, FusedScanEveryCompiledKernelMatchesBp) {
           const int tile = gpu::kFusedTiles[ti];
           if (gpu_test::reduced() && tile != 4 && tile != 20 && tile != 64 && tile != 8) continue;
           const auto Lf = make_layer<float>(cell, 37, 11, 2, true, true, 3);
-          if (gpu::fused_combo_compiled(tile, nc, 4) && (!gpu_test::reduced() || tile != 8)) {
+          if (gpu::fused_combo_compiled(tile, nc, 4, gpu::fused_family(cell)) && (!gpu_test::reduced() || tile != 8)) {
             ASSERT_TRUE(matches_bp(Lf, options(true, 4, tile, nc, tile, w_shared)));
           }
           const auto Ld = make_layer<double>(cell, 37, 11, 2, true, true, 3);
-          if (gpu::fused_combo_compiled(tile, nc, 8) && (!gpu_test::reduced() || tile == 8)) {
+          if (gpu::fused_combo_compiled(tile, nc, 8, gpu::fused_family(cell)) && (!gpu_test::reduced() || tile == 8)) {
             ASSERT_TRUE(matches_bp(Ld, options(true, 4, tile, nc, tile, w_shared)));
           }
         }

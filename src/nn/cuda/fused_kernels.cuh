@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kFusedMaxThreads) fused_columns_kernel(FusedAr
 template <class T, std::int32_t FAM>
 void fused_columns_family(const FusedArgs<T>& a, cudaStream_t stream, int configure_bytes) {
   const FusedLaunch& l = a.launch;
-  const bool compiled = fused_with_combo<T>(l.tile, l.nc, [&](auto tw, auto nc) {
+  const bool compiled = fused_with_combo<T, FAM>(l.tile, l.nc, [&](auto tw, auto nc) {
     constexpr int TW = decltype(tw)::value, NC = decltype(nc)::value;
     auto kernel = fused_columns_kernel<T, FAM, TW, NC>;
     const std::size_t bytes = static_cast<std::size_t>(l.smem) * sizeof(T);

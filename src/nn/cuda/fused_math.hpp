@@ -71,23 +71,25 @@ inline constexpr int kFusedTiles[] = {4, 8, 16, 20, 32, 64};
 inline constexpr int kFusedTileCount = 6;
 /// The largest tile of precision `scalar` (bytes): float 64, double 32 (its 64 would spill).
 BPPSA_HD constexpr Idx fused_max_tile(Idx scalar) { return scalar == 4 ? 64 : 32; }
+/// The largest tile with 4 columns per thread (float only) of cell family `fam`: 32 for the RNN;
+/// 20 for the GRU and LSTM, whose 32 × 4 kernels spill (ptxas, sm_90: 112 and 252 bytes) and ran
+/// slower than 8 × 4 on an H100 (docs/gpu_first_run.md).
+BPPSA_HD constexpr Idx fused_max_tile4(std::int32_t fam) { return fam == kFamRnn ? 32 : 20; }
 /// Whether the kernels exist for `tile` rows × `nc` columns per thread in precision `scalar`
-/// (bytes): every tile up to fused_max_tile with 1 column; 4 columns for float up to tile 32
-/// (register budget: ≤ 255 registers; ptxas for sm_90 reports spills only for the gru and lstm
-/// 32 × 4 kernels, 112 and 252 bytes, whose speed against 20 × 4 is to be measured on a GPU).
-/// Each reads W_hh from shared or global memory.
-BPPSA_HD inline bool fused_combo_compiled(Idx tile, Idx nc, Idx scalar) {
+/// (bytes) and cell family `fam`: every tile up to fused_max_tile with 1 column; 4 columns for
+/// float up to fused_max_tile4. Each reads W_hh from shared or global memory.
+BPPSA_HD inline bool fused_combo_compiled(Idx tile, Idx nc, Idx scalar, std::int32_t fam) {
   bool known = false;
   for (int i = 0; i < kFusedTileCount; ++i) known = known || kFusedTiles[i] == tile;
   if (!known || tile > fused_max_tile(scalar)) return false;
   if (nc == 1) return true;
-  return nc == 4 && scalar == 4 && tile <= 32;
+  return nc == 4 && scalar == 4 && tile <= fused_max_tile4(fam);
 }
 
 /// Calls f(std::integral_constant<int, tile>, std::integral_constant<int, nc>) for a compiled
 /// pair (host code: picks the kernel, or the phase functions the host tests replay); false when
 /// the pair is not compiled for T.
-template <class T, class F>
+template <class T, std::int32_t FAM, class F>
 bool fused_with_combo(Idx tile, Idx nc, F&& f) {
   bool done = false;
   auto one = [&](auto tw) {
@@ -97,7 +99,7 @@ bool fused_with_combo(Idx tile, Idx nc, F&& f) {
         f(tw, std::integral_constant<int, 1>{});
         done = true;
       }
-      if constexpr (sizeof(T) == 4 && TW <= 32) {
+      if constexpr (sizeof(T) == 4 && TW <= fused_max_tile4(FAM)) {
         if (tile == TW && nc == 4) {
           f(tw, std::integral_constant<int, 4>{});
           done = true;

@@ -26,7 +26,7 @@ struct FusedScanOptions {
   FusedGraphs graphs = FusedGraphs::automatic;
   Idx chunk_length = 0;    ///< L (0: cost model); L ≥ T means one chunk: BP only
   int reduce_tile = 0;     ///< rows of W_hh^T y per reduce thread: 4, 8, 16, 20, 32, 64 (float) (0: model)
-  int reduce_columns = 0;  ///< columns per reduce thread: 1, or 4 (float, tile ≤ 32) (0: model)
+  int reduce_columns = 0;  ///< columns per reduce thread: 1, or 4 (float; tile ≤ 32 RNN, ≤ 20 GRU/LSTM) (0: model)
   int push_tile = 0;       ///< rows per push thread, as reduce_tile (0: model)
   int w_shared = -1;       ///< 1: W_hh in shared memory; 0: read from global memory (L1/L2); −1: model
 };

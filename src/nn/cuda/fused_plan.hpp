@@ -172,7 +172,7 @@ BPPSA_HD inline bool fused_best_launch(FusedLaunch& best, double& best_cycles, c
     for (Idx nc = 1; nc <= 4; nc += 3) {
       if (mode == kFusedPush && nc != 1) continue;
       if (force_nc != 0 && nc != force_nc) continue;
-      if (!fused_combo_compiled(tile, nc, scalar)) continue;
+      if (!fused_combo_compiled(tile, nc, scalar, fused_family(s.cell))) continue;
       FusedLaunch l;
       if (!fused_configure(l, s, mode, tile, nc, w_pref, lim, scalar)) continue;
       const double cycles = fused_launch_cycles(l, s, lim, scalar);
@@ -208,7 +208,7 @@ BPPSA_HD inline FusedChoice fused_plan(const FusedRequest& q, const FusedLimits&
     best.error = kPlanBadTile;
     return best;
   }
-  if (q.reduce_nc != 0 && !fused_combo_compiled(q.reduce_tile != 0 ? q.reduce_tile : 4, q.reduce_nc, q.scalar)) {
+  if (q.reduce_nc != 0 && !fused_combo_compiled(q.reduce_tile != 0 ? q.reduce_tile : 4, q.reduce_nc, q.scalar, fused_family(q.cell))) {
     best.error = kPlanBadColumns;
     return best;
   }

@@ -87,7 +87,7 @@ FusedChoice plan_or_raise(std::int32_t cell, Idx H, Idx T_, Idx B, const FusedSc
     case kPlanBadColumns:
       raise<InvalidArgument>(kOp, "columns per reduce thread " + std::to_string(o.reduce_columns) +
                                       " is not compiled with tile " + std::to_string(o.reduce_tile) +
-                                      "; use 0 (cost model), 1, or 4 (float, tile ≤ 32)");
+                                      "; use 0 (cost model), 1, or 4 (float; tile ≤ 32 for the RNN, ≤ 20 for the GRU and LSTM)");
     default:
       raise<ResourceError>(kOp, "no mapping of " + what + " fits this GPU (" + std::to_string(lim.smem_block) +
                                     " bytes of shared memory per block" +
