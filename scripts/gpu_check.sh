@@ -94,6 +94,12 @@ elif [ -f .deps/COMMIT ]; then
 else
   tree_line="unknown: no .deps/"
 fi
+# The tree is exactly what pack_deps.sh packed at a commit, but the copy's .git says otherwise (a
+# device copy may carry an older .git): the packed commit is the one that ran.
+packed_commit=$(packed_field commit | cut -d' ' -f1)
+if [ "${tree_line#as packed}" != "$tree_line" ] && [ -n "$packed_commit" ] && [ "${commit_line%% *}" != "$packed_commit" ]; then
+  commit_line="$packed_commit (as packed by scripts/pack_deps.sh; this copy's .git says $commit_line)"
+fi
 export BPPSA_TREE_COMMIT="$commit_line; tree: $tree_line"  # what bench/gpu/machine.py records
 
 # --- header: the first lines say what ran where --------------------------------------------------
