@@ -8,6 +8,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_gpu  # noqa: E402
 import report  # noqa: E402
+import summarize_sweep  # noqa: E402
 
 
 def st(x):
@@ -66,6 +67,23 @@ def test_markdown_and_plan():
            "comparison": report.compare(recs, 1e-4), "skipped": []}
     md = report.markdown(doc)
     assert "**MISMATCH**" in md and "2.00×" in md, md
+
+
+def test_sweep_summary():
+    def rec(forced, ms, chunk, chunks, est, tile=8, error=None):
+        r = {"id": "x", "forced": forced, "chunk": chunk, "chunks": chunks, "reduce_tile": tile, "reduce_columns": 1,
+             "push_tile": 4, "w_shared": True, "estimate_us": est}
+        if error:
+            r["error"] = error
+        else:
+            r["time"] = {"median": ms * 1e-3}
+        return r
+    recs = [rec({}, 2.0, 10, 5, 30, tile=20), rec({"chunk_length": 20}, 1.0, 20, 3, 40),
+            rec({"reduce_tile": 64}, 0, 10, 5, 0, error="not compiled")]
+    row = summarize_sweep.summarize(recs).splitlines()[2]
+    # The model's plan (no forced options) at 2 ms, the fastest timed one (L 20) at 1 ms: 2×; the error is not timed.
+    assert "| x | 2 | L 10 (C 5), reduce 20×1, push 4 | 2.000 | 30 | L 20 (C 3), reduce 8×1, push 4 | 1.000 | 40 | 2.00× |" \
+        == row, row
 
 
 if __name__ == "__main__":
