@@ -210,7 +210,7 @@ def drive(a, drv, work):
                  str(inner_budget(share))], "fused scan", OWN_TIMEOUT["fused scan"], share)
     else:
         drv.skip("the fused scan alone", f"{fused} was not built: the fused scan's timing entry point "
-                 "(src/nn/cuda/fused_bench.hpp) is not in this tree, or CUDA is off", failed=True)
+                 "(bench/gpu/fused_bench.hpp) is not in this tree, or CUDA is off", failed=True)
     doc = write_report()
     print(f"bench_gpu: wrote {a.out}/gpu_bench.json and gpu_bench.md ({len(doc['records'])} records) in "
           f"{time.time() - t_start:.0f} s", flush=True)

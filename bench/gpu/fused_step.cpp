@@ -1,4 +1,4 @@
-// bench_fused_scan: the fused chunked scan alone (src/nn/cuda/fused_bench.hpp, one recurrent
+// bench_fused_scan: the fused chunked scan alone (bench/gpu/fused_bench.hpp, one recurrent
 // layer's state gradients from a forward record) on every configuration of the GPU benchmark's
 // plan, with its FLOPs and bytes against this GPU's FP32 and bandwidth roofline
 // (bench/gpu/device_peak.hpp). bench/gpu/bench_gpu.py runs it; report.py computes the ratios.
@@ -29,7 +29,7 @@
 
 #include "bppsa/bppsa.hpp"
 #include "device_peak.hpp"
-#include "nn/cuda/fused_bench.hpp"
+#include "fused_bench.hpp"
 #include "nn/cuda/fused_math.hpp"
 #include "nn/cuda/recurrent_math.hpp"
 

@@ -9,7 +9,7 @@
 #include "core/cuda/buffer.hpp"
 #include "expect_error.hpp"
 #include "fused_record.hpp"
-#include "nn/cuda/fused_bench.hpp"
+#include "bench/gpu/fused_bench.hpp"
 #include "nn/cuda/fused_math.hpp"
 #include "nn/cuda/fused_scan.hpp"
 

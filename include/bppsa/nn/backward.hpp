@@ -20,8 +20,9 @@ namespace bppsa {
 ///  - linear:                  Jacobians generated, then the scan engine's sequential scan
 ///                             (BP over explicit Jacobians; for testing the generators).
 /// On Device::cuda (RecurrentConfig::device): bp is a persistent BP-through-time kernel;
-/// blelloch and automatic are the fused chunked scan (Jacobians formed on the fly, never
-/// stored: src/nn/cuda/fused_scan.hpp); hybrid and linear generate the Jacobians on the GPU
+/// blelloch is the fused chunked scan (Jacobians formed on the fly, never stored:
+/// src/nn/cuda/fused_scan.hpp); automatic is the fused scan when its plan splits the sequence
+/// into chunks, else the bp kernel; hybrid and linear generate the Jacobians on the GPU
 /// and run the generic GPU scan engine's hybrid (chunks, 0 = √T) or sequential schedule.
 enum class BackwardMethod { bp, linear, blelloch, hybrid, automatic };
 const char* to_string(BackwardMethod m);

@@ -177,6 +177,10 @@ class RecurrentStack final : public RecurrentGpu<T> {
   void download(const T* src, T* dst, Idx n);
   /// The fused chunked scan's state gradients of layer l (a.g's block T set).
   void run_fused(Index l, const LayerArgs<T>& a, cudaStream_t s);
+  /// How a layer's state gradients are computed for `m` at the current shape: automatic is the
+  /// fused scan when its plan splits the sequence into chunks, else the BP kernel (a one-chunk
+  /// plan is BP in the fused push kernel, which is the slower of the two).
+  StateGrads state_grads(BackwardMethod m, bool inject);
   /// Every layer's backward buffers for the current shape (a backward's first layer): what
   /// must grow is freed, checked against the GPU's free memory, then allocated.
   void prepare_backward(bool fused);
@@ -201,6 +205,8 @@ class RecurrentStack final : public RecurrentGpu<T> {
   bool inject_top_ = false;
   std::array<std::vector<Index>, kSlots> timed_;  ///< layers timed in each slot's last backward
   StateGrads last_how_ = StateGrads::bp;
+  std::array<Index, 3> auto_key_{-1, -1, -1};  ///< steps, batch, inject of auto_chunked_
+  bool auto_chunked_ = true;
 };
 
 template <class T>
@@ -459,6 +465,19 @@ void RecurrentStack<T>::download_state(Index layer, Index t, Matrix<T>& st) {
 // Backward
 
 template <class T>
+StateGrads RecurrentStack<T>::state_grads(BackwardMethod m, bool inject) {
+  if (m != BackwardMethod::automatic) return state_grads_for(m);
+  const std::array<Index, 3> key{steps_, batch_, inject ? 1 : 0};
+  if (key != auto_key_) {
+    FusedScanOptions o;
+    o.injections = inject;
+    auto_chunked_ = FusedRecurrentScan<T>::estimate(cell_, H_, steps_, batch_, o).chunks > 1;
+    auto_key_ = key;
+  }
+  return auto_chunked_ ? StateGrads::fused : StateGrads::bp;
+}
+
+template <class T>
 void RecurrentStack<T>::check_backward_memory(Index steps, Index batch, const BackwardOptions& options) {
   const double TB = static_cast<double>(steps) * static_cast<double>(batch), T1B = TB + static_cast<double>(batch);
   const double H = static_cast<double>(H_), GH = static_cast<double>(GH_), S = static_cast<double>(S_);
@@ -552,7 +571,7 @@ void RecurrentStack<T>::backward_layer(Index l, const BackwardOptions& options, 
   timed_[static_cast<std::size_t>(slot)].push_back(l);
   BPPSA_CUDA_CHECK(cudaEventRecord(ev.e[0], s));
 
-  if (top) prepare_backward(state_grads_for(options.method) == StateGrads::fused);
+  if (top) prepare_backward(state_grads(options.method, inject_top_) == StateGrads::fused);
 
   // The gradient on this layer's outputs: from the head (top) or the layer above (its gx).
   const T* above = top ? top_ : layers_[static_cast<std::size_t>(l + 1)].gx.data();
@@ -567,7 +586,7 @@ void RecurrentStack<T>::backward_layer(Index l, const BackwardOptions& options, 
     gfinal = L.g_final.data();
   }
   LayerArgs<T> a = args(l);
-  const StateGrads how = state_grads_for(options.method);
+  const StateGrads how = state_grads(options.method, inject);
   last_how_ = how;
   if (how == StateGrads::fused) ensure(L.g_last, S_ * B);  // (layers may change method midway: S × B only)
   launch_final_grad(H_, S_, B, last, gfinal, how == StateGrads::fused ? L.g_last.data() : a.g + T_ * B * S_, s);

@@ -1,5 +1,5 @@
 // bench_fused (fused_bench.hpp): the fused scan of a synthetic record, timed with CUDA events.
-#include "nn/cuda/fused_bench.hpp"
+#include "fused_bench.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,6 +1,6 @@
-// Timing entry point of the fused chunked scan (fused_scan.hpp) for the GPU benchmarks
-// (bench/gpu/): one layer's backward on a synthetic record, timed with CUDA events. No CUDA
-// types here, so plain C++ programs can call it (link bppsa::bppsa, include <source>/src).
+// Timing harness of the fused chunked scan (src/nn/cuda/fused_scan.hpp) for bench_fused_scan and
+// one GPU test: one layer's backward on a synthetic record, timed with CUDA events. No CUDA types
+// here; compile fused_bench.cpp into the program (link bppsa::bppsa and CUDA::cudart, include <source>/src).
 #pragma once
 
 #include <cstdint>
