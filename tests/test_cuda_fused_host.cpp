@@ -399,6 +399,13 @@ TEST(FusedChoice, OverridesAreFollowedAndInvalidOnesRefused) {
   EXPECT_EQ(error([](FusedRequest& r) { r.reduce_nc = 2; }), gpu::kPlanBadColumns);
   EXPECT_EQ(error([](FusedRequest& r) { r.scalar = 8, r.reduce_nc = 4; }), gpu::kPlanBadColumns);
   EXPECT_EQ(error([](FusedRequest& r) { r.reduce_tile = 64, r.reduce_nc = 4; }), gpu::kPlanBadColumns);
+  // 32 × 4 exists for the RNN only (the GRU's and LSTM's spill registers: not compiled).
+  EXPECT_EQ(error([](FusedRequest& r) { r.cell = gpu::kRnnTanh, r.reduce_tile = 32, r.reduce_nc = 4; }), gpu::kPlanOk);
+  EXPECT_EQ(error([](FusedRequest& r) { r.cell = gpu::kGru, r.reduce_tile = 32, r.reduce_nc = 4; }),
+            gpu::kPlanBadColumns);
+  EXPECT_EQ(error([](FusedRequest& r) { r.cell = gpu::kLstm, r.reduce_tile = 32, r.reduce_nc = 4; }),
+            gpu::kPlanBadColumns);
+  EXPECT_EQ(error([](FusedRequest& r) { r.cell = gpu::kLstm, r.reduce_tile = 20, r.reduce_nc = 4; }), gpu::kPlanOk);
   // A device without the shared memory for W_hh on chip: forced on chip, nothing fits.
   FusedRequest big;
   big.cell = gpu::kLstm;

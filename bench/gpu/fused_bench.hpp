@@ -20,8 +20,8 @@ struct FusedBenchResult {
 /// Plans the fused scan for `cell` (kRnnTanh, kRnnRelu, kGru, kLstm), H, T, B in precision T,
 /// fills a random record in the ranges a real forward produces (states in (−1, 1), gates in
 /// (0, 1), W_hh ~ U(−1/√H, 1/√H)), warms up (2 runs, which also captures the graph when the plan
-/// uses one), then times `reps` runs (≥ 1) one by one with CUDA events. Throws UnsupportedError
-/// without CUDA, DeviceError without a device, ResourceError when the sizes do not fit.
+/// uses one), then times `reps` runs (≥ 1) one by one with CUDA events. Throws DeviceError
+/// without a device, ResourceError when the sizes do not fit.
 template <class T>
 FusedBenchResult bench_fused(std::int32_t cell, Idx hidden, Idx steps, Idx batch, int reps,
                              const FusedScanOptions& options = {});

@@ -147,6 +147,7 @@ int run(const std::string& plan_path, const std::string& out_path, int reps, dou
           }
         } catch (const std::exception& e) {
           r2["error"] = e.what();
+          if (first) ++failed;  // the model's own plan failed; a refused forced one is data
         }
         first = false;
         out << r2.dump() << "\n" << std::flush;

@@ -18,6 +18,7 @@
 #include "bppsa/train/trainer.hpp"
 #include "compare.hpp"
 #include "expect_error.hpp"
+#include "nn/cuda/fused_scan.hpp"
 
 namespace {
 
@@ -180,6 +181,31 @@ TEST(GpuSmall, DoublePrecisionMatchesTightly) {
     c.head = HeadMode::every;
     for (const BackwardMethod m : {BackwardMethod::bp, BackwardMethod::blelloch, BackwardMethod::hybrid})
       gpu_step_matches_cpu<double>(c, m, m == BackwardMethod::bp);
+  }
+}
+
+TEST(GpuSmall, AutoRunsTheFusedScanOnlyWhenItsPlanHasChunks) {
+  // automatic on CUDA: the fused scan when the layer's plan splits the sequence into chunks, else
+  // the BP kernel (a one-chunk fused plan is BP in a slower kernel); the gradients are bp's.
+  namespace gpu = bppsa::detail::gpu;
+  for (const Index T : {Index{1}, Index{300}}) {
+    Case c;
+    c.cell = CellType::gru;
+    c.steps = T;
+    SCOPED_TRACE(c.str());
+    const bool chunked = gpu::FusedRecurrentScan<float>::estimate(gpu::kGru, c.hidden, T, c.batch).chunks > 1;
+    EXPECT_EQ(chunked, T > 1) << "the test wants one plan of each kind";
+    SequenceClassifier<float> bp(c.config(Device::cuda)), au(c.config(Device::cuda));
+    bp.reset_parameters(11);
+    au.reset_parameters(11);
+    const Batch b = random_batch(c, 5);
+    bp.forward_loss(b.x, c.batch, T, b.y);
+    au.forward_loss(b.x, c.batch, T, b.y);
+    bp.backward(BackwardOptions{.method = BackwardMethod::bp});
+    BackwardTimes times;
+    au.backward(BackwardOptions{.method = BackwardMethod::automatic}, &times);
+    EXPECT_EQ(times.last_scan.device == Device::cuda, chunked) << "the fused scan's statistics, only when it ran";
+    EXPECT_TRUE(same_tensors(au.parameters(), bp.parameters(), true, kGradTol<float>));
   }
 }
 

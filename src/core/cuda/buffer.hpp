@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "bppsa/core/error.hpp"
 #include "core/cuda/check.hpp"
 
 namespace bppsa::detail::cuda {
@@ -44,6 +45,9 @@ class DeviceBuffer {
   /// Uploads `count` ≤ size() host values; complete on the device when it returns (a pageable
   /// cudaMemcpy may return before its DMA lands, and a non-blocking stream would not wait for it).
   void upload(const T* host, std::size_t count) {
+    if (count > count_)
+      detail::raise<InvalidArgument>("DeviceBuffer::upload", std::to_string(count) + " values into a buffer of " +
+                                                                 std::to_string(count_));
     if (count == 0) return;
     BPPSA_CUDA_CHECK(cudaMemcpy(data_, host, count * sizeof(T), cudaMemcpyHostToDevice));
     BPPSA_CUDA_CHECK(cudaDeviceSynchronize());

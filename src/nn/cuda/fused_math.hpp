@@ -72,8 +72,7 @@ inline constexpr int kFusedTileCount = 6;
 /// The largest tile of precision `scalar` (bytes): float 64, double 32 (its 64 would spill).
 BPPSA_HD constexpr Idx fused_max_tile(Idx scalar) { return scalar == 4 ? 64 : 32; }
 /// The largest tile with 4 columns per thread (float only) of cell family `fam`: 32 for the RNN;
-/// 20 for the GRU and LSTM, whose 32 × 4 kernels spill (ptxas, sm_90: 112 and 252 bytes) and ran
-/// slower than 8 × 4 on an H100 (docs/gpu_first_run.md).
+/// 20 for the GRU and LSTM, whose 32 × 4 kernels spill registers (docs/gpu_first_run.md).
 BPPSA_HD constexpr Idx fused_max_tile4(std::int32_t fam) { return fam == kFamRnn ? 32 : 20; }
 /// Whether the kernels exist for `tile` rows × `nc` columns per thread in precision `scalar`
 /// (bytes) and cell family `fam`: every tile up to fused_max_tile with 1 column; 4 columns for

@@ -169,18 +169,21 @@ class RecurrentStack final : public RecurrentGpu<T> {
     TwoPlans<std::unique_ptr<GenericLayerScan<T>>> generic;
     TwoPlans<FusedPlan<T>> fused;
     std::array<LayerEvents, kSlots> events;
+    StateGrads how = StateGrads::bp;  ///< how its last backward computed the state gradients
   };
 
   LayerArgs<T> args(Index l);
   /// The persistent kernels' launch for `rows` state rows per sample (forward H, backward S).
   PersistentLaunch launch_for(Idx rows) const;
   void download(const T* src, T* dst, Idx n);
+  /// Layer l's fused-scan plan for the current shape (planned once, kept with the layer).
+  FusedPlan<T>& fused_plan(Index l, bool inject);
   /// The fused chunked scan's state gradients of layer l (a.g's block T set).
   void run_fused(Index l, const LayerArgs<T>& a, cudaStream_t s);
-  /// How a layer's state gradients are computed for `m` at the current shape: automatic is the
-  /// fused scan when its plan splits the sequence into chunks, else the BP kernel (a one-chunk
-  /// plan is BP in the fused push kernel, which is the slower of the two).
-  StateGrads state_grads(BackwardMethod m, bool inject);
+  /// How layer l's state gradients are computed for `m` at the current shape: automatic is the
+  /// fused scan when the layer's plan splits the sequence into chunks, else the BP kernel (a
+  /// one-chunk plan is BP in the fused push kernel, the slower of the two).
+  StateGrads state_grads(BackwardMethod m, Index l, bool inject);
   /// Every layer's backward buffers for the current shape (a backward's first layer): what
   /// must grow is freed, checked against the GPU's free memory, then allocated.
   void prepare_backward(bool fused);
@@ -204,9 +207,6 @@ class RecurrentStack final : public RecurrentGpu<T> {
   const T* top_ = nullptr;
   bool inject_top_ = false;
   std::array<std::vector<Index>, kSlots> timed_;  ///< layers timed in each slot's last backward
-  StateGrads last_how_ = StateGrads::bp;
-  std::array<Index, 3> auto_key_{-1, -1, -1};  ///< steps, batch, inject of auto_chunked_
-  bool auto_chunked_ = true;
 };
 
 template <class T>
@@ -465,16 +465,9 @@ void RecurrentStack<T>::download_state(Index layer, Index t, Matrix<T>& st) {
 // Backward
 
 template <class T>
-StateGrads RecurrentStack<T>::state_grads(BackwardMethod m, bool inject) {
+StateGrads RecurrentStack<T>::state_grads(BackwardMethod m, Index l, bool inject) {
   if (m != BackwardMethod::automatic) return state_grads_for(m);
-  const std::array<Index, 3> key{steps_, batch_, inject ? 1 : 0};
-  if (key != auto_key_) {
-    FusedScanOptions o;
-    o.injections = inject;
-    auto_chunked_ = FusedRecurrentScan<T>::estimate(cell_, H_, steps_, batch_, o).chunks > 1;
-    auto_key_ = key;
-  }
-  return auto_chunked_ ? StateGrads::fused : StateGrads::bp;
+  return fused_plan(l, inject).scan->stats().chunks > 1 ? StateGrads::fused : StateGrads::bp;
 }
 
 template <class T>
@@ -571,7 +564,7 @@ void RecurrentStack<T>::backward_layer(Index l, const BackwardOptions& options, 
   timed_[static_cast<std::size_t>(slot)].push_back(l);
   BPPSA_CUDA_CHECK(cudaEventRecord(ev.e[0], s));
 
-  if (top) prepare_backward(state_grads(options.method, inject_top_) == StateGrads::fused);
+  if (top) prepare_backward(state_grads(options.method, l, inject_top_) == StateGrads::fused);
 
   // The gradient on this layer's outputs: from the head (top) or the layer above (its gx).
   const T* above = top ? top_ : layers_[static_cast<std::size_t>(l + 1)].gx.data();
@@ -586,8 +579,8 @@ void RecurrentStack<T>::backward_layer(Index l, const BackwardOptions& options, 
     gfinal = L.g_final.data();
   }
   LayerArgs<T> a = args(l);
-  const StateGrads how = state_grads(options.method, inject);
-  last_how_ = how;
+  const StateGrads how = state_grads(options.method, l, inject);
+  L.how = how;
   if (how == StateGrads::fused) ensure(L.g_last, S_ * B);  // (layers may change method midway: S × B only)
   launch_final_grad(H_, S_, B, last, gfinal, how == StateGrads::fused ? L.g_last.data() : a.g + T_ * B * S_, s);
   a.above = inject ? above : nullptr;
@@ -637,22 +630,27 @@ void RecurrentStack<T>::backward_layer(Index l, const BackwardOptions& options, 
 }
 
 template <class T>
-void RecurrentStack<T>::run_fused(Index l, const LayerArgs<T>& a, cudaStream_t s) {
-  Layer& L = layers_[static_cast<std::size_t>(l)];
-  const bool inject = a.above != nullptr;
-  FusedPlan<T>& plan = L.fused.get(
-      [&](const FusedPlan<T>& p) { return p.matches(a.steps, a.B, inject); },
+FusedPlan<T>& RecurrentStack<T>::fused_plan(Index l, bool inject) {
+  const Idx steps = steps_, batch = batch_;
+  return layers_[static_cast<std::size_t>(l)].fused.get(
+      [&](const FusedPlan<T>& p) { return p.matches(steps, batch, inject); },
       [&] {
         FusedScanOptions o;
         o.injections = inject;
         FusedPlan<T> p;
-        p.scan = std::make_unique<FusedRecurrentScan<T>>(FusedRecurrentScan<T>::plan(cell_, H_, a.steps, a.B, o));
-        p.steps = a.steps;
-        p.batch = a.B;
+        p.scan = std::make_unique<FusedRecurrentScan<T>>(FusedRecurrentScan<T>::plan(cell_, H_, steps, batch, o));
+        p.steps = steps;
+        p.batch = batch;
         p.inject = inject;
         return p;
       },
       true);
+}
+
+template <class T>
+void RecurrentStack<T>::run_fused(Index l, const LayerArgs<T>& a, cudaStream_t s) {
+  Layer& L = layers_[static_cast<std::size_t>(l)];
+  FusedPlan<T>& plan = fused_plan(l, a.above != nullptr);
   FusedDevicePtrs<T> p;
   p.w_hh = a.w;
   p.h = a.h;
@@ -680,8 +678,8 @@ BackwardTimes RecurrentStack<T>::backward_times(int slot, Index only) {
     t.scan += 1e-3 * scan;
     t.params += 1e-3 * params;
     const Layer& L = layers_[static_cast<std::size_t>(l)];
-    if (last_how_ == StateGrads::generic && L.generic.recent) t.last_scan = L.generic.recent->stats();
-    if (last_how_ == StateGrads::fused && L.fused.recent.scan) t.last_scan = fused_stats(L.fused.recent.scan->stats());
+    if (L.how == StateGrads::generic && L.generic.recent) t.last_scan = L.generic.recent->stats();
+    if (L.how == StateGrads::fused && L.fused.recent.scan) t.last_scan = fused_stats(L.fused.recent.scan->stats());
   }
   return t;
 }
