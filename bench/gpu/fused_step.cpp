@@ -107,6 +107,13 @@ json stats_json(const FusedScanStats& s) {
           {"estimate_us", s.estimate_us}};
 }
 
+/// A timed run's medians and the plan's statistics, as one record's fields.
+json timed_json(const FusedBenchResult& r) {
+  json j = stats_json(r.stats);
+  j["time"] = {{"median", 1e-3 * r.median_ms}, {"min", 1e-3 * r.min_ms}, {"max", 1e-3 * r.max_ms}};
+  return j;
+}
+
 int run(const std::string& plan_path, const std::string& out_path, int reps, double budget, bool sweep) {
   std::ifstream in(plan_path);
   if (!in) throw bppsa::IoError("[bench_fused_scan] cannot read the plan " + plan_path);
@@ -138,8 +145,7 @@ int run(const std::string& plan_path, const std::string& out_path, int reps, dou
         r2["forced"] = sets[i].first;
         try {
           const FusedBenchResult r = bench_fused<float>(cell_code(cell), hidden, steps, batch, reps, sets[i].second);
-          r2["time"] = {{"median", 1e-3 * r.median_ms}, {"min", 1e-3 * r.min_ms}, {"max", 1e-3 * r.max_ms}};
-          r2.update(stats_json(r.stats));
+          r2.update(timed_json(r));
           if (first) {
             model = r.stats;
             const auto more = sweep_options(steps, model);
@@ -158,8 +164,7 @@ int run(const std::string& plan_path, const std::string& out_path, int reps, dou
     try {
       const FusedBenchResult r = bench_fused<float>(cell_code(cell), hidden, steps, batch, reps);
       const FusedScanStats& s = r.stats;
-      rec["time"] = {{"median", 1e-3 * r.median_ms}, {"min", 1e-3 * r.min_ms}, {"max", 1e-3 * r.max_ms}};
-      rec.update(stats_json(s));
+      rec.update(timed_json(r));
       rec["device_summary"] = r.device;
       std::cout << "  fused " << c.at("id").get<std::string>() << ": " << r.median_ms << " ms, "
                 << s.flops / (1e-3 * r.median_ms) / 1e12 << " TFLOP/s" << std::endl;

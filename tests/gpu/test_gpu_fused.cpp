@@ -34,15 +34,10 @@ constexpr double kTol = std::is_same_v<T, float> ? 1e-4 : 1e-10;
 /// Float gradients that vanish below this share of the largest are compared at that scale.
 constexpr double kFloor = 1e-6;
 
-template <class T>
-cuda::DeviceBuffer<T> upload(const Matrix<T>& m) {
-  cuda::DeviceBuffer<T> b(static_cast<std::size_t>(m.size()));
-  b.upload(m.data(), static_cast<std::size_t>(m.size()));
-  return b;
-}
-template <class T>
-cuda::DeviceBuffer<T> upload(const RowMatrix<T>& m) {
-  cuda::DeviceBuffer<T> b(static_cast<std::size_t>(m.size()));
+/// A device copy of a dense matrix, in its storage order (Matrix or RowMatrix).
+template <class M>
+cuda::DeviceBuffer<typename M::Scalar> upload(const M& m) {
+  cuda::DeviceBuffer<typename M::Scalar> b(static_cast<std::size_t>(m.size()));
   b.upload(m.data(), static_cast<std::size_t>(m.size()));
   return b;
 }

@@ -70,10 +70,11 @@ struct RecurrentLayerParams {
 /// live in device memory, allocated once per (steps, batch) and reused. The forward runs the
 /// input projections of all steps as one cuBLAS GEMM and the recurrence as one persistent kernel
 /// per layer; the backward computes the state gradients by BP through time (a persistent kernel,
-/// `bp`), the fused chunked scan (`blelloch`; `auto` when its plan has several chunks, else `bp`) or Jacobians generated on the GPU and the
-/// generic GPU scan engine (`linear`, `hybrid`), then every parameter gradient as GEMMs over all
-/// T·B columns. Results equal the CPU engine's to float rounding (1e-4 relative per tensor in
-/// fp32) and are bit-identical run to run. Host-visible state is synchronised on demand:
+/// `bp`), the fused chunked scan (`blelloch`; `auto` when its plan has several chunks, else
+/// `bp`) or Jacobians generated on the GPU and the generic GPU scan engine (`linear`, `hybrid`),
+/// then every parameter gradient as GEMMs over all T·B columns. Results equal the CPU engine's
+/// to float rounding (1e-4 relative per tensor in fp32) and are bit-identical run to run.
+/// Host-visible state is synchronised on demand:
 /// params()/grads() (and state(), output(), input_grad(), state0_grad()) download what the GPU
 /// changed since; a change made through the non-const params() is uploaded before the next
 /// forward. backward() returns when the GPU has finished (it checks the gradients' finiteness,
