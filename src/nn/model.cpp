@@ -300,8 +300,6 @@ void SequenceClassifier<T>::backward(const BackwardOptions& options, BackwardTim
   if (gpu_) {
     detail::gpu::ModelGpu<T>* g = gpu();
     g->backward(options, 0);
-    g->stack().sync.grads_newer = true;
-    g->head_sync.grads_newer = true;
     if (times) {
       StepTimes st;
       double optimizer = 0;

@@ -1,13 +1,16 @@
-// The training loop and evaluation.
+// The training loop and evaluation: one loop for every model and device. A model's pass
+// (src/train/pass.hpp) runs each step on its device; the loop orders the batches, reads the
+// steps back and reports.
 #include "bppsa/train/trainer.hpp"
 
 #include <omp.h>
 
 #include <algorithm>
-#include <type_traits>
+#include <memory>
 
 #include "bppsa/core/error.hpp"
-#include "nn/cuda/gpu_model.hpp"
+#include "train/cpu/host_pass.hpp"
+#include "train/pass.hpp"
 
 namespace bppsa {
 
@@ -52,118 +55,27 @@ T batch_loss(ConvNet<T>& model, const ImageDataset&, std::span<const float> x, I
 }
 
 namespace {
-/// What a model must do before an epoch (refuse a scan that cannot fit) and after each
-/// optimizer step (keep pruned weights at zero).
+/// What a model must do before an epoch: refuse a scan that cannot fit.
 template <class T>
 void before_epoch(SequenceClassifier<T>& model, const SequenceDataset& data, Index batch, const BackwardOptions& o) {
   model.rnn().check_backward_memory(data.steps, batch, o);
 }
 template <class T>
 void before_epoch(ConvNet<T>&, const ImageDataset&, Index, const BackwardOptions&) {}
-template <class T>
-void after_step(SequenceClassifier<T>&) {}
-template <class T>
-void after_step(ConvNet<T>& model) {
-  model.apply_masks();
-}
-
-/// Device::cuda: the status of a step, read from its pinned snapshot; throws what the CPU
-/// engine would have thrown at that step.
-template <class T>
-detail::gpu::DeviceStatus status_of(SequenceClassifier<T>& model, detail::gpu::ModelGpu<T>& g, int slot) {
-  const detail::gpu::DeviceStatus st = g.snapshot_wait(slot);
-  if (st.flags != 0) {
-    g.stack().clear_flags();
-    detail::gpu::raise_status(model.config(), st);
-  }
-  return st;
-}
-
-/// One epoch on the GPU: the data set resident there (uploaded once), batches gathered on the
-/// device in the CPU trainer's shuffled order, forward, loss, backward and the optimizer step
-/// all queued without waiting. The host reads step k − 1's status (a few bytes, through pinned
-/// memory) and its CUDA-event times while step k runs: one step of lag, no other transfer.
-template <class T>
-EpochReport train_epoch_gpu(SequenceClassifier<T>& model, Optimizer<T>& optimizer, const SequenceDataset& train,
-                            Index epoch, const TrainConfig& config, const ProgressFn& progress) {
-  EpochReport r;
-  r.epoch = epoch;
-  const double t0 = omp_get_wtime();
-  const std::vector<Index> order = permutation(train.size(), config.seed + static_cast<std::uint64_t>(epoch));
-  const Index total = (train.size() + config.batch - 1) / config.batch;
-  detail::gpu::ModelGpu<T>* g = model.gpu();
-  g->use_data(0, train);
-  g->set_order(0, order);
-  g->reset_totals();
-  detail::gpu::DeviceStatus last;
-  auto finish = [&](Index b) {
-    const int slot = static_cast<int>(b % detail::gpu::kSlots);
-    last = status_of(model, *g, slot);
-    StepTimes times;
-    double optimizer_seconds = 0;
-    g->step_times(slot, times, optimizer_seconds);
-    r.forward_seconds += times.forward;
-    r.backward_seconds += times.backward;
-    r.jacobian_seconds += times.detail.jacobians;
-    r.scan_seconds += times.detail.scan;
-    r.optimizer_seconds += optimizer_seconds;
-    r.steps = b + 1;
-    if (progress) progress(b + 1, total, last.loss_sum / static_cast<double>(std::max<std::int64_t>(last.samples, 1)));
-  };
-  for (Index b = 0; b < total; ++b) {
-    const int slot = static_cast<int>(b % detail::gpu::kSlots);
-    const Index start = b * config.batch, n = std::min(config.batch, train.size() - start);
-    g->gather(0, start, n, slot);
-    g->forward_loss(true, slot);
-    g->backward(config.backward, slot);
-    g->stack().sync.grads_newer = true;
-    g->head_sync.grads_newer = true;
-    optimizer.step(model);
-    g->mark(slot, detail::gpu::kOptimizerEnd);
-    g->snapshot(slot);
-    if (b > 0) finish(b - 1);
-  }
-  if (total > 0) finish(total - 1);
-  r.samples = static_cast<Index>(last.samples);
-  r.train_loss = r.samples ? last.loss_sum / static_cast<double>(r.samples) : 0;
-  r.train_accuracy = r.samples ? static_cast<double>(last.correct) / static_cast<double>(r.samples) : 0;
-  r.seconds = omp_get_wtime() - t0;
-  return r;
-}
-
-/// Evaluation on the GPU: the data set resident there, batches in order, loss and correct
-/// counts accumulated on the device and read once at the end.
-template <class T>
-EvalReport evaluate_gpu(SequenceClassifier<T>& model, const SequenceDataset& data, Index batch) {
-  EvalReport r;
-  const double t0 = omp_get_wtime();
-  detail::gpu::ModelGpu<T>* g = model.gpu();
-  g->use_data(1, data);
-  g->set_order(1, {});
-  g->reset_totals();
-  for (Index start = 0; start < data.size(); start += batch) {
-    g->gather(1, start, std::min(batch, data.size() - start), 0);
-    g->forward_loss(false, 0);
-  }
-  g->snapshot(0);
-  const detail::gpu::DeviceStatus st = status_of(model, *g, 0);
-  r.samples = data.size();
-  r.loss = r.samples ? st.loss_sum / static_cast<double>(r.samples) : 0;
-  r.accuracy = r.samples ? static_cast<double>(st.correct) / static_cast<double>(r.samples) : 0;
-  r.seconds = omp_get_wtime() - t0;
-  return r;
-}
-
-/// Whether a model runs on the GPU (only sequence models can).
-template <class T>
-bool on_gpu(const SequenceClassifier<T>& model) {
-  return model.device() == Device::cuda;
-}
-template <class T>
-bool on_gpu(const ConvNet<T>&) {
-  return false;
+/// The optimizer of an evaluation pass: none, of the model's scalar type.
+template <template <class> class Model, class T>
+Optimizer<T>* no_optimizer(const Model<T>&) {
+  return nullptr;
 }
 }  // namespace
+
+namespace detail {
+template <class T>
+std::unique_ptr<Pass> make_pass(ConvNet<T>& model, Optimizer<T>* optimizer, const ImageDataset& data,
+                                std::span<const Index> order, const BackwardOptions& options) {
+  return make_host_pass(model, optimizer, data, order, options);
+}
+}  // namespace detail
 
 template <class Data>
 void gather_batch(const Data& data, std::span<const Index> indices, std::vector<float>& x,
@@ -180,26 +92,23 @@ void gather_batch(const Data& data, std::span<const Index> indices, std::vector<
 
 template <class Model, class Data>
 EvalReport evaluate(Model& model, const Data& data, Index batch) {
-  if constexpr (std::is_same_v<Data, SequenceDataset>)
-    if (on_gpu(model)) return evaluate_gpu(model, data, batch);
+  if (batch < 1)
+    detail::raise<InvalidArgument>("evaluate", "batch size must be ≥ 1 (got " + std::to_string(batch) + ")");
   EvalReport r;
   const double t0 = omp_get_wtime();
-  std::vector<Index> idx;
-  std::vector<float> x;
-  std::vector<std::int64_t> y, pred;
-  double loss_sum = 0;
-  Index correct = 0;
-  for (Index start = 0; start < data.size(); start += batch) {
-    const Index n = std::min(batch, data.size() - start);
-    idx.resize(static_cast<std::size_t>(n));
-    for (Index k = 0; k < n; ++k) idx[static_cast<std::size_t>(k)] = start + k;
-    gather_batch(data, idx, x, y);
-    loss_sum += static_cast<double>(batch_loss(model, data, x, n, y, nullptr, nullptr, &pred)) * static_cast<double>(n);
-    for (Index k = 0; k < n; ++k) correct += pred[static_cast<std::size_t>(k)] == y[static_cast<std::size_t>(k)];
+  const std::unique_ptr<detail::Pass> pass = detail::make_pass(model, no_optimizer(model), data, {}, BackwardOptions{});
+  Index steps = 0;
+  for (Index start = 0; start < data.size(); start += batch, ++steps)
+    pass->queue(start, std::min(batch, data.size() - start), static_cast<int>(steps % detail::kPassSlots));
+  detail::PassTotals totals;
+  if (steps > 0) {
+    StepTimes times;
+    double optimizer_seconds = 0;
+    totals = pass->wait(static_cast<int>((steps - 1) % detail::kPassSlots), times, optimizer_seconds);
   }
   r.samples = data.size();
-  r.loss = r.samples ? loss_sum / static_cast<double>(r.samples) : 0;
-  r.accuracy = r.samples ? static_cast<double>(correct) / static_cast<double>(r.samples) : 0;
+  r.loss = r.samples ? totals.loss_sum / static_cast<double>(r.samples) : 0;
+  r.accuracy = r.samples ? static_cast<double>(totals.correct) / static_cast<double>(r.samples) : 0;
   r.seconds = omp_get_wtime() - t0;
   return r;
 }
@@ -210,41 +119,36 @@ EpochReport train_epoch(Model& model, Optimizer<T>& optimizer, const Data& train
   if (config.batch < 1)
     detail::raise<InvalidArgument>("train", "batch size must be ≥ 1 (got " + std::to_string(config.batch) + ")");
   before_epoch(model, train, std::min(config.batch, train.size()), config.backward);
-  if constexpr (std::is_same_v<Data, SequenceDataset>)
-    if (on_gpu(model)) return train_epoch_gpu(model, optimizer, train, epoch, config, progress);
   EpochReport r;
   r.epoch = epoch;
   const double t0 = omp_get_wtime();
   const std::vector<Index> order = permutation(train.size(), config.seed + static_cast<std::uint64_t>(epoch));
   const Index total = (train.size() + config.batch - 1) / config.batch;
-  std::vector<float> x;
-  std::vector<std::int64_t> y, pred;
-  auto params = model.parameters();
-  double loss_sum = 0;
-  Index correct = 0;
+  const std::unique_ptr<detail::Pass> pass = detail::make_pass(model, &optimizer, train, order, config.backward);
+  detail::PassTotals totals;
+  // Reads step b back: its times into the report, the running loss to the progress callback.
+  auto finish = [&](Index b) {
+    StepTimes times;
+    double optimizer_seconds = 0;
+    totals = pass->wait(static_cast<int>(b % detail::kPassSlots), times, optimizer_seconds);
+    r.forward_seconds += times.forward;
+    r.backward_seconds += times.backward;
+    r.jacobian_seconds += times.detail.jacobians;
+    r.scan_seconds += times.detail.scan;
+    r.optimizer_seconds += optimizer_seconds;
+    r.steps = b + 1;
+    if (progress)
+      progress(b + 1, total, totals.loss_sum / static_cast<double>(std::max<std::int64_t>(totals.samples, 1)));
+  };
   for (Index b = 0; b < total; ++b) {
-    const Index start = b * config.batch, n = std::min(config.batch, train.size() - start);
-    gather_batch(train,
-                 std::span<const Index>(order).subspan(static_cast<std::size_t>(start), static_cast<std::size_t>(n)), x,
-                 y);
-    StepTimes st;
-    const T loss = batch_loss(model, train, x, n, y, &config.backward, &st, &pred);
-    const double t_opt = omp_get_wtime();
-    optimizer.step(params);
-    after_step(model);
-    r.optimizer_seconds += omp_get_wtime() - t_opt;
-    r.forward_seconds += st.forward;
-    r.backward_seconds += st.backward;
-    r.jacobian_seconds += st.detail.jacobians;
-    r.scan_seconds += st.detail.scan;
-    loss_sum += static_cast<double>(loss) * static_cast<double>(n);
-    for (Index k = 0; k < n; ++k) correct += pred[static_cast<std::size_t>(k)] == y[static_cast<std::size_t>(k)];
-    r.samples += n;
-    ++r.steps;
-    if (progress) progress(b + 1, total, loss_sum / static_cast<double>(r.samples));
+    const Index start = b * config.batch;
+    pass->queue(start, std::min(config.batch, train.size() - start), static_cast<int>(b % detail::kPassSlots));
+    if (b > 0) finish(b - 1);
   }
-  r.train_loss = r.samples ? loss_sum / static_cast<double>(r.samples) : 0;
-  r.train_accuracy = r.samples ? static_cast<double>(correct) / static_cast<double>(r.samples) : 0;
+  if (total > 0) finish(total - 1);
+  r.samples = static_cast<Index>(totals.samples);
+  r.train_loss = r.samples ? totals.loss_sum / static_cast<double>(r.samples) : 0;
+  r.train_accuracy = r.samples ? static_cast<double>(totals.correct) / static_cast<double>(r.samples) : 0;
   r.seconds = omp_get_wtime() - t0;
   return r;
 }

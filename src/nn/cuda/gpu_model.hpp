@@ -123,6 +123,11 @@ class ModelGpu {
   std::vector<const Matrix<T>*> initial_states, final_grads;
 
   virtual RecurrentGpu<T>& stack() = 0;
+  /// An optimizer step changed every parameter on the device: the host copies are stale.
+  void parameters_stepped() {
+    head_sync.device_newer = true;
+    stack().sync.device_newer = true;
+  }
   virtual void upload_head(const Linear<T>& head) = 0;
   virtual void download_head(Linear<T>& head, bool values, bool grads) = 0;
   /// The parameters in parameters() order: the recurrent arena, then the head's weight and bias.
@@ -142,6 +147,7 @@ class ModelGpu {
   /// predictions and the status (loss, totals, flags); times kForwardEnd.
   virtual void forward_loss(bool grad, int time_slot) = 0;
   /// Head backward, every recurrent layer's backward, the gradients' finiteness; kBackwardEnd.
+  /// The host copies of the gradients are stale from here on.
   virtual void backward(const BackwardOptions& options, int time_slot) = 0;
   virtual void mark(int time_slot, int point) = 0;
   /// forward, backward (with its detail) and optimizer seconds of a slot (waits for it).

@@ -257,6 +257,8 @@ void ModelGpuImpl<T>::backward(const BackwardOptions& options, int time_slot) {
   stack_.check_grads();
   launch_check_finite(head_grads_.data(), static_cast<Idx>(head_grads_.size()), kGradNotFinite, stack_.status(), s());
   mark(time_slot, kBackwardEnd);
+  stack_.sync.grads_newer = true;
+  this->head_sync.grads_newer = true;
 }
 
 template <class T>

@@ -37,8 +37,7 @@ class OptimizerState final : public OptimizerGpu<T> {
     launch_norm_partials(p, partials_.data(), s);
     launch_norm_finish(partials_.data(), k.clip_max, clip_.data(), model.stack().status(), s);
     launch_update(p, m_.data(), v_.data(), clip_.data(), k, model.stack().status(), s);
-    model.head_sync.device_newer = true;
-    model.stack().sync.device_newer = true;
+    model.parameters_stepped();
   }
 
   void upload(const std::vector<std::vector<T>>& m, const std::vector<std::vector<T>>& v) override {

@@ -1,0 +1,54 @@
+// One pass of the training loop over a data set (an epoch, or an evaluation) as a model's
+// device half runs it. The loop in trainer.cpp queues each batch into a slot and reads the step
+// in that slot back later: the CPU half runs a step when it is queued, the CUDA half queues it
+// on the GPU and reads it back one step later (src/train/cuda/pass.cpp).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "bppsa/train/trainer.hpp"
+
+namespace bppsa::detail {
+
+/// Totals of a pass so far: every sample of every step read back.
+struct PassTotals {
+  double loss_sum = 0;  ///< Σ batch-mean loss × batch size
+  std::int64_t correct = 0;
+  std::int64_t samples = 0;
+};
+
+/// Slots a pass cycles through: step b uses slot b % kPassSlots, so step b − 1 can be read
+/// while step b runs.
+inline constexpr int kPassSlots = 2;
+
+class Pass {
+ public:
+  virtual ~Pass() = default;
+  /// Queues the batch of samples order[first, first + n) (order empty: first, first + 1, …):
+  /// forward and loss, and when training, backward and one optimizer step.
+  virtual void queue(Index first, Index n, int slot) = 0;
+  /// Waits for the step queued last in `slot`; throws what it failed with (NonFiniteError),
+  /// before a later step is read. Returns the pass's totals up to that step; when training, the
+  /// step's times.
+  virtual PassTotals wait(int slot, StepTimes& times, double& optimizer_seconds) = 0;
+};
+
+/// The pass of a model on a data set: `optimizer` null evaluates, otherwise it trains with
+/// `options`. The spans and objects must outlive the pass. The CUDA half serves a model on
+/// Device::cuda (src/train/cuda/pass.cpp); every other model runs the host pass.
+template <class T>
+std::unique_ptr<Pass> make_pass(SequenceClassifier<T>& model, Optimizer<T>* optimizer, const SequenceDataset& data,
+                                std::span<const Index> order, const BackwardOptions& options);
+template <class T>
+std::unique_ptr<Pass> make_pass(ConvNet<T>& model, Optimizer<T>* optimizer, const ImageDataset& data,
+                                std::span<const Index> order, const BackwardOptions& options);
+
+/// Instantiates make_pass for the sequence models in the file that defines it (its cuda/ or
+/// no_gpu/ half).
+#define BPPSA_SEQUENCE_PASS(T)                                                                                  \
+  template std::unique_ptr<Pass> make_pass(SequenceClassifier<T>&, Optimizer<T>*, const SequenceDataset&,     \
+                                           std::span<const Index>, const BackwardOptions&);
+
+}  // namespace bppsa::detail
