@@ -3,13 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <numbers>
 
 #include "bppsa/core/error.hpp"
 #include "core/finite.hpp"
-#include "nn/cuda/gpu_model.hpp"
-#include "train/step_constants.hpp"
+#include "nn/cuda/gpu_model.hpp"  // OptimizerGpu, complete for the destructor
 
 namespace bppsa {
 
@@ -66,22 +64,6 @@ template <class T>
 Optimizer<T>::Optimizer(Optimizer&&) noexcept = default;
 template <class T>
 Optimizer<T>& Optimizer<T>::operator=(Optimizer&&) noexcept = default;
-
-template <class T>
-void Optimizer<T>::step(SequenceClassifier<T>& model) {
-  if (model.device() == Device::cpu) {
-    step(model.parameters());
-    return;
-  }
-  detail::gpu::ModelGpu<T>* g = model.gpu();
-  if (!gpu_) {
-    gpu_ = detail::gpu::make_optimizer_gpu(*g);
-    if (!m_.empty()) gpu_->upload(m_, v_);  // a resumed state (load_state) or earlier CPU steps
-  }
-  ++step_;
-  gpu_->step(*g, detail::step_constants<T>(config_, step_));
-  last_norm_ = std::numeric_limits<double>::quiet_NaN();
-}
 
 template <class T>
 void Optimizer<T>::step(const std::vector<NamedParam<T>>& params) {
@@ -144,14 +126,14 @@ TensorFile Optimizer<T>::state(const std::vector<NamedParam<T>>& params) const {
   TensorFile f;
   f.metadata["optimizer"] = to_string(config_.type);
   f.metadata["step"] = std::to_string(step_);
-  if (gpu_) {  // the device holds the current state
+  if (gpu_) {  // the device holds the current state: sized here, filled by the device half
     m_.assign(params.size(), {});
     v_.assign(params.size(), {});
     for (std::size_t i = 0; i < params.size(); ++i) {
       m_[i].assign(static_cast<std::size_t>(params[i].size), T(0));
       v_[i].assign(static_cast<std::size_t>(params[i].size), T(0));
     }
-    gpu_->download(m_, v_);
+    state_from_device();
   }
   if (m_.empty()) return f;
   auto put = [&](const std::string& name, const std::vector<T>& src, const std::vector<Index>& shape) {
@@ -204,13 +186,7 @@ void Optimizer<T>::load_state(const TensorFile& file, const std::vector<NamedPar
   step_ = step;
   m_ = std::move(m);
   v_ = std::move(v);
-  if (gpu_) {  // the device state follows the loaded one
-    if (m_.empty()) {
-      gpu_.reset();  // step 0: fresh zeros at the next device step
-    } else {
-      gpu_->upload(m_, v_);
-    }
-  }
+  state_to_device();
 }
 
 template class Optimizer<float>;
