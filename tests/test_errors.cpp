@@ -1,6 +1,8 @@
 // Bad input (shapes, empty chain, bad CSR, counts, NaN/Inf, overflow) raises errors naming the place.
 #include <limits>
 
+#include "bppsa/nn/conv_net.hpp"
+#include "bppsa/nn/model.hpp"
 #include "expect_error.hpp"
 #include "oracle.hpp"
 
@@ -177,6 +179,33 @@ TEST(Errors, BadOptionsAndNames) {
   c.push_back(Jacobian<double>::identity(2));
   EXPECT_THROW(c.jacobian(0), InvalidArgument);
   EXPECT_THROW(c.jacobian(2), InvalidArgument);
+}
+
+TEST(Errors, FusedIsTheGpusScanAndTheCpuEnginesRefuseIt) {
+  // The name is known (the GPU runs it and reports it), but no CPU engine swaps it for another.
+  EXPECT_EQ(parse_backward("fused"), BackwardMethod::fused);
+  EXPECT_STREQ(to_string(BackwardMethod::fused), "fused");
+  EXPECT_STREQ(to_string(Algorithm::fused), "fused");
+  EXPECT_THROW(parse_algorithm("fused"), InvalidArgument);
+  expect_error<InvalidArgument>([] { Scanner<double>{ScanOptions{.algorithm = Algorithm::fused}}; },
+                                {"Scanner", "fused", "blelloch"});
+
+  ModelConfig config;
+  config.rnn = RecurrentConfig{.cell = CellType::gru, .input = 2, .hidden = 3};
+  config.classes = 2;
+  SequenceClassifier<float> model(config);
+  model.reset_parameters(1);
+  const std::vector<float> x(2 * 4 * 2, 0.5f);
+  const std::vector<std::int64_t> y{0, 1};
+  const BackwardOptions fused{.method = BackwardMethod::fused};
+  expect_error<InvalidArgument>([&] { model.rnn().check_backward_memory(4, 2, fused); }, {"fused", "--device cuda"});
+  model.forward_loss(x, 2, 4, y);
+  expect_error<InvalidArgument>([&] { model.backward(fused); }, {"Recurrent::backward", "fused", "blelloch"});
+
+  ConvNet<float> net(ConvNetConfig{Shape3{1, 4, 4}, parse_arch("conv:2:3:1:1,relu,flatten,linear:2")});
+  net.reset_parameters(1);
+  const std::vector<float> img(2 * 16, 0.25f);
+  expect_error<InvalidArgument>([&] { net.loss_and_grad(img, 2, y, fused); }, {"ConvNet::backward", "fused"});
 }
 
 // ---------------------------------------------------------------------------------------

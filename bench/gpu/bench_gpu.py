@@ -9,7 +9,7 @@ cuDNN on the same GPU, in the same run, with the same weights and data. Run by s
 2. torch_gpu.py export: the weights (torch's default init) and batches, written once, read by both.
 3. torch_gpu.py time: PyTorch on CUDA (exit 77 here when there is no CUDA device: nothing else runs).
 4. bench_gpu_step (when built; bench/gpu/CMakeLists.txt builds it once the GPU training API is in
-   the headers): bppsa with --backward bp, blelloch (the fused scan) and hybrid (the generic scan).
+   the headers): bppsa with --backward bp, fused (the fused scan) and hybrid (the generic scan).
 5. bench_fused_scan (when built): the fused scan alone, its FLOPs and bytes against the GPU's FP32
    and memory roofline.
 6. OUT/gpu_bench.json (the machine, every record, the ratios to PyTorch from this run, what was

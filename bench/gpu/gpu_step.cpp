@@ -1,7 +1,7 @@
 // bench_gpu_step: bppsa's side of the GPU benchmark (scripts/bench_gpu.sh runs it through
 // bench/gpu/bench_gpu.py; PyTorch's side is bench/gpu/torch_gpu.py, on the same files).
 //
-//   bench_gpu_step --plan PLAN.json --work DIR --out RECORDS.jsonl [--methods bp,blelloch,hybrid]
+//   bench_gpu_step --plan PLAN.json --work DIR --out RECORDS.jsonl [--methods bp,fused,hybrid]
 //                  [--reps 5] [--warmup 2] [--budget SECONDS] [--device cuda|cpu]
 //
 // For every configuration of the plan and every backward method: the model (the plan's cell,
@@ -10,8 +10,9 @@
 // format), uploaded once. The first iteration allocates and plans (its loss is loss0, compared
 // with PyTorch's by the driver, and the model's device memory is read after each of its phases),
 // then --warmup − 1 untimed iterations, then --reps timed ones: median, min, max and every sample.
-// Methods (API.md): bp = BP through time on the GPU; blelloch = the fused chunked scan; hybrid =
-// Jacobians generated on the GPU and the generic GPU scan engine.
+// Methods (API.md): bp = BP through time on the GPU; fused = the fused chunked scan; hybrid (and
+// blelloch, linear) = Jacobians generated on the GPU and the generic GPU scan engine. Default: bp,
+// fused, hybrid on cuda; bp, blelloch, hybrid on cpu (the CPU engine has no fused scan).
 //
 // Definitions as bench_paper's and torch_gpu.py's (docs/method.md §5): forward = forward and loss up to the
 // loss value on the host; backward = from the loss to every parameter gradient (Jacobians, scan,
@@ -44,7 +45,7 @@ using bppsa_bench::stats;
 
 struct Args {
   std::string plan, work, out;
-  std::vector<std::string> methods{"bp", "blelloch", "hybrid"};
+  std::vector<std::string> methods;  ///< empty: the device's default
   int reps = 5, warmup = 2;
   double budget = 1e9;
   std::string device = "cuda";
@@ -195,9 +196,11 @@ int main(int argc, char** argv) {
   app.add_option("--plan", a.plan, "the configurations (JSON)")->required();
   app.add_option("--work", a.work, "folder of DIR/<id>/{weights,batch}.safetensors (torch_gpu.py export)")->required();
   app.add_option("--out", a.out, "JSON lines, appended: one record per (configuration, method)")->required();
-  app.add_option("--methods", a.methods, "backward methods: bp, blelloch (fused scan), hybrid (generic scan)")
+  app.add_option("--methods", a.methods,
+                 "backward methods: bp, fused (the fused scan), hybrid, blelloch, linear (the generic scan), auto; "
+                 "default bp,fused,hybrid (cpu: bp,blelloch,hybrid)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"bp", "linear", "blelloch", "hybrid", "auto"}));
+      ->check(CLI::IsMember({"bp", "linear", "blelloch", "hybrid", "auto", "fused"}));
   app.add_option("--reps", a.reps, "timed iterations")->check(CLI::Range(1, 1000));
   app.add_option("--warmup", a.warmup, "untimed iterations first, the first one included")->check(CLI::Range(1, 1000));
   app.add_option("--budget", a.budget, "seconds; what would start after it is skipped")->check(CLI::PositiveNumber);
@@ -208,6 +211,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  if (a.methods.empty())
+    a.methods = a.device == "cuda" ? std::vector<std::string>{"bp", "fused", "hybrid"}
+                                   : std::vector<std::string>{"bp", "blelloch", "hybrid"};
   try {
     return run(a);
   } catch (const std::exception& e) {

@@ -25,7 +25,7 @@ sys.path.insert(0, HERE)
 from report import label, med, peak_bytes  # noqa: E402
 
 STYLE = {"pytorch": ("black", "D"), "pytorch-tf32": ("gray", "d"), "bp": ("tab:blue", "o"),
-         "blelloch": ("tab:red", "s"), "hybrid": ("tab:green", "^"), "linear": ("tab:olive", "v"),
+         "fused": ("tab:red", "s"), "blelloch": ("tab:brown", "D"), "hybrid": ("tab:green", "^"), "linear": ("tab:olive", "v"),
          "auto": ("tab:purple", "x")}
 
 

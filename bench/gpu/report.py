@@ -1,8 +1,8 @@
 """The GPU benchmark's comparison (bppsa against PyTorch from the same run) and its Markdown report;
 bench/gpu/bench_gpu.py writes both, plot_gpu.py and keep_results.py read the JSON."""
 
-METHOD_LABEL = {"bp": "bppsa BP", "blelloch": "bppsa fused scan", "hybrid": "bppsa generic scan",
-                "linear": "bppsa generic linear", "auto": "bppsa auto", "pytorch": "PyTorch + cuDNN",
+METHOD_LABEL = {"bp": "bppsa BP", "fused": "bppsa fused scan", "hybrid": "bppsa generic scan",
+                "blelloch": "bppsa generic Blelloch", "linear": "bppsa generic linear", "auto": "bppsa auto", "pytorch": "PyTorch + cuDNN",
                 "pytorch-tf32": "PyTorch + cuDNN, TF32 allowed"}
 SWEEPS = [("rnn_T", "RNN H 20, batch 16, against the sequence length T", "T", "steps"),
           ("rnn_B", "RNN H 20, T 1000, against the batch", "batch", "batch"),
@@ -140,7 +140,7 @@ def sweep_table(doc, sweep, title, xname):
         configs.sort(key=lambda c: x_of(c, sweep))
     recs = {(r["id"], r["method"]): r for r in doc["records"] if r["impl"] in ("pytorch", "bppsa")}
     cmp_rows = {(c["id"], c["method"]): c for c in doc["comparison"] if c.get("method") != "fused-alone"}
-    methods = [m for m in ("bp", "blelloch", "hybrid", "linear") if any(k[1] == m for k in recs)]
+    methods = [m for m in ("bp", "fused", "blelloch", "hybrid", "linear") if any(k[1] == m for k in recs)]
     dev = doc["device"]
     head = [xname, "PyTorch bw", *[f"{label(m, dev)} bw" for m in methods], "PyTorch it",
             *[f"{label(m, dev)} it" for m in methods], "first loss"]
@@ -194,7 +194,7 @@ def markdown(doc):
 def memory_table(doc):
     by = {(c["id"], c["method"]): c for c in doc["comparison"] if c.get("peak_bytes")}
     torch = {r["id"]: r for r in doc["records"] if r["impl"] == "pytorch" and not r.get("tf32")}
-    methods = [m for m in ("bp", "blelloch", "hybrid", "linear") if any(k[1] == m for k in by)]
+    methods = [m for m in ("bp", "fused", "blelloch", "hybrid", "linear") if any(k[1] == m for k in by)]
     configs = [c for c in doc["plan"]["configs"] if any((c["id"], m) in by for m in methods)]
     if not configs:
         return []
@@ -284,12 +284,12 @@ def goals(doc):
         return out + [f"Not evaluated: a --device {doc['device']} run (a test of the scripts)."]
     out += ["| goal | measured | met |", "|---|---|---|"]
     for text, cid, field, target in GOALS:
-        best = [by[(cid, m)].get(field) for m in ("blelloch", "bp", "hybrid") if (cid, m) in by]
+        best = [by[(cid, m)].get(field) for m in ("fused", "bp", "blelloch", "hybrid") if (cid, m) in by]
         best = [b for b in best if b is not None]
         if not best:
             out.append(f"| {text} | not measured | – |")
             continue
-        fused = by.get((cid, "blelloch"), {}).get(field)
+        fused = by.get((cid, "fused"), {}).get(field)
         out.append(f"| {text} | fused scan {ratio(fused)}, best method {ratio(max(best))} | "
                    f"{'yes' if max(best) >= target else 'no'} |")
     rf = [c for c in doc["comparison"] if c.get("method") == "fused-alone" and c.get("x_from_roofline")]

@@ -28,12 +28,12 @@ def bppsa_rec(cid, method, loss, bw, it, peak=(1 << 20, 2 << 20, 2 << 20)):
 
 def test_compare():
     recs = [torch_rec("a", 2.0, 10e-3, 20e-3), torch_rec("a", 2.0001, 9e-3, 18e-3, tf32=True),
-            bppsa_rec("a", "blelloch", 2.0 * (1 + 5e-5), 1e-3, 4e-3),  # within 1e-4
+            bppsa_rec("a", "fused", 2.0 * (1 + 5e-5), 1e-3, 4e-3),  # within 1e-4
             bppsa_rec("a", "bp", 2.0 * (1 + 2e-4), 5e-3, 10e-3),  # outside
             {"impl": "bppsa", "id": "a", "method": "hybrid", "error": "[x] boom"},
             bppsa_rec("b", "bp", 1.0, 1e-3, 2e-3)]  # no PyTorch record for b
     rows = {(r["id"], r["method"]): r for r in report.compare(recs, 1e-4)}
-    f = rows[("a", "blelloch")]
+    f = rows[("a", "fused")]
     assert f["loss_ok"] and abs(f["backward_speedup"] - 10) < 1e-9 and abs(f["iteration_speedup"] - 5) < 1e-9
     assert abs(f["backward_speedup_vs_tf32"] - 9) < 1e-9
     assert abs(f["memory_ratio"] - 0.5) < 1e-12, f["memory_ratio"]  # 2 MiB against PyTorch's 4 MiB

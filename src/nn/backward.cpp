@@ -19,6 +19,8 @@ const char* to_string(BackwardMethod m) {
       return "hybrid";
     case BackwardMethod::automatic:
       return "auto";
+    case BackwardMethod::fused:
+      return "fused";
   }
   return "?";
 }
@@ -29,8 +31,9 @@ BackwardMethod parse_backward(std::string_view name) {
   if (name == "blelloch") return BackwardMethod::blelloch;
   if (name == "hybrid") return BackwardMethod::hybrid;
   if (name == "auto") return BackwardMethod::automatic;
-  detail::raise<InvalidArgument>(
-      "backward", "unknown backward method '" + std::string(name) + "'; use bp, blelloch, hybrid, auto or linear");
+  if (name == "fused") return BackwardMethod::fused;
+  detail::raise<InvalidArgument>("backward", "unknown backward method '" + std::string(name) +
+                                                 "'; use bp, blelloch, hybrid, auto, linear or fused (GPU)");
 }
 
 Algorithm scan_algorithm(BackwardMethod m) {
@@ -41,6 +44,8 @@ Algorithm scan_algorithm(BackwardMethod m) {
       return Algorithm::blelloch;
     case BackwardMethod::hybrid:
       return Algorithm::hybrid;
+    case BackwardMethod::fused:
+      return Algorithm::fused;
     default:
       return Algorithm::automatic;
   }
@@ -55,6 +60,12 @@ ScanOptions scan_options(const BackwardOptions& options) {
 }
 
 int resolve_threads(int threads) { return threads > 0 ? threads : omp_get_max_threads(); }
+
+void require_cpu_method(BackwardMethod m, const char* op) {
+  if (m == BackwardMethod::fused)
+    detail::raise<InvalidArgument>(op, "backward 'fused' is the recurrent layers' fused chunked scan on the GPU "
+                                       "(--device cuda); on the CPU use blelloch, hybrid, auto or bp");
+}
 
 BackwardMethod resolve_backward(const BackwardOptions& options, Index batch) {
   if (options.method != BackwardMethod::automatic) return options.method;

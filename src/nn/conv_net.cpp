@@ -229,6 +229,7 @@ void ConvNet<T>::backward(const BackwardOptions& options, BackwardTimes* times) 
   if (batch_ == 0)
     detail::raise<InvalidArgument>("ConvNet::backward",
                                    "no loss to differentiate: call forward_loss (or loss_and_grad) first");
+  require_cpu_method(options.method, "ConvNet::backward");
   const int threads = resolve_threads(options.threads);
   const auto L = static_cast<Index>(layers_.size());
   BackwardTimes bt;

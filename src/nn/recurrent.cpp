@@ -479,6 +479,7 @@ void Recurrent<T>::check_backward_memory(Index steps, Index batch, const Backwar
     impl_->gpu->check_backward_memory(steps, batch, options);
     return;
   }
+  require_cpu_method(options.method, "Recurrent::backward");
   const BackwardMethod m = resolve_backward(options, batch);
   check_step_memory(config_, steps, batch, sizeof(T), m == BackwardMethod::bp ? m : options.method,
                     "Recurrent::backward");

@@ -43,12 +43,20 @@ PlannedSchedule<T> plan_schedule(std::vector<ElementInfo<T>> elements, Index bat
     }
     case Algorithm::automatic:
       break;
+    case Algorithm::fused:
+      refuse_fused("scan");
   }
   planned.schedule = builder.finish();
   return planned;
 }
 
+[[noreturn]] void refuse_fused(const char* op) {
+  raise<InvalidArgument>(op, "algorithm 'fused' is the recurrent layers' scan on the GPU (--backward fused), not a "
+                             "schedule of the scan engine; use linear, blelloch, hybrid or auto");
+}
+
 void check_options(const ScanOptions& options, const char* op) {
+  if (options.algorithm == Algorithm::fused) refuse_fused(op);
   if (options.threads < 0)
     raise<InvalidArgument>(op, "threads must be ≥ 0 (0 = OpenMP's default), got " + std::to_string(options.threads));
   if (options.chunks < 0)

@@ -28,8 +28,11 @@ template <class T>
 PlannedSchedule<T> plan_schedule(std::vector<ElementInfo<T>> elements, Index batch, Algorithm requested, int threads,
                                  int chunks, int cores);
 
-/// Throws InvalidArgument (naming `op`) for negative thread or chunk counts.
+/// Throws InvalidArgument (naming `op`) for negative thread or chunk counts and for
+/// Algorithm::fused.
 void check_options(const ScanOptions& options, const char* op);
+/// InvalidArgument: Algorithm::fused names the GPU's recurrent scan, which no plan runs.
+[[noreturn]] void refuse_fused(const char* op);
 
 /// The thread count a run with `options` uses: options.threads, or OpenMP's default when 0.
 int run_threads(const ScanOptions& options);

@@ -25,6 +25,8 @@ const char* to_string(Algorithm a) {
       return "hybrid";
     case Algorithm::automatic:
       return "auto";
+    case Algorithm::fused:
+      return "fused";
   }
   return "unknown";
 }

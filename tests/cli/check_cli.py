@@ -64,6 +64,8 @@ def main():
     run(["train", "--model", "transformer"], 2, "--model", "unknown cell")
     run(["train", "--batch", "0"], 2, "--batch", "batch 0")
     run(["train", "--backward", "magic"], 2, "--backward", "unknown backward")
+    # fused is the GPU's scan: refused on the CPU, never swapped for another method.
+    run(SMALL + ["--epochs", "1", "--backward", "fused"], 1, "add --device cuda", "--backward fused on the CPU")
     run(["grad", "--model", "rnn"], 2, "required", "grad without files")
     run(["train", "--device", "tpu"], 2, "--device", "unknown device")
 

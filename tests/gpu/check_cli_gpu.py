@@ -3,7 +3,7 @@
 `bppsa grad --device cuda` against `bppsa grad` (the CPU engine) and PyTorch autograd on the GPU
 (float32, TF32 off through bench/gpu/precision.py, printed) for nn.RNN, nn.GRU and nn.LSTM with 1 and 2 layers and random shapes: every
 parameter gradient and the loss within 1e-4 relative (max |a − b| / max |b| per tensor), for
---backward bp, blelloch (the fused scan), hybrid (the generic GPU scan) and auto; then
+--backward bp, fused (the fused scan), blelloch and hybrid (the generic GPU scan) and auto; then
 `bppsa train --device cuda --check` on bitstream (the GPU's gradients against the CPU engine's
 BP), a GPU run's checkpoint evaluated on both devices, and --resume on the GPU bit-identical to
 an uninterrupted GPU run. The same helpers as tests/pytorch/check_grad.py (common.py,
@@ -96,8 +96,8 @@ def grad_case(binary, work, cell, layers, rng, case, quick):
     e_cpu = check_grads(cpu_path, ref, loss64, f"{label} cpu bp vs torch(float64)", max(TOL, 4 * e_cudnn))
     print(f"     {label}: cuDNN fp32 vs float64 {e_cudnn:.2e}", flush=True)
     bound = max(TOL, 4 * max(e_cpu, e_cudnn))
-    for backward in ("bp", "blelloch", "hybrid", "auto"):
-        if backward == "hybrid" and t * b * (2 * h if cell == "lstm" else h) ** 2 > 5e7:
+    for backward in ("bp", "fused", "blelloch", "hybrid", "auto"):
+        if backward in ("blelloch", "hybrid") and t * b * (2 * h if cell == "lstm" else h) ** 2 > 5e7:
             continue  # the generic scan stores T·B Jacobians: only where they are small
         gpath = os.path.join(work, f"g{case}_cuda_{backward}.safetensors")
         run([binary, "grad", "--model", cell, "--weights", wpath, "--batch", xpath, "--out", gpath,
@@ -117,9 +117,9 @@ def train_checks(binary, work, quick):
     small = ["--model", "gru", "--hidden", "16", "--layers", "2", "--data", "bitstream", "--steps", "100",
              "--samples", "400" if quick else "1500", "--batch", "16", "--lr", "1e-2", "--no-progress"]
     # --check: the GPU's gradients (fused scan) against the CPU engine's BP from the same weights.
-    r = subprocess.run([binary, "train", "--device", "cuda", "--backward", "blelloch", "--epochs", "1", "--check"] + small,
+    r = subprocess.run([binary, "train", "--device", "cuda", "--backward", "fused", "--epochs", "1", "--check"] + small,
                        capture_output=True, text=True)
-    check(r.returncode == 0 and "cuda blelloch vs the CPU engine's bp" in r.stdout,
+    check(r.returncode == 0 and "cuda fused vs the CPU engine's bp" in r.stdout,
           f"train --device cuda --check: rc {r.returncode}: {(r.stdout + r.stderr).strip()[-400:]}")
     # A GPU checkpoint evaluates the same on both devices.
     ck = os.path.join(work, "gpu.safetensors")

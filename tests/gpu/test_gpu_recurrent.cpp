@@ -1,8 +1,8 @@
 // Recurrent training on the GPU (Device::cuda) against the CPU engine, with the same weights and
 // data: forward (outputs, states, loss, predictions), every gradient (1e-4 relative per tensor
 // in fp32), input and initial-state gradients, one Adam and one SGD step, for every cell ×
-// layers {1, 2} × head {last, every} × loss {ce, mse} × backward {bp, blelloch = the fused scan,
-// hybrid = the generic scan}; the issue's sizes (T up to 1000, H up to 256, B up to 64) as a
+// layers {1, 2} × head {last, every} × loss {ce, mse} × backward {bp, fused, and the generic
+// scan's blelloch, hybrid and linear}; the issue's sizes (T up to 1000, H up to 256, B up to 64) as a
 // covering set; bit-identical reruns; resident-data training and evaluation; errors.
 // GpuSmall.* stay small enough for compute-sanitizer (BPPSA_GPU_TESTS_REDUCED=1 runs part of them).
 #include <cmath>
@@ -152,8 +152,9 @@ std::vector<CellType> cells() {
 
 TEST(GpuSmall, ModelStepMatchesTheCpuEveryCellLayersHeadAndBackward) {
   const std::vector<BackwardMethod> methods = pick<std::vector<BackwardMethod>>(
-      {BackwardMethod::bp, BackwardMethod::blelloch, BackwardMethod::hybrid, BackwardMethod::linear},
-      {BackwardMethod::bp, BackwardMethod::blelloch, BackwardMethod::hybrid});
+      {BackwardMethod::bp, BackwardMethod::fused, BackwardMethod::blelloch, BackwardMethod::hybrid,
+       BackwardMethod::linear},
+      {BackwardMethod::bp, BackwardMethod::fused, BackwardMethod::hybrid});
   for (const CellType cell : cells())
     for (const Index layers : pick<std::vector<Index>>({1, 2}, {2}))
       for (const HeadMode head : pick<std::vector<HeadMode>>({HeadMode::last, HeadMode::every}, {HeadMode::every}))
@@ -168,7 +169,7 @@ TEST(GpuSmall, ModelStepMatchesTheCpuEveryCellLayersHeadAndBackward) {
   Case relu;  // the RNN's relu activation (and, reduced, the one RNN case)
   relu.nl = Nonlinearity::relu;
   relu.layers = 2;
-  gpu_step_matches_cpu<float>(relu, BackwardMethod::blelloch);
+  gpu_step_matches_cpu<float>(relu, BackwardMethod::fused);
   gpu_step_matches_cpu<float>(relu, BackwardMethod::bp);
 }
 
@@ -179,7 +180,8 @@ TEST(GpuSmall, DoublePrecisionMatchesTightly) {
     c.cell = cell;
     c.layers = 2;
     c.head = HeadMode::every;
-    for (const BackwardMethod m : {BackwardMethod::bp, BackwardMethod::blelloch, BackwardMethod::hybrid})
+    for (const BackwardMethod m :
+         {BackwardMethod::bp, BackwardMethod::fused, BackwardMethod::blelloch, BackwardMethod::hybrid})
       gpu_step_matches_cpu<double>(c, m, m == BackwardMethod::bp);
   }
 }
@@ -205,7 +207,31 @@ TEST(GpuSmall, AutoRunsTheFusedScanOnlyWhenItsPlanHasChunks) {
     BackwardTimes times;
     au.backward(BackwardOptions{.method = BackwardMethod::automatic}, &times);
     EXPECT_EQ(times.last_scan.device == Device::cuda, chunked) << "the fused scan's statistics, only when it ran";
+    if (chunked) {
+      EXPECT_EQ(times.last_scan.algorithm, Algorithm::fused);
+    }
     EXPECT_TRUE(same_tensors(au.parameters(), bp.parameters(), true, kGradTol<float>));
+  }
+}
+
+TEST(GpuSmall, BackwardReportsTheScanThatRan) {
+  // Each scan method runs under its own name: fused is the fused chunked scan; blelloch, hybrid
+  // and linear are the generic GPU engine's schedules of that name.
+  Case c;
+  c.cell = CellType::lstm;
+  c.steps = 40;
+  SequenceClassifier<float> m(c.config(Device::cuda));
+  m.reset_parameters(3);
+  const Batch b = random_batch(c, 9);
+  for (const auto& [method, algorithm] :
+       {std::pair{BackwardMethod::fused, Algorithm::fused}, std::pair{BackwardMethod::blelloch, Algorithm::blelloch},
+        std::pair{BackwardMethod::hybrid, Algorithm::hybrid}, std::pair{BackwardMethod::linear, Algorithm::linear}}) {
+    SCOPED_TRACE(to_string(method));
+    m.forward_loss(b.x, c.batch, c.steps, b.y);
+    BackwardTimes times;
+    m.backward(BackwardOptions{.method = method}, &times);
+    EXPECT_EQ(times.last_scan.algorithm, algorithm);
+    EXPECT_EQ(times.last_scan.device, Device::cuda);
   }
 }
 
@@ -214,7 +240,7 @@ TEST(GpuSmall, RecurrentApiOutputsStatesAndStateGradients) {
   // the input gradient and every g_0, as on the CPU.
   for (const CellType cell : cells())
     for (const BackwardMethod m : pick<std::vector<BackwardMethod>>(
-             {BackwardMethod::bp, BackwardMethod::blelloch, BackwardMethod::hybrid}, {BackwardMethod::blelloch})) {
+             {BackwardMethod::bp, BackwardMethod::fused, BackwardMethod::hybrid}, {BackwardMethod::fused})) {
       SCOPED_TRACE(std::string(to_string(cell)) + " " + to_string(m));
       const Index I = 2, H = 4, L = 2, B = 3, T = 5, S = state_size(cell, H);
       Recurrent<float> cpu(RecurrentConfig{cell, I, H, L});
@@ -265,7 +291,7 @@ TEST(GpuSmall, RecurrentApiOutputsStatesAndStateGradients) {
 TEST(GpuSmall, RerunsAreBitIdentical) {
   // Fixed reduction orders and no atomics in sums: the same step twice gives the same bits.
   for (const BackwardMethod m : pick<std::vector<BackwardMethod>>(
-           {BackwardMethod::bp, BackwardMethod::blelloch, BackwardMethod::hybrid}, {BackwardMethod::blelloch})) {
+           {BackwardMethod::bp, BackwardMethod::fused, BackwardMethod::hybrid}, {BackwardMethod::fused})) {
     Case c;
     c.cell = CellType::gru;
     c.layers = 2;
@@ -303,7 +329,7 @@ TEST(GpuSmall, TrainingAndEvaluationOnResidentDataFollowTheCpu) {
     data.y.push_back(static_cast<std::int64_t>(i % 3));
   }
   for (const BackwardMethod m :
-       pick<std::vector<BackwardMethod>>({BackwardMethod::bp, BackwardMethod::blelloch}, {BackwardMethod::blelloch})) {
+       pick<std::vector<BackwardMethod>>({BackwardMethod::bp, BackwardMethod::fused}, {BackwardMethod::fused})) {
     Case c;
     c.cell = CellType::lstm;
     c.input = 2;
@@ -429,7 +455,7 @@ TEST(GpuRecurrent, IssueSizesMatchTheCpuEngine) {
     c.batch = s.batch;
     c.classes = 10;
     c.head = s.steps == 1000 ? HeadMode::last : HeadMode::every;
-    for (const BackwardMethod m : {BackwardMethod::bp, BackwardMethod::blelloch})
+    for (const BackwardMethod m : {BackwardMethod::bp, BackwardMethod::fused})
       gpu_step_matches_cpu<float>(c, m, false);
     // The generic scan stores T·B Jacobians of S²: only where they are small.
     const double jac = static_cast<double>(s.steps * s.batch) * std::pow(state_size(s.cell, s.hidden), 2);

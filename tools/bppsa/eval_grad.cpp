@@ -212,7 +212,10 @@ Command add_grad(CLI::App& app) {
   add_backward_options(*sub, a->backward);
   add_device_option(*sub, a->device);
   add_model_parallel_options(*sub, a->mp);
-  return [a] { return run_grad(*a); };
+  return [a] {
+    resolve_backward_flag(a->backward, a->device);
+    return run_grad(*a);
+  };
 }
 
 }  // namespace bppsa::cli

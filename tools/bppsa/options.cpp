@@ -260,15 +260,24 @@ std::pair<ImageDataset, ImageDataset> load_images(const DataArgs& a, bool quiet)
 }
 
 void add_backward_options(CLI::App& app, BackwardArgs& a) {
-  app.add_option("--backward", a.backward, "bp (sequential baseline) or a BPPSA scan: blelloch, hybrid, auto")
-      ->check(CLI::IsMember({"bp", "blelloch", "hybrid", "auto", "linear"}))
-      ->capture_default_str();
+  app.add_option("--backward", a.backward,
+                 "bp (sequential baseline) or a BPPSA scan: blelloch, hybrid, auto; fused (--device cuda: the fused "
+                 "chunked scan, Jacobians formed on the fly). Default: blelloch on the CPU, fused on cuda")
+      ->check(CLI::IsMember({"bp", "blelloch", "hybrid", "auto", "linear", "fused"}));
   app.add_option("--threads", a.threads, "OpenMP threads (0 = all cores)")->check(CLI::Range(0, kMaxThreads));
   app.add_option("--chunks", a.chunks, "hybrid: chunks per chain (0 = chosen by the cost model)")
       ->check(CLI::Range(0, 1 << 20));
 }
 
 BackwardOptions to_options(const BackwardArgs& a) { return {parse_backward(a.backward), a.threads, a.chunks}; }
+
+void resolve_backward_flag(BackwardArgs& a, const std::string& device) {
+  const bool cuda = parse_device(device) == Device::cuda;
+  if (a.backward.empty()) a.backward = cuda ? "fused" : "blelloch";
+  if (a.backward == "fused" && !cuda)
+    detail::raise<InvalidArgument>("backward", "--backward fused is the recurrent layers' fused chunked scan on the "
+                                               "GPU: add --device cuda, or use blelloch, hybrid, auto or bp on the CPU");
+}
 
 void add_device_option(CLI::App& app, std::string& device) {
   app.add_option("--device", device,

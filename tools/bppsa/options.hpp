@@ -60,12 +60,15 @@ std::pair<ImageDataset, ImageDataset> load_images(const DataArgs& a, bool quiet)
 bool image_data(const std::string& data);
 
 struct BackwardArgs {
-  std::string backward = "blelloch";
+  std::string backward;  ///< empty: the device's default (resolve_backward_flag)
   int threads = 0;
   int chunks = 0;
 };
 void add_backward_options(CLI::App& app, BackwardArgs& a);
 BackwardOptions to_options(const BackwardArgs& a);
+/// Fills in --backward's default for --device `device` (blelloch on the CPU, fused on cuda);
+/// InvalidArgument, naming both flags, for fused on the CPU.
+void resolve_backward_flag(BackwardArgs& a, const std::string& device);
 
 /// --device cpu|cuda (default cpu): where a recurrent model runs.
 void add_device_option(CLI::App& app, std::string& device);

@@ -529,7 +529,10 @@ Command add_train(CLI::App& app) {
                 "after training, time one epoch of sequential BP on a copy of the trained model (the same batches as "
                 "the last epoch) and print its epoch time beside the scan's");
   add_model_parallel_options(*sub, a->mp);
-  return [a] { return run(*a); };
+  return [a] {
+    resolve_backward_flag(a->backward, a->device);
+    return run(*a);
+  };
 }
 
 }  // namespace bppsa::cli

@@ -19,14 +19,17 @@ namespace bppsa {
 ///                             scan, with the algorithm the cost model picks.
 ///  - linear:                  Jacobians generated, then the scan engine's sequential scan
 ///                             (BP over explicit Jacobians; for testing the generators).
+///  - fused:                   Device::cuda only: the fused chunked scan of a recurrent layer
+///                             (Jacobians formed on the fly, never stored:
+///                             src/nn/cuda/fused_scan.hpp). The CPU engines refuse it.
 /// On Device::cuda (RecurrentConfig::device): bp is a persistent BP-through-time kernel;
-/// blelloch is the fused chunked scan (Jacobians formed on the fly, never stored:
-/// src/nn/cuda/fused_scan.hpp); automatic is the fused scan when its plan splits the sequence
-/// into chunks, else the bp kernel; hybrid and linear generate the Jacobians on the GPU
-/// and run the generic GPU scan engine's hybrid (chunks, 0 = √T) or sequential schedule.
-enum class BackwardMethod { bp, linear, blelloch, hybrid, automatic };
+/// automatic is the fused scan when its plan splits the sequence into chunks, else the bp
+/// kernel; blelloch, hybrid and linear generate the Jacobians on the GPU and run the generic GPU
+/// scan engine's schedule of that name (hybrid: chunks, 0 = √T). A backward's statistics name
+/// what ran (Algorithm::fused for the fused scan).
+enum class BackwardMethod { bp, linear, blelloch, hybrid, automatic, fused };
 const char* to_string(BackwardMethod m);
-/// "bp", "linear", "blelloch", "hybrid", "auto"; InvalidArgument otherwise.
+/// "bp", "linear", "blelloch", "hybrid", "auto", "fused"; InvalidArgument otherwise.
 BackwardMethod parse_backward(std::string_view name);
 
 struct BackwardOptions {
@@ -40,8 +43,11 @@ struct BackwardOptions {
 
 /// What `automatic` resolves to for this batch and thread count (other methods: themselves).
 BackwardMethod resolve_backward(const BackwardOptions& options, Index batch);
+/// The CPU engines' check of a method: InvalidArgument for fused (it runs on the GPU only).
+void require_cpu_method(BackwardMethod m, const char* op);
 
-/// The scan engine's algorithm for a scan method (automatic → Algorithm::automatic).
+/// The scan engine's algorithm for a scan method (automatic → Algorithm::automatic; fused →
+/// Algorithm::fused, which the engine refuses).
 Algorithm scan_algorithm(BackwardMethod m);
 /// ScanOptions for a backward that scans (algorithm, threads, chunks).
 ScanOptions scan_options(const BackwardOptions& options);

@@ -27,7 +27,10 @@ namespace bppsa {
 ///              push prefixes through each chunk (mv). Chunk sizes are balanced by the cost
 ///              model (chunk 0 only does matrix-vector work, so it is longer).
 /// - automatic: picks one of the above by the cost model (see docs/cost_model.md).
-enum class Algorithm { linear, blelloch, hybrid, automatic };
+/// - fused:     not a schedule of this engine: the recurrent layers' chunked scan on the GPU
+///              (Jacobians formed on the fly; src/nn/cuda/fused_scan.hpp), named so that a
+///              backward reports what ran. Scanner refuses it; parse_algorithm rejects it.
+enum class Algorithm { linear, blelloch, hybrid, automatic, fused };
 
 const char* to_string(Algorithm a);
 /// "linear", "blelloch", "hybrid", "auto"; throws InvalidArgument otherwise.

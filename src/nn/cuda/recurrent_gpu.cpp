@@ -55,25 +55,25 @@ void grow(ForEach&& for_each, Check&& check) {
 
 /// How Device::cuda computes a layer's state gradients for a backward method.
 enum class StateGrads { bp, fused, generic };
+/// automatic: the fused scan, or bp when its plan has one chunk (RecurrentStack::state_grads).
 StateGrads state_grads_for(BackwardMethod m) {
   switch (m) {
     case BackwardMethod::bp:
       return StateGrads::bp;
     case BackwardMethod::linear:
+    case BackwardMethod::blelloch:
     case BackwardMethod::hybrid:
       return StateGrads::generic;
-    default:  // blelloch, automatic
+    case BackwardMethod::fused:
+    case BackwardMethod::automatic:
       return StateGrads::fused;
   }
+  return StateGrads::fused;
 }
-/// The generic engine's algorithm for a method.
-Algorithm generic_algorithm(BackwardMethod m) {
-  return m == BackwardMethod::linear ? Algorithm::linear : Algorithm::hybrid;
-}
-/// The fused scan's plan as the scan statistics a backward reports.
+/// The fused scan's plan as the scan statistics a backward reports (algorithm fused).
 ScanStats fused_stats(const FusedScanStats& f) {
   ScanStats st;
-  st.algorithm = f.chunks > 1 ? Algorithm::hybrid : Algorithm::linear;
+  st.algorithm = Algorithm::fused;
   st.chunks = static_cast<int>(f.chunks);
   st.flops = f.flops;
   st.workspace_bytes = f.device_bytes;
@@ -479,8 +479,9 @@ void RecurrentStack<T>::check_backward_memory(Index steps, Index batch, const Ba
   for (const Layer& L : layers_) {
     grads += (S * T1B + GH * TB * (cell_ == kGru ? 2 : 1) + static_cast<double>(L.input) * TB) * size;
     if (state_grads_for(options.method) == StateGrads::generic) {
+      // Jacobians, prefixes and affine parts; Blelloch's up-sweep keeps about as many products again.
       const double per = static_cast<double>(jacobian_values(cell_, H_));
-      jacobians += (TB * per + S * T1B * 2) * size;  // Jacobians, prefixes and affine parts
+      jacobians += (TB * per * (options.method == BackwardMethod::blelloch ? 2 : 1) + S * T1B * 2) * size;
     } else if (state_grads_for(options.method) == StateGrads::fused) {
       FusedScanOptions o;
       o.injections = true;  // the larger of the two plans
@@ -498,7 +499,7 @@ void RecurrentStack<T>::check_backward_memory(Index steps, Index batch, const Ba
                                   to_string(config_.cell) + " hidden " + std::to_string(H_) + " × " +
                                   std::to_string(config_.layers) + " layers on the GPU",
                               {{"Jacobians", jacobians}, {"scan workspace", workspace}, {"gradients", grads}},
-                              "use a smaller --batch, --backward bp or blelloch (they store no Jacobians), or "
+                              "use a smaller --batch, --backward bp or fused (they store no Jacobians), or "
                               "--device cpu");
 }
 
@@ -604,7 +605,7 @@ void RecurrentStack<T>::backward_layer(Index l, const BackwardOptions& options, 
       break;
     }
     case StateGrads::generic: {
-      const Algorithm algo = generic_algorithm(options.method);
+      const Algorithm algo = scan_algorithm(options.method);
       const int chunks = algo == Algorithm::hybrid ? options.chunks : 0;
       auto& plan = L.generic.get(
           [&](const auto& p) { return p && p->matches(T_, B, inject, algo, chunks); },
