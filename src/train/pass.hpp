@@ -47,8 +47,8 @@ std::unique_ptr<Pass> make_pass(ConvNet<T>& model, Optimizer<T>* optimizer, cons
 
 /// Instantiates make_pass for the sequence models in the file that defines it (its cuda/ or
 /// no_gpu/ half).
-#define BPPSA_SEQUENCE_PASS(T)                                                                                  \
-  template std::unique_ptr<Pass> make_pass(SequenceClassifier<T>&, Optimizer<T>*, const SequenceDataset&,     \
+#define BPPSA_SEQUENCE_PASS(T)                                                                            \
+  template std::unique_ptr<Pass> make_pass(SequenceClassifier<T>&, Optimizer<T>*, const SequenceDataset&, \
                                            std::span<const Index>, const BackwardOptions&);
 
 }  // namespace bppsa::detail

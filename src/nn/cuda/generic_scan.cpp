@@ -1,5 +1,6 @@
-// The generic GPU scan of one recurrent layer (generic_scan.hpp): planning with the scan
-// engine's planner on layouts alone (no host values), device-side Jacobians and injections.
+// The generic GPU scan of one recurrent layer (generic_scan.hpp): the layer's chain layouts
+// planned through the scan's resident entry (no host values), device-side Jacobians and
+// injections.
 #include "nn/cuda/generic_scan.hpp"
 
 #include <algorithm>
@@ -8,8 +9,7 @@
 #include "bppsa/core/error.hpp"
 #include "nn/cuda/kernels.hpp"
 #include "nn/cuda/scan_layout.hpp"
-#include "scan/cuda/device_scan.hpp"
-#include "scan/plan.hpp"
+#include "scan/cuda/resident_scan.hpp"
 
 namespace bppsa::detail::gpu {
 
@@ -34,17 +34,11 @@ GenericLayerScan<T>::GenericLayerScan(std::int32_t cell, Index hidden, Index ste
   layout_ = layer_scan_layout<T>(cell, hidden, batch);
   const std::vector<ElementInfo<T>> elements = layer_scan_elements(layout_, steps, inject);
   const int c = algorithm == Algorithm::hybrid ? (chunks > 0 ? chunks : default_chunks(steps)) : 1;
-  PlannedSchedule<T> planned = plan_schedule(elements, batch, algorithm, 1, c, 1);
-  stats_ = planned.schedule.stats;
-  stats_.algorithm = planned.algorithm;
-  stats_.chunks = planned.chunks;
-  stats_.device = Device::cuda;
-  scan_ = make_device_scan(planned.schedule, elements, batch);
-  stats_.launches = device_scan_info(*scan_).launches;
+  scan_ = std::make_unique<ResidentScan<T>>(elements, batch, algorithm, c);
 
   // Device pointer tables from the program's offsets (the arena starts at prefix(0) − its offset).
   const LayerScanOffsets o = layer_scan_offsets(scan_->program(), steps, inject);
-  T* arena = scan_->prefix(0) - scan_->program().prefix_offset.at(0);
+  T* arena = scan_->buffers().prefix(0) - scan_->program().prefix_offset.at(0);
   std::vector<T*> el, inj;
   std::vector<const T*> pre;
   for (const Idx off : o.element) el.push_back(arena + off);
@@ -68,24 +62,20 @@ void GenericLayerScan<T>::run(const LayerArgs<T>& a, cudaStream_t stream, cudaEv
   const Index S = a.S, B = a.B, T_ = a.steps;
   launch_jacobians(a, elements_.data(), stream);
   for (std::size_t k = 0; k < scan_->program().shared_matrices.size(); ++k)  // S = W_hh^T: W_hh's row-major values
-    BPPSA_CUDA_CHECK(cudaMemcpyAsync(scan_->shared_matrix(k), a.w, static_cast<std::size_t>(a.H * a.H) * sizeof(T),
-                                     cudaMemcpyDeviceToDevice, stream));
+    BPPSA_CUDA_CHECK(cudaMemcpyAsync(scan_->buffers().shared_matrix(k), a.w,
+                                     static_cast<std::size_t>(a.H * a.H) * sizeof(T), cudaMemcpyDeviceToDevice,
+                                     stream));
   if (jacobians_done) BPPSA_CUDA_CHECK(cudaEventRecord(jacobians_done, stream));
   if (inject_) launch_injections(injections_.data(), a.above, a.H, S, B, T_ - 1, stream);
-  BPPSA_CUDA_CHECK(cudaMemcpyAsync(scan_->prefix(0), a.g + T_ * B * S, static_cast<std::size_t>(S * B) * sizeof(T),
-                                   cudaMemcpyDeviceToDevice, stream));
-  // The plan runs on its own stream: wait for the inputs, and make `stream` wait for the result.
-  BPPSA_CUDA_CHECK(cudaEventRecord(ready_, stream));
-  BPPSA_CUDA_CHECK(cudaStreamWaitEvent(scan_->stream(), ready_, 0));
-  scan_->execute();
-  BPPSA_CUDA_CHECK(cudaEventRecord(done_, scan_->stream()));
-  BPPSA_CUDA_CHECK(cudaStreamWaitEvent(stream, done_, 0));
+  BPPSA_CUDA_CHECK(cudaMemcpyAsync(scan_->buffers().prefix(0), a.g + T_ * B * S,
+                                   static_cast<std::size_t>(S * B) * sizeof(T), cudaMemcpyDeviceToDevice, stream));
+  scan_->run(stream);
   launch_gather_blocks(prefixes_.data(), a.g, T_, S * B, stream);
 }
 
 template <class T>
 std::size_t GenericLayerScan<T>::device_bytes() const {
-  return device_scan_info(*scan_).device_bytes + elements_.bytes() + injections_.bytes() + prefixes_.bytes();
+  return scan_->device_bytes() + elements_.bytes() + injections_.bytes() + prefixes_.bytes();
 }
 
 template class GenericLayerScan<float>;

@@ -1,9 +1,10 @@
-// One recurrent layer's state gradients through the generic GPU scan engine (scan/cuda/
-// device_scan.hpp): J_t^T generated on the device straight into the plan's element buffers
-// (RNN: W_hh^T shared by the batch × a per-sample diagonal; GRU, LSTM: dense S × S per sample),
-// the injections and g_T written into its affine parts and prefix 0, the schedule executed, and
-// the prefixes g_{T−1} … g_0 gathered into the layer's g. It stores T·B Jacobians (and Blelloch's
-// intermediate products): the general path, for --backward linear and hybrid on Device::cuda.
+// One recurrent layer's state gradients through the generic GPU scan engine, by the scan's entry
+// for resident chains (scan/cuda/resident_scan.hpp): J_t^T generated on the device straight into
+// the plan's element buffers (RNN: W_hh^T shared by the batch × a per-sample diagonal; GRU, LSTM:
+// dense S × S per sample), the injections and g_T written into its affine parts and prefix 0, the
+// schedule executed, and the prefixes g_{T−1} … g_0 gathered into the layer's g. It stores T·B
+// Jacobians (and Blelloch's intermediate products): the general path, for --backward linear,
+// blelloch and hybrid on Device::cuda.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -14,7 +15,7 @@
 #include "bppsa/scan/scanner.hpp"
 #include "core/cuda/buffer.hpp"
 #include "nn/cuda/recurrent_math.hpp"
-#include "scan/cuda/executor.hpp"
+#include "scan/cuda/resident_scan.hpp"
 
 namespace bppsa::detail::gpu {
 
@@ -36,7 +37,7 @@ class GenericLayerScan {
   /// on `stream` after the generation.
   void run(const LayerArgs<T>& a, cudaStream_t stream, cudaEvent_t jacobians_done);
 
-  const ScanStats& stats() const { return stats_; }
+  const ScanStats& stats() const { return scan_->stats(); }
   std::size_t device_bytes() const;
 
  private:
@@ -46,11 +47,9 @@ class GenericLayerScan {
   Algorithm algorithm_;
   int chunks_;
   Layout<T> layout_;
-  DeviceScanPtr<T> scan_;
+  std::unique_ptr<ResidentScan<T>> scan_;
   cuda::DeviceBuffer<T*> elements_, injections_;
   cuda::DeviceBuffer<const T*> prefixes_;
-  cuda::Event ready_{false}, done_{false};  ///< the layer's stream → the scan's stream → back
-  ScanStats stats_;
 };
 
 }  // namespace bppsa::detail::gpu

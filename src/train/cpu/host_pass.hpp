@@ -43,7 +43,8 @@ class HostPass final : public Pass {
       s.optimizer_seconds = omp_get_wtime() - t0;
     }
     totals_.loss_sum += static_cast<double>(loss) * static_cast<double>(n);
-    for (Index k = 0; k < n; ++k) totals_.correct += pred_[static_cast<std::size_t>(k)] == y_[static_cast<std::size_t>(k)];
+    for (Index k = 0; k < n; ++k)
+      totals_.correct += pred_[static_cast<std::size_t>(k)] == y_[static_cast<std::size_t>(k)];
     totals_.samples += n;
     s.totals = totals_;
   }

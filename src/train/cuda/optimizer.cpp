@@ -3,8 +3,8 @@
 // step runs on the host parameters.
 #include <limits>
 
-#include "train/optimizer_device.hpp"
 #include "nn/cuda/gpu_model.hpp"
+#include "train/optimizer_device.hpp"
 #include "train/step_constants.hpp"
 
 namespace bppsa {

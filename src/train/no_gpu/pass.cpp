@@ -1,7 +1,8 @@
 // A pass in a build without CUDA: every model runs the host pass (a Device::cuda model cannot
 // be made there: its constructor throws UnsupportedError).
-#include "train/cpu/host_pass.hpp"
 #include "train/pass.hpp"
+
+#include "train/cpu/host_pass.hpp"
 
 namespace bppsa::detail {
 
