@@ -1,6 +1,8 @@
 // Per-thread arithmetic and indexing of the recurrent layer kernels (forward recurrence, BP
 // through time, pre-activation gradients, Jacobian generation), as __host__ __device__
-// functions over device arrays laid out exactly as the CPU's LayerRecord (src/nn/cell.hpp):
+// functions over device arrays laid out exactly as the CPU's LayerRecord (src/nn/cell.hpp;
+// LayerArgs in layer_args.hpp), each cell's own arithmetic in its file (rnn_cell.hpp,
+// gru_cell.hpp, lstm_cell.hpp; the functions here dispatch on the cell):
 // column-major, time-major blocks of B columns. recurrent_kernels.cu is loops over these; the
 // g++ tests (tests/test_cuda_recurrent_host.cpp) replay them phase by phase over every
 // (block, thread) against the CPU engine. No Eigen, no CUDA headers.
@@ -19,61 +21,12 @@
 
 #include "core/cuda/grid.hpp"
 #include "core/cuda/hd.hpp"
+#include "nn/cuda/gru_cell.hpp"
+#include "nn/cuda/layer_args.hpp"
+#include "nn/cuda/lstm_cell.hpp"
+#include "nn/cuda/rnn_cell.hpp"
 
 namespace bppsa::detail::gpu {
-
-/// The cell of a layer as the kernels see it (the plain RNN's two activations apart).
-enum CellCode : std::int32_t { kRnnTanh = 0, kRnnRelu = 1, kGru = 2, kLstm = 3 };
-
-BPPSA_HD inline Idx cell_gates(std::int32_t cell) { return cell == kGru ? 3 : cell == kLstm ? 4 : 1; }
-BPPSA_HD inline Idx cell_state(std::int32_t cell, Idx hidden) { return cell == kLstm ? 2 * hidden : hidden; }
-
-BPPSA_HD inline float hd_exp(float v) { return expf(v); }
-BPPSA_HD inline double hd_exp(double v) { return exp(v); }
-BPPSA_HD inline float hd_tanh(float v) { return tanhf(v); }
-BPPSA_HD inline double hd_tanh(double v) { return tanh(v); }
-BPPSA_HD inline float hd_sqrt(float v) { return sqrtf(v); }
-BPPSA_HD inline double hd_sqrt(double v) { return sqrt(v); }
-/// As the CPU's detail::sigmoid: 1 / (1 + e^−v).
-template <class T>
-BPPSA_HD inline T hd_sigmoid(T v) {
-  return T(1) / (T(1) + hd_exp(-v));
-}
-/// False for NaN and ±Inf (v − v is NaN for both), without <cmath>'s host-only overloads.
-template <class T>
-BPPSA_HD inline bool hd_finite(T v) {
-  return v - v == T(0);
-}
-
-/// Everything a layer's kernels read and write. Device pointers; the record's layout is the
-/// LayerRecord's: h, c: H × (T+1)B (block 0 = s_0); gates: GH × TB after their nonlinearity;
-/// aux: GRU's M = W_hn h + b_hn, LSTM's tanh(c_t) (H × TB). Column t·B + b of a (T+1)B array is
-/// step t of sample b; column (t−1)·B + b of a TB array belongs to step t.
-template <class T>
-struct LayerArgs {
-  std::int32_t cell = kRnnTanh;
-  Idx H = 0;              ///< hidden size
-  Idx GH = 0;             ///< gates × H
-  Idx S = 0;              ///< state size (2H for LSTM)
-  Idx B = 0;              ///< batch
-  Idx steps = 0;          ///< T
-  Idx spb = 1;            ///< samples per block of the persistent kernels
-  bool w_shared = false;  ///< W_hh copied into shared memory (else read from global memory)
-  /// W_hh: the forward reads it column-major (GH × H: (r, k) at k·GH + r, a transposed copy),
-  /// the backward row-major (PyTorch's layout: (r, k) at r·H + k).
-  const T* w = nullptr;
-  const T* b_ih = nullptr;
-  const T* b_hh = nullptr;
-  const T* ax = nullptr;  ///< W_ih x for every step, GH × TB, without b_ih
-  T* h = nullptr;
-  T* c = nullptr;
-  T* gates = nullptr;
-  T* aux = nullptr;
-  T* g = nullptr;            ///< backward: state gradients S × (T+1)B (block t = ∂ℓ/∂s_t)
-  const T* above = nullptr;  ///< backward: injections H × TB (block t−1: gradient on h_t); null = none
-  T* dx = nullptr;           ///< GH × TB pre-activation gradients on the input side (W_ih, b_ih)
-  T* dh = nullptr;           ///< GRU: on the recurrent side (W_hh, b_hh); others use dx
-};
 
 // ---------------------------------------------------------------------------------------------
 // Persistent kernels: geometry and shared memory
@@ -203,50 +156,19 @@ BPPSA_HD inline void forward_matvec(const LayerArgs<T>& a, T* sm, Idx block, Idx
 /// writing the record (h_t, gates, aux, c_t) and returning h_t[j]. hp = h_{t−1}[j].
 template <class T>
 BPPSA_HD inline T cell_unit(const LayerArgs<T>& a, const T* wh, T hp, Idx t, Idx b, Idx j) {
-  const Idx H = a.H, col = (t - 1) * a.B + b;
-  const T* ax = a.ax + col * a.GH;
   T h;
   switch (a.cell) {
-    case kGru: {
-      // CPU: ah = W_hh h + b_hh; r = σ(ax_r + ah_r) with ax = W_ih x + b_ih; …
-      const T ahr = wh[j] + a.b_hh[j], ahz = wh[H + j] + a.b_hh[H + j], ahn = wh[2 * H + j] + a.b_hh[2 * H + j];
-      const T r = hd_sigmoid((ax[j] + a.b_ih[j]) + ahr);
-      const T z = hd_sigmoid((ax[H + j] + a.b_ih[H + j]) + ahz);
-      const T n = hd_tanh((ax[2 * H + j] + a.b_ih[2 * H + j]) + r * ahn);
-      h = (T(1) - z) * n + z * hp;
-      T* g = a.gates + col * a.GH;
-      g[j] = r;
-      g[H + j] = z;
-      g[2 * H + j] = n;
-      a.aux[col * H + j] = ahn;
+    case kGru:
+      h = GruCell::forward(a, wh, hp, t, b, j);
       break;
-    }
-    case kLstm: {
-      // CPU: a = W_hh h; a += ax; a += b_hh.
-      T v[4];
-      for (Idx q = 0; q < 4; ++q) v[q] = (wh[q * H + j] + (ax[q * H + j] + a.b_ih[q * H + j])) + a.b_hh[q * H + j];
-      const T i = hd_sigmoid(v[0]), f = hd_sigmoid(v[1]), gg = hd_tanh(v[2]), o = hd_sigmoid(v[3]);
-      const T cp = a.c[((t - 1) * a.B + b) * H + j];
-      const T c = f * cp + i * gg;
-      const T tc = hd_tanh(c);
-      h = o * tc;
-      T* g = a.gates + col * a.GH;
-      g[j] = i;
-      g[H + j] = f;
-      g[2 * H + j] = gg;
-      g[3 * H + j] = o;
-      a.c[(t * a.B + b) * H + j] = c;
-      a.aux[col * H + j] = tc;
+    case kLstm:
+      h = LstmCell::forward(a, wh, t, b, j);
       break;
-    }
-    default: {
-      // CPU: h = W_hh h_{t−1}; h += ax; h += b_hh; act.
-      const T pre = (wh[j] + (ax[j] + a.b_ih[j])) + a.b_hh[j];
-      h = a.cell == kRnnRelu ? (pre > T(0) ? pre : T(0)) : hd_tanh(pre);
+    default:
+      h = RnnCell::forward(a, wh, t, b, j);
       break;
-    }
   }
-  a.h[(t * a.B + b) * H + j] = h;
+  a.h[(t * a.B + b) * a.H + j] = h;
   return h;
 }
 
@@ -272,38 +194,16 @@ BPPSA_HD inline void forward_cell(const LayerArgs<T>& a, T* sm, Idx block, Idx t
 /// only differs, in its n gate). Formulas and association as src/nn/cpu/<cell>_cell.cpp.
 template <class T>
 BPPSA_HD inline void preact_unit(const LayerArgs<T>& a, Idx t, Idx b, Idx j, T gh, T gc, T* dx, T* dh) {
-  const Idx H = a.H, col = (t - 1) * a.B + b;
-  const T* g = a.gates + col * a.GH;
   switch (a.cell) {
-    case kGru: {
-      const T r = g[j], z = g[H + j], n = g[2 * H + j];
-      const T m = a.aux[col * H + j];
-      const T hp = a.h[((t - 1) * a.B + b) * H + j];
-      const T dn = (T(1) - n * n) * (T(1) - z) * gh;
-      dx[2] = dn;
-      dx[0] = r * (T(1) - r) * m * dn;
-      dx[1] = z * (T(1) - z) * (hp - n) * gh;
-      dh[0] = dx[0];
-      dh[1] = dx[1];
-      dh[2] = r * dn;
+    case kGru:
+      GruCell::preact(a, t, b, j, gh, dx, dh);
       break;
-    }
-    case kLstm: {
-      const T i = g[j], f = g[H + j], gg = g[2 * H + j], o = g[3 * H + j];
-      const T tc = a.aux[col * H + j];
-      const T cp = a.c[((t - 1) * a.B + b) * H + j];
-      const T dc = gc + o * (T(1) - tc * tc) * gh;
-      dx[0] = gg * i * (T(1) - i) * dc;
-      dx[2] = i * (T(1) - gg * gg) * dc;
-      dx[3] = tc * o * (T(1) - o) * gh;
-      dx[1] = dc * (cp * f * (T(1) - f));
+    case kLstm:
+      LstmCell::preact(a, t, b, j, gh, gc, dx);
       break;
-    }
-    default: {
-      const T h = a.h[(t * a.B + b) * H + j];
-      dx[0] = a.cell == kRnnRelu ? (h > T(0) ? T(1) : T(0)) * gh : (T(1) - h * h) * gh;
+    default:
+      RnnCell::preact(a, t, b, j, gh, dx);
       break;
-    }
   }
 }
 
@@ -409,46 +309,13 @@ BPPSA_HD inline Idx jacobian_values(std::int32_t cell, Idx H) {
 /// Value `item` of J_t^T for sample b. W_hh is row-major (a.w as the backward reads it).
 template <class T>
 BPPSA_HD inline T jacobian_value(const LayerArgs<T>& a, Idx t, Idx b, Idx item) {
-  const Idx H = a.H, col = (t - 1) * a.B + b;
-  const T* g = a.gates + col * a.GH;
-  const T* w = a.w;
   switch (a.cell) {
-    case kGru: {
-      const Idx i = item % H, j = item / H;  // row i (input h_{t−1}), column j (output h_t)
-      const T r = g[j], z = g[H + j], n = g[2 * H + j], m = a.aux[col * H + j];
-      const T hp = a.h[((t - 1) * a.B + b) * H + j];
-      const T beta = r * (T(1) - n * n) * (T(1) - z);
-      const T alpha = (T(1) - r) * m * beta;
-      const T gamma = z * (T(1) - z) * (hp - n);
-      T v = w[j * H + i] * alpha;
-      v += w[(H + j) * H + i] * gamma;
-      v += w[(2 * H + j) * H + i] * beta;
-      if (i == j) v += z;
-      return v;
-    }
-    case kLstm: {
-      const Idx S = 2 * H, i = item % S, jc = item / S, j = jc < H ? jc : jc - H;
-      const T ig = g[j], f = g[H + j], gg = g[2 * H + j], o = g[3 * H + j];
-      const T tc = a.aux[col * H + j], cp = a.c[((t - 1) * a.B + b) * H + j];
-      const T kappa = o * (T(1) - tc * tc);
-      if (i >= H) {  // bottom blocks: D(κ f) left, D(f) right
-        if (i - H != j) return T(0);
-        return jc < H ? kappa * f : f;
-      }
-      const T ai = gg * ig * (T(1) - ig), af = cp * f * (T(1) - f), ag = ig * (T(1) - gg * gg);
-      T tr = w[j * H + i] * ai;
-      tr += w[(H + j) * H + i] * af;
-      tr += w[(2 * H + j) * H + i] * ag;
-      if (jc >= H) return tr;  // (∂c'/∂h)^T
-      const T ao = tc * o * (T(1) - o);
-      T tl = tr * kappa;
-      tl += w[(3 * H + j) * H + i] * ao;
-      return tl;  // (∂h'/∂h)^T
-    }
-    default: {
-      const T h = a.h[(t * a.B + b) * H + item];
-      return a.cell == kRnnRelu ? (h > T(0) ? T(1) : T(0)) : T(1) - h * h;
-    }
+    case kGru:
+      return GruCell::jacobian_value(a, t, b, item);
+    case kLstm:
+      return LstmCell::jacobian_value(a, t, b, item);
+    default:
+      return RnnCell::jacobian_value(a, t, b, item);
   }
 }
 

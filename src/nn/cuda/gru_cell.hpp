@@ -1,0 +1,69 @@
+// The GRU cell on the GPU: its forward unit, pre-activation gradients and J_t^T values,
+// __host__ __device__ over the layer's record (layer_args.hpp). Formulas and association as its
+// CPU half, src/nn/cpu/gru_cell.cpp.
+#pragma once
+
+#include "nn/cuda/layer_args.hpp"
+
+namespace bppsa::detail::gpu {
+
+struct GruCell {
+  /// h_t[j] of sample b from W_hh h_{t−1} (wh: this sample's 3H values) and h_{t−1}[j] (hp),
+  /// writing the gates r, z, n and M = W_hn h + b_hn. CPU: ah = W_hh h + b_hh;
+  /// r = σ(ax_r + ah_r) with ax = W_ih x + b_ih; …
+  template <class T>
+  BPPSA_HD static T forward(const LayerArgs<T>& a, const T* wh, T hp, Idx t, Idx b, Idx j) {
+    const Idx H = a.H, col = (t - 1) * a.B + b;
+    const T* ax = a.ax + col * a.GH;
+    const T ahr = wh[j] + a.b_hh[j], ahz = wh[H + j] + a.b_hh[H + j], ahn = wh[2 * H + j] + a.b_hh[2 * H + j];
+    const T r = hd_sigmoid((ax[j] + a.b_ih[j]) + ahr);
+    const T z = hd_sigmoid((ax[H + j] + a.b_ih[H + j]) + ahz);
+    const T n = hd_tanh((ax[2 * H + j] + a.b_ih[2 * H + j]) + r * ahn);
+    T* g = a.gates + col * a.GH;
+    g[j] = r;
+    g[H + j] = z;
+    g[2 * H + j] = n;
+    a.aux[col * H + j] = ahn;
+    return (T(1) - z) * n + z * hp;
+  }
+
+  /// dx[q] (input side) and dh[q] (recurrent side, differing in the n gate) of unit j from the
+  /// gradient gh on h_t[j].
+  template <class T>
+  BPPSA_HD static void preact(const LayerArgs<T>& a, Idx t, Idx b, Idx j, T gh, T* dx, T* dh) {
+    const Idx H = a.H, col = (t - 1) * a.B + b;
+    const T* g = a.gates + col * a.GH;
+    const T r = g[j], z = g[H + j], n = g[2 * H + j];
+    const T m = a.aux[col * H + j];
+    const T hp = a.h[((t - 1) * a.B + b) * H + j];
+    const T dn = (T(1) - n * n) * (T(1) - z) * gh;
+    dx[2] = dn;
+    dx[0] = r * (T(1) - r) * m * dn;
+    dx[1] = z * (T(1) - z) * (hp - n) * gh;
+    dh[0] = dx[0];
+    dh[1] = dx[1];
+    dh[2] = r * dn;
+  }
+
+  /// Value `item` of J_t^T (dense H × H column-major): row i (input h_{t−1}), column j (output
+  /// h_t). W_hh row-major.
+  template <class T>
+  BPPSA_HD static T jacobian_value(const LayerArgs<T>& a, Idx t, Idx b, Idx item) {
+    const Idx H = a.H, col = (t - 1) * a.B + b;
+    const T* g = a.gates + col * a.GH;
+    const T* w = a.w;
+    const Idx i = item % H, j = item / H;
+    const T r = g[j], z = g[H + j], n = g[2 * H + j], m = a.aux[col * H + j];
+    const T hp = a.h[((t - 1) * a.B + b) * H + j];
+    const T beta = r * (T(1) - n * n) * (T(1) - z);
+    const T alpha = (T(1) - r) * m * beta;
+    const T gamma = z * (T(1) - z) * (hp - n);
+    T v = w[j * H + i] * alpha;
+    v += w[(H + j) * H + i] * gamma;
+    v += w[(2 * H + j) * H + i] * beta;
+    if (i == j) v += z;
+    return v;
+  }
+};
+
+}  // namespace bppsa::detail::gpu

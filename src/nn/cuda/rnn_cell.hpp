@@ -1,0 +1,35 @@
+// The plain RNN cell on the GPU (tanh or relu): its forward unit, pre-activation gradients and
+// J_t^T values, __host__ __device__ over the layer's record (layer_args.hpp). Formulas and
+// association as its CPU half, src/nn/cpu/rnn_cell.cpp.
+#pragma once
+
+#include "nn/cuda/layer_args.hpp"
+
+namespace bppsa::detail::gpu {
+
+struct RnnCell {
+  /// h_t[j] of sample b from W_hh h_{t−1} (wh: this sample's H values). CPU: h = W_hh h_{t−1};
+  /// h += ax; h += b_hh; act.
+  template <class T>
+  BPPSA_HD static T forward(const LayerArgs<T>& a, const T* wh, Idx t, Idx b, Idx j) {
+    const T* ax = a.ax + ((t - 1) * a.B + b) * a.GH;
+    const T pre = (wh[j] + (ax[j] + a.b_ih[j])) + a.b_hh[j];
+    return a.cell == kRnnRelu ? (pre > T(0) ? pre : T(0)) : hd_tanh(pre);
+  }
+
+  /// dx[0] of unit j from the gradient gh on h_t[j].
+  template <class T>
+  BPPSA_HD static void preact(const LayerArgs<T>& a, Idx t, Idx b, Idx j, T gh, T* dx) {
+    const T h = a.h[(t * a.B + b) * a.H + j];
+    dx[0] = a.cell == kRnnRelu ? (h > T(0) ? T(1) : T(0)) * gh : (T(1) - h * h) * gh;
+  }
+
+  /// Value `item` (unit) of J_t^T's per-sample diagonal d: W_hh^T·diag(d) with d = act'(pre).
+  template <class T>
+  BPPSA_HD static T jacobian_value(const LayerArgs<T>& a, Idx t, Idx b, Idx item) {
+    const T h = a.h[(t * a.B + b) * a.H + item];
+    return a.cell == kRnnRelu ? (h > T(0) ? T(1) : T(0)) : T(1) - h * h;
+  }
+};
+
+}  // namespace bppsa::detail::gpu
