@@ -15,6 +15,7 @@
 #include "fused_record.hpp"
 #include "nn/cuda/fused_math.hpp"
 #include "nn/cuda/fused_plan.hpp"
+#include "tolerance.hpp"
 
 namespace {
 
@@ -196,7 +197,7 @@ std::string plan_string(const FusedChoice& p) {
 }
 
 template <class T>
-constexpr double kTol = std::is_same_v<T, float> ? 1e-4 : 1e-11;
+constexpr double kTol = testutil::tol<T>(testutil::Op::fused_scan);
 /// Float gradients that vanish below this share of the largest are compared at that scale.
 constexpr double kFloor = 1e-6;
 

@@ -4,6 +4,7 @@
 
 #include "core/team.hpp"
 #include "oracle.hpp"
+#include "tolerance.hpp"
 
 namespace {
 
@@ -12,6 +13,8 @@ using oracle::Md;
 using oracle::Rng;
 using oracle::opts;
 
+template <class T>
+constexpr double kTol = testutil::tol<T>(testutil::Op::scan);
 
 /// ⌈log2(x)⌉ for x ≥ 1, by integer doubling.
 Index ceil_log2(Index x) {
@@ -51,7 +54,7 @@ TEST_P(ThreadCounts, BlellochAndFixedChunkHybridAreBitIdentical) {
         Scanner<float> scanner(base);
         Gradients<float> first, got;
         scanner.run(p.chain, p.g_last, first);
-        ASSERT_TRUE(oracle::close_to(first, ref, 1e-4));
+        ASSERT_TRUE(oracle::close_to(first, ref, kTol<float>));
         for (int threads : {2, 3, 8, 3, 1}) {
           ScanOptions o = base;
           o.threads = threads;
@@ -73,14 +76,14 @@ TEST_P(ThreadCounts, AutoAndThreadChunkedHybridMatchLinear) {
     Gradients<float> lin;
     Scanner<float>(opts(Algorithm::linear, 1)).run(p.chain, p.g_last, lin);
     const std::vector<Md> ref = oracle::naive_backward(p.chain, p.g_last);
-    ASSERT_TRUE(oracle::close_to(lin, ref, 1e-4));
+    ASSERT_TRUE(oracle::close_to(lin, ref, kTol<float>));
     for (int threads : {1, 2, 3, 8})
       for (Algorithm a : {Algorithm::automatic, Algorithm::hybrid}) {
         Gradients<float> got;
         Scanner<float> scanner(opts(a, threads, 0));
         const ScanStats& st = scanner.run(p.chain, p.g_last, got);
         EXPECT_NE(st.algorithm, Algorithm::automatic) << "stats report the algorithm that ran";
-        EXPECT_TRUE(oracle::close_to(got, as_reference(lin), 1e-4))
+        EXPECT_TRUE(oracle::close_to(got, as_reference(lin), kTol<float>))
             << to_string(a) << " threads " << threads << " batch " << batch << " (ran " << to_string(st.algorithm)
             << ")";
       }
@@ -288,13 +291,13 @@ TEST(PlanReuse, SameStructureNewValuesReusesThePlan) {
     Scanner<double> scanner(oracle::options_for(alg));
     Gradients<double> out;
     EXPECT_FALSE(scanner.run(p.chain, p.g_last, out).plan_reused) << alg.name;
-    EXPECT_TRUE(oracle::close_to(out, oracle::naive_backward(p.chain, p.g_last), 1e-10)) << alg.name;
+    EXPECT_TRUE(oracle::close_to(out, oracle::naive_backward(p.chain, p.g_last), kTol<double>)) << alg.name;
     for (int round = 0; round < 3; ++round) {
       refill(p.chain, p.g_last, rng);
       const ScanStats& st = scanner.run(p.chain, p.g_last, out);
       EXPECT_TRUE(st.plan_reused) << alg.name << " round " << round;
       EXPECT_EQ(st.plan_seconds, 0.0);
-      EXPECT_TRUE(oracle::close_to(out, oracle::naive_backward(p.chain, p.g_last), 1e-10))
+      EXPECT_TRUE(oracle::close_to(out, oracle::naive_backward(p.chain, p.g_last), kTol<double>))
           << alg.name << " round " << round;
     }
   }
@@ -308,7 +311,7 @@ TEST(PlanReuse, StructureChangesReplanAndStayCorrect) {
   auto run_expect = [&](bool reused, const char* what) {
     const ScanStats& st = scanner.run(p.chain, p.g_last, out);
     EXPECT_EQ(st.plan_reused, reused) << what;
-    EXPECT_TRUE(oracle::close_to(out, oracle::naive_backward(p.chain, p.g_last), 1e-10)) << what;
+    EXPECT_TRUE(oracle::close_to(out, oracle::naive_backward(p.chain, p.g_last), kTol<double>)) << what;
   };
   run_expect(false, "first run");
   run_expect(true, "same chain again");
@@ -365,9 +368,9 @@ TEST(PlanReuse, AnotherChainWithTheSameLayoutsReusesThePlanCorrectly) {
   Scanner<double> scanner(opts(Algorithm::blelloch, 2));
   Gradients<double> out;
   EXPECT_FALSE(scanner.run(a.chain, a.g_last, out).plan_reused);
-  EXPECT_TRUE(oracle::close_to(out, oracle::naive_backward(a.chain, a.g_last), 1e-10));
+  EXPECT_TRUE(oracle::close_to(out, oracle::naive_backward(a.chain, a.g_last), kTol<double>));
   EXPECT_TRUE(scanner.run(c, g_c, out).plan_reused);
-  EXPECT_TRUE(oracle::close_to(out, oracle::naive_backward(c, g_c), 1e-10));
+  EXPECT_TRUE(oracle::close_to(out, oracle::naive_backward(c, g_c), kTol<double>));
 }
 
 }  // namespace
