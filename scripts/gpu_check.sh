@@ -278,10 +278,7 @@ gc_bench_build() {
   done
   return "$rc"
 }
-gc_host_tests() {
-  "$GC_BUILD/tests/bppsa_test_cuda_host" --gtest_output=xml:"$GC_OUT/host_tests.xml" &&
-    "$GC_BUILD/tests/bppsa_test_cuda_recurrent_host" --gtest_output=xml:"$GC_OUT/host_tests_recurrent.xml"
-}
+gc_host_tests() { "$GC_BUILD/tests/bppsa_test_cuda_host" --gtest_output=xml:"$GC_OUT/host_tests.xml"; }
 gc_gpu_tests() { "$GC_BUILD/bppsa_test_gpu" --gtest_filter="$1" --gtest_output=xml:"$GC_OUT/gpu_tests.xml"; }
 gc_cli_gpu() { "$BPPSA_PYTHON" "$GC_ROOT/tests/gpu/check_cli_gpu.py" "$GC_BUILD/bppsa" "$GC_OUT/cli_gpu_work" "$@"; }
 gc_sanitizer() {  # gc_sanitizer memcheck|racecheck FILTER
@@ -449,7 +446,7 @@ if [ "$mode" != bench ]; then
   built=0
   if [ $configured = 1 ]; then
     # Only what the checks need: the CUDA test programs and the CLI.
-    step build 420 gc_build bppsa_test_gpu bppsa_test_cuda_host bppsa_test_cuda_recurrent_host bppsa_cli && built=1
+    step build 420 gc_build bppsa_test_gpu bppsa_test_cuda_host bppsa_cli && built=1
   else
     skip build "not configured"
   fi

@@ -9,6 +9,7 @@
 
 #include "oracle.hpp"
 #include "scan/cuda/executor.hpp"
+#include "tolerance.hpp"
 
 namespace gpu_test {
 
@@ -18,7 +19,7 @@ using oracle::Md;
 /// Float chains of 10^4 steps accumulate rounding differently on the two sides (fused
 /// multiply-adds, cuBLAS's order): norm-wise relative bounds per g_k.
 template <class T>
-constexpr double kTol = std::is_same_v<T, float> ? 1e-4 : 1e-10;
+constexpr double kTol = testutil::tol<T>(testutil::Op::scan);
 
 /// Sets the GPU product policy for a scope (restored after).
 class ProductsScope {
@@ -99,7 +100,7 @@ template <class T>
   const std::vector<oracle::Md> ref = oracle::naive_backward(chain, g_last);
   double cpu_error = 0;
   for (Index k = 0; k < want.size(); ++k)
-    cpu_error = std::max(cpu_error, oracle::rel_error(want.g(k), ref[static_cast<std::size_t>(k)]));
+    cpu_error = std::max(cpu_error, testutil::norm_rel_error(want.g(k), ref[static_cast<std::size_t>(k)]));
   if (cpu_error > 10 * kTol<T>)  // no bound to lend: the CPU engine itself is off
     return ::testing::AssertionFailure() << "the CPU engine's own error " << cpu_error
                                          << " against sequential BP in double exceeds 10× the tolerance" << where;

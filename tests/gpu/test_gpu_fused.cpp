@@ -1,5 +1,5 @@
 // The fused chunked scan (src/nn/cuda/fused_scan.hpp) on the GPU against the CPU engine's BP
-// (tests/fused_record.hpp): every cell, every compiled kernel (tile × columns, W_hh on chip or
+// (tests/common/fused_record.hpp): every cell, every compiled kernel (tile × columns, W_hh on chip or
 // not), exact operand order on small integers, CUDA Graph replays and pointer changes, errors,
 // and a covering set of the sizes (T up to 30000, H 1…256, batch 1…64).
 // GpuSmall.* stays small for compute-sanitizer (memcheck, racecheck); GpuFused.* is the rest.

@@ -1,5 +1,6 @@
 // Every scan algorithm vs the naive dense BP oracle: N up to 10^5, all kinds, rectangular, affine.
 #include "oracle.hpp"
+#include "tolerance.hpp"
 
 namespace {
 
@@ -8,7 +9,7 @@ using oracle::Md;
 using oracle::Rng;
 
 template <class T>
-constexpr double kTol = std::is_same_v<T, float> ? 1e-4 : 1e-10;
+constexpr double kTol = testutil::tol<T>(testutil::Op::scan);
 
 /// Runs each algorithm of `algos` on the chain and compares every g_k with the oracle.
 template <class T>

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bppsa/bppsa.hpp"
+#include "tolerance.hpp"
 
 namespace oracle {
 
@@ -107,15 +108,7 @@ std::vector<Md> naive_backward(const Chain<T>& chain, const bppsa::Matrix<T>& g_
 // ---------------------------------------------------------------------------------------
 // Comparisons.
 
-/// ||got − ref|| / ||ref|| (absolute when ref is zero).
-template <class T>
-double rel_error(const bppsa::Matrix<T>& got, const Md& ref) {
-  const double diff = (got.template cast<double>() - ref).norm();
-  const double scale = ref.norm();
-  return scale > 0 ? diff / scale : diff;
-}
-
-/// Every g_k within `tol` (norm-wise relative) of the oracle.
+/// Every g_k within `tol` of the oracle (testutil::norm_rel_error).
 template <class T>
 ::testing::AssertionResult close_to(const bppsa::Gradients<T>& got, const std::vector<Md>& ref, double tol) {
   if (got.size() != static_cast<Index>(ref.size()))
@@ -125,7 +118,7 @@ template <class T>
     if (got.g(k).rows() != r.rows() || got.g(k).cols() != r.cols())
       return ::testing::AssertionFailure() << "g_" << k << " is " << got.g(k).rows() << "x" << got.g(k).cols()
                                            << ", expected " << r.rows() << "x" << r.cols();
-    const double e = rel_error(got.g(k), r);
+    const double e = testutil::norm_rel_error(got.g(k), r);
     if (!(e <= tol)) return ::testing::AssertionFailure() << "g_" << k << ": relative error " << e << " > " << tol;
   }
   return ::testing::AssertionSuccess();

@@ -1,6 +1,6 @@
 // The fused chunked scan without a GPU: its chunking, thread mapping and cost model, and whole
 // runs of its kernels' __host__ __device__ phases replayed by g++ over every (block, thread), phase
-// by phase as the barriers order them, against the CPU engine's BP (tests/fused_record.hpp).
+// by phase as the barriers order them, against the CPU engine's BP (tests/common/fused_record.hpp).
 // Hazards: the replay in reversed and shuffled thread orders (and, for kernels without
 // barriers in their loop, thread by thread through all steps) must give the same bits; every
 // device array and shared memory starts as NaN, so a read of a value nobody wrote shows.
@@ -15,6 +15,7 @@
 #include "fused_record.hpp"
 #include "nn/cuda/fused_math.hpp"
 #include "nn/cuda/fused_plan.hpp"
+#include "tolerance.hpp"
 
 namespace {
 
@@ -196,7 +197,7 @@ std::string plan_string(const FusedChoice& p) {
 }
 
 template <class T>
-constexpr double kTol = std::is_same_v<T, float> ? 1e-4 : 1e-11;
+constexpr double kTol = testutil::tol<T>(testutil::Op::fused_scan);
 /// Float gradients that vanish below this share of the largest are compared at that scale.
 constexpr double kFloor = 1e-6;
 

@@ -12,14 +12,14 @@
 #include <string>
 #include <vector>
 
-#include "../fuzz/targets.hpp"
+#include "../../fuzz/targets.hpp"
 
 namespace fs = std::filesystem;
 using bppsa::fuzz::Target;
 
 namespace {
 
-const fs::path kTests = fs::path(__FILE__).parent_path();
+const fs::path kTests = fs::path(__FILE__).parent_path().parent_path();  // tests/
 const fs::path kCorpus = kTests.parent_path() / "fuzz" / "corpus";
 const fs::path kRegressions = kTests / "fuzz_regressions";
 

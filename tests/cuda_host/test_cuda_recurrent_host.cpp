@@ -32,6 +32,7 @@
 #include "nn/cuda/scan_layout.hpp"
 #include "scan/cuda/program.hpp"
 #include "scan/plan.hpp"
+#include "tolerance.hpp"
 #include "train/step_constants.hpp"
 
 namespace {
@@ -44,22 +45,11 @@ template <class T>
 constexpr T kPoison = std::numeric_limits<T>::quiet_NaN();
 /// Relative tolerance per tensor against the CPU engine: summation order and FMA only.
 template <class T>
-constexpr double kTol = std::is_same_v<T, float> ? 3e-5 : 1e-11;
+constexpr double kTol = testutil::tol<T>(testutil::Op::cuda_recurrent);
 
-/// max |a − b| / max |b| (absolute when b is all zeros); NaN anywhere fails.
-template <class A, class B>
-double rel_err(const A* a, const B* b, Idx n) {
-  double num = 0, den = 0;
-  for (Idx i = 0; i < n; ++i) {
-    const double x = static_cast<double>(a[i]), y = static_cast<double>(b[i]);
-    if (!std::isfinite(x) || !std::isfinite(y)) return std::numeric_limits<double>::infinity();
-    num = std::max(num, std::abs(x - y));
-    den = std::max(den, std::abs(y));
-  }
-  return den > 0 ? num / den : num;
-}
+using testutil::max_rel_error;
 
-#define EXPECT_CLOSE(T, got, want, n, what) EXPECT_LE(rel_err((got), (want), (n)), kTol<T>) << (what)
+#define EXPECT_CLOSE(T, got, want, n, what) EXPECT_LE(max_rel_error((got), (want), (n)), kTol<T>) << (what)
 
 // ---------------------------------------------------------------------------------------------
 // Reference cuBLAS semantics (column-major, leading dimensions), for layer_gemms.hpp
@@ -576,7 +566,8 @@ TEST(CudaRecurrentHost, JacobiansMatchTheCpuGenerators) {
           ASSERT_EQ(static_cast<Idx>(want.size()), per) << c.name;
           std::vector<double> got(static_cast<std::size_t>(per));
           for (Idx i = 0; i < per; ++i) got[static_cast<std::size_t>(i)] = gpu::jacobian_value(a, t, b, i);
-          EXPECT_LE(rel_err(got.data(), want.data(), per), 1e-13) << c.name << " H " << H << " t " << t << " b " << b;
+          EXPECT_LE(max_rel_error(got.data(), want.data(), per), 1e-13)
+              << c.name << " H " << H << " t " << t << " b " << b;
         }
     }
 }

@@ -15,6 +15,7 @@
 #include "scan/cuda/executor.hpp"
 #include "scan/cuda/program.hpp"
 #include "scan/plan.hpp"
+#include "tolerance.hpp"
 
 namespace {
 
@@ -25,7 +26,7 @@ using oracle::Md;
 using oracle::Rng;
 
 template <class T>
-constexpr double kTol = std::is_same_v<T, float> ? 2e-5 : 1e-12;
+constexpr double kTol = testutil::tol<T>(testutil::Op::cuda_items);
 
 template <class T>
 constexpr T kPoison = std::numeric_limits<T>::quiet_NaN();
@@ -516,7 +517,7 @@ TEST(CudaProgram, BlellochLaunchesPerLevelAndSharedProductsOnce) {
   std::vector<Md> cpu;
   const Gradients<double> want = backward(p.chain, p.g_last, oracle::opts(Algorithm::blelloch, 2));
   for (Index k = 0; k < want.size(); ++k) cpu.push_back(want.g(k));
-  EXPECT_TRUE(oracle::close_to(e.g, cpu, 1e-12));
+  EXPECT_TRUE(oracle::close_to(e.g, cpu, kTol<double>));
 }
 
 TEST(CudaProgram, LongChainsMatchTheCpuEngine) {
@@ -527,7 +528,8 @@ TEST(CudaProgram, LongChainsMatchTheCpuEngine) {
       const Gradients<float> want = backward(p.chain, p.g_last, oracle::opts(a, 2, 8));
       std::vector<Md> cpu;
       for (Index k = 0; k < want.size(); ++k) cpu.push_back(want.g(k).cast<double>());
-      EXPECT_TRUE(oracle::close_to(e.g, cpu, 1e-4)) << to_string(kind) << " " << to_string(a);
+      EXPECT_TRUE(oracle::close_to(e.g, cpu, testutil::tol<float>(testutil::Op::scan)))
+          << to_string(kind) << " " << to_string(a);
     }
   }
 }

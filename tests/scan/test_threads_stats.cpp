@@ -1,17 +1,10 @@
-// Thread-count independence (bit-identical), the executor's stages, statistics vs hand-derived
-// formulas, plan reuse.
-#include <pthread.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <atomic>
-#include <chrono>
-#include <stdexcept>
+// Thread-count independence (bit-identical), statistics vs hand-derived formulas, plan reuse.
+// The team runner and the executor's stages: tests/core/test_team.cpp.
 #include <string>
-#include <thread>
 
 #include "core/team.hpp"
 #include "oracle.hpp"
+#include "tolerance.hpp"
 
 namespace {
 
@@ -20,6 +13,8 @@ using oracle::Md;
 using oracle::Rng;
 using oracle::opts;
 
+template <class T>
+constexpr double kTol = testutil::tol<T>(testutil::Op::scan);
 
 /// ⌈log2(x)⌉ for x ≥ 1, by integer doubling.
 Index ceil_log2(Index x) {
@@ -59,7 +54,7 @@ TEST_P(ThreadCounts, BlellochAndFixedChunkHybridAreBitIdentical) {
         Scanner<float> scanner(base);
         Gradients<float> first, got;
         scanner.run(p.chain, p.g_last, first);
-        ASSERT_TRUE(oracle::close_to(first, ref, 1e-4));
+        ASSERT_TRUE(oracle::close_to(first, ref, kTol<float>));
         for (int threads : {2, 3, 8, 3, 1}) {
           ScanOptions o = base;
           o.threads = threads;
@@ -81,14 +76,14 @@ TEST_P(ThreadCounts, AutoAndThreadChunkedHybridMatchLinear) {
     Gradients<float> lin;
     Scanner<float>(opts(Algorithm::linear, 1)).run(p.chain, p.g_last, lin);
     const std::vector<Md> ref = oracle::naive_backward(p.chain, p.g_last);
-    ASSERT_TRUE(oracle::close_to(lin, ref, 1e-4));
+    ASSERT_TRUE(oracle::close_to(lin, ref, kTol<float>));
     for (int threads : {1, 2, 3, 8})
       for (Algorithm a : {Algorithm::automatic, Algorithm::hybrid}) {
         Gradients<float> got;
         Scanner<float> scanner(opts(a, threads, 0));
         const ScanStats& st = scanner.run(p.chain, p.g_last, got);
         EXPECT_NE(st.algorithm, Algorithm::automatic) << "stats report the algorithm that ran";
-        EXPECT_TRUE(oracle::close_to(got, as_reference(lin), 1e-4))
+        EXPECT_TRUE(oracle::close_to(got, as_reference(lin), kTol<float>))
             << to_string(a) << " threads " << threads << " batch " << batch << " (ran " << to_string(st.algorithm)
             << ")";
       }
@@ -136,183 +131,6 @@ TEST(ThreadCounts, LittleWorkRunsOnOneThreadAndTheSameBits) {
     Scanner<float>(opts(Algorithm::blelloch, 2)).run(p.chain, p.g_last, full);
   }
   EXPECT_TRUE(oracle::bit_identical(small, full));
-}
-
-// ---------------------------------------------------------------------------------------
-// The executor's stages: units claimed by whichever thread is free.
-
-TEST(Stages, EveryUnitRunsOnceAndAfterThePreviousStage) {
-  const std::vector<std::int64_t> units{1, 7, 64, 3, 0, 200, 1, 33};
-  for (int threads : {1, 2, 3, 8}) {
-    std::vector<std::atomic<int>> runs(units.size() * 256);
-    std::vector<std::atomic<std::int64_t>> finished(units.size());
-    std::atomic<int> out_of_order{0};
-    detail::Stages stages(units);
-    detail::run_team(threads, [&](int) {
-      stages.run([&](std::size_t s, std::int64_t u) {
-        if (s > 0 && finished[s - 1].load() != units[s - 1]) ++out_of_order;
-        ++runs[s * 256 + static_cast<std::size_t>(u)];
-        ++finished[s];
-      });
-    });
-    EXPECT_EQ(out_of_order.load(), 0) << threads << " threads";
-    for (std::size_t s = 0; s < units.size(); ++s)
-      for (std::int64_t u = 0; u < 256; ++u)
-        ASSERT_EQ(runs[s * 256 + static_cast<std::size_t>(u)].load(), u < units[s] ? 1 : 0)
-            << "stage " << s << " unit " << u << ", " << threads << " threads";
-  }
-}
-
-TEST(Stages, AThreadThatNeverArrivesHoldsNothingBack) {
-  // Worker 1 stands for a thread the OS has descheduled: it claims nothing until every unit is
-  // done, or 30 s have passed. With a barrier per stage the caller would wait for it.
-  const std::vector<std::int64_t> units{4, 9, 2, 16, 5};
-  std::int64_t total = 0;
-  for (std::int64_t u : units) total += u;
-  std::atomic<std::int64_t> ran{0};
-  std::atomic<bool> worker_joined{false}, joined_after_all{false};
-  detail::Stages stages(units);
-  detail::run_team(2, [&](int worker) {
-    if (worker == 1) {
-      worker_joined = true;
-      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-      while (ran.load() < total && std::chrono::steady_clock::now() < until)
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      joined_after_all = ran.load() == total;
-    }
-    stages.run([&](std::size_t, std::int64_t) { ++ran; });
-  });
-  EXPECT_EQ(ran.load(), total);
-  if (worker_joined) {
-    EXPECT_TRUE(joined_after_all.load()) << "the caller waited for the absent worker";
-  }
-}
-
-// ---------------------------------------------------------------------------------------
-// The team runner: the caller is worker 0; pool threads join while the job is open.
-
-TEST(RunTeam, TheCallerRunsOnceAndEveryOtherWorkerAtMostOnce) {
-  for (int threads : {1, 2, 3, 8})
-    for (int rep = 0; rep < 50; ++rep) {
-      std::vector<std::atomic<int>> calls(16);
-      std::atomic<std::int64_t> ran{0};
-      detail::Stages stages({3, 40, 1, 17});
-      detail::run_team(threads, [&](int worker) {
-        ++calls[static_cast<std::size_t>(worker)];
-        stages.run([&](std::size_t, std::int64_t) { ++ran; });
-      });
-      ASSERT_EQ(calls[0].load(), 1) << threads << " threads";
-      for (int w = 1; w < 16; ++w) ASSERT_LE(calls[static_cast<std::size_t>(w)].load(), w < threads ? 1 : 0) << w;
-      ASSERT_EQ(ran.load(), 61) << "every unit done before run_team returns";
-    }
-}
-
-TEST(RunTeam, AnExceptionReachesTheCallerAndThePoolStaysUsable) {
-  for (int rep = 0; rep < 20; ++rep) {
-    EXPECT_THROW(detail::run_team(2, [](int worker) {
-                   if (worker == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
-                   throw std::runtime_error("unit " + std::to_string(worker));
-                 }),
-                 std::runtime_error);
-    std::atomic<int> ran{0};
-    detail::Stages stages({10});
-    detail::run_team(2, [&](int) { stages.run([&](std::size_t, std::int64_t) { ++ran; }); });
-    ASSERT_EQ(ran.load(), 10);
-  }
-}
-
-TEST(RunTeam, NestedAndConcurrentCallersEachFinishTheirOwnWork) {
-  // A call from inside a body, or while another caller holds the pool, runs on its caller alone.
-  std::atomic<int> inner_workers{0};
-  detail::run_team(2, [&](int worker) {
-    if (worker == 0) detail::run_team(4, [&](int w) { inner_workers += 1 + w * 100; });
-  });
-  EXPECT_EQ(inner_workers.load(), 1);
-
-  std::vector<std::thread> callers;
-  std::atomic<int> wrong{0};
-  for (int c = 0; c < 4; ++c)
-    callers.emplace_back([&, c] {
-      for (int rep = 0; rep < 200; ++rep) {
-        std::atomic<std::int64_t> ran{0};
-        detail::Stages stages({5 + c, 30, 2});
-        detail::run_team(1 + (rep + c) % 3, [&](int) { stages.run([&](std::size_t, std::int64_t) { ++ran; }); });
-        if (ran.load() != 37 + c) ++wrong;
-      }
-    });
-  for (auto& t : callers) t.join();
-  EXPECT_EQ(wrong.load(), 0);
-}
-
-TEST(RunTeam, AForkedChildStartsAPoolOfItsOwn) {
-  // The child inherits the pool, busy or not, but not its threads (PyTorch forks data-loader
-  // workers from a process that is training): its teams must still get real workers.
-  std::atomic<bool> stop{false};
-  std::thread busy([&] {
-    while (!stop) {
-      detail::Stages stages({64});
-      detail::run_team(2, [&](int) { stages.run([](std::size_t, std::int64_t) {}); });
-    }
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  const pid_t pid = fork();
-  if (pid == 0) {
-    alarm(60);  // a deadlock kills the child: the parent sees a signal, not exit 0
-    int joined = 0;
-    for (int rep = 0; rep < 5; ++rep) {
-      std::atomic<bool> worker_ran{false};
-      detail::run_team(2, [&](int worker) {
-        if (worker == 1) worker_ran = true;
-        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-        while (worker == 0 && !worker_ran && std::chrono::steady_clock::now() < until)
-          std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      });
-      joined += worker_ran ? 1 : 0;
-    }
-    _exit(joined == 5 ? 0 : 1);
-  }
-  stop = true;
-  busy.join();
-  ASSERT_GT(pid, 0);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-      << "the child's teams got no worker (status " << status << ")";
-}
-
-TEST(RunTeam, NoMoreThreadsMeansFewerWorkersNotAnError) {
-  // In a child (a new pool) whose threads cannot be created (a 1 TiB default stack cannot be
-  // mapped: what a process or container thread limit looks like), the work still gets done, by
-  // the caller, call after call.
-  const pid_t pid = fork();
-  if (pid == 0) {
-    alarm(60);
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, std::size_t{1} << 40);
-    if (pthread_setattr_default_np(&attr) != 0) _exit(3);
-    int wrong = 0;
-    for (int rep = 0; rep < 5; ++rep) {
-      std::atomic<int> ran{0}, others{0};
-      detail::Stages stages({7, 11});
-      try {
-        detail::run_team(4, [&](int worker) {
-          if (worker != 0) ++others;
-          stages.run([&](std::size_t, std::int64_t) { ++ran; });
-        });
-      } catch (...) {
-        _exit(2);
-      }
-      if (ran != 18 || others != 0) ++wrong;
-    }
-    _exit(wrong == 0 ? 0 : 1);
-  }
-  ASSERT_GT(pid, 0);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
-  if (WEXITSTATUS(status) == 3) GTEST_SKIP() << "pthread_setattr_default_np refused the stack size";
-  EXPECT_EQ(WEXITSTATUS(status), 0) << (WEXITSTATUS(status) == 2 ? "run_team threw" : "work missing");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -473,13 +291,13 @@ TEST(PlanReuse, SameStructureNewValuesReusesThePlan) {
     Scanner<double> scanner(oracle::options_for(alg));
     Gradients<double> out;
     EXPECT_FALSE(scanner.run(p.chain, p.g_last, out).plan_reused) << alg.name;
-    EXPECT_TRUE(oracle::close_to(out, oracle::naive_backward(p.chain, p.g_last), 1e-10)) << alg.name;
+    EXPECT_TRUE(oracle::close_to(out, oracle::naive_backward(p.chain, p.g_last), kTol<double>)) << alg.name;
     for (int round = 0; round < 3; ++round) {
       refill(p.chain, p.g_last, rng);
       const ScanStats& st = scanner.run(p.chain, p.g_last, out);
       EXPECT_TRUE(st.plan_reused) << alg.name << " round " << round;
       EXPECT_EQ(st.plan_seconds, 0.0);
-      EXPECT_TRUE(oracle::close_to(out, oracle::naive_backward(p.chain, p.g_last), 1e-10))
+      EXPECT_TRUE(oracle::close_to(out, oracle::naive_backward(p.chain, p.g_last), kTol<double>))
           << alg.name << " round " << round;
     }
   }
@@ -493,7 +311,7 @@ TEST(PlanReuse, StructureChangesReplanAndStayCorrect) {
   auto run_expect = [&](bool reused, const char* what) {
     const ScanStats& st = scanner.run(p.chain, p.g_last, out);
     EXPECT_EQ(st.plan_reused, reused) << what;
-    EXPECT_TRUE(oracle::close_to(out, oracle::naive_backward(p.chain, p.g_last), 1e-10)) << what;
+    EXPECT_TRUE(oracle::close_to(out, oracle::naive_backward(p.chain, p.g_last), kTol<double>)) << what;
   };
   run_expect(false, "first run");
   run_expect(true, "same chain again");
@@ -550,9 +368,9 @@ TEST(PlanReuse, AnotherChainWithTheSameLayoutsReusesThePlanCorrectly) {
   Scanner<double> scanner(opts(Algorithm::blelloch, 2));
   Gradients<double> out;
   EXPECT_FALSE(scanner.run(a.chain, a.g_last, out).plan_reused);
-  EXPECT_TRUE(oracle::close_to(out, oracle::naive_backward(a.chain, a.g_last), 1e-10));
+  EXPECT_TRUE(oracle::close_to(out, oracle::naive_backward(a.chain, a.g_last), kTol<double>));
   EXPECT_TRUE(scanner.run(c, g_c, out).plan_reused);
-  EXPECT_TRUE(oracle::close_to(out, oracle::naive_backward(c, g_c), 1e-10));
+  EXPECT_TRUE(oracle::close_to(out, oracle::naive_backward(c, g_c), kTol<double>));
 }
 
 }  // namespace
