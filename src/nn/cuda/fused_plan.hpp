@@ -1,7 +1,7 @@
 // The fused scan's cost model: chooses the chunk length L and each launch's mapping (row tile,
 // columns per thread, groups per block, W_hh on chip or not) from H, T, B and the device's SM
 // count and shared memory, by estimating every candidate's cycles. __host__ __device__ plain
-// arithmetic, tested by g++ (tests/test_cuda_fused_host.cpp). The constants are H100-class
+// arithmetic, tested by g++ (tests/cuda_host/test_cuda_fused_host.cpp). The constants are H100-class
 // guesses from the instruction mix, not yet fitted: docs/gpu_first_run.md compares them with an
 // H100 (`bench_fused_scan --sweep`).
 #pragma once
