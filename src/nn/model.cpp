@@ -1,10 +1,11 @@
-// Sequence classifier: recurrent stack + Linear head + loss, with PyTorch state_dict names.
+// Sequence classifier: recurrent stack + Linear head + loss, with PyTorch state_dict names. The
+// front: it checks batches and call order and dispatches to its half (nn/classifier_half.hpp).
 #include "bppsa/nn/model.hpp"
 
 #include <omp.h>
 
-
 #include "bppsa/core/error.hpp"
+#include "nn/classifier_half.hpp"
 #include "nn/cuda/gpu_model.hpp"
 
 namespace bppsa {
@@ -112,27 +113,21 @@ void raise_status(const ModelConfig& config, const DeviceStatus& status) {
 
 }  // namespace detail::gpu
 
-namespace {
 template <class T>
-void argmax_last(const Matrix<T>& logits, Index batch, std::vector<std::int64_t>* predictions) {
-  if (!predictions) return;
-  predictions->resize(static_cast<std::size_t>(batch));
-  const Index first = logits.cols() - batch;
-  for (Index b = 0; b < batch; ++b) {
-    Index best = 0;
-    logits.col(first + b).maxCoeff(&best);
-    (*predictions)[static_cast<std::size_t>(b)] = best;
-  }
-}
-}  // namespace
+struct SequenceClassifier<T>::Impl {
+  Recurrent<T> rnn;
+  Linear<T> head;
+  std::unique_ptr<detail::ClassifierHalf<T>> half;  // last: it refers to rnn and head
+
+  explicit Impl(const ModelConfig& config)
+      : rnn(config.rnn),
+        head(config.rnn.hidden, config.classes),
+        half(detail::make_classifier_half<T>(config, rnn, head)) {}
+};
 
 template <class T>
 SequenceClassifier<T>::SequenceClassifier(ModelConfig config)
-    : config_(config), rnn_(config.rnn), head_(config.rnn.hidden, config.classes) {
-  if (config.rnn.device == Device::cuda)
-    gpu_ = detail::gpu::make_model_gpu<T>(*rnn_.gpu(), config.rnn, config.classes, config.head == HeadMode::every,
-                                          config.loss);
-}
+    : config_(config), impl_(std::make_unique<Impl>(config)) {}
 
 template <class T>
 SequenceClassifier<T>::~SequenceClassifier() = default;
@@ -143,64 +138,41 @@ SequenceClassifier<T>& SequenceClassifier<T>::operator=(SequenceClassifier&&) no
 
 template <class T>
 void SequenceClassifier<T>::reset_parameters(std::uint64_t seed) {
-  rnn_.reset_parameters(seed);
-  head_.reset_parameters(seed ^ 0x9E3779B97F4A7C15ull);
-  if (gpu_) {  // every value replaced: the host copy is the current one
-    gpu_->head_sync.host_newer = true;
-    gpu_->head_sync.device_newer = false;
-  }
+  impl_->rnn.reset_parameters(seed);
+  impl_->head.reset_parameters(seed ^ 0x9E3779B97F4A7C15ull);
+  impl_->half->host_written();  // every value replaced: the host copy is the current one
 }
 
 template <class T>
 detail::gpu::ModelGpu<T>* SequenceClassifier<T>::gpu() {
-  if (!gpu_) return nullptr;
-  rnn_.gpu();  // uploads the recurrent parameters the host changed
-  if (gpu_->head_sync.host_newer) {
-    gpu_->upload_head(head_);
-    gpu_->head_sync.host_newer = false;
-  }
-  gpu_->initial_states = rnn_.initial_states();
-  gpu_->final_grads = rnn_.final_grads();
-  return gpu_.get();
+  return impl_->half->gpu();
 }
 
 template <class T>
 void SequenceClassifier<T>::synchronize() {
-  if (!gpu_) return;
-  const detail::gpu::DeviceStatus st = gpu_->stack().read_status();
-  if (st.flags != 0) {
-    gpu_->stack().clear_flags();
-    detail::gpu::raise_status(config_, st);
-  }
-}
-
-template <class T>
-void SequenceClassifier<T>::pull() {
-  if (!gpu_) return;
-  synchronize();
-  rnn_.pull();
-  auto& h = gpu_->head_sync;
-  if (h.device_newer || h.grads_newer) gpu_->download_head(head_, h.device_newer, h.grads_newer);
-  h.device_newer = h.grads_newer = false;
+  impl_->half->synchronize();
 }
 
 template <class T>
 void SequenceClassifier<T>::sync_to_host() {
-  pull();
+  impl_->half->pull();
 }
 
 template <class T>
 std::size_t SequenceClassifier<T>::device_bytes() const {
-  return gpu_ ? gpu_->device_bytes() : 0;
+  return impl_->half->device_bytes();
+}
+
+template <class T>
+Recurrent<T>& SequenceClassifier<T>::rnn() {
+  return impl_->rnn;
 }
 
 template <class T>
 Linear<T>& SequenceClassifier<T>::head() {
-  if (gpu_) {
-    pull();
-    gpu_->head_sync.host_newer = true;  // the caller may change it
-  }
-  return head_;
+  impl_->half->pull();
+  impl_->half->host_written();  // the caller may change it
+  return impl_->head;
 }
 
 template <class T>
@@ -219,55 +191,16 @@ void SequenceClassifier<T>::set_batch(std::span<const float> x, Index batch, Ind
     detail::raise<ShapeError>(op, std::to_string(labels.size()) + " labels for a batch of " + std::to_string(batch));
   stored_ = 0;
   batch_ = 0;  // no backward until a forward of this batch has run
-  if (gpu_) {
-    // The GPU computes the loss without looking at label ranges: check them here, as loss() does.
-    for (Index b = 0; b < batch; ++b)
-      check_label("loss", labels[static_cast<std::size_t>(b)], "prediction " + std::to_string(b), config_.classes);
-    gpu()->set_batch(x, batch, steps, labels);
-  } else {
-    x_.resize(I, steps * batch);
-    for (Index b = 0; b < batch; ++b)
-      for (Index t = 0; t < steps; ++t)
-        for (Index i = 0; i < I; ++i)
-          x_(i, t * batch + b) = static_cast<T>(x[static_cast<std::size_t>((b * steps + t) * I + i)]);
-    labels_.assign(labels.begin(), labels.end());
-  }
-  steps_ = steps;
+  impl_->half->set_batch(x, batch, steps, labels);
   stored_ = batch;
 }
 
 template <class T>
 T SequenceClassifier<T>::run_forward(bool grad, std::vector<std::int64_t>* predictions) {
-  const Index batch = stored_, steps = steps_;
-  if (batch == 0)
+  if (stored_ == 0)
     detail::raise<InvalidArgument>("SequenceClassifier::forward_loss",
                                    "no batch to run: call set_batch (or forward_loss with a batch) first");
-  if (gpu_) {
-    detail::gpu::ModelGpu<T>* g = gpu();
-    g->forward_loss(grad, 0);
-    const detail::gpu::DeviceStatus st = g->stack().read_status();  // waits for the loss
-    if (st.flags != 0) {  // throws NonFiniteError as the CPU's loss() would
-      g->stack().clear_flags();
-      detail::gpu::raise_status(config_, st);
-    }
-    if (predictions) g->download_predictions(*predictions);
-    return static_cast<T>(st.loss);
-  }
-  rnn_.forward(x_, steps, batch);
-  const std::span<const std::int64_t> labels(labels_);
-  if (config_.head == HeadMode::every) {
-    head_.forward(rnn_.output(), logits_);
-    col_labels_.resize(static_cast<std::size_t>(steps * batch));
-    for (Index t = 0; t < steps; ++t)
-      for (Index b = 0; b < batch; ++b)
-        col_labels_[static_cast<std::size_t>(t * batch + b)] = labels[static_cast<std::size_t>(b)];
-  } else {
-    head_.forward(rnn_.output().rightCols(batch), logits_);
-    col_labels_.assign(labels.begin(), labels.end());
-  }
-  const T l = loss<T>(config_.loss, logits_, col_labels_, grad ? &dlogits_ : nullptr);
-  argmax_last(logits_, batch, predictions);
-  return l;
+  return impl_->half->forward_loss(grad, predictions);
 }
 
 template <class T>
@@ -297,72 +230,34 @@ void SequenceClassifier<T>::backward(const BackwardOptions& options, BackwardTim
   if (batch_ == 0)
     detail::raise<InvalidArgument>("SequenceClassifier::backward",
                                    "no loss to differentiate: call forward_loss (or loss_and_grad) first");
-  if (gpu_) {
-    detail::gpu::ModelGpu<T>* g = gpu();
-    g->backward(options, 0);
-    if (times) {
-      StepTimes st;
-      double optimizer = 0;
-      g->step_times(0, st, optimizer);
-      *times = st.detail;
-    }
-    return;
-  }
-  head_backward(dlogits_, dout_);
-  BackwardTimes bt;
-  rnn_.backward(dout_, config_.head == HeadMode::every, options, &bt);
-  if (times) *times = bt;
+  impl_->half->backward(options, times);
 }
 
 template <class T>
 void SequenceClassifier<T>::head_backward(const Matrix<T>& dlogits, Matrix<T>& dout) {
-  if (gpu_)
-    detail::raise<UnsupportedError>("SequenceClassifier::head_backward",
-                                    "a Device::cuda model runs its head on the GPU inside backward(); head_backward "
-                                    "takes host matrices of a Device::cpu model");
-  if (config_.head == HeadMode::every) {
-    head_.backward(rnn_.output(), dlogits, dout);
-  } else {
-    const Index batch = dlogits.cols();
-    head_.backward(rnn_.output().rightCols(batch), dlogits, dh_);
-    dout.setZero(config_.rnn.hidden, rnn_.output().cols());
-    dout.rightCols(batch) = dh_;
-  }
+  impl_->half->head_backward(dlogits, dout);
 }
 
 template <class T>
 T SequenceClassifier<T>::loss_and_grad(std::span<const float> x, Index batch, Index steps,
                                        std::span<const std::int64_t> labels, const BackwardOptions& options,
                                        StepTimes* times, std::vector<std::int64_t>* predictions) {
-  if (gpu_) {  // timed on the GPU with CUDA events
-    const T l = forward_loss(x, batch, steps, labels, predictions);
-    backward(options);
-    StepTimes st;
-    double optimizer = 0;
-    gpu_->step_times(0, st, optimizer);  // waits for the backward
-    if (times) *times = st;
-    return l;
-  }
   const double t0 = omp_get_wtime();
   const T l = forward_loss(x, batch, steps, labels, predictions);
   const double t1 = omp_get_wtime();
   BackwardTimes bt;
-  backward(options, &bt);
+  backward(options, times ? &bt : nullptr);
   const double t2 = omp_get_wtime();
-  if (times) {
-    times->forward = t1 - t0;
-    times->backward = t2 - t1;
-    times->detail = bt;
-  }
+  if (times) *times = impl_->half->step_times(t1 - t0, t2 - t1, bt);
   return l;
 }
 
 template <class T>
 std::vector<NamedParam<T>> SequenceClassifier<T>::parameters() {
-  if (gpu_) {
-    pull();
-    gpu_->head_sync.host_newer = true;  // writes through the pointers go up before the next device step
-  }
+  impl_->half->pull();
+  impl_->half->host_written();  // writes through the pointers go up before the next device step
+  Recurrent<T>& stack = impl_->rnn;
+  Linear<T>& linear = impl_->head;
   std::vector<NamedParam<T>> out;
   const auto names = expected_state_dict(config_);
   auto add = [&](std::size_t i, T* v, const T* g, Index n) {
@@ -370,15 +265,15 @@ std::vector<NamedParam<T>> SequenceClassifier<T>::parameters() {
   };
   std::size_t i = 0;
   for (Index l = 0; l < config_.rnn.layers; ++l) {
-    auto& p = rnn_.params(l);
-    const auto& g = rnn_.grads(l);
+    auto& p = stack.params(l);
+    const auto& g = stack.grads(l);
     add(i++, p.w_ih.data(), g.w_ih.data(), p.w_ih.size());
     add(i++, p.w_hh.data(), g.w_hh.data(), p.w_hh.size());
     add(i++, p.b_ih.data(), g.b_ih.data(), p.b_ih.size());
     add(i++, p.b_hh.data(), g.b_hh.data(), p.b_hh.size());
   }
-  add(i++, head_.weight.data(), head_.grad_weight.data(), head_.weight.size());
-  add(i++, head_.bias.data(), head_.grad_bias.data(), head_.bias.size());
+  add(i++, linear.weight.data(), linear.grad_weight.data(), linear.weight.size());
+  add(i++, linear.bias.data(), linear.grad_bias.data(), linear.bias.size());
   return out;
 }
 

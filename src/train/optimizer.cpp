@@ -126,15 +126,7 @@ TensorFile Optimizer<T>::state(const std::vector<NamedParam<T>>& params) const {
   TensorFile f;
   f.metadata["optimizer"] = to_string(config_.type);
   f.metadata["step"] = std::to_string(step_);
-  if (gpu_) {  // the device holds the current state: sized here, filled by the device half
-    m_.assign(params.size(), {});
-    v_.assign(params.size(), {});
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      m_[i].assign(static_cast<std::size_t>(params[i].size), T(0));
-      v_[i].assign(static_cast<std::size_t>(params[i].size), T(0));
-    }
-    state_from_device();
-  }
+  state_from_device(params);  // a Device::cuda step's state lives on the GPU
   if (m_.empty()) return f;
   auto put = [&](const std::string& name, const std::vector<T>& src, const std::vector<Index>& shape) {
     std::vector<double> d(src.begin(), src.end());

@@ -4,7 +4,7 @@
 
 #include "bppsa/train/optimizer.hpp"
 
-#define BPPSA_OPTIMIZER_DEVICE(T)                           \
-  template void Optimizer<T>::step(SequenceClassifier<T>&); \
-  template void Optimizer<T>::state_from_device() const;    \
+#define BPPSA_OPTIMIZER_DEVICE(T)                                                         \
+  template void Optimizer<T>::step(SequenceClassifier<T>&);                               \
+  template void Optimizer<T>::state_from_device(const std::vector<NamedParam<T>>&) const; \
   template void Optimizer<T>::state_to_device();

@@ -114,7 +114,7 @@ class SequenceClassifier {
   /// Every parameter in PyTorch's state_dict order (Device::cuda: brought up to date first;
   /// writes through the pointers are uploaded before the next device computation).
   std::vector<NamedParam<T>> parameters();
-  Recurrent<T>& rnn() { return rnn_; }
+  Recurrent<T>& rnn();
   Linear<T>& head();
 
   /// The state_dict as F32 tensors under PyTorch's names (metadata: the model config).
@@ -124,18 +124,13 @@ class SequenceClassifier {
   void load_state_dict(const TensorFile& file);
 
  private:
-  /// Forward and loss of the stored batch; dlogits_ (or the GPU's) when grad.
+  /// Forward and loss of the stored batch (keeping ∂loss/∂logits when grad).
   T run_forward(bool grad, std::vector<std::int64_t>* predictions);
-  /// Device::cuda: downloads what the GPU changed (rnn and head), after reading its status.
-  void pull();
+  struct Impl;  ///< the stack, the head and the half that runs them (src/nn/classifier_half.hpp)
   ModelConfig config_;
-  Recurrent<T> rnn_;
-  Linear<T> head_;
-  Matrix<T> x_, logits_, dlogits_, dout_, dh_;
-  std::vector<std::int64_t> labels_, col_labels_;
-  Index steps_ = 0, stored_ = 0;  ///< the stored batch's steps and size (0: none)
-  Index batch_ = 0;  ///< of the last forward_loss (0: none yet, or evaluate ran since)
-  std::unique_ptr<detail::gpu::ModelGpu<T>> gpu_;
+  std::unique_ptr<Impl> impl_;
+  Index stored_ = 0;  ///< the stored batch's size (0: none)
+  Index batch_ = 0;   ///< of the last forward_loss (0: none yet, or evaluate ran since)
 };
 
 /// Reads the model config from a state_dict's tensor shapes (I, H, C, num_layers) for the

@@ -23,12 +23,10 @@
 
 namespace bppsa {
 
-namespace detail::gpu {
+namespace detail {
 template <class T>
-class RecurrentGpu;
-}  // namespace detail::gpu
-template <class T>
-class SequenceClassifier;
+struct RecurrentAccess;
+}  // namespace detail
 
 enum class CellType { rnn, gru, lstm };
 const char* to_string(CellType c);
@@ -166,22 +164,11 @@ class Recurrent {
   const Chain<T>& chain(Index layer) const;
 
  private:
-  friend class SequenceClassifier<T>;
-  /// Device::cuda: the GPU half with the host's parameter changes uploaded; null on the CPU.
-  detail::gpu::RecurrentGpu<T>* gpu();
-  /// Device::cuda: downloads the parameters (and gradients) the GPU changed since the last call.
-  void pull() const;
-  /// Per layer, the initial states and final-state gradients set (null: none).
-  std::vector<const Matrix<T>*> initial_states() const;
-  std::vector<const Matrix<T>*> final_grads() const;
-  void backward_layer_gpu(Index layer, const BackwardOptions& options, BackwardTimes* times);
-
+  friend struct detail::RecurrentAccess<T>;
   struct Impl;
   RecurrentConfig config_;
-  // Host copies; on Device::cuda a cache of the device's, brought up to date by pull().
+  // Host copies; on Device::cuda a cache of the device's, brought up to date by the half's pull().
   mutable std::vector<RecurrentLayerParams<T>> params_, grads_;
-  Index steps_ = 0, batch_ = 0;
-  mutable Matrix<T> input_grad_;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -82,7 +82,7 @@ class Optimizer {
   double last_norm_ = 0;
   /// Device halves (src/train/cuda/optimizer.cpp; without CUDA, src/train/no_gpu/): the state
   /// on the GPU, once a device step made it, copied into m_/v_, or replaced by them.
-  void state_from_device() const;
+  void state_from_device(const std::vector<NamedParam<T>>& params) const;
   void state_to_device();
   mutable std::vector<std::vector<T>> m_, v_;  ///< on the GPU once gpu_ exists (state() downloads)
   std::unique_ptr<detail::gpu::OptimizerGpu<T>> gpu_;

@@ -1,13 +1,14 @@
-// The GPU halves of Recurrent<T>, SequenceClassifier<T> and Optimizer<T> as the CPU-side code
-// (src/nn/recurrent.cpp, model.cpp, src/train/) sees them: abstract interfaces without CUDA
-// types, implemented in src/nn/cuda/ (CUDA build) and made by factories that throw
-// UnsupportedError "built without CUDA" in a build without it (src/nn/no_gpu/gpu_model.cpp).
+// The GPU machinery behind the CUDA halves of Recurrent<T>, SequenceClassifier<T> and
+// Optimizer<T> (src/nn/cuda/recurrent_half.cpp, classifier_half.cpp, src/train/cuda/): abstract
+// interfaces without CUDA types, implemented in src/nn/cuda/ (CUDA build) and made by factories
+// that throw UnsupportedError "built without CUDA" in a build without it
+// (src/nn/no_gpu/gpu_model.cpp).
 //
 // Everything a GPU half holds lives on the current CUDA device and is allocated once per shape
 // (steps × batch) and reused every step; work is queued on the half's stream, and the host
 // waits only where it must read a value (a loss it returns, a status snapshot, a download).
-// Host copies of parameters and gradients are caches kept coherent by the owning class with the
-// flags below (see Recurrent<T>::params() and SequenceClassifier<T>::parameters()).
+// Host copies of parameters and gradients are caches kept coherent by the CUDA halves with the
+// flags below.
 #pragma once
 
 #include <cstdint>
@@ -178,6 +179,14 @@ class OptimizerGpu {
 /// the gradients, or a parameter after an optimizer step, named); nothing when none is set.
 /// (Defined in src/nn/model.cpp: every build.)
 void raise_status(const ModelConfig& config, const DeviceStatus& status);
+/// What a step's status reports, raised as raise_status does after clearing the stack's flags
+/// (the next step starts clean); nothing when no flag is set.
+template <class T>
+void raise_flagged(RecurrentGpu<T>& stack, const ModelConfig& config, const DeviceStatus& status) {
+  if (status.flags == 0) return;
+  stack.clear_flags();
+  raise_status(config, status);
+}
 
 /// Factories (src/nn/cuda/*.cpp; src/nn/no_gpu/gpu_model.cpp throws UnsupportedError). They
 /// throw DeviceError when there is no usable GPU.

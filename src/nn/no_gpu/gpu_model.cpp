@@ -1,8 +1,11 @@
 // The GPU halves of the recurrent model in a build without CUDA (-DBPPSA_WITH_CUDA=OFF): the
-// factories throw UnsupportedError, so Device::cuda fails clearly and the library links.
+// factories throw UnsupportedError for Device::cuda, so it fails clearly and the library links;
+// Device::cpu gets the CPU halves.
 #include "nn/cuda/gpu_model.hpp"
 
 #include "bppsa/core/error.hpp"
+#include "nn/classifier_half.hpp"
+#include "nn/recurrent_half.hpp"
 
 namespace bppsa::detail::gpu {
 namespace {
@@ -25,6 +28,31 @@ template <class T>
 std::unique_ptr<OptimizerGpu<T>> make_optimizer_gpu(ModelGpu<T>&) {
   unsupported("optimizer");
 }
+
+}  // namespace bppsa::detail::gpu
+
+namespace bppsa::detail {
+
+template <class T>
+std::unique_ptr<RecurrentHalf<T>> make_recurrent_half(const RecurrentConfig& config) {
+  if (config.device == Device::cuda) gpu::unsupported("Recurrent");
+  return make_recurrent_cpu<T>(config);
+}
+template <class T>
+std::unique_ptr<ClassifierHalf<T>> make_classifier_half(const ModelConfig& config, Recurrent<T>& rnn, Linear<T>& head) {
+  if (config.rnn.device == Device::cuda) gpu::unsupported("SequenceClassifier");
+  return make_classifier_cpu<T>(config, rnn, head);
+}
+template std::unique_ptr<RecurrentHalf<float>> make_recurrent_half(const RecurrentConfig&);
+template std::unique_ptr<RecurrentHalf<double>> make_recurrent_half(const RecurrentConfig&);
+template std::unique_ptr<ClassifierHalf<float>> make_classifier_half(const ModelConfig&, Recurrent<float>&,
+                                                                     Linear<float>&);
+template std::unique_ptr<ClassifierHalf<double>> make_classifier_half(const ModelConfig&, Recurrent<double>&,
+                                                                      Linear<double>&);
+
+}  // namespace bppsa::detail
+
+namespace bppsa::detail::gpu {
 
 #define BPPSA_INSTANTIATE(T)                                                                                  \
   template std::unique_ptr<RecurrentGpu<T>> make_recurrent_gpu(const RecurrentConfig&);                       \

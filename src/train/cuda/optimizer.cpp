@@ -26,8 +26,15 @@ void Optimizer<T>::step(SequenceClassifier<T>& model) {
 }
 
 template <class T>
-void Optimizer<T>::state_from_device() const {
-  if (gpu_) gpu_->download(m_, v_);
+void Optimizer<T>::state_from_device(const std::vector<NamedParam<T>>& params) const {
+  if (!gpu_) return;
+  m_.assign(params.size(), {});  // sized as the parameters, filled from the device
+  v_.assign(params.size(), {});
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    m_[i].assign(static_cast<std::size_t>(params[i].size), T(0));
+    v_[i].assign(static_cast<std::size_t>(params[i].size), T(0));
+  }
+  gpu_->download(m_, v_);
 }
 
 template <class T>

@@ -39,10 +39,7 @@ class GpuPass final : public Pass {
 
   PassTotals wait(int slot, StepTimes& times, double& optimizer_seconds) override {
     const gpu::DeviceStatus st = g_.snapshot_wait(slot);
-    if (st.flags != 0) {  // what the CPU engine would have thrown at that step
-      g_.stack().clear_flags();
-      gpu::raise_status(model_.config(), st);
-    }
+    gpu::raise_flagged(g_.stack(), model_.config(), st);  // what the CPU engine would have thrown at that step
     times = StepTimes{};
     optimizer_seconds = 0;
     if (optimizer_) g_.step_times(slot, times, optimizer_seconds);

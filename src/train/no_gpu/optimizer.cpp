@@ -10,7 +10,7 @@ void Optimizer<T>::step(SequenceClassifier<T>& model) {
 }
 
 template <class T>
-void Optimizer<T>::state_from_device() const {}
+void Optimizer<T>::state_from_device(const std::vector<NamedParam<T>>&) const {}
 
 template <class T>
 void Optimizer<T>::state_to_device() {}

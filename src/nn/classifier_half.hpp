@@ -1,0 +1,49 @@
+// The two halves of SequenceClassifier<T>. The front (src/nn/model.cpp) validates batches and
+// call order and holds the Recurrent stack and the Linear head; a ClassifierHalf runs the batch,
+// the loss and the backward: the CPU half (src/nn/cpu/classifier.cpp) through the stack's and
+// the head's host API, the CUDA half (src/nn/cuda/classifier_half.cpp) through gpu::ModelGpu.
+// make_classifier_half is the one place that picks by device (cuda/ and no_gpu/ define it).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "bppsa/nn/model.hpp"
+
+namespace bppsa::detail {
+
+template <class T>
+class ClassifierHalf {
+ public:
+  virtual ~ClassifierHalf() = default;
+
+  /// Stores a batch the front has checked (x: [batch][steps][I], one label per sample).
+  virtual void set_batch(std::span<const float> x, Index batch, Index steps, std::span<const std::int64_t> labels) = 0;
+  /// Forward and loss of the stored batch (∂loss/∂logits kept when grad); the last step's predictions.
+  virtual T forward_loss(bool grad, std::vector<std::int64_t>* predictions) = 0;
+  virtual void backward(const BackwardOptions& options, BackwardTimes* times) = 0;
+  /// The times of the forward_loss and backward just run: the host's clock (the seconds the
+  /// front measured) on the CPU, CUDA events on the GPU.
+  virtual StepTimes step_times(double forward_seconds, double backward_seconds, const BackwardTimes& detail) = 0;
+  virtual void head_backward(const Matrix<T>& dlogits, Matrix<T>& dout) = 0;
+
+  /// Brings the host copies of every parameter and gradient up to date (raising what the
+  /// device reported); host_written: the head's host copy is the newest.
+  virtual void pull() = 0;
+  virtual void host_written() = 0;
+  /// Waits for the queued work and raises what it reported (NonFiniteError).
+  virtual void synchronize() = 0;
+  virtual std::size_t device_bytes() const = 0;
+  /// The GPU half with the host's parameter changes uploaded; null on the CPU.
+  virtual gpu::ModelGpu<T>* gpu() = 0;
+};
+
+/// The half for config.rnn.device; rnn and head outlive it.
+template <class T>
+std::unique_ptr<ClassifierHalf<T>> make_classifier_half(const ModelConfig& config, Recurrent<T>& rnn, Linear<T>& head);
+template <class T>
+std::unique_ptr<ClassifierHalf<T>> make_classifier_cpu(const ModelConfig& config, Recurrent<T>& rnn, Linear<T>& head);
+
+}  // namespace bppsa::detail

@@ -1,0 +1,105 @@
+// The CPU half of SequenceClassifier<T>: the batch in host memory, the stack's and the head's
+// host forward, the loss, and the backward through the head into the stack.
+#include "bppsa/core/error.hpp"
+#include "nn/classifier_half.hpp"
+
+namespace bppsa::detail {
+namespace {
+
+template <class T>
+void argmax_last(const Matrix<T>& logits, Index batch, std::vector<std::int64_t>* predictions) {
+  if (!predictions) return;
+  predictions->resize(static_cast<std::size_t>(batch));
+  const Index first = logits.cols() - batch;
+  for (Index b = 0; b < batch; ++b) {
+    Index best = 0;
+    logits.col(first + b).maxCoeff(&best);
+    (*predictions)[static_cast<std::size_t>(b)] = best;
+  }
+}
+
+template <class T>
+class ClassifierCpu final : public ClassifierHalf<T> {
+ public:
+  ClassifierCpu(const ModelConfig& config, Recurrent<T>& rnn, Linear<T>& head)
+      : config_(config), rnn_(rnn), head_(head) {}
+
+  void set_batch(std::span<const float> x, Index batch, Index steps, std::span<const std::int64_t> labels) override {
+    const Index I = config_.rnn.input;
+    x_.resize(I, steps * batch);
+    for (Index b = 0; b < batch; ++b)
+      for (Index t = 0; t < steps; ++t)
+        for (Index i = 0; i < I; ++i)
+          x_(i, t * batch + b) = static_cast<T>(x[static_cast<std::size_t>((b * steps + t) * I + i)]);
+    labels_.assign(labels.begin(), labels.end());
+    steps_ = steps;
+    batch_ = batch;
+  }
+
+  T forward_loss(bool grad, std::vector<std::int64_t>* predictions) override {
+    const Index batch = batch_, steps = steps_;
+    rnn_.forward(x_, steps, batch);
+    if (config_.head == HeadMode::every) {
+      head_.forward(rnn_.output(), logits_);
+      col_labels_.resize(static_cast<std::size_t>(steps * batch));
+      for (Index t = 0; t < steps; ++t)
+        for (Index b = 0; b < batch; ++b)
+          col_labels_[static_cast<std::size_t>(t * batch + b)] = labels_[static_cast<std::size_t>(b)];
+    } else {
+      head_.forward(rnn_.output().rightCols(batch), logits_);
+      col_labels_.assign(labels_.begin(), labels_.end());
+    }
+    const T l = loss<T>(config_.loss, logits_, col_labels_, grad ? &dlogits_ : nullptr);
+    argmax_last(logits_, batch, predictions);
+    return l;
+  }
+
+  void backward(const BackwardOptions& options, BackwardTimes* times) override {
+    head_backward(dlogits_, dout_);
+    BackwardTimes bt;
+    rnn_.backward(dout_, config_.head == HeadMode::every, options, &bt);
+    if (times) *times = bt;
+  }
+
+  StepTimes step_times(double forward_seconds, double backward_seconds, const BackwardTimes& detail) override {
+    return {forward_seconds, backward_seconds, detail};
+  }
+
+  void head_backward(const Matrix<T>& dlogits, Matrix<T>& dout) override {
+    if (config_.head == HeadMode::every) {
+      head_.backward(rnn_.output(), dlogits, dout);
+    } else {
+      const Index batch = dlogits.cols();
+      head_.backward(rnn_.output().rightCols(batch), dlogits, dh_);
+      dout.setZero(config_.rnn.hidden, rnn_.output().cols());
+      dout.rightCols(batch) = dh_;
+    }
+  }
+
+  void pull() override {}
+  void host_written() override {}
+  void synchronize() override {}
+  std::size_t device_bytes() const override { return 0; }
+  gpu::ModelGpu<T>* gpu() override { return nullptr; }
+
+ private:
+  ModelConfig config_;
+  Recurrent<T>& rnn_;
+  Linear<T>& head_;
+  Matrix<T> x_, logits_, dlogits_, dout_, dh_;
+  std::vector<std::int64_t> labels_, col_labels_;
+  Index steps_ = 0, batch_ = 0;  ///< of the stored batch
+};
+
+}  // namespace
+
+template <class T>
+std::unique_ptr<ClassifierHalf<T>> make_classifier_cpu(const ModelConfig& config, Recurrent<T>& rnn, Linear<T>& head) {
+  return std::make_unique<ClassifierCpu<T>>(config, rnn, head);
+}
+template std::unique_ptr<ClassifierHalf<float>> make_classifier_cpu(const ModelConfig&, Recurrent<float>&,
+                                                                    Linear<float>&);
+template std::unique_ptr<ClassifierHalf<double>> make_classifier_cpu(const ModelConfig&, Recurrent<double>&,
+                                                                     Linear<double>&);
+
+}  // namespace bppsa::detail

@@ -1,0 +1,386 @@
+// The CPU half of Recurrent<T>: forward over all layers, the backward pass by sequential BP or
+// by the scan engine (Jacobians generated per cell type, see nn/cell.hpp), followed by the
+// parameter gradients as GEMMs over every step at once, all on OpenMP teams.
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+
+#include "bppsa/core/error.hpp"
+#include "bppsa/core/memory.hpp"
+#include "bppsa/jacobian/product.hpp"
+#include "core/denormals.hpp"
+#include "core/finite.hpp"
+#include "core/team.hpp"
+#include "nn/cell.hpp"
+#include "nn/recurrent_half.hpp"
+
+namespace bppsa {
+namespace detail {
+
+template <class T>
+const CellOps<T>& cell_ops(CellType c, Nonlinearity nonlinearity) {
+  switch (c) {
+    case CellType::rnn:
+      return nonlinearity == Nonlinearity::relu ? rnn_relu_ops<T>() : rnn_ops<T>();
+    case CellType::gru:
+      return gru_ops<T>();
+    case CellType::lstm:
+      return lstm_ops<T>();
+  }
+  return rnn_ops<T>();
+}
+template const CellOps<float>& cell_ops<float>(CellType, Nonlinearity);
+template const CellOps<double>& cell_ops<double>(CellType, Nonlinearity);
+
+namespace {
+
+/// Runs f(k) for k = 0 … blocks − 1 on a team of up to `team` threads, each block claimed by
+/// whichever thread is free (subnormals flushed on every thread).
+template <class F>
+void claimed_blocks(int team, Index blocks, F&& f) {
+  std::atomic<Index> next{0};
+  auto body = [&](int) {
+    FlushDenormals flush;
+    for (Index k; (k = next.fetch_add(1, std::memory_order_relaxed)) < blocks;) f(k);
+  };
+  if (std::min<Index>(team, blocks) <= 1)
+    body(0);
+  else
+    run_team(static_cast<int>(std::min<Index>(team, blocks)), body);
+}
+
+/// Runs f(t0, t1) over contiguous ranges covering steps 1..steps, on up to `threads` threads
+/// (fewer for little work: `flops_per_step` sizes the team), each range claimed by whichever
+/// thread is free: steps are independent in Jacobian generation and in the pre-activation gradients.
+template <class F>
+void parallel_over_steps(int threads, Index steps, double flops_per_step, F&& f) {
+  const int team = team_for(flops_per_step * static_cast<double>(steps), threads);
+  if (team <= 1) {
+    f(1, 1 + steps);
+    return;
+  }
+  const Index chunks = std::min<Index>(steps, 4 * team);
+  claimed_blocks(team, chunks, [&](Index c) { f(1 + steps * c / chunks, 1 + steps * (c + 1) / chunks); });
+}
+
+/// dst = a · b on up to `threads` threads (fewer for little work), in blocks of a fixed number of
+/// rows of dst (kRows) or, with `by_columns`, of columns (kCols) claimed by whichever thread is
+/// free. The blocks do not depend on the thread count, so neither do the results, to the bit.
+/// dst must be sized and must not alias a or b.
+template <class D, class A, class B>
+void parallel_product(int threads, D&& dst, const A& a, const B& b, bool by_columns = false) {
+  constexpr Index kRows = 64, kCols = 256;
+  const Index n = by_columns ? dst.cols() : dst.rows(), block = by_columns ? kCols : kRows;
+  const Index blocks = (n + block - 1) / block;
+  const double flops =
+      2.0 * static_cast<double>(dst.rows()) * static_cast<double>(dst.cols()) * static_cast<double>(a.cols());
+  claimed_blocks(team_for(flops, threads), blocks, [&](Index k) {
+    const Index i0 = k * block, len = std::min(block, n - i0);
+    if (by_columns)
+      dst.middleCols(i0, len).noalias() = a * b.middleCols(i0, len);
+    else
+      dst.middleRows(i0, len).noalias() = a.middleRows(i0, len) * b;
+  });
+}
+
+/// Sequential BP through one layer (back-propagation through time with vector-Jacobian
+/// products, no Jacobians formed): g (S × (T+1)B) comes with block T set and receives every
+/// g_t for t = T−1..0; pg receives the pre-activation gradients. `above` (H × TB, the
+/// gradient on the layer's outputs) is injected into the h rows of g_{t−1} when `inject`.
+template <class T>
+void bp_recurrence(const CellOps<T>& ops, CellType cell, const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec,
+                   const Matrix<T>& above, bool inject, Matrix<T>& g, PreactGrads<T>& pg, int threads) {
+  const Index T_ = rec.steps, B = rec.batch, H = rec.hidden;
+  auto& dh = cell == CellType::gru ? pg.dh : pg.dx;
+  Matrix<T> carried(H, B);
+  for (Index t = T_; t >= 1; --t) {
+    ops.preact(rec, g, pg, t, t + 1);
+    auto gprev = g.middleCols((t - 1) * B, B);
+    if (inject && t >= 2) gprev.topRows(H) = above.middleCols((t - 2) * B, B);
+    // W_hh^T · dh_t: a GEMM per step, shared among the threads for large states (gated cells).
+    parallel_product(threads, carried, p.w_hh.transpose(), dh.middleCols((t - 1) * B, B));
+    gprev.topRows(H) += carried;
+    ops.direct(rec, g, t, gprev);
+  }
+}
+
+/// The message of a non-finite state gradient, the same for BP and every scan.
+[[noreturn]] void raise_state_grads_not_finite(const char* op, Index l) {
+  raise<NonFiniteError>(op, "state gradients of layer " + std::to_string(l) +
+                                " are not finite (NaN/Inf): the loss or the weights diverged; lower the learning rate");
+}
+
+template <class T>
+class RecurrentCpu final : public RecurrentHalf<T> {
+ public:
+  explicit RecurrentCpu(const RecurrentConfig& config)
+      : config_(config), layer_(static_cast<std::size_t>(config.layers)) {}
+
+  void pull(LayerParamsList<T>&, LayerParamsList<T>&) const override {}
+  void host_written() override {}
+  gpu::RecurrentGpu<T>* gpu(const LayerParamsList<T>&) override { return nullptr; }
+
+  void forward(const Eigen::Ref<const Matrix<T>>& x, Index steps, Index batch, const LayerParamsList<T>& params,
+               const LayerMatrices<T>& initial_states) override;
+  Index steps() const override { return steps_; }
+  Index batch() const override { return batch_; }
+  Matrix<T> state(Index layer, Index t) const override;
+  Eigen::Block<const Matrix<T>, Eigen::Dynamic, Eigen::Dynamic, true> output() const override {
+    const auto& h = layer_.back().rec.h;
+    return h.rightCols(steps_ * batch_);
+  }
+
+  void check_backward_memory(Index steps, Index batch, const BackwardOptions& options) const override;
+  void backward_begin(const Eigen::Ref<const Matrix<T>>& grad_out, bool every_step,
+                      const LayerParamsList<T>&) override {
+    grad_out_ = grad_out;
+    every_step_ = every_step;
+  }
+  void backward_layer(Index l, const BackwardOptions& options, const LayerParamsList<T>& params,
+                      LayerParamsList<T>& grads, const Matrix<T>* final_grad, BackwardTimes* times) override;
+  std::pair<Jacobian<T>, Matrix<T>> layer_transfer(Index l, const BackwardOptions& options,
+                                                   const LayerParamsList<T>& params) override;
+  const Matrix<T>& input_grad() const override { return input_grad_; }
+  const Matrix<T>& state0_grad(Index l) const override { return layer_.at(static_cast<std::size_t>(l)).g0; }
+  const Chain<T>& chain(Index l) const override { return layer_.at(static_cast<std::size_t>(l)).chain; }
+
+ private:
+  struct Layer {
+    LayerRecord<T> rec;
+    Matrix<T> g;   ///< state gradients S × (T+1)B
+    Matrix<T> g0;  ///< g_0 = ∂ℓ/∂s_0, S × B
+    PreactGrads<T> pg;
+    std::shared_ptr<Matrix<T>> w_hh_t = std::make_shared<Matrix<T>>();  ///< W_hh^T (RNN's shared S)
+    Chain<T> chain;
+    Index chain_steps = -1, chain_batch = -1;
+    Scanner<T> scanner;
+    Gradients<T> out;
+  };
+  /// The layer's chain generated for the current forward (rebuilt when the shape changed),
+  /// values filled for every step.
+  void fill_chain(Layer& L, const RecurrentLayerParams<T>& p, int threads, const char* op);
+
+  RecurrentConfig config_;
+  std::vector<Layer> layer_;
+  Index steps_ = 0, batch_ = 0;
+  Matrix<T> gx_;  ///< gradient on the current layer's input (passes to the layer below)
+  Matrix<T> input_grad_;
+  Matrix<T> g_last_;
+  Matrix<T> grad_out_;  ///< backward_begin's copy of the head gradient
+  bool every_step_ = false;
+};
+
+template <class T>
+void RecurrentCpu<T>::forward(const Eigen::Ref<const Matrix<T>>& x, Index steps, Index batch,
+                              const LayerParamsList<T>& params, const LayerMatrices<T>& initial_states) {
+  FlushDenormals flush;
+  check_memory("Recurrent::forward", "a forward pass of " + stack_string(config_, steps, batch),
+               {{"forward record", forward_record_bytes(config_, steps, batch, sizeof(T))}},
+               "use a smaller --batch, shorter sequences or a smaller --hidden");
+  steps_ = steps;
+  batch_ = batch;
+  const Index H = config_.hidden, G = gate_count(config_.cell);
+  const auto& ops = cell_ops<T>(config_.cell, config_.nonlinearity);
+  for (Index l = 0; l < config_.layers; ++l) {
+    auto& rec = layer_[static_cast<std::size_t>(l)].rec;
+    const auto& p = params[static_cast<std::size_t>(l)];
+    rec.steps = steps;
+    rec.batch = batch;
+    rec.hidden = H;
+    if (l == 0)
+      rec.x = x;
+    else
+      rec.x = layer_[static_cast<std::size_t>(l - 1)].rec.h.rightCols(steps * batch);
+    rec.ax.noalias() = p.w_ih * rec.x;
+    rec.ax.colwise() += p.b_ih;
+    rec.h.resize(H, (steps + 1) * batch);
+    if (config_.cell == CellType::lstm) rec.c.resize(H, (steps + 1) * batch);
+    if (config_.cell != CellType::rnn) rec.gates.resize(G * H, steps * batch);
+    if (config_.cell != CellType::rnn) rec.aux.resize(H, steps * batch);
+    if (const Matrix<T>* s0 = initial_states[static_cast<std::size_t>(l)]) {
+      rec.h.leftCols(batch) = s0->topRows(H);
+      if (config_.cell == CellType::lstm) rec.c.leftCols(batch) = s0->bottomRows(H);
+    } else {
+      rec.h.leftCols(batch).setZero();
+      if (config_.cell == CellType::lstm) rec.c.leftCols(batch).setZero();
+    }
+    ops.forward(p, rec);
+  }
+}
+
+template <class T>
+Matrix<T> RecurrentCpu<T>::state(Index layer, Index t) const {
+  const auto& rec = layer_[static_cast<std::size_t>(layer)].rec;
+  const Index H = config_.hidden;
+  Matrix<T> s(state_size(config_.cell, H), batch_);
+  s.topRows(H) = rec.h.middleCols(t * batch_, batch_);
+  if (config_.cell == CellType::lstm) s.bottomRows(H) = rec.c.middleCols(t * batch_, batch_);
+  return s;
+}
+
+template <class T>
+void RecurrentCpu<T>::check_backward_memory(Index steps, Index batch, const BackwardOptions& options) const {
+  require_cpu_method(options.method, "Recurrent::backward");
+  const BackwardMethod m = resolve_backward(options, batch);
+  check_step_memory(config_, steps, batch, sizeof(T), m == BackwardMethod::bp ? m : options.method,
+                    "Recurrent::backward");
+}
+
+template <class T>
+void RecurrentCpu<T>::fill_chain(Layer& L, const RecurrentLayerParams<T>& p, int threads, const char* op) {
+  const Index T_ = steps_, B = batch_, S = state_size(config_.cell, config_.hidden);
+  const auto& ops = cell_ops<T>(config_.cell, config_.nonlinearity);
+  // S = W_hh^T first: make_chain reads the RNN's shared matrix's shape from it.
+  *L.w_hh_t = p.w_hh.transpose();  // in place: the chain's shared S keeps its identity
+  if (L.chain_steps != T_ || L.chain_batch != B) {
+    L.chain = Chain<T>(B);
+    L.chain_steps = L.chain_batch = -1;  // rebuilt below; not a valid chain if that throws
+    check_step_memory(config_, T_, B, sizeof(T), BackwardMethod::linear, op);
+    ops.make_chain(p, L.rec, L.w_hh_t, L.chain);
+    L.chain_steps = T_;
+    L.chain_batch = B;
+  }
+  // Jacobian generation: at most one S × S block per sample and step.
+  const double fill_flops = static_cast<double>(B) * static_cast<double>(S) * static_cast<double>(S);
+  parallel_over_steps(threads, T_, fill_flops,
+                      [&](Index t0r, Index t1r) { ops.fill_jacobians(p, L.rec, L.chain, t0r, t1r); });
+}
+
+template <class T>
+void RecurrentCpu<T>::backward_layer(Index l, const BackwardOptions& options, const LayerParamsList<T>& params,
+                                     LayerParamsList<T>& grads, const Matrix<T>* final_grad, BackwardTimes* times) {
+  const char* op = "Recurrent::backward";
+  FlushDenormals flush;
+  const Index T_ = steps_, B = batch_, H = config_.hidden, S = state_size(config_.cell, H);
+  check_backward_memory(T_, B, options);  // before the gradients (and a scan's Jacobians) are sized
+  const auto& ops = cell_ops<T>(config_.cell, config_.nonlinearity);
+  const int threads = resolve_threads(options.threads);
+  const bool scan = resolve_backward(options, B) != BackwardMethod::bp;
+  BackwardTimes local;
+
+  auto& L = layer_[static_cast<std::size_t>(l)];
+  auto& rec = L.rec;
+  const auto& p = params[static_cast<std::size_t>(l)];
+  auto& gp = grads[static_cast<std::size_t>(l)];
+  // Gradient on this layer's outputs h_1..h_T (H × TB): from the head or the layer above.
+  const Matrix<T>& above = (l == config_.layers - 1) ? grad_out_ : gx_;
+  const bool inject = every_step_ || l < config_.layers - 1;
+  const Index G = gate_count(config_.cell) * H;
+  L.g.setZero(S, (T_ + 1) * B);
+  L.g.middleCols(T_ * B, B).topRows(H) = above.middleCols((T_ - 1) * B, B);
+  // The next stage's gradient on s_T: part of g_T for BP and for the scan (its g_last) alike.
+  if (final_grad) L.g.middleCols(T_ * B, B) += *final_grad;
+  L.pg.dx.resize(G, T_ * B);
+  if (config_.cell == CellType::gru) L.pg.dh.resize(G, T_ * B);
+  auto& dh = config_.cell == CellType::gru ? L.pg.dh : L.pg.dx;
+
+  if (!scan) {
+    double t0 = omp_get_wtime();
+    bp_recurrence(ops, config_.cell, p, rec, above, inject, L.g, L.pg, threads);
+    local.scan += omp_get_wtime() - t0;
+    if (options.check_finite && !all_finite(L.g.data(), L.g.size())) raise_state_grads_not_finite(op, l);
+  } else {
+    double t0 = omp_get_wtime();
+    fill_chain(L, p, threads, op);
+    if (inject) {
+      for (Index k = 1; k < T_; ++k) {
+        Matrix<T>* e = L.chain.injection(k);
+        if (!e || e->rows() != S || e->cols() != B) {
+          L.chain.set_injection(k, Matrix<T>::Zero(S, B));
+          e = L.chain.injection(k);
+        }
+        e->topRows(H) = above.middleCols((k - 1) * B, B);
+      }
+    } else if (L.chain.has_injections()) {
+      L.chain.clear_injections();
+    }
+    double t1 = omp_get_wtime();
+    local.jacobians += t1 - t0;
+    ScanOptions so = scan_options(options);
+    so.threads = threads;
+    L.scanner.set_options(so);
+    g_last_ = L.g.middleCols(T_ * B, B);
+    try {
+      local.last_scan = L.scanner.run(L.chain, g_last_, L.out);
+    } catch (const NonFiniteError&) {  // the scan's own advice is for library users; a trainer's is BP's
+      raise_state_grads_not_finite(op, l);
+    }
+    for (Index k = 0; k < T_; ++k) L.g.middleCols(k * B, B) = L.out.g(k);
+    local.scan += omp_get_wtime() - t1;
+  }
+
+  double t2 = omp_get_wtime();
+  if (scan)
+    parallel_over_steps(threads, T_, 4.0 * static_cast<double>(G * B),
+                        [&](Index t0r, Index t1r) { ops.preact(rec, L.g, L.pg, t0r, t1r); });
+  // The parameter-gradient GEMMs (T·B deep), shared among the threads.
+  gp.w_ih.resize(L.pg.dx.rows(), rec.x.rows());
+  parallel_product(threads, gp.w_ih, L.pg.dx, rec.x.transpose());
+  gp.b_ih = L.pg.dx.rowwise().sum();
+  gp.w_hh.resize(dh.rows(), H);
+  parallel_product(threads, gp.w_hh, dh, rec.h.leftCols(T_ * B).transpose());
+  gp.b_hh = dh.rowwise().sum();
+  Matrix<T>& gx = l == 0 ? input_grad_ : gx_;
+  Matrix<T> next(p.w_ih.cols(), L.pg.dx.cols());
+  parallel_product(threads, next, p.w_ih.transpose(), L.pg.dx, /*by_columns=*/true);
+  gx = std::move(next);
+  L.g0 = L.g.leftCols(B);
+  local.params += omp_get_wtime() - t2;
+
+  if (times) {
+    times->jacobians += local.jacobians;
+    times->scan += local.scan;
+    times->params += local.params;
+    times->last_scan = local.last_scan;
+  }
+}
+
+template <class T>
+std::pair<Jacobian<T>, Matrix<T>> RecurrentCpu<T>::layer_transfer(Index l, const BackwardOptions& options,
+                                                                  const LayerParamsList<T>& params) {
+  const char* op = "Recurrent::layer_transfer";
+  const Index T_ = steps_, B = batch_, H = config_.hidden, S = state_size(config_.cell, H);
+  const auto& ops = cell_ops<T>(config_.cell, config_.nonlinearity);
+  auto& L = layer_[static_cast<std::size_t>(l)];
+  const auto& p = params[static_cast<std::size_t>(l)];
+
+  // M: the layer's Jacobian chain, generated as the scan path does (same chain, so a scan
+  // backward_layer after this reuses it), folded from J_1^T: acc = J_1^T · … · J_t^T. The
+  // fold is sequential (T − 1 products of S × S per sample); a stage is short.
+  const int threads = resolve_threads(options.threads);
+  fill_chain(L, p, threads, op);
+  Jacobian<T> m = L.chain.jacobian(1);
+  for (Index t = 2; t <= T_; ++t) m = multiply(m, L.chain.jacobian(t));
+
+  // v: g_0 by sequential BP with g_T from the head or the layer above only (no final-state
+  // gradient), into locals so that grads(), state0_grad() and the next backward_layer are
+  // untouched.
+  const Matrix<T>& above = (l == config_.layers - 1) ? grad_out_ : gx_;
+  const bool inject = every_step_ || l < config_.layers - 1;
+  const Index G = gate_count(config_.cell) * H;
+  Matrix<T> g = Matrix<T>::Zero(S, (T_ + 1) * B);
+  g.middleCols(T_ * B, B).topRows(H) = above.middleCols((T_ - 1) * B, B);
+  PreactGrads<T> pg;
+  pg.dx.resize(G, T_ * B);
+  if (config_.cell == CellType::gru) pg.dh.resize(G, T_ * B);
+  bp_recurrence(ops, config_.cell, p, L.rec, above, inject, g, pg, threads);
+  Matrix<T> v = g.leftCols(B);
+  if (!all_finite(v.data(), v.size()))
+    raise<NonFiniteError>(op, "initial-state gradient of layer " + std::to_string(l) +
+                                  " is not finite (NaN/Inf): the loss or the weights diverged; "
+                                  "lower the learning rate");
+  return {std::move(m), std::move(v)};
+}
+
+}  // namespace
+
+template <class T>
+std::unique_ptr<RecurrentHalf<T>> make_recurrent_cpu(const RecurrentConfig& config) {
+  return std::make_unique<RecurrentCpu<T>>(config);
+}
+template std::unique_ptr<RecurrentHalf<float>> make_recurrent_cpu<float>(const RecurrentConfig&);
+template std::unique_ptr<RecurrentHalf<double>> make_recurrent_cpu<double>(const RecurrentConfig&);
+
+}  // namespace detail
+}  // namespace bppsa

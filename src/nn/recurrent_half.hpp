@@ -1,0 +1,91 @@
+// The two halves of Recurrent<T>. The front (src/nn/recurrent.cpp) validates shapes and call
+// order, holds the host copies of the parameters and what set_initial_state /
+// set_final_state_grad were given, and dispatches to one RecurrentHalf: the CPU half
+// (src/nn/cpu/recurrent.cpp) or the CUDA half (src/nn/cuda/recurrent_half.cpp, over
+// gpu::RecurrentGpu). make_recurrent_half is the one place that picks by device (cuda/ and
+// no_gpu/ each define it).
+#pragma once
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "bppsa/nn/recurrent.hpp"
+
+namespace bppsa::detail {
+
+namespace gpu {
+template <class T>
+class RecurrentGpu;
+}  // namespace gpu
+
+template <class T>
+using LayerParamsList = std::vector<RecurrentLayerParams<T>>;
+/// Per layer, a host matrix the front holds (an initial state, a final-state gradient) or null.
+template <class T>
+using LayerMatrices = std::vector<const Matrix<T>*>;
+
+/// One backend of a recurrent stack. Calls come from the front after its checks: shapes of
+/// x, grad_out, initial states and final-state gradients are right, and backward layers come
+/// top-down after backward_begin.
+template <class T>
+class RecurrentHalf {
+ public:
+  virtual ~RecurrentHalf() = default;
+
+  /// Brings the host copies up to date with what the backend changed (CPU: they are the values).
+  virtual void pull(LayerParamsList<T>& params, LayerParamsList<T>& grads) const = 0;
+  /// The host copies of the parameters are the newest (written, or about to be, by the caller).
+  virtual void host_written() = 0;
+  /// The GPU stack with the host's parameter changes uploaded; null on the CPU.
+  virtual gpu::RecurrentGpu<T>* gpu(const LayerParamsList<T>& params) = 0;
+
+  virtual void forward(const Eigen::Ref<const Matrix<T>>& x, Index steps, Index batch, const LayerParamsList<T>& params,
+                       const LayerMatrices<T>& initial_states) = 0;
+  virtual Index steps() const = 0;
+  virtual Index batch() const = 0;
+  virtual Matrix<T> state(Index layer, Index t) const = 0;
+  virtual Eigen::Block<const Matrix<T>, Eigen::Dynamic, Eigen::Dynamic, true> output() const = 0;
+
+  virtual void check_backward_memory(Index steps, Index batch, const BackwardOptions& options) const = 0;
+  virtual void backward_begin(const Eigen::Ref<const Matrix<T>>& grad_out, bool every_step,
+                              const LayerParamsList<T>& params) = 0;
+  /// One layer: fills grads[layer], the gradient passed below (input_grad() for layer 0) and
+  /// state0_grad(layer). final_grad: the extra gradient on s_T, or null.
+  virtual void backward_layer(Index layer, const BackwardOptions& options, const LayerParamsList<T>& params,
+                              LayerParamsList<T>& grads, const Matrix<T>* final_grad, BackwardTimes* times) = 0;
+  virtual std::pair<Jacobian<T>, Matrix<T>> layer_transfer(Index layer, const BackwardOptions& options,
+                                                           const LayerParamsList<T>& params) = 0;
+  virtual const Matrix<T>& input_grad() const = 0;
+  virtual const Matrix<T>& state0_grad(Index layer) const = 0;
+  virtual const Chain<T>& chain(Index layer) const = 0;
+};
+
+/// The half for config.device (src/nn/cuda/recurrent_half.cpp; without CUDA,
+/// src/nn/no_gpu/gpu_model.cpp, where Device::cuda throws UnsupportedError).
+template <class T>
+std::unique_ptr<RecurrentHalf<T>> make_recurrent_half(const RecurrentConfig& config);
+/// The CPU half (src/nn/cpu/recurrent.cpp).
+template <class T>
+std::unique_ptr<RecurrentHalf<T>> make_recurrent_cpu(const RecurrentConfig& config);
+
+/// The whole footprint of a training step of steps × batch (forward, backward and, for a scan,
+/// every layer's Jacobians and workspace), refused up front with the numbers (ResourceError).
+void check_step_memory(const RecurrentConfig& c, Index steps, Index batch, std::size_t scalar, BackwardMethod method,
+                       const char* op);
+/// Bytes of a forward record of steps × batch (all layers).
+double forward_record_bytes(const RecurrentConfig& c, Index steps, Index batch, std::size_t scalar);
+/// "T steps × batch B through <cell> hidden H × L layers", for messages.
+std::string stack_string(const RecurrentConfig& c, Index steps, Index batch);
+
+/// What the model built on a stack reaches of it: the GPU stack (parameters uploaded), the
+/// host copies brought up to date, and the per-layer matrices the front holds.
+template <class T>
+struct RecurrentAccess {
+  static gpu::RecurrentGpu<T>* gpu(Recurrent<T>& r);
+  static void pull(const Recurrent<T>& r);
+  static LayerMatrices<T> initial_states(const Recurrent<T>& r);
+  static LayerMatrices<T> final_grads(const Recurrent<T>& r);
+};
+
+}  // namespace bppsa::detail
