@@ -1,4 +1,5 @@
-// The scan engine's front end: validation, plan cache, statistics.
+// The scan engine's front end: validation, plan cache, statistics. Each plan runs on its half
+// (scan/scan_half.hpp): the CPU executor or the GPU's.
 #include "bppsa/scan/scanner.hpp"
 
 #include <omp.h>
@@ -9,9 +10,8 @@
 #include "bppsa/core/memory.hpp"
 #include "core/denormals.hpp"
 #include "core/finite.hpp"
-#include "scan/cpu/executor.hpp"
-#include "scan/cuda/executor.hpp"
 #include "scan/plan.hpp"
+#include "scan/scan_half.hpp"
 
 namespace bppsa {
 
@@ -42,8 +42,8 @@ template <class T>
 void Gradients<T>::resize(const std::vector<Index>& dims, Index batch, int threads) {
   g_.resize(dims.size());
   const auto n = static_cast<Index>(dims.size());
-#pragma omp parallel for num_threads(threads > 0 ? threads : omp_get_max_threads()) schedule(static) \
-    if (n >= kParallelElements)
+#pragma omp parallel for num_threads(threads > 0 ? threads : omp_get_max_threads()) \
+    schedule(static) if (n >= kParallelElements)
   for (Index k = 0; k < n; ++k) {
     const auto i = static_cast<std::size_t>(k);
     if (g_[i].rows() != dims[i] || g_[i].cols() != batch) g_[i].resize(dims[i], batch);
@@ -121,13 +121,10 @@ struct Scanner<T>::Plan {
   int threads = 0;
   int chunks = 0;
   detail::Schedule<T> schedule;
-  detail::Workspace<T> workspace;
-  detail::Operands<T> operands;
-  std::vector<Index> dims;
   Algorithm algorithm = Algorithm::linear;
   int used_chunks = 1;
   Device device = Device::cpu;
-  detail::DeviceScanPtr<T> gpu;  ///< the GPU half (Device::cuda): device buffers instead of the workspace
+  std::unique_ptr<detail::ScanHalf<T>> half;  ///< runs the schedule: its workspace, on the CPU or the GPU
 };
 
 template <class T>
@@ -163,8 +160,8 @@ const ScanStats& Scanner<T>::run(const Chain<T>& chain, const Matrix<T>& g_last,
   if (options_.check_inputs) check_inputs(chain, g_last, threads);
 
   bool reuse = plan_ && static_cast<Index>(plan_->signature.size()) == n + 1 && plan_->batch == batch &&
-               plan_->requested == options_.algorithm && plan_->threads == threads && plan_->chunks == options_.chunks &&
-               plan_->device == options_.device;
+               plan_->requested == options_.algorithm && plan_->threads == threads &&
+               plan_->chunks == options_.chunks && plan_->device == options_.device;
   // The per-element bookkeeping is spread over the threads for long chains (see
   // kParallelElements): serial, it would bound the scan's speedup.
   if (reuse) {
@@ -172,7 +169,7 @@ const ScanStats& Scanner<T>::run(const Chain<T>& chain, const Matrix<T>& g_last,
 #pragma omp parallel for num_threads(threads) schedule(static) reduction(&& : same) if (n >= kParallelElements)
     for (Index i = 1; i <= n; ++i)  // position i holds J_{N−i+1}^T and e_{N−i} (detail::scan_elements)
       same = same && plan_->signature[static_cast<std::size_t>(i)].matches(chain.jacobian(n - i + 1).layout(),
-                                                                            chain.injection(n - i) != nullptr);
+                                                                           chain.injection(n - i) != nullptr);
     reuse = same;
   }
 
@@ -193,34 +190,22 @@ const ScanStats& Scanner<T>::run(const Chain<T>& chain, const Matrix<T>& g_last,
     plan->algorithm = planned.algorithm;
     plan->used_chunks = planned.chunks;
     plan->schedule = std::move(planned.schedule);
-    // Refuse, before the workspace and the gradients are allocated, a run that cannot fit. On
-    // the GPU the workspace is device memory (its allocation is checked there): the host holds
-    // the gradients, patterns and schedule only.
-    std::vector<MemoryItem> host = detail::run_memory(plan->schedule, chain);
-    if (options_.device == Device::cuda) host.erase(host.begin());  // the workspace, item 0
-    check_memory(op,
-                 std::string("the ") + to_string(plan->algorithm) + " scan of " + std::to_string(n) +
-                     " Jacobians × batch " + std::to_string(batch),
-                 host,
-                 "use a smaller batch or shorter chain, or the linear algorithm (sequential BP: no intermediate "
-                 "products; bppsa: --backward bp, scan-check --algo linear) or hybrid, which keeps few");
+    // Refuse, before the workspace and the gradients are allocated, a run that cannot fit.
+    const auto check_host = [&](const std::vector<MemoryItem>& host) {
+      check_memory(op,
+                   std::string("the ") + to_string(plan->algorithm) + " scan of " + std::to_string(n) +
+                       " Jacobians × batch " + std::to_string(batch),
+                   host,
+                   "use a smaller batch or shorter chain, or the linear algorithm (sequential BP: no intermediate "
+                   "products; bppsa: --backward bp, scan-check --algo linear) or hybrid, which keeps few");
+    };
     plan->device = options_.device;
-    if (options_.device == Device::cuda)
-      plan->gpu = detail::make_device_scan(plan->schedule, detail::scan_elements(chain), batch);
-    else
-      plan->workspace.reserve(plan->schedule, batch, threads);
+    plan->half = detail::make_scan_half(options_.device, plan->schedule, chain, threads, check_host);
     plan_ = std::move(plan);
     stats_.plan_seconds = since(tp);
   }
   stats_.plan_reused = reuse;
-
-  // Operands of this run (vectors kept in the plan: no allocation once warm).
-  if (plan_->gpu) {
-    detail::run_device_scan(*plan_->gpu, chain, g_last, out, threads);
-  } else {
-    detail::bind_operands(chain, g_last, out, plan_->operands, plan_->dims, threads);
-    detail::execute(plan_->schedule, plan_->operands, plan_->workspace, batch, threads);
-  }
+  plan_->half->run(chain, g_last, out, threads);
 
   if (options_.check_outputs && !options_.check_inputs && !all_finite(g_last))
     detail::raise<NonFiniteError>(op, "g_N (the loss gradient) contains NaN or Inf; check the loss");
@@ -249,13 +234,9 @@ const ScanStats& Scanner<T>::run(const Chain<T>& chain, const Matrix<T>& g_last,
   stats_.mm_by_kind = planned.mm_by_kind;
   stats_.mv_by_kind = planned.mv_by_kind;
   stats_.flops = planned.flops;
-  stats_.workspace_bytes = plan_->workspace.bytes();
+  stats_.workspace_bytes = plan_->half->workspace_bytes();
+  stats_.launches = plan_->half->launches();
   stats_.device = plan_->device;
-  if (plan_->gpu) {
-    const detail::DeviceScanInfo info = detail::device_scan_info(*plan_->gpu);
-    stats_.workspace_bytes = info.workspace_bytes;
-    stats_.launches = info.launches;
-  }
   stats_.seconds = since(t0);
   return stats_;
 }

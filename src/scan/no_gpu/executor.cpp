@@ -1,7 +1,9 @@
 // The scan's GPU half in a build without CUDA (-DBPPSA_WITH_CUDA=OFF): the same functions,
 // throwing UnsupportedError, so that the library links in every configuration.
-#include "bppsa/core/error.hpp"
 #include "scan/cuda/executor.hpp"
+
+#include "bppsa/core/error.hpp"
+#include "scan/scan_half.hpp"
 
 namespace bppsa::detail {
 
@@ -36,6 +38,15 @@ template <class T>
 DeviceScanInfo device_scan_info(const DeviceScan<T>&) {
   return {};
 }
+
+template <class T>
+std::unique_ptr<ScanHalf<T>> make_scan_half(Device device, const Schedule<T>& schedule, const Chain<T>& chain,
+                                            int threads, const HostMemoryCheck& check_host) {
+  if (device == Device::cuda) unsupported();
+  return make_scan_cpu(schedule, chain, threads, check_host);
+}
+BPPSA_INSTANTIATE_SCAN_HALF(make_scan_half, float)
+BPPSA_INSTANTIATE_SCAN_HALF(make_scan_half, double)
 
 BPPSA_INSTANTIATE_DEVICE_SCAN(float)
 BPPSA_INSTANTIATE_DEVICE_SCAN(double)
