@@ -24,7 +24,7 @@ __device__ __forceinline__ void fused_column_loop(const FusedArgs<T>& a, T* sm, 
   const bool sync = a.launch.ntile > 1;
   for (Idx j = 0; j < a.launch.steps; ++j) {
     for (Idx which = gr.tile;; which += a.launch.ntile) {
-      const T* line = fused_prefetch_line(a, gr, j + kFusedPrefetchAhead, which);
+      const T* line = fused_prefetch_line<T, FAM>(a, gr, j + kFusedPrefetchAhead, which);
       if (line == nullptr) break;
       fused_prefetch_l1(line);
     }
@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(kFusedMaxThreads) fused_columns_kernel(FusedAr
   const FusedGroup gr = fused_group(a.shape, a.launch, blockIdx.x, threadIdx.x);
   for (Idx j = 0; j < kFusedPrefetchAhead; ++j)  // the loop prefetches from step kFusedPrefetchAhead on
     for (Idx which = gr.tile;; which += a.launch.ntile) {
-      const T* line = fused_prefetch_line(a, gr, j, which);
+      const T* line = fused_prefetch_line<T, FAM>(a, gr, j, which);
       if (line == nullptr) break;
       fused_prefetch_l1(line);
     }

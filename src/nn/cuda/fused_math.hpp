@@ -9,8 +9,9 @@
 // columns [I | 0] of a (chunk, sample) and stores [M_c | v_c]; the push runs one column from the
 // chunk's boundary gradient and stores every g_t. J_t^T x = W_hh^T y + direct, with y (G·H) the
 // recurrent-side pre-activation gradients of x (the CPU cells' formulas and association order,
-// src/nn/cpu/*_cell.cpp): rnn y = d ⊙ x (d = 1 − h_t² or 1[h_t > 0]); gru y = (α, γ, β)-scaled
-// x and direct = z ⊙ x; lstm y from δc = x_c + o(1 − tanh²c) x_h, and the c rows f ⊙ δc.
+// src/nn/cpu/*_cell.cpp), computed by each cell's file (FusedCell: rnn_cell.hpp, gru_cell.hpp,
+// lstm_cell.hpp): rnn y = d ⊙ x (d = 1 − h_t² or 1[h_t > 0]); gru y = (α, γ, β)-scaled x and
+// direct = z ⊙ x; lstm y from δc = x_c + o(1 − tanh²c) x_h, and the c rows f ⊙ δc.
 //
 // Threads: a thread owns `nc` columns of one (chunk, sample) and a tile of `tile` rows of the
 // product W_hh^T y, accumulated in registers; `ntile` threads (one per tile) share a column
@@ -271,105 +272,39 @@ BPPSA_HD inline void prepare_item(const FusedArgs<T>& a, Idx item) {
 // a vector x, as the CPU cells' preact (same association), split into what depends on the record
 // only (shared by a thread's columns) and the per-column products.
 
-/// The record columns of (step t, sample b): rnn h_t; gru gates, M, h_{t−1}; lstm gates,
-/// tanh c_t, c_{t−1}. Unit k's values are at [k] (gates: [q·H + k]).
-template <class T>
-struct FusedStepRecord {
-  const T* p0 = nullptr;
-  const T* p1 = nullptr;
-  const T* p2 = nullptr;
-};
+/// The cell of a family, whose file holds its fused math (rnn_cell.hpp, gru_cell.hpp, lstm_cell.hpp).
+template <std::int32_t FAM>
+using FusedCell = std::conditional_t<FAM == kFamRnn, RnnCell, std::conditional_t<FAM == kFamGru, GruCell, LstmCell>>;
+
+/// The record columns of (step t, sample b), as the family's cell chooses them.
 template <class T, std::int32_t FAM>
 BPPSA_HD inline FusedStepRecord<T> fused_step_record(const FusedArgs<T>& a, Idx t, Idx b) {
-  const FusedShape& s = a.shape;
-  FusedStepRecord<T> r;
-  const Idx col = (t - 1) * s.B + b;  // per-step arrays; also block t − 1 of the state arrays
-  if constexpr (FAM == kFamRnn) {
-    r.p0 = a.h + (t * s.B + b) * s.H;
-  } else {
-    r.p0 = a.gates + col * s.GH;
-    r.p1 = a.aux + col * s.H;
-    r.p2 = (FAM == kFamGru ? a.h : a.c) + col * s.H;
-  }
-  return r;
+  return FusedCell<FAM>::template fused_record<T>(a, t, b);
 }
 
 template <class T, std::int32_t FAM>
 struct FusedUnit {
-  T q[FAM == kFamLstm ? 5 : FAM == kFamGru ? 4 : 1];
+  T q[FusedCell<FAM>::kFusedCoefficients];
 };
 
-/// Coefficients of unit k. rnn: d = 1 − h² (relu: 1[h > 0]); gru: (1−n²)(1−z), r(1−r)·M,
-/// z(1−z)(h_{t−1} − n), r; lstm: o(1 − tanh²c), g·i(1−i), c_{t−1}·f(1−f), i(1−g²), tanh c·o(1−o).
+/// Coefficients of unit k (the cell's fused_unit).
 template <class T, std::int32_t FAM>
 BPPSA_HD inline FusedUnit<T, FAM> fused_unit(const FusedStepRecord<T>& r, Idx H, bool relu, Idx k) {
   FusedUnit<T, FAM> u;
-  if constexpr (FAM == kFamRnn) {
-    (void)H;
-    const T h = r.p0[k];
-    u.q[0] = relu ? (h > T(0) ? T(1) : T(0)) : T(1) - h * h;
-  } else if constexpr (FAM == kFamGru) {
-    (void)relu;
-    const T rg = r.p0[k], z = r.p0[H + k], n = r.p0[2 * H + k];
-    const T m = r.p1[k], hp = r.p2[k];
-    u.q[0] = (T(1) - n * n) * (T(1) - z);
-    u.q[1] = rg * (T(1) - rg) * m;
-    u.q[2] = z * (T(1) - z) * (hp - n);
-    u.q[3] = rg;
-  } else {
-    (void)relu;
-    const T i = r.p0[k], f = r.p0[H + k], gg = r.p0[2 * H + k], o = r.p0[3 * H + k];
-    const T tc = r.p1[k], cp = r.p2[k];
-    u.q[0] = o * (T(1) - tc * tc);
-    u.q[1] = gg * i * (T(1) - i);
-    u.q[2] = cp * f * (T(1) - f);
-    u.q[3] = i * (T(1) - gg * gg);
-    u.q[4] = tc * o * (T(1) - o);
-  }
+  FusedCell<FAM>::fused_unit(r, H, relu, k, u.q);
   return u;
 }
 
 /// y (G values) of one column from its unit k values x_h (and LSTM x_c).
 template <class T, std::int32_t FAM>
 BPPSA_HD inline void fused_y(const FusedUnit<T, FAM>& u, T xh, T xc, T* y) {
-  if constexpr (FAM == kFamRnn) {
-    (void)xc;
-    y[0] = u.q[0] * xh;
-  } else if constexpr (FAM == kFamGru) {
-    (void)xc;
-    const T dn = u.q[0] * xh;  // ∇N
-    y[0] = u.q[1] * dn;        // ∇R
-    y[1] = u.q[2] * xh;        // ∇Z
-    y[2] = u.q[3] * dn;        // ∇M = r ⊙ ∇N
-  } else {
-    const T dc = xc + u.q[0] * xh;  // δc
-    y[0] = u.q[1] * dc;
-    y[1] = dc * u.q[2];
-    y[2] = u.q[3] * dc;
-    y[3] = u.q[4] * xh;
-  }
+  FusedCell<FAM>::fused_y(u.q, xh, xc, y);
 }
 
-/// The direct part of row i: GRU z_t[i]; LSTM f and o(1 − tanh²c) for the c row.
-template <class T>
-struct FusedDirect {
-  T z = T(0), f = T(0), kappa = T(0);
-};
+/// The direct part of row i (the cell's fused_direct).
 template <class T, std::int32_t FAM>
 BPPSA_HD inline FusedDirect<T> fused_direct(const FusedStepRecord<T>& r, Idx H, Idx i) {
-  FusedDirect<T> d;
-  if constexpr (FAM == kFamGru) {
-    d.z = r.p0[H + i];
-  } else if constexpr (FAM == kFamLstm) {
-    d.f = r.p0[H + i];
-    const T o = r.p0[3 * H + i], tc = r.p1[i];
-    d.kappa = o * (T(1) - tc * tc);
-  } else {
-    (void)r;
-    (void)H;
-    (void)i;
-  }
-  return d;
+  return FusedCell<FAM>::fused_direct(r, H, i);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -497,27 +432,16 @@ BPPSA_HD inline const T* fused_line(const T* p, Idx n, Idx which) {
 
 /// The record lines step j of a thread's group reads, for the kernel's prefetch some steps ahead:
 /// line `which` (the thread takes which = tile, tile + ntile, …) of the step's spans, or null
-/// past the last. Spans: rnn h_t; gru gates, M, h_{t−1}; lstm gates, tanh c, c_{t−1}; the
-/// injection. Lines are 128 bytes; every address returned lies inside its array.
-template <class T>
+/// past the last. Spans: the cell's record (fused_record: rnn h_t; gru gates, M, h_{t−1}; lstm
+/// gates, tanh c, c_{t−1}), then the injection. Lines are 128 bytes; every address returned lies inside its array.
+template <class T, std::int32_t FAM>
 BPPSA_HD inline const T* fused_prefetch_line(const FusedArgs<T>& a, const FusedGroup& gr, Idx j, Idx which) {
   const FusedShape& s = a.shape;
   if (!gr.valid || j >= gr.steps) return nullptr;
-  const Idx t = chunk_end(s, gr.chunk) - j, b = gr.sample, col = (t - 1) * s.B + b;
-  const T* span[4] = {nullptr, nullptr, nullptr, nullptr};
-  Idx len[4] = {0, 0, 0, 0};
-  const std::int32_t fam = fused_family(s.cell);
-  if (fam == kFamRnn) {
-    span[0] = a.h + (t * s.B + b) * s.H;
-    len[0] = s.H;
-  } else {
-    span[0] = a.gates + col * s.GH;
-    len[0] = s.GH;
-    span[1] = a.aux + col * s.H;
-    len[1] = s.H;
-    span[2] = (fam == kFamGru ? a.h : a.c) + col * s.H;
-    len[2] = s.H;
-  }
+  const Idx t = chunk_end(s, gr.chunk) - j, b = gr.sample;
+  const FusedStepRecord<T> rec = fused_step_record<T, FAM>(a, t, b);
+  const T* span[4] = {rec.p0, rec.p1, rec.p2, nullptr};
+  Idx len[4] = {rec.n0, rec.n1, rec.n2, 0};
   if (s.inject && a.above != nullptr && t >= 2) {
     span[3] = a.above + ((t - 2) * s.B + b) * s.H;
     len[3] = s.H;
@@ -529,6 +453,14 @@ BPPSA_HD inline const T* fused_prefetch_line(const FusedArgs<T>& a, const FusedG
     which -= fused_lines(span[q], len[q]);
   }
   return nullptr;
+}
+/// The same for the family of a.shape.cell (host replays).
+template <class T>
+BPPSA_HD inline const T* fused_prefetch_line(const FusedArgs<T>& a, const FusedGroup& gr, Idx j, Idx which) {
+  const std::int32_t fam = fused_family(a.shape.cell);
+  return fam == kFamGru    ? fused_prefetch_line<T, kFamGru>(a, gr, j, which)
+         : fam == kFamLstm ? fused_prefetch_line<T, kFamLstm>(a, gr, j, which)
+                           : fused_prefetch_line<T, kFamRnn>(a, gr, j, which);
 }
 
 // ---------------------------------------------------------------------------------------------

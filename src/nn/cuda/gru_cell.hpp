@@ -64,6 +64,48 @@ struct GruCell {
     if (i == j) v += z;
     return v;
   }
+
+  // The fused scan (fused_math.hpp): J_t^T x = W_hh^T y + z ⊙ x, y the (α, γ, β)-scaled x.
+  static constexpr int kFusedCoefficients = 4;
+  /// The record it reads at (t, b): the gates, M and h_{t−1}. `a`: FusedArgs.
+  template <class T, class Args>
+  BPPSA_HD static FusedStepRecord<T> fused_record(const Args& a, Idx t, Idx b) {
+    const Idx col = (t - 1) * a.shape.B + b;  // per-step arrays; also block t − 1 of h
+    FusedStepRecord<T> r;
+    r.p0 = a.gates + col * a.shape.GH;
+    r.p1 = a.aux + col * a.shape.H;
+    r.p2 = a.h + col * a.shape.H;
+    r.n0 = a.shape.GH;
+    r.n1 = r.n2 = a.shape.H;
+    return r;
+  }
+  /// Unit k's coefficients (1−n²)(1−z), r(1−r)·M, z(1−z)(h_{t−1} − n), r.
+  template <class T>
+  BPPSA_HD static void fused_unit(const FusedStepRecord<T>& r, Idx H, bool relu, Idx k, T* q) {
+    (void)relu;
+    const T rg = r.p0[k], z = r.p0[H + k], n = r.p0[2 * H + k];
+    const T m = r.p1[k], hp = r.p2[k];
+    q[0] = (T(1) - n * n) * (T(1) - z);
+    q[1] = rg * (T(1) - rg) * m;
+    q[2] = z * (T(1) - z) * (hp - n);
+    q[3] = rg;
+  }
+  /// y (3 values) of one column from its unit-k value x_h.
+  template <class T>
+  BPPSA_HD static void fused_y(const T* q, T xh, T xc, T* y) {
+    (void)xc;
+    const T dn = q[0] * xh;  // ∇N
+    y[0] = q[1] * dn;        // ∇R
+    y[1] = q[2] * xh;        // ∇Z
+    y[2] = q[3] * dn;        // ∇M = r ⊙ ∇N
+  }
+  /// Row i's direct part: z_t[i].
+  template <class T>
+  BPPSA_HD static FusedDirect<T> fused_direct(const FusedStepRecord<T>& r, Idx H, Idx i) {
+    FusedDirect<T> d;
+    d.z = r.p0[H + i];
+    return d;
+  }
 };
 
 }  // namespace bppsa::detail::gpu

@@ -1,6 +1,7 @@
 // What the recurrent layer kernels share: the cell codes, the __host__ __device__ math helpers
 // and LayerArgs, the device arrays of one layer (the CPU's LayerRecord layout, src/nn/cell.hpp).
-// Each cell's own arithmetic is in its file (rnn_cell.hpp, gru_cell.hpp, lstm_cell.hpp).
+// Each cell's own arithmetic is in its file (rnn_cell.hpp, gru_cell.hpp, lstm_cell.hpp), for the
+// layer kernels (recurrent_math.hpp) and the fused scan (fused_math.hpp) alike.
 #pragma once
 
 #include <cmath>
@@ -63,6 +64,23 @@ struct LayerArgs {
   const T* above = nullptr;  ///< backward: injections H × TB (block t−1: gradient on h_t); null = none
   T* dx = nullptr;           ///< GH × TB pre-activation gradients on the input side (W_ih, b_ih)
   T* dh = nullptr;           ///< GRU: on the recurrent side (W_hh, b_hh); others use dx
+};
+
+/// What the fused scan reads of the record at (step t, sample b): up to three spans of a cell's
+/// choosing (unit k's values at [k], gates at [q·H + k]) and their lengths, for the prefetch.
+template <class T>
+struct FusedStepRecord {
+  const T* p0 = nullptr;
+  const T* p1 = nullptr;
+  const T* p2 = nullptr;
+  Idx n0 = 0, n1 = 0, n2 = 0;
+};
+
+/// The part of J_t^T x's row i that does not pass through W_hh: GRU z_t[i] x_i; LSTM, for the
+/// c row, f ⊙ (x_c + κ x_h) with κ = o(1 − tanh²c). Zero for what a cell does not use.
+template <class T>
+struct FusedDirect {
+  T z = T(0), f = T(0), kappa = T(0);
 };
 
 }  // namespace bppsa::detail::gpu

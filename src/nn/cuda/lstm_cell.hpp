@@ -69,6 +69,51 @@ struct LstmCell {
     tl += w[(3 * H + j) * H + i] * ao;
     return tl;  // (∂h'/∂h)^T
   }
+
+  // The fused scan (fused_math.hpp): y from δc = x_c + o(1 − tanh²c) x_h; the c rows f ⊙ δc.
+  static constexpr int kFusedCoefficients = 5;
+  /// The record it reads at (t, b): the gates, tanh c_t and c_{t−1}. `a`: FusedArgs.
+  template <class T, class Args>
+  BPPSA_HD static FusedStepRecord<T> fused_record(const Args& a, Idx t, Idx b) {
+    const Idx col = (t - 1) * a.shape.B + b;  // per-step arrays; also block t − 1 of c
+    FusedStepRecord<T> r;
+    r.p0 = a.gates + col * a.shape.GH;
+    r.p1 = a.aux + col * a.shape.H;
+    r.p2 = a.c + col * a.shape.H;
+    r.n0 = a.shape.GH;
+    r.n1 = r.n2 = a.shape.H;
+    return r;
+  }
+  /// Unit k's coefficients o(1 − tanh²c), g·i(1−i), c_{t−1}·f(1−f), i(1−g²), tanh c·o(1−o).
+  template <class T>
+  BPPSA_HD static void fused_unit(const FusedStepRecord<T>& r, Idx H, bool relu, Idx k, T* q) {
+    (void)relu;
+    const T i = r.p0[k], f = r.p0[H + k], gg = r.p0[2 * H + k], o = r.p0[3 * H + k];
+    const T tc = r.p1[k], cp = r.p2[k];
+    q[0] = o * (T(1) - tc * tc);
+    q[1] = gg * i * (T(1) - i);
+    q[2] = cp * f * (T(1) - f);
+    q[3] = i * (T(1) - gg * gg);
+    q[4] = tc * o * (T(1) - o);
+  }
+  /// y (4 values) of one column from its unit-k values x_h and x_c.
+  template <class T>
+  BPPSA_HD static void fused_y(const T* q, T xh, T xc, T* y) {
+    const T dc = xc + q[0] * xh;  // δc
+    y[0] = q[1] * dc;
+    y[1] = dc * q[2];
+    y[2] = q[3] * dc;
+    y[3] = q[4] * xh;
+  }
+  /// Row i's direct part: f and κ = o(1 − tanh²c) for the c row.
+  template <class T>
+  BPPSA_HD static FusedDirect<T> fused_direct(const FusedStepRecord<T>& r, Idx H, Idx i) {
+    FusedDirect<T> d;
+    d.f = r.p0[H + i];
+    const T o = r.p0[3 * H + i], tc = r.p1[i];
+    d.kappa = o * (T(1) - tc * tc);
+    return d;
+  }
 };
 
 }  // namespace bppsa::detail::gpu

@@ -30,6 +30,37 @@ struct RnnCell {
     const T h = a.h[(t * a.B + b) * a.H + item];
     return a.cell == kRnnRelu ? (h > T(0) ? T(1) : T(0)) : T(1) - h * h;
   }
+
+  // The fused scan (fused_math.hpp): J_t^T x = W_hh^T y with y = d ⊙ x.
+  static constexpr int kFusedCoefficients = 1;
+  /// The record it reads at (t, b): h_t. `a`: the fused scan's arguments (FusedArgs).
+  template <class T, class Args>
+  BPPSA_HD static FusedStepRecord<T> fused_record(const Args& a, Idx t, Idx b) {
+    FusedStepRecord<T> r;
+    r.p0 = a.h + (t * a.shape.B + b) * a.shape.H;
+    r.n0 = a.shape.H;
+    return r;
+  }
+  /// Unit k's coefficient d = 1 − h² (relu: 1[h > 0]).
+  template <class T>
+  BPPSA_HD static void fused_unit(const FusedStepRecord<T>& r, Idx H, bool relu, Idx k, T* q) {
+    (void)H;
+    const T h = r.p0[k];
+    q[0] = relu ? (h > T(0) ? T(1) : T(0)) : T(1) - h * h;
+  }
+  /// y of one column from its unit-k value x_h.
+  template <class T>
+  BPPSA_HD static void fused_y(const T* q, T xh, T xc, T* y) {
+    (void)xc;
+    y[0] = q[0] * xh;
+  }
+  template <class T>
+  BPPSA_HD static FusedDirect<T> fused_direct(const FusedStepRecord<T>& r, Idx H, Idx i) {
+    (void)r;
+    (void)H;
+    (void)i;
+    return {};
+  }
 };
 
 }  // namespace bppsa::detail::gpu
