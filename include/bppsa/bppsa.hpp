@@ -28,6 +28,7 @@
 #include "bppsa/nn/params.hpp"
 #include "bppsa/nn/recurrent.hpp"
 #include "bppsa/scan/chain.hpp"
+#include "bppsa/scan/resident_scanner.hpp"
 #include "bppsa/scan/scanner.hpp"
 #include "bppsa/train/optimizer.hpp"
 #include "bppsa/train/prune.hpp"

@@ -47,39 +47,40 @@ std::string Layout<T>::describe() const {
 }
 
 template <class T>
-Jacobian<T>::Jacobian(Layout<T> layout) : layout_(std::move(layout)) {
-  const char* op = "Jacobian";
-  if (layout_.rows < 0 || layout_.cols < 0)
-    detail::raise<InvalidArgument>(op, "negative shape " + shape_string(layout_.rows, layout_.cols));
-  if (layout_.count < 1)
+void Layout<T>::check(const char* op) const {
+  if (rows < 0 || cols < 0) detail::raise<InvalidArgument>(op, "negative shape " + shape_string(rows, cols));
+  if (count < 1)
     detail::raise<InvalidArgument>(op,
                                    "count must be ≥ 1 (1 = shared by the batch, B = one per "
                                    "sample), got " +
-                                       std::to_string(layout_.count));
-  switch (layout_.kind) {
+                                       std::to_string(count));
+  switch (kind) {
     case Kind::identity:
     case Kind::diagonal:
-      if (layout_.rows != layout_.cols)
-        detail::raise<ShapeError>(op, std::string(to_string(layout_.kind)) + " must be square, got " +
-                                          shape_string(layout_.rows, layout_.cols));
+      if (rows != cols)
+        detail::raise<ShapeError>(op,
+                                  std::string(to_string(kind)) + " must be square, got " + shape_string(rows, cols));
       break;
     case Kind::dense:
       break;
     case Kind::csr:
-      if (!layout_.pattern) detail::raise<InvalidArgument>(op, "csr Jacobian without a pattern");
-      if (layout_.pattern->rows() != layout_.rows || layout_.pattern->cols() != layout_.cols)
-        detail::raise<ShapeError>(op, "pattern is " + shape_string(layout_.pattern->rows(), layout_.pattern->cols()) +
-                                          " but the Jacobian is " + shape_string(layout_.rows, layout_.cols));
+      if (!pattern) detail::raise<InvalidArgument>(op, "csr Jacobian without a pattern");
+      if (pattern->rows() != rows || pattern->cols() != cols)
+        detail::raise<ShapeError>(op, "pattern is " + shape_string(pattern->rows(), pattern->cols()) +
+                                          " but the Jacobian is " + shape_string(rows, cols));
       break;
     case Kind::shared_dense_diag:
-      if (!layout_.shared_dense)
-        detail::raise<InvalidArgument>(op, "shared_dense_diag Jacobian without its shared matrix S");
-      if (layout_.shared_dense->rows() != layout_.rows || layout_.shared_dense->cols() != layout_.cols)
-        detail::raise<ShapeError>(op, "S is " +
-                                          shape_string(layout_.shared_dense->rows(), layout_.shared_dense->cols()) +
-                                          " but the Jacobian is " + shape_string(layout_.rows, layout_.cols));
+      if (!shared_dense) detail::raise<InvalidArgument>(op, "shared_dense_diag Jacobian without its shared matrix S");
+      if (shared_dense->rows() != rows || shared_dense->cols() != cols)
+        detail::raise<ShapeError>(op, "S is " + shape_string(shared_dense->rows(), shared_dense->cols()) +
+                                          " but the Jacobian is " + shape_string(rows, cols));
       break;
   }
+}
+
+template <class T>
+Jacobian<T>::Jacobian(Layout<T> layout) : layout_(std::move(layout)) {
+  layout_.check("Jacobian");
   if (layout_.kind == Kind::identity) layout_.count = 1;
   values_.assign(static_cast<std::size_t>(layout_.values_per_sample() * layout_.count), T(0));
 }

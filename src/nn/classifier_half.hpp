@@ -24,9 +24,9 @@ class ClassifierHalf {
   /// Forward and loss of the stored batch (∂loss/∂logits kept when grad); the last step's predictions.
   virtual T forward_loss(bool grad, std::vector<std::int64_t>* predictions) = 0;
   virtual void backward(const BackwardOptions& options, BackwardTimes* times) = 0;
-  /// The times of the forward_loss and backward just run: the host's clock (the seconds the
-  /// front measured) on the CPU, CUDA events on the GPU.
-  virtual StepTimes step_times(double forward_seconds, double backward_seconds, const BackwardTimes& detail) = 0;
+  /// backward() after a forward_loss that took `forward_seconds` on the host's clock, returning
+  /// when it is done, with the step's times: the host's clock on the CPU, CUDA events on the GPU.
+  virtual void backward_timed(const BackwardOptions& options, double forward_seconds, StepTimes* times) = 0;
   virtual void head_backward(const Matrix<T>& dlogits, Matrix<T>& dout) = 0;
 
   /// Brings the host copies of every parameter and gradient up to date (raising what the

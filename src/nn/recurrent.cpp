@@ -332,6 +332,7 @@ void Recurrent<T>::backward_layer(Index l, const BackwardOptions& options, Backw
   impl_->check_order(l, "Recurrent::backward_layer");
   impl_->check_final_grad(l, state_size(config_.cell, config_.hidden), batch(),
                           "Recurrent::backward");  // may have been set after backward_begin
+  impl_->half->prepare_layer(l, options);
   // Until this layer is done, the order is broken: a throw below leaves its gradients half
   // written, so the next layer must not run on them (backward_begin starts over).
   impl_->next_layer = -1;

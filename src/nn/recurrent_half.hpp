@@ -50,6 +50,9 @@ class RecurrentHalf {
   virtual void check_backward_memory(Index steps, Index batch, const BackwardOptions& options) const = 0;
   virtual void backward_begin(const Eigen::Ref<const Matrix<T>>& grad_out, bool every_step,
                               const LayerParamsList<T>& params) = 0;
+  /// What must hold before layer `layer`'s backward changes anything (the CPU: the method and
+  /// the memory of the step); an error here leaves the layer-by-layer order as it was.
+  virtual void prepare_layer(Index layer, const BackwardOptions& options) const = 0;
   /// One layer: fills grads[layer], the gradient passed below (input_grad() for layer 0) and
   /// state0_grad(layer). final_grad: the extra gradient on s_T, or null.
   virtual void backward_layer(Index layer, const BackwardOptions& options, const LayerParamsList<T>& params,

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <unordered_set>
 
@@ -51,8 +52,9 @@ PlannedSchedule<T> plan_schedule(std::vector<ElementInfo<T>> elements, Index bat
 }
 
 [[noreturn]] void refuse_fused(const char* op) {
-  raise<InvalidArgument>(op, "algorithm 'fused' is the recurrent layers' scan on the GPU (--backward fused), not a "
-                             "schedule of the scan engine; use linear, blelloch, hybrid or auto");
+  raise<InvalidArgument>(op,
+                         "algorithm 'fused' is the recurrent layers' scan on the GPU (--backward fused), not a "
+                         "schedule of the scan engine; use linear, blelloch, hybrid or auto");
 }
 
 void check_options(const ScanOptions& options, const char* op) {
@@ -140,6 +142,62 @@ template PlannedSchedule<float> plan_schedule(std::vector<ElementInfo<float>>, I
 template PlannedSchedule<double> plan_schedule(std::vector<ElementInfo<double>>, Index, Algorithm, int, int, int);
 template PlannedSchedule<float> plan_run(std::vector<ElementInfo<float>>, Index, const ScanOptions&, int);
 template PlannedSchedule<double> plan_run(std::vector<ElementInfo<double>>, Index, const ScanOptions&, int);
+template <class T>
+std::vector<ElementInfo<T>> resident_elements(const ResidentChain<T>& chain, const char* op) {
+  const Index n = static_cast<Index>(chain.jacobian.size());
+  if (chain.batch < 1) raise<InvalidArgument>(op, "batch size must be ≥ 1, got " + std::to_string(chain.batch));
+  if (n == 0) raise<InvalidArgument>(op, "the chain is empty: give at least one layout (J_1^T)");
+  if (!chain.injection.empty() && static_cast<Index>(chain.injection.size()) != n)
+    raise<ShapeError>(op, std::to_string(chain.injection.size()) + " injection flags for " + std::to_string(n) +
+                              " elements: give one per e_k, k = 0 … N − 1, or none");
+  for (Index k = 1; k <= n; ++k) {
+    const Layout<T>* l = chain.jacobian[static_cast<std::size_t>(k - 1)];
+    const std::string name =
+        "J_" + std::to_string(k) + "^T (chain element " + std::to_string(k) + " of " + std::to_string(n) + ")";
+    if (!l) raise<InvalidArgument>(op, name + " has no layout (null)");
+    l->check((std::string(op) + ": " + name).c_str());
+    if (l->count != 1 && l->count != chain.batch && l->kind != Kind::identity)
+      raise<ShapeError>(op, name + " has " + std::to_string(l->count) + " samples but the batch has " +
+                                std::to_string(chain.batch) + "; use count 1 (shared) or " +
+                                std::to_string(chain.batch));
+    if (l->kind == Kind::csr) l->pattern->require_valid(std::string(op) + ": " + name);
+    if (k > 1) {
+      const Layout<T>* prev = chain.jacobian[static_cast<std::size_t>(k - 2)];
+      if (prev->cols != l->rows)
+        raise<ShapeError>(op, name + " (" + l->describe() + ") does not chain with J_" + std::to_string(k - 1) +
+                                  "^T (" + prev->describe() + "): d_" + std::to_string(k - 1) + " is " +
+                                  std::to_string(prev->cols) + " there and " + std::to_string(l->rows) + " here");
+    }
+  }
+  std::vector<ElementInfo<T>> elements(static_cast<std::size_t>(n) + 1);
+  for (Index i = 1; i <= n; ++i)
+    elements[static_cast<std::size_t>(i)] = {
+        chain.jacobian[static_cast<std::size_t>(n - i)],
+        !chain.injection.empty() && chain.injection[static_cast<std::size_t>(n - i)]};
+  return elements;
+}
+
+int resident_chunks(const ScanOptions& options, Index n, const char* op) {
+  switch (options.algorithm) {
+    case Algorithm::linear:
+    case Algorithm::blelloch:
+      return 1;
+    case Algorithm::hybrid:
+      if (options.chunks < 0)
+        raise<InvalidArgument>(op, "chunks must be ≥ 0 (0 = ⌈√N⌉), got " + std::to_string(options.chunks));
+      return options.chunks > 0 ? options.chunks : static_cast<int>(std::ceil(std::sqrt(static_cast<double>(n))));
+    case Algorithm::automatic:
+    case Algorithm::fused:
+      break;
+  }
+  raise<InvalidArgument>(
+      op, std::string("a resident scan runs linear, blelloch or hybrid; ") + to_string(options.algorithm) +
+              (options.algorithm == Algorithm::automatic ? " chooses by the host's cost model: name the algorithm"
+                                                         : " is the recurrent layers' own scan, not a schedule"));
+}
+
+template std::vector<ElementInfo<float>> resident_elements(const ResidentChain<float>&, const char*);
+template std::vector<ElementInfo<double>> resident_elements(const ResidentChain<double>&, const char*);
 template std::vector<ElementInfo<float>> scan_elements(const Chain<float>&);
 template std::vector<ElementInfo<double>> scan_elements(const Chain<double>&);
 template std::vector<MemoryItem> run_memory(const Schedule<float>&, const Chain<float>&);

@@ -7,6 +7,7 @@
 
 #include "bppsa/core/memory.hpp"
 #include "bppsa/scan/chain.hpp"
+#include "bppsa/scan/resident_scanner.hpp"
 #include "scan/cpu/executor.hpp"
 #include "scan/schedule.hpp"
 
@@ -48,6 +49,16 @@ PlannedSchedule<T> plan_run(std::vector<ElementInfo<T>> elements, Index batch, c
 /// position i is J_{N−i+1}^T with the affine part e_{N−i} when that injection is set.
 template <class T>
 std::vector<ElementInfo<T>> scan_elements(const Chain<T>& chain);
+
+/// The scan positions of a resident chain (scan_elements' convention), after checking it
+/// (InvalidArgument / ShapeError under `op`, naming the element): at least one element, each
+/// layout consistent (Layout::check) with count 1 or the batch, adjacent shapes chaining, and
+/// `injection` empty or of N flags.
+template <class T>
+std::vector<ElementInfo<T>> resident_elements(const ResidentChain<T>& chain, const char* op);
+/// The chunk count a resident scan plans with: InvalidArgument for automatic and fused (they
+/// need host data or are not schedules); hybrid's 0 is ⌈√N⌉; 1 for the others.
+int resident_chunks(const ScanOptions& options, Index n, const char* op);
 
 /// What a run of `schedule` over `chain` holds beyond the chain itself, by part: the workspace
 /// (Workspace::reserve), the gradients g_0 … g_N, the SpGEMM fill-in patterns the plan made

@@ -2,6 +2,9 @@
 // product policy (bppsa's kernels, cuBLAS/cuSPARSE, the automatic mix); exact operand order on
 // small integers; the sizes (N up to 30000, d 1…256, batch 1…64); errors as on the CPU.
 // GpuSmall.* stays small enough for compute-sanitizer; GpuScan.* holds the large cases.
+#include <cuda_runtime_api.h>
+
+#include "bppsa/scan/resident_scanner.hpp"
 #include "compare.hpp"
 #include "expect_error.hpp"
 
@@ -17,11 +20,12 @@ using Sizes = std::vector<Index>;
 /// Every builder: linear, blelloch, hybrid with chunks that do not divide N, automatic
 /// (reduced: blelloch and hybrid, whose chunk 0 is the linear schedule).
 std::vector<oracle::AlgoCase> small_algorithms() {
-  return pick<std::vector<oracle::AlgoCase>>({{Algorithm::linear, 0, "linear"},
-                                              {Algorithm::blelloch, 0, "blelloch"},
-                                              {Algorithm::hybrid, 3, "hybrid/3"},
-                                              {Algorithm::automatic, 0, "auto"}},
-                                             {{Algorithm::blelloch, 0, "blelloch"}, {Algorithm::hybrid, 3, "hybrid/3"}});
+  return pick<std::vector<oracle::AlgoCase>>(
+      {{Algorithm::linear, 0, "linear"},
+       {Algorithm::blelloch, 0, "blelloch"},
+       {Algorithm::hybrid, 3, "hybrid/3"},
+       {Algorithm::automatic, 0, "auto"}},
+      {{Algorithm::blelloch, 0, "blelloch"}, {Algorithm::hybrid, 3, "hybrid/3"}});
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -33,7 +37,8 @@ TEST(GpuSmall, EveryKindSharingAndAffineUnderEveryProductPolicy) {
     for (const Index n : pick<Sizes>({1, 2, 5, 9}, {2, 9}))
       for (const Index batch : pick<Sizes>({1, 3}, {3})) {
         const bool shared = kind != ChainKind::mixed && n % 2 == 1, affine = (n + batch) % 2 == 0;
-        const auto p = random_problem<float>({n, 5, batch, kind, shared, affine, static_cast<std::uint64_t>(n + 10 * batch)});
+        const auto p =
+            random_problem<float>({n, 5, batch, kind, shared, affine, static_cast<std::uint64_t>(n + 10 * batch)});
         for (const auto products : all_products())
           for (const auto& a : small_algorithms())
             ASSERT_TRUE(gpu_matches_cpu(p.chain, p.g_last, oracle::options_for(a), products, false))
@@ -67,7 +72,8 @@ TEST(GpuSmall, AffineSmallIntegerChainsAreExact) {
       if (k % 3 != 1) chain.set_injection(k, oracle::small_int_matrix<double>(3, 2, rng));
     const Matrix<double> g = oracle::small_int_matrix<double>(3, 2, rng);
     for (const auto products : all_products())
-      for (const auto& a : small_algorithms()) ASSERT_TRUE(gpu_matches_cpu(chain, g, oracle::options_for(a), products, true));
+      for (const auto& a : small_algorithms())
+        ASSERT_TRUE(gpu_matches_cpu(chain, g, oracle::options_for(a), products, true));
   }
 }
 
@@ -87,8 +93,8 @@ TEST(GpuSmall, DegenerateElementsIdentityChainsEmptyCsrAndOneDimensionalStates) 
     }
     for (const auto products : all_products())
       for (const auto& a : small_algorithms()) {
-        ASSERT_TRUE(gpu_matches_cpu(ids, oracle::small_int_matrix<double>(3, 2, rng), oracle::options_for(a), products,
-                                    true));
+        ASSERT_TRUE(
+            gpu_matches_cpu(ids, oracle::small_int_matrix<double>(3, 2, rng), oracle::options_for(a), products, true));
         ASSERT_TRUE(gpu_matches_cpu(mixed, oracle::small_int_matrix<double>(mixed.dim(n), 3, rng),
                                     oracle::options_for(a), products, true));
       }
@@ -130,6 +136,82 @@ TEST(GpuSmall, SequentialBpOnTheGpuIsOneLaunchPerElement) {
   EXPECT_EQ(st.launches, 40);
   EXPECT_EQ(st.device, Device::cuda);
   EXPECT_EQ(st.workspace_bytes, 0u);
+}
+
+/// The chain written into a ResidentScanner's device buffers, run on a stream of the test's
+/// own, and every g_k read back: what a caller with its Jacobians on the GPU does.
+template <class T>
+Gradients<T> resident_run(const Chain<T>& chain, const Matrix<T>& g_last, const ScanOptions& options,
+                          ScanStats* stats) {
+  ResidentChain<T> rc;
+  rc.batch = chain.batch();
+  for (Index k = 1; k <= chain.size(); ++k) rc.jacobian.push_back(&chain.jacobian(k).layout());
+  for (Index k = 0; k < chain.size(); ++k) rc.injection.push_back(chain.injection(k) != nullptr);
+  ResidentScanner<T> scan(rc, options);
+  cudaStream_t stream = nullptr;
+  EXPECT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  auto put = [&](T* dst, const T* src, Index n) {
+    ASSERT_EQ(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(n) * sizeof(T), cudaMemcpyHostToDevice, stream),
+              cudaSuccess);
+  };
+  for (Index k = 1; k <= chain.size(); ++k) {
+    const Jacobian<T>& j = chain.jacobian(k);
+    if (T* v = scan.values(k)) put(v, j.values().data(), static_cast<Index>(j.values().size()));
+    if (T* m = scan.shared_matrix(k)) put(m, j.layout().shared_dense->data(), j.layout().shared_dense->size());
+    if (const Matrix<T>* e = chain.injection(k - 1)) put(scan.injection(k - 1), e->data(), e->size());
+  }
+  put(scan.g_last(), g_last.data(), g_last.size());
+  scan.run(stream);
+  std::vector<Index> dims;
+  for (Index k = 0; k <= chain.size(); ++k) dims.push_back(chain.dim(k));
+  Gradients<T> out;
+  out.resize(dims, chain.batch(), 1);
+  for (Index k = 0; k <= chain.size(); ++k)
+    EXPECT_EQ(cudaMemcpyAsync(out.g(k).data(), scan.gradient(k), static_cast<std::size_t>(out.g(k).size()) * sizeof(T),
+                              cudaMemcpyDeviceToHost, stream),
+              cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  if (stats) *stats = scan.stats();
+  return out;
+}
+
+TEST(GpuSmall, AResidentChainGivesTheCpuEnginesGradients) {
+  // Values written on the device by the caller, the scan ordered on the caller's stream: the
+  // same schedule as Scanner's and its gradients, for every kind, shared S and affine parts.
+  for (const ChainKind kind :
+       {ChainKind::dense, ChainKind::diagonal, ChainKind::csr, ChainKind::shared_dense_diag, ChainKind::mixed})
+    for (const Index n : pick<Sizes>({1, 2, 9, 40}, {9}))
+      for (const auto& a :
+           {oracle::AlgoCase{Algorithm::linear, 0, "linear"}, oracle::AlgoCase{Algorithm::blelloch, 0, "blelloch"},
+            oracle::AlgoCase{Algorithm::hybrid, 3, "hybrid/3"}}) {
+        const bool shared = kind != ChainKind::mixed && n % 2 == 1, affine = n % 3 != 0;
+        const auto p = random_problem<float>({n, 6, 3, kind, shared, affine, static_cast<std::uint64_t>(40 + n)});
+        const ScanOptions options = oracle::options_for(a);
+        Scanner<float> cpu(options);
+        Gradients<float> want;
+        const ScanStats cpu_stats = cpu.run(p.chain, p.g_last, want);
+        ScanStats stats;
+        const Gradients<float> got = resident_run(p.chain, p.g_last, options, &stats);
+        const std::string where = std::string(to_string(kind)) + " N " + std::to_string(n) + " " + a.name;
+        // The planner's schedule (hybrid's chunks balanced for one worker here, for the CPU's
+        // threads there: compared by algorithm and chunk count).
+        EXPECT_EQ(stats.device, Device::cuda) << where;
+        EXPECT_EQ(stats.algorithm, cpu_stats.algorithm) << where;
+        EXPECT_EQ(stats.chunks, cpu_stats.chunks) << where;
+        EXPECT_GT(stats.launches, 0) << where;
+        EXPECT_TRUE(oracle::close_to(got, gpu_test::as_double(want), gpu_test::kTol<float>)) << where;
+      }
+}
+
+TEST(GpuSmall, AResidentSmallIntegerChainIsExact) {
+  Rng rng(12);
+  for (const Index n : {1, 5, 17}) {
+    const Chain<double> chain = oracle::small_int_chain<double>(n, 2, rng);
+    const Matrix<double> g = oracle::small_int_matrix<double>(chain.dim(n), 2, rng);
+    const Gradients<double> got = resident_run(chain, g, ScanOptions{Algorithm::blelloch}, nullptr);
+    EXPECT_TRUE(oracle::equal_to(got, oracle::naive_backward(chain, g))) << "N " << n;
+  }
 }
 
 TEST(GpuSmall, ErrorsAreTheCpuEnginesErrors) {
@@ -184,9 +266,8 @@ void check_case(const Case& c, const std::vector<oracle::AlgoCase>& algorithms) 
 }
 
 const std::vector<oracle::AlgoCase>& large_algorithms() {
-  static const std::vector<oracle::AlgoCase> a{{Algorithm::linear, 0, "linear"},
-                                               {Algorithm::blelloch, 0, "blelloch"},
-                                               {Algorithm::hybrid, 64, "hybrid/64"}};
+  static const std::vector<oracle::AlgoCase> a{
+      {Algorithm::linear, 0, "linear"}, {Algorithm::blelloch, 0, "blelloch"}, {Algorithm::hybrid, 64, "hybrid/64"}};
   return a;
 }
 

@@ -307,7 +307,9 @@ TEST(StageErrors, LayerOrder) {
   expect_error<InvalidArgument>([&] { rnn.backward_layer(0, opts); }, {"layer 0", "out of order", "layer 1"});
   expect_error<InvalidArgument>([&] { rnn.backward_layer(2, opts); }, {"out of order"});
   expect_error<InvalidArgument>([&] { rnn.layer_transfer(0, opts); }, {"out of order"});
-  // A refused call leaves the order as it was, and layer_transfer does not advance it.
+  // A refused call leaves the order as it was, and layer_transfer does not advance it. A
+  // method the CPU cannot run is refused before the layer starts: the layer can still run.
+  expect_error<InvalidArgument>([&] { rnn.backward_layer(1, BackwardOptions{BackwardMethod::fused}); }, {"fused"});
   EXPECT_NO_THROW(rnn.layer_transfer(1, opts));
   EXPECT_NO_THROW(rnn.backward_layer(1, opts));
   expect_error<InvalidArgument>([&] { rnn.backward_layer(1, opts); }, {"out of order"});

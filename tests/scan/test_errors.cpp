@@ -3,6 +3,7 @@
 
 #include "bppsa/nn/conv_net.hpp"
 #include "bppsa/nn/model.hpp"
+#include "bppsa/scan/resident_scanner.hpp"
 #include "expect_error.hpp"
 #include "oracle.hpp"
 
@@ -238,6 +239,42 @@ Poisoned poisoned(int where, float bad) {
   if (where == 6) (*p.chain.injection(1))(2, 1) = bad;
   if (where == 7) p.g_last(1, 1) = bad;
   return p;
+}
+
+TEST(Errors, AResidentChainIsCheckedBeforeTheDeviceIsTouched) {
+  // Every check below runs in any build, before a GPU is looked for: the error is the same
+  // on a machine with one, without one, and in a build without CUDA.
+  const Layout<float> d34{Kind::dense, 3, 4, 2, nullptr, nullptr}, d45{Kind::dense, 4, 5, 2, nullptr, nullptr},
+      d24{Kind::dense, 2, 4, 2, nullptr, nullptr}, bad_count{Kind::dense, 4, 5, 3, nullptr, nullptr},
+      diag_rect{Kind::diagonal, 4, 5, 2, nullptr, nullptr};
+  const ScanOptions blelloch{Algorithm::blelloch};
+  auto make = [](ResidentChain<float> c, ScanOptions o) { return [c, o] { ResidentScanner<float> s(c, o); }; };
+
+  expect_error<InvalidArgument>(make({2, {}, {}}, blelloch), {"empty"});
+  expect_error<InvalidArgument>(make({0, {&d34}, {}}, blelloch), {"batch size"});
+  expect_error<InvalidArgument>(make({2, {&d34, nullptr}, {}}, blelloch), {"J_2^T", "null"});
+  expect_error<ShapeError>(make({2, {&d34, &d24}, {}}, blelloch), {"J_2^T", "J_1^T", "d_1"});
+  expect_error<ShapeError>(make({2, {&d34, &bad_count}, {}}, blelloch), {"J_2^T", "3 samples", "batch has 2"});
+  expect_error<ShapeError>(make({2, {&diag_rect}, {}}, blelloch), {"J_1^T", "square"});
+  expect_error<ShapeError>(make({2, {&d34, &d45}, {true}}, blelloch), {"1 injection flags for 2 elements"});
+  expect_error<InvalidArgument>(make({2, {&d34, &d45}, {}}, ScanOptions{Algorithm::automatic}), {"name the algorithm"});
+  expect_error<InvalidArgument>(make({2, {&d34, &d45}, {}}, ScanOptions{Algorithm::fused}), {"fused"});
+  expect_error<InvalidArgument>(make({2, {&d34, &d45}, {}}, ScanOptions{Algorithm::hybrid, 0, -1}), {"chunks"});
+
+  // A consistent chain gets as far as the device: a build without CUDA or a machine without a
+  // GPU says so (tests/gpu runs the scan itself against the CPU engine).
+  const ResidentChain<float> good{2, {&d34, &d45}, {false, true}};
+  if (cuda_device_count() == 0) {
+    testutil::expect_no_gpu_error([&] { ResidentScanner<float> s(good, blelloch); });
+    return;
+  }
+  ResidentScanner<float> s(good, blelloch);
+  EXPECT_EQ(s.size(), 2);
+  EXPECT_EQ(s.dim(0), 3);
+  EXPECT_EQ(s.dim(2), 5);
+  EXPECT_NE(s.injection(1), nullptr);
+  EXPECT_EQ(s.injection(0), nullptr);
+  expect_error<InvalidArgument>([&] { s.values(3); }, {"values", "k = 3", "1..2"});
 }
 
 TEST(Errors, NonFiniteInputsAreReportedWhereTheyAre) {

@@ -40,6 +40,10 @@ struct Layout {
 
   Index values_per_sample() const;
   bool shared() const { return count == 1; }
+  /// ShapeError / InvalidArgument (under `op`) for inconsistent fields: a negative shape,
+  /// count < 1, a non-square identity or diagonal, a missing or misshaped CSR pattern or S.
+  /// What Jacobian's constructor checks.
+  void check(const char* op) const;
   /// "dense 20×30 ×16" for messages.
   std::string describe() const;
 };

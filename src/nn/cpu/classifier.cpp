@@ -1,5 +1,7 @@
 // The CPU half of SequenceClassifier<T>: the batch in host memory, the stack's and the head's
 // host forward, the loss, and the backward through the head into the stack.
+#include <omp.h>
+
 #include "bppsa/core/error.hpp"
 #include "nn/classifier_half.hpp"
 
@@ -61,8 +63,11 @@ class ClassifierCpu final : public ClassifierHalf<T> {
     if (times) *times = bt;
   }
 
-  StepTimes step_times(double forward_seconds, double backward_seconds, const BackwardTimes& detail) override {
-    return {forward_seconds, backward_seconds, detail};
+  void backward_timed(const BackwardOptions& options, double forward_seconds, StepTimes* times) override {
+    const double t0 = omp_get_wtime();
+    BackwardTimes bt;
+    backward(options, &bt);
+    if (times) *times = {forward_seconds, omp_get_wtime() - t0, bt};
   }
 
   void head_backward(const Matrix<T>& dlogits, Matrix<T>& dout) override {

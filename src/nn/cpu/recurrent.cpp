@@ -132,6 +132,10 @@ class RecurrentCpu final : public RecurrentHalf<T> {
   }
 
   void check_backward_memory(Index steps, Index batch, const BackwardOptions& options) const override;
+  /// Before the gradients (and a scan's Jacobians) are sized.
+  void prepare_layer(Index, const BackwardOptions& options) const override {
+    check_backward_memory(steps_, batch_, options);
+  }
   void backward_begin(const Eigen::Ref<const Matrix<T>>& grad_out, bool every_step,
                       const LayerParamsList<T>&) override {
     grad_out_ = grad_out;
@@ -253,7 +257,6 @@ void RecurrentCpu<T>::backward_layer(Index l, const BackwardOptions& options, co
   const char* op = "Recurrent::backward";
   FlushDenormals flush;
   const Index T_ = steps_, B = batch_, H = config_.hidden, S = state_size(config_.cell, H);
-  check_backward_memory(T_, B, options);  // before the gradients (and a scan's Jacobians) are sized
   const auto& ops = cell_ops<T>(config_.cell, config_.nonlinearity);
   const int threads = resolve_threads(options.threads);
   const bool scan = resolve_backward(options, B) != BackwardMethod::bp;

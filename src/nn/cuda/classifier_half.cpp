@@ -47,11 +47,12 @@ class ClassifierGpu final : public ClassifierHalf<T> {
     }
   }
 
-  StepTimes step_times(double, double, const BackwardTimes&) override {
+  void backward_timed(const BackwardOptions& options, double, StepTimes* times) override {
+    gpu()->backward(options, 0);
     StepTimes st;
     double optimizer = 0;
-    g_->step_times(0, st, optimizer);  // CUDA events; waits for the backward
-    return st;
+    g_->step_times(0, st, optimizer);  // CUDA events of the forward and the backward; waits for the backward
+    if (times) *times = st;
   }
 
   void head_backward(const Matrix<T>&, Matrix<T>&) override {

@@ -75,6 +75,7 @@ class RecurrentGpuHalf final : public RecurrentHalf<T> {
                               : g->upload_grad_out(packed.data() + (T_ - 1) * B * H, H * B);
     g->backward_begin(top, every_step);
   }
+  void prepare_layer(Index, const BackwardOptions&) const override {}  // the stack checks as it runs
   void backward_layer(Index l, const BackwardOptions& options, const LayerParamsList<T>& params, LayerParamsList<T>&,
                       const Matrix<T>* final_grad, BackwardTimes* times) override {
     gpu::RecurrentGpu<T>* g = gpu(params);

@@ -23,7 +23,11 @@ ResidentScan<T>::ResidentScan(const std::vector<ElementInfo<T>>& elements, Index
   stats_.chunks = planned.chunks;
   stats_.device = Device::cuda;
   scan_ = make_device_scan(planned.schedule, elements, batch);
-  stats_.launches = device_scan_info(*scan_).launches;
+  const DeviceScanInfo info = device_scan_info(*scan_);
+  stats_.launches = info.launches;
+  stats_.workspace_bytes = info.workspace_bytes;
+  ready_.emplace(false);
+  done_.emplace(false);
 }
 
 template <class T>
@@ -31,11 +35,11 @@ ResidentScan<T>::~ResidentScan() = default;
 
 template <class T>
 void ResidentScan<T>::run(cudaStream_t stream) {
-  BPPSA_CUDA_CHECK(cudaEventRecord(ready_, stream));
-  BPPSA_CUDA_CHECK(cudaStreamWaitEvent(scan_->stream(), ready_, 0));
+  BPPSA_CUDA_CHECK(cudaEventRecord(*ready_, stream));
+  BPPSA_CUDA_CHECK(cudaStreamWaitEvent(scan_->stream(), *ready_, 0));
   scan_->execute();
-  BPPSA_CUDA_CHECK(cudaEventRecord(done_, scan_->stream()));
-  BPPSA_CUDA_CHECK(cudaStreamWaitEvent(stream, done_, 0));
+  BPPSA_CUDA_CHECK(cudaEventRecord(*done_, scan_->stream()));
+  BPPSA_CUDA_CHECK(cudaStreamWaitEvent(stream, *done_, 0));
 }
 
 template <class T>

@@ -1,11 +1,13 @@
-// The scan's entry for chains resident on the GPU (what the GPU model calls; Scanner is the
-// entry for chains in host memory). It plans with the scan's planner from layouts alone, compiles
+// The scan's entry for chains resident on the GPU, behind the public ResidentScanner
+// (bppsa/scan/resident_scanner.hpp), and what the GPU model calls with its own position tables;
+// Scanner is the entry for chains in host memory. It plans with the scan's planner from layouts alone, compiles
 // the plan for the current device and allocates everything once; the caller writes the values
 // straight into the plan's buffers on the device, and each run executes the schedule there.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <optional>
 #include <vector>
 
 #include "bppsa/scan/scanner.hpp"
@@ -39,7 +41,9 @@ class ResidentScan {
 
  private:
   DeviceScanPtr<T> scan_;
-  cuda::Event ready_{false}, done_{false};  ///< the caller's stream → the scan's stream → back
+  /// The caller's stream → the scan's stream → back; made after the plan, so that a machine
+  /// without a GPU gets make_device_scan's error.
+  std::optional<cuda::Event> ready_, done_;
   ScanStats stats_;
 };
 
