@@ -7,10 +7,11 @@ CELLS = {"rnn": nn.RNN, "gru": nn.GRU, "lstm": nn.LSTM}
 
 
 class Model(nn.Module):
-    def __init__(self, cell, i, h, layers, c):
+    def __init__(self, cell, i, h, layers, c, proj=0):
         super().__init__()
-        self.rnn = CELLS[cell](i, h, layers, batch_first=True)
-        self.head = nn.Linear(h, c)
+        extra = {"proj_size": proj} if proj else {}  # lstm only, as in torch
+        self.rnn = CELLS[cell](i, h, layers, batch_first=True, **extra)
+        self.head = nn.Linear(proj or h, c)
 
     def forward(self, x):
         out, _ = self.rnn(x)

@@ -66,9 +66,9 @@ def in_dispatch_mode():
     return _get_current_dispatch_mode() is not None
 
 
-def layer_engine(dtype, cell, input_size, hidden_size, nonlinearity):
+def layer_engine(dtype, cell, input_size, hidden_size, nonlinearity, proj_size=0):
     cls = _C.LayerEngineF32 if dtype == torch.float32 else _C.LayerEngineF64
-    return cls(cell, input_size, hidden_size, nonlinearity)
+    return cls(cell, input_size, hidden_size, nonlinearity, proj_size)
 
 
 def affine_scan(dtype):

@@ -37,9 +37,16 @@ def decode_threads(threads):
     return None if threads < 0 else threads
 
 
-def _spec(cell, input_size, hidden_size, nonlinearity):
+def _sizes(w_hh, w_hr):
+    """(hidden_size, rows of h) of a layer from its weights: w_hh is (G·H, P), w_hr (P, H) or None."""
+    P = w_hh.shape[1]
+    return (P if w_hr is None else w_hr.shape[1]), P
+
+
+def _spec(cell, x, w_hh, w_hr, nonlinearity):
     """One engine pool per layer shape, shared by every operator call."""
-    key = (cell, input_size, hidden_size, nonlinearity)
+    hidden, P = _sizes(w_hh, w_hr)
+    key = (cell, x.shape[2], hidden, nonlinearity, 0 if w_hr is None else P)
     with _specs_lock:
         spec = _specs.get(key)
         if spec is None:
@@ -52,30 +59,31 @@ def _absent(like):
     return like.new_empty((0,))
 
 
-def _layer_forward_impl(x, h0, c0, w_ih, w_hh, b_ih, b_hh, cell, nonlinearity, method, threads, chunks,
+def _layer_forward_impl(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, cell, nonlinearity, method, threads, chunks,
                         check_finite):
-    spec = _spec(cell, x.shape[2], w_hh.shape[1], nonlinearity)
+    spec = _spec(cell, x, w_hh, w_hr, nonlinearity)
     with spec.borrowed(x.dtype) as engine:
-        out, h_n, c_n = _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh)
+        out, h_n, c_n = _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr)
     return out, h_n, _absent(x) if c_n is None else c_n
 
 
-def _layer_forward_fake(x, h0, c0, w_ih, w_hh, b_ih, b_hh, cell, nonlinearity, method, threads, chunks,
+def _layer_forward_fake(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, cell, nonlinearity, method, threads, chunks,
                         check_finite):
-    steps, batch, hidden = x.shape[0], x.shape[1], w_hh.shape[1]
+    steps, batch = x.shape[0], x.shape[1]
+    hidden, P = _sizes(w_hh, w_hr)
     c_n = x.new_empty((batch, hidden)) if cell == "lstm" else _absent(x)
-    return x.new_empty((steps, batch, hidden)), x.new_empty((batch, hidden)), c_n
+    return x.new_empty((steps, batch, P)), x.new_empty((batch, P)), c_n
 
 
-def _layer_backward_impl(x, h0, c0, w_ih, w_hh, b_ih, b_hh, grad_out, grad_hn, grad_cn, cell, nonlinearity,
+def _layer_backward_impl(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, grad_out, grad_hn, grad_cn, cell, nonlinearity,
                          method, threads, chunks, check_finite, needs):
-    inputs = (x, h0, c0, w_ih, w_hh, b_ih, b_hh)
+    inputs = (x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr)
     wanted = [need and t is not None for need, t in zip(needs, inputs)]
     grads = [torch.empty(t.shape, dtype=t.dtype) if w else None for t, w in zip(inputs, wanted)]
     if x.shape[1] > 0:
-        spec = _spec(cell, x.shape[2], w_hh.shape[1], nonlinearity)
+        spec = _spec(cell, x, w_hh, w_hr, nonlinearity)
         with spec.borrowed(x.dtype) as engine:
-            _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh)  # the record the backward reads
+            _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr)  # the record the backward reads
             r = _native.ref
             # Named, so that the contiguous copies outlive the call that reads them.
             grad_out, grad_hn = _contiguous(grad_out), _contiguous(grad_hn)
@@ -88,15 +96,15 @@ def _layer_backward_impl(x, h0, c0, w_ih, w_hh, b_ih, b_hh, grad_out, grad_hn, g
     return [_absent(x) if g is None else g for g in grads]
 
 
-def _layer_backward_fake(x, h0, c0, w_ih, w_hh, b_ih, b_hh, grad_out, grad_hn, grad_cn, cell, nonlinearity,
+def _layer_backward_fake(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, grad_out, grad_hn, grad_cn, cell, nonlinearity,
                          method, threads, chunks, check_finite, needs):
-    inputs = (x, h0, c0, w_ih, w_hh, b_ih, b_hh)
+    inputs = (x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr)
     return [t.new_empty(t.shape) if need and t is not None else _absent(x) for need, t in zip(needs, inputs)]
 
 
 def _layer_setup(ctx, inputs, output):
-    x, h0, c0, w_ih, w_hh, b_ih, b_hh, *options = inputs
-    ctx.save_for_backward(x, h0, c0, w_ih, w_hh, b_ih, b_hh)
+    x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, *options = inputs
+    ctx.save_for_backward(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr)
     ctx.options = options  # cell, nonlinearity, method, threads, chunks, check_finite
 
 
@@ -105,11 +113,12 @@ def _layer_backward_formula(ctx, grad_out, grad_hn, grad_cn):
     x = saved[0]
     cell = ctx.options[0]
     zeros = lambda g, shape: torch.zeros(shape, dtype=x.dtype, device=x.device) if g is None else g  # noqa: E731
-    batch, hidden = x.shape[1], saved[4].shape[1]
-    grad_out = zeros(grad_out, (x.shape[0], batch, hidden))
-    grad_hn = zeros(grad_hn, (batch, hidden))
+    batch = x.shape[1]
+    hidden, P = _sizes(saved[4], saved[7])
+    grad_out = zeros(grad_out, (x.shape[0], batch, P))
+    grad_hn = zeros(grad_hn, (batch, P))
     grad_cn = zeros(grad_cn, (batch, hidden) if cell == "lstm" else (0,))
-    needs = list(ctx.needs_input_grad[:7])
+    needs = list(ctx.needs_input_grad[:8])
     grads = torch.ops.bppsa.layer_backward(*saved, grad_out, grad_hn, grad_cn, *ctx.options, needs)
     return (*[g if need else None for g, need in zip(grads, needs)], *([None] * len(ctx.options)))
 
@@ -120,10 +129,10 @@ def _refuse_double_backward(what):
     return formula
 
 
-def layer(x, h0, c0, w_ih, w_hh, b_ih, b_hh, cell, nonlinearity, method, threads, chunks, check_finite):
+def layer(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, cell, nonlinearity, method, threads, chunks, check_finite):
     """One layer-direction through the operators: (out, h_n, c_n or None)."""
-    out, h_n, c_n = torch.ops.bppsa.layer_forward(x, h0, c0, w_ih, w_hh, b_ih, b_hh, cell, nonlinearity, method,
-                                                  encode_threads(threads), chunks, check_finite)
+    out, h_n, c_n = torch.ops.bppsa.layer_forward(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, cell, nonlinearity,
+                                                  method, encode_threads(threads), chunks, check_finite)
     return out, h_n, (c_n if cell == "lstm" else None)
 
 
@@ -178,7 +187,7 @@ def scan(elements, g, algorithm, threads, check_finite):
 
 if AVAILABLE:
     _OPTIONS = "str cell, str nonlinearity, str method, int threads, int chunks, bool check_finite"
-    _LAYER = "Tensor x, Tensor? h0, Tensor? c0, Tensor w_ih, Tensor w_hh, Tensor? b_ih, Tensor? b_hh"
+    _LAYER = "Tensor x, Tensor? h0, Tensor? c0, Tensor w_ih, Tensor w_hh, Tensor? b_ih, Tensor? b_hh, Tensor? w_hr"
     _layer_forward = torch.library.custom_op(
         "bppsa::layer_forward", _layer_forward_impl, mutates_args=(),
         schema=f"({_LAYER}, {_OPTIONS}) -> (Tensor, Tensor, Tensor)")

@@ -20,11 +20,12 @@ class LayerSpec:
     inference forward gives it back at once. The pool then serves the next forward of the same
     shape without re-planning."""
 
-    def __init__(self, cell, input_size, hidden_size, nonlinearity):
+    def __init__(self, cell, input_size, hidden_size, nonlinearity, proj_size=0):
         self.cell = cell
         self.input_size = input_size
         self.hidden_size = hidden_size
         self.nonlinearity = nonlinearity
+        self.proj_size = proj_size  # LSTM: rows of h (0 = hidden_size, no projection)
         self._idle = {}
         # Reentrant: an engine may come back (weakref.finalize, run by the garbage collector)
         # while this thread is inside acquire() or release().
@@ -35,7 +36,8 @@ class LayerSpec:
             idle = self._idle.get(dtype)
             engine = idle.pop() if idle else None
         if engine is None:
-            engine = _native.layer_engine(dtype, self.cell, self.input_size, self.hidden_size, self.nonlinearity)
+            engine = _native.layer_engine(dtype, self.cell, self.input_size, self.hidden_size, self.nonlinearity,
+                                          self.proj_size)
         return engine
 
     def release(self, dtype, engine):
@@ -64,7 +66,7 @@ class LayerSpec:
         self._lock = threading.RLock()
 
     def __deepcopy__(self, memo):
-        return LayerSpec(self.cell, self.input_size, self.hidden_size, self.nonlinearity)
+        return LayerSpec(self.cell, self.input_size, self.hidden_size, self.nonlinearity, self.proj_size)
 
 
 def _empty(shape, like):
@@ -75,17 +77,18 @@ def _contiguous(t):
     return None if t is None else t.contiguous()
 
 
-def _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh):
+def _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr):
     """Runs the layer on contiguous copies of what is not contiguous (a weight set to a
-    transposed view, say): the engine reads C-order buffers."""
+    transposed view, say): the engine reads C-order buffers. w_hr: the LSTM's projection or None."""
     T, B = x.shape[0], x.shape[1]
     H = spec.hidden_size
-    out = _empty((T, B, H), x)
-    h_n = _empty((B, H), x)
+    P = spec.proj_size or H  # rows of h
+    out = _empty((T, B, P), x)
+    h_n = _empty((B, P), x)
     c_n = _empty((B, H), x) if spec.cell == "lstm" else None
     if B == 0:  # nothing to compute (torch returns the empty tensors too)
         return out, h_n, c_n
-    args = [_contiguous(t) for t in (x, h0, c0, w_ih, w_hh, b_ih, b_hh)]
+    args = [_contiguous(t) for t in (x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr)]
     r = _native.ref
     engine.forward(*[r(t) for t in args], r(out), r(h_n), r(c_n))
     return out, h_n, c_n
@@ -98,10 +101,11 @@ def _no_double_backward(what):
 
 
 class LayerFunction(torch.autograd.Function):
-    """apply(x, h0, c0, w_ih, w_hh, b_ih, b_hh, spec, options) →
-    (out, h_n) or (out, h_n, c_n) for LSTM. x is (T, B, I); h0, c0 (B, H) or None; b_ih, b_hh
-    None when the layer has no bias; options = (method, threads, chunks, check_finite). Any
-    strides (contiguous copies are made for the engine).
+    """apply(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, spec, options) →
+    (out, h_n) or (out, h_n, c_n) for LSTM. x is (T, B, I); h0 (B, P), c0 (B, H) or None (P: the
+    LSTM's proj_size, else H); b_ih, b_hh None when the layer has no bias; w_hr (P, H) or None
+    without a projection; options = (method, threads, chunks, check_finite). Any strides
+    (contiguous copies are made for the engine).
 
     The tensors are saved with ctx.save_for_backward, so torch enforces its contracts: a second
     backward without retain_graph=True, or one after an in-place change of a weight or of the
@@ -109,10 +113,10 @@ class LayerFunction(torch.autograd.Function):
     backward)."""
 
     @staticmethod
-    def forward(ctx, x, h0, c0, w_ih, w_hh, b_ih, b_hh, spec, options):
+    def forward(ctx, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, spec, options):
         engine = spec.acquire(x.dtype)
         try:
-            out, h_n, c_n = _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh)
+            out, h_n, c_n = _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr)
         except BaseException:
             spec.release(x.dtype, engine)
             raise
@@ -122,7 +126,7 @@ class LayerFunction(torch.autograd.Function):
         ctx.lock = threading.Lock()  # one backward at a time through this engine (retained graphs)
         # Saved for torch's checks (version counters, freed graphs); the engine holds the
         # record the backward pass reads.
-        ctx.save_for_backward(x, h0, c0, w_ih, w_hh, b_ih, b_hh)
+        ctx.save_for_backward(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr)
         ctx.set_materialize_grads(False)
         # The engine goes back to the pool when the graph holding this node is freed (after
         # backward, or when the outputs are dropped), never while a retained graph needs it.
@@ -142,7 +146,7 @@ class LayerFunction(torch.autograd.Function):
                 return None
             return torch.empty(saved[i].shape, dtype=saved[i].dtype)
 
-        grads = [buffer(i) for i in range(7)]
+        grads = [buffer(i) for i in range(8)]
         if saved[0].shape[1] == 0:  # empty batch: nothing flows back (zero parameter gradients, as torch)
             return (*[None if g is None else g.zero_() for g in grads], None, None)
         r = _native.ref
@@ -153,12 +157,13 @@ class LayerFunction(torch.autograd.Function):
         return (*grads, None, None)
 
 
-def run_layer(spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, method, threads, chunks, check_finite=False):
+def run_layer(spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, method, threads, chunks, check_finite=False):
     """One layer-direction: through autograd when a gradient is needed, else on an engine of
     its own for this call (nothing recorded for a backward pass)."""
-    tensors = (x, h0, c0, w_ih, w_hh, b_ih, b_hh)
+    tensors = (x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
-        res = LayerFunction.apply(x, h0, c0, w_ih, w_hh, b_ih, b_hh, spec, (method, threads, chunks, check_finite))
+        res = LayerFunction.apply(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, spec,
+                                  (method, threads, chunks, check_finite))
         return res if len(res) == 3 else (res[0], res[1], None)
     with spec.borrowed(x.dtype) as engine, torch.no_grad():
-        return _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh)
+        return _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr)

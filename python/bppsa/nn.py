@@ -81,14 +81,12 @@ class _Bppsa:
 
     def _bppsa_init(self, backward, threads, check_finite):
         name = type(self).__name__
-        if self.proj_size != 0:
-            raise NotImplementedError(f"bppsa.nn.{name} does not support proj_size (got {self.proj_size}); "
-                                      "use torch.nn.LSTM for projections")
         _check_factory(name, self.weight_ih_l0.dtype, self.weight_ih_l0.device)
         nonlinearity = getattr(self, "nonlinearity", "tanh")
         directions = 2 if self.bidirectional else 1
-        self._specs = [LayerSpec(self._cell, self.input_size if layer == 0 else self.hidden_size * directions,
-                                 self.hidden_size, nonlinearity)
+        out_size = self.proj_size or self.hidden_size  # rows of h: LSTM's projection, if any
+        self._specs = [LayerSpec(self._cell, self.input_size if layer == 0 else out_size * directions,
+                                 self.hidden_size, nonlinearity, self.proj_size)
                        for layer in range(self.num_layers) for _ in range(directions)]
         self.set_backward(backward, threads)
         self.set_check_finite(check_finite)
@@ -129,6 +127,8 @@ class _Bppsa:
                       dtype=self.weight_ih_l0.dtype)
         if self._cell == "rnn":
             kwargs["nonlinearity"] = self.nonlinearity
+        if self.proj_size:
+            kwargs["proj_size"] = self.proj_size
         m = base(self.input_size, self.hidden_size, **kwargs)
         m.load_state_dict(self.state_dict())
         m.train(self.training)
@@ -200,8 +200,10 @@ class _Bppsa:
         threads = _native.check_threads(f"bppsa.nn.{type(self).__name__}", self.bppsa_threads, "bppsa_threads")
         check_finite = self.bppsa_check_finite
         directions = 2 if self.bidirectional else 1
-        expected = (self.num_layers * directions, batch, self.hidden_size)
-        for s in states:
+        # h_0 has the projection's size (torch's get_expected_hidden_size), c_0 the hidden size.
+        for i, s in enumerate(states):
+            expected = (self.num_layers * directions, batch,
+                        self.proj_size if i == 0 and self.proj_size else self.hidden_size)
             if s is not None and tuple(s.shape) != expected:
                 raise RuntimeError(f"Expected hidden size {expected}, got {list(s.shape)}")
         h0 = states[0]
@@ -217,15 +219,16 @@ class _Bppsa:
                 names = self._all_weights[k]
                 w_ih, w_hh = getattr(self, names[0]), getattr(self, names[1])
                 b_ih, b_hh = (getattr(self, names[2]), getattr(self, names[3])) if self.bias else (None, None)
+                w_hr = getattr(self, names[-1]) if self.proj_size else None  # torch puts weight_hr last
                 xin = layer_input if direction == 0 else layer_input.flip(0)
                 h0k = None if h0 is None else h0[k].contiguous()
                 c0k = None if c0 is None else c0[k].contiguous()
                 if capture:
                     spec = self._specs[k]
-                    out, hk, ck = _ops.layer(xin, h0k, c0k, w_ih, w_hh, b_ih, b_hh, spec.cell, spec.nonlinearity,
-                                             self.bppsa_backward, threads, 0, check_finite)
+                    out, hk, ck = _ops.layer(xin, h0k, c0k, w_ih, w_hh, b_ih, b_hh, w_hr, spec.cell,
+                                             spec.nonlinearity, self.bppsa_backward, threads, 0, check_finite)
                 else:
-                    out, hk, ck = run_layer(self._specs[k], xin, h0k, c0k, w_ih, w_hh, b_ih, b_hh,
+                    out, hk, ck = run_layer(self._specs[k], xin, h0k, c0k, w_ih, w_hh, b_ih, b_hh, w_hr,
                                             self.bppsa_backward, threads, 0, check_finite)
                 outputs.append(out if direction == 0 else out.flip(0))
                 h_n.append(hk)
@@ -262,9 +265,9 @@ class GRU(_Bppsa, torch.nn.GRU):
 
 
 class LSTM(_Bppsa, torch.nn.LSTM):
-    """torch.nn.LSTM with a BPPSA backward pass (no proj_size yet): a subclass of torch.nn.LSTM
-    taking the installed torch's arguments, plus keyword-only backward='auto', threads=None and
-    check_finite=False."""
+    """torch.nn.LSTM with a BPPSA backward pass, proj_size included (h_t = W_hr (o_t ⊙ tanh c_t),
+    scanned with its own Jacobian): a subclass of torch.nn.LSTM taking the installed torch's
+    arguments, plus keyword-only backward='auto', threads=None and check_finite=False."""
 
     _cell = "lstm"
 

@@ -18,15 +18,15 @@ namespace {
 template <class T>
 void bind_layer(py::module_& m, const char* name) {
   py::class_<LayerEngine<T>>(m, name)
-      .def(py::init<const std::string&, Index, Index, const std::string&>(), py::arg("cell"), py::arg("input_size"),
-           py::arg("hidden_size"), py::arg("nonlinearity") = "tanh")
+      .def(py::init<const std::string&, Index, Index, const std::string&, Index>(), py::arg("cell"),
+           py::arg("input_size"), py::arg("hidden_size"), py::arg("nonlinearity") = "tanh", py::arg("proj_size") = 0)
       .def("forward", &LayerEngine<T>::forward, py::call_guard<py::gil_scoped_release>(), py::arg("x"), py::arg("h0"),
-           py::arg("c0"), py::arg("w_ih"), py::arg("w_hh"), py::arg("b_ih"), py::arg("b_hh"), py::arg("out"),
-           py::arg("h_n"), py::arg("c_n"))
+           py::arg("c0"), py::arg("w_ih"), py::arg("w_hh"), py::arg("b_ih"), py::arg("b_hh"), py::arg("w_hr"),
+           py::arg("out"), py::arg("h_n"), py::arg("c_n"))
       .def("backward", &LayerEngine<T>::backward, py::call_guard<py::gil_scoped_release>(), py::arg("grad_out"),
            py::arg("grad_hn"), py::arg("grad_cn"), py::arg("method"), py::arg("threads"), py::arg("chunks"),
            py::arg("grad_x"), py::arg("grad_h0"), py::arg("grad_c0"), py::arg("grad_w_ih"), py::arg("grad_w_hh"),
-           py::arg("grad_b_ih"), py::arg("grad_b_hh"), py::arg("check_finite"))
+           py::arg("grad_b_ih"), py::arg("grad_b_hh"), py::arg("grad_w_hr"), py::arg("check_finite"))
       .def_property_readonly("steps", &LayerEngine<T>::steps)
       .def_property_readonly("batch", &LayerEngine<T>::batch);
 }
@@ -64,7 +64,7 @@ PYBIND11_MODULE(_C, m) {
   py::class_<TensorRef>(m, "TensorRef")
       .def(py::init([](std::uintptr_t data, std::string dtype, std::vector<Index> shape, std::vector<Index> strides,
                        std::string device, int device_index) {
-             return TensorRef{data, std::move(dtype), std::move(shape), std::move(strides), std::move(device),
+             return TensorRef{data,        std::move(dtype), std::move(shape), std::move(strides), std::move(device),
                               device_index};
            }),
            py::arg("data"), py::arg("dtype"), py::arg("shape"), py::arg("strides"), py::arg("device") = "cpu",

@@ -16,13 +16,15 @@ using MapM = Eigen::Map<Matrix<T>>;
 template <class T>
 using MapCM = Eigen::Map<const Matrix<T>>;
 
-RecurrentConfig make_config(const std::string& cell, Index input, Index hidden, const std::string& nonlinearity) {
+RecurrentConfig make_config(const std::string& cell, Index input, Index hidden, const std::string& nonlinearity,
+                            Index proj) {
   RecurrentConfig c;
   c.cell = parse_cell(cell);
   c.input = input;
   c.hidden = hidden;
   c.layers = 1;
   c.nonlinearity = parse_nonlinearity(nonlinearity);
+  c.proj = proj;
   return c;
 }
 
@@ -50,20 +52,20 @@ void store(const OptRef& dst, const Src& src, const std::string& what) {
 }  // namespace
 
 template <class T>
-LayerEngine<T>::LayerEngine(const std::string& cell, Index input, Index hidden, const std::string& nonlinearity)
-    : rnn_(make_config(cell, input, hidden, nonlinearity)),
-      gates_(gate_count(parse_cell(cell)) * hidden) {}
+LayerEngine<T>::LayerEngine(const std::string& cell, Index input, Index hidden, const std::string& nonlinearity,
+                            Index proj)
+    : rnn_(make_config(cell, input, hidden, nonlinearity, proj)), gates_(gate_count(parse_cell(cell)) * hidden) {}
 
 template <class T>
 void LayerEngine<T>::forward(const TensorRef& x, const OptRef& h0, const OptRef& c0, const TensorRef& w_ih,
-                             const TensorRef& w_hh, const OptRef& b_ih, const OptRef& b_hh, const TensorRef& out,
-                             const TensorRef& h_n, const OptRef& c_n) {
+                             const TensorRef& w_hh, const OptRef& b_ih, const OptRef& b_hh, const OptRef& w_hr,
+                             const TensorRef& out, const TensorRef& h_n, const OptRef& c_n) {
   const RecurrentConfig& cfg = rnn_.config();
-  const Index I = cfg.input, H = cfg.hidden;
+  const Index I = cfg.input, H = cfg.hidden, P = output_size(cfg);
   const bool lstm = cfg.cell == CellType::lstm;
   if (x.shape.size() != 3)
-    detail::raise<ShapeError>(kOp, "input has shape " + shape_text(x.shape) + ", expected (steps, batch, " +
-                                       std::to_string(I) + ")");
+    detail::raise<ShapeError>(
+        kOp, "input has shape " + shape_text(x.shape) + ", expected (steps, batch, " + std::to_string(I) + ")");
   const Index steps = x.shape[0], batch = x.shape[1];
   const T* xp = checked_data<T>(x, {steps, batch, I}, kOp, "input");
   auto& p = rnn_.params(0);
@@ -71,9 +73,15 @@ void LayerEngine<T>::forward(const TensorRef& x, const OptRef& h0, const OptRef&
   load<T>(p.w_hh, w_hh, "weight_hh");
   load<T>(p.b_ih, b_ih, "bias_ih");
   load<T>(p.b_hh, b_hh, "bias_hh");
+  if (cfg.proj > 0) {
+    if (!w_hr) detail::raise<InvalidArgument>(kOp, "an LSTM with proj_size needs weight_hr");
+    load<T>(p.w_hr, w_hr, "weight_hr");
+  } else if (w_hr) {
+    detail::raise<InvalidArgument>(kOp, "weight_hr given to a layer without a projection (proj_size 0)");
+  }
   if (h0 || c0) {
-    Matrix<T> s0 = Matrix<T>::Zero(state_size(cfg.cell, H), batch);
-    if (h0) s0.topRows(H) = MapCM<T>(checked_data<T>(*h0, {batch, H}, kOp, "h_0"), H, batch);
+    Matrix<T> s0 = Matrix<T>::Zero(state_size(cfg), batch);
+    if (h0) s0.topRows(P) = MapCM<T>(checked_data<T>(*h0, {batch, P}, kOp, "h_0"), P, batch);
     if (c0) {
       if (!lstm) detail::raise<InvalidArgument>(kOp, "c_0 given to a cell without a cell state");
       s0.bottomRows(H) = MapCM<T>(checked_data<T>(*c0, {batch, H}, kOp, "c_0"), H, batch);
@@ -82,15 +90,15 @@ void LayerEngine<T>::forward(const TensorRef& x, const OptRef& h0, const OptRef&
   } else {
     rnn_.set_initial_state(0, Matrix<T>());
   }
-  T* op = checked_data<T>(out, {steps, batch, H}, kOp, "output");
-  T* hp = checked_data<T>(h_n, {batch, H}, kOp, "h_n");
+  T* op = checked_data<T>(out, {steps, batch, P}, kOp, "output");
+  T* hp = checked_data<T>(h_n, {batch, P}, kOp, "h_n");
   T* cp = lstm ? checked_data<T>(c_n.value(), {batch, H}, kOp, "c_n") : nullptr;
 
   rnn_.forward(MapCM<T>(xp, I, steps * batch), steps, batch);
 
-  MapM<T>(op, H, steps * batch) = rnn_.output();
+  MapM<T>(op, P, steps * batch) = rnn_.output();
   const Matrix<T> last = rnn_.state(0, steps);
-  MapM<T>(hp, H, batch) = last.topRows(H);
+  MapM<T>(hp, P, batch) = last.topRows(P);
   if (lstm) MapM<T>(cp, H, batch) = last.bottomRows(H);
 }
 
@@ -99,15 +107,16 @@ std::string LayerEngine<T>::backward(const OptRef& grad_out, const OptRef& grad_
                                      const std::string& method, int threads, int chunks, const OptRef& grad_x,
                                      const OptRef& grad_h0, const OptRef& grad_c0, const OptRef& grad_w_ih,
                                      const OptRef& grad_w_hh, const OptRef& grad_b_ih, const OptRef& grad_b_hh,
-                                     bool check_finite) {
+                                     const OptRef& grad_w_hr, bool check_finite) {
   const RecurrentConfig& cfg = rnn_.config();
-  const Index H = cfg.hidden, I = cfg.input, S = state_size(cfg.cell, H);
+  const Index H = cfg.hidden, I = cfg.input, P = output_size(cfg), S = state_size(cfg);
   const Index steps = rnn_.steps(), batch = rnn_.batch();
   const bool lstm = cfg.cell == CellType::lstm;
   if (steps == 0) detail::raise<InvalidArgument>(kOp, "backward without a forward");
   BackwardOptions options;
   options.method = parse_backward(method);
-  if (chunks < 0) detail::raise<InvalidArgument>(kOp, "chunks must be ≥ 0 (0 = automatic), got " + std::to_string(chunks));
+  if (chunks < 0)
+    detail::raise<InvalidArgument>(kOp, "chunks must be ≥ 0 (0 = automatic), got " + std::to_string(chunks));
   options.threads = checked_threads(threads, kOp);
   options.chunks = chunks;
   options.check_finite = check_finite;
@@ -115,7 +124,7 @@ std::string LayerEngine<T>::backward(const OptRef& grad_out, const OptRef& grad_
   // The gradient on the final state: what reaches h_n / c_n from outside the layer.
   if (grad_hn || grad_cn) {
     Matrix<T> gf = Matrix<T>::Zero(S, batch);
-    if (grad_hn) gf.topRows(H) = MapCM<T>(checked_data<T>(*grad_hn, {batch, H}, kOp, "grad of h_n"), H, batch);
+    if (grad_hn) gf.topRows(P) = MapCM<T>(checked_data<T>(*grad_hn, {batch, P}, kOp, "grad of h_n"), P, batch);
     if (grad_cn) {
       if (!lstm) detail::raise<InvalidArgument>(kOp, "grad of c_n given to a cell without a cell state");
       gf.bottomRows(H) = MapCM<T>(checked_data<T>(*grad_cn, {batch, H}, kOp, "grad of c_n"), H, batch);
@@ -128,15 +137,15 @@ std::string LayerEngine<T>::backward(const OptRef& grad_out, const OptRef& grad_
   // Every step's output gradient; when only the last step's is non-zero (a many-to-one head)
   // the scan needs no injections: the cheaper linear chain gives the same gradients.
   const T* go = nullptr;
-  if (grad_out) go = checked_data<T>(*grad_out, {steps, batch, H}, kOp, "grad of output");
+  if (grad_out) go = checked_data<T>(*grad_out, {steps, batch, P}, kOp, "grad of output");
   if (!go) {
-    grad_out_zero_.setZero(H, steps * batch);
+    grad_out_zero_.setZero(P, steps * batch);
     go = grad_out_zero_.data();
   }
-  const Index head = (steps - 1) * batch * H;
+  const Index head = (steps - 1) * batch * P;
   const bool every_step = std::any_of(go, go + head, [](T v) { return v != T(0); });
   {
-    const MapCM<T> g(go, H, steps * batch);
+    const MapCM<T> g(go, P, steps * batch);
     rnn_.backward(g, every_step, options);
   }
 
@@ -145,9 +154,11 @@ std::string LayerEngine<T>::backward(const OptRef& grad_out, const OptRef& grad_
   store<T>(grad_w_hh, gp.w_hh, "grad of weight_hh");
   store<T>(grad_b_ih, gp.b_ih, "grad of bias_ih");
   store<T>(grad_b_hh, gp.b_hh, "grad of bias_hh");
-  if (grad_x) MapM<T>(checked_data<T>(*grad_x, {steps, batch, I}, kOp, "grad of input"), I, steps * batch) = rnn_.input_grad();
+  if (cfg.proj > 0) store<T>(grad_w_hr, gp.w_hr, "grad of weight_hr");
+  if (grad_x)
+    MapM<T>(checked_data<T>(*grad_x, {steps, batch, I}, kOp, "grad of input"), I, steps * batch) = rnn_.input_grad();
   const Matrix<T>& g0 = rnn_.state0_grad(0);
-  if (grad_h0) MapM<T>(checked_data<T>(*grad_h0, {batch, H}, kOp, "grad of h_0"), H, batch) = g0.topRows(H);
+  if (grad_h0) MapM<T>(checked_data<T>(*grad_h0, {batch, P}, kOp, "grad of h_0"), P, batch) = g0.topRows(P);
   if (grad_c0) {
     if (!lstm) detail::raise<InvalidArgument>(kOp, "grad of c_0 requested from a cell without a cell state");
     MapM<T>(checked_data<T>(*grad_c0, {batch, H}, kOp, "grad of c_0"), H, batch) = g0.bottomRows(H);

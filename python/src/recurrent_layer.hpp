@@ -17,12 +17,15 @@ using OptRef = std::optional<TensorRef>;
 template <class T>
 class LayerEngine {
  public:
-  LayerEngine(const std::string& cell, Index input, Index hidden, const std::string& nonlinearity);
+  /// proj: the LSTM's proj_size (0 = none).
+  LayerEngine(const std::string& cell, Index input, Index hidden, const std::string& nonlinearity, Index proj = 0);
 
-  /// x (T, B, I); h0, c0 (B, H) or None (zeros); weights (G·H, I), (G·H, H), biases (G·H) or
-  /// None (no bias). Writes out (T, B, H), h_n (B, H) and, for LSTM, c_n (B, H).
+  /// With P = proj or H: x (T, B, I); h0 (B, P), c0 (B, H) or None (zeros); weights (G·H, I),
+  /// (G·H, P), biases (G·H) or None (no bias), w_hr (P, H) with a projection, else None.
+  /// Writes out (T, B, P), h_n (B, P) and, for LSTM, c_n (B, H).
   void forward(const TensorRef& x, const OptRef& h0, const OptRef& c0, const TensorRef& w_ih, const TensorRef& w_hh,
-               const OptRef& b_ih, const OptRef& b_hh, const TensorRef& out, const TensorRef& h_n, const OptRef& c_n);
+               const OptRef& b_ih, const OptRef& b_hh, const OptRef& w_hr, const TensorRef& out, const TensorRef& h_n,
+               const OptRef& c_n);
 
   /// From the gradients on out, h_n and c_n (None = zero) of the last forward(): writes the
   /// gradients whose buffers are given (None = not needed). method: bp, blelloch, hybrid,
@@ -31,7 +34,7 @@ class LayerEngine {
   std::string backward(const OptRef& grad_out, const OptRef& grad_hn, const OptRef& grad_cn, const std::string& method,
                        int threads, int chunks, const OptRef& grad_x, const OptRef& grad_h0, const OptRef& grad_c0,
                        const OptRef& grad_w_ih, const OptRef& grad_w_hh, const OptRef& grad_b_ih,
-                       const OptRef& grad_b_hh, bool check_finite);
+                       const OptRef& grad_b_hh, const OptRef& grad_w_hr, bool check_finite);
 
   Index steps() const { return rnn_.steps(); }
   Index batch() const { return rnn_.batch(); }

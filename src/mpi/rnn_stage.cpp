@@ -28,9 +28,7 @@ class RnnStage final : public Stage<T> {
   void load_state_dict(const TensorFile& file) override { slots_.load_state_dict(file); }
   TensorFile state_dict() override { return slots_.state_dict(); }
 
-  std::vector<NamedParam<T>> params(int slot, Index, Index) override {
-    return slots_[slot].net.parameters();
-  }
+  std::vector<NamedParam<T>> params(int slot, Index, Index) override { return slots_[slot].net.parameters(); }
   bool shared_weights() const override { return true; }
 
   Matrix<T> forward(int m, const Micro& mb, const Matrix<T>* in, bool train, double weight, double* loss_sum,
@@ -38,7 +36,7 @@ class RnnStage final : public Stage<T> {
     Slot& s = slot(m);
     Recurrent<T>& rnn = s.net.rnn();
     const Index I = config_.rnn.input, n = last_ - first_, B = mb.batch;
-    const Index S = state_size(config_.rnn.cell, config_.rnn.hidden);
+    const Index S = state_size(config_.rnn);
     s.x.resize(I, n * B);
     for (Index b = 0; b < B; ++b)
       for (Index t = 0; t < n; ++t)
@@ -130,9 +128,8 @@ class RnnStage final : public Stage<T> {
   void head_backward(Slot& s) {
     Recurrent<T>& rnn = s.net.rnn();
     Linear<T>& head = s.net.head();
-    const Index H = config_.rnn.hidden;
     if (!s.has_head) {
-      s.dout.setZero(H, rnn.output().cols());
+      s.dout.setZero(output_size(config_.rnn), rnn.output().cols());
       head.grad_weight.setZero(head.weight.rows(), head.weight.cols());
       head.grad_bias.setZero(head.bias.size());
     } else {
@@ -141,13 +138,13 @@ class RnnStage final : public Stage<T> {
   }
 
   void set_final(Slot& s, const Matrix<T>* g_out) {
-    const Index S = state_size(config_.rnn.cell, config_.rnn.hidden);
+    const Index S = state_size(config_.rnn);
     for (Index l = 0; l < config_.rnn.layers; ++l)
       s.net.rnn().set_final_state_grad(l, g_out ? Matrix<T>(g_out->middleRows(l * S, S)) : Matrix<T>());
   }
 
   Matrix<T> initial_grads(Slot& s) {
-    const Index S = state_size(config_.rnn.cell, config_.rnn.hidden);
+    const Index S = state_size(config_.rnn);
     Matrix<T> g(config_.rnn.layers * S, s.batch);
     for (Index l = 0; l < config_.rnn.layers; ++l) g.middleRows(l * S, S) = s.net.rnn().state0_grad(l);
     return g;
@@ -163,8 +160,8 @@ class RnnStage final : public Stage<T> {
 }  // namespace
 
 template <class T>
-std::unique_ptr<Stage<T>> make_rnn_stage(const ModelConfig& config, Index steps, Index first, Index last,
-                                         bool is_last, int threads) {
+std::unique_ptr<Stage<T>> make_rnn_stage(const ModelConfig& config, Index steps, Index first, Index last, bool is_last,
+                                         int threads) {
   return std::make_unique<RnnStage<T>>(config, steps, first, last, is_last, threads);
 }
 

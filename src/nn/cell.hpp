@@ -13,10 +13,11 @@ template <class T>
 struct LayerRecord {
   Index steps = 0, batch = 0, hidden = 0;
   Matrix<T> x;      ///< I × TB: the layer's input
-  Matrix<T> h;      ///< H × (T+1)B
+  Matrix<T> h;      ///< P × (T+1)B (P: the LSTM's proj if set, else H)
   Matrix<T> c;      ///< LSTM: H × (T+1)B
   Matrix<T> gates;  ///< G·H × TB, gates after their nonlinearity (rnn: unused, h is enough)
   Matrix<T> aux;    ///< GRU: M = W_hn h + b_hn; LSTM: tanh(c_t) (H × TB)
+  Matrix<T> m;      ///< LSTM with proj: o_t ⊙ tanh(c_t), what W_hr projects (H × TB); else empty
   Matrix<T> ax;     ///< scratch: W_ih x + b_ih for all steps (G·H × TB)
 };
 
@@ -39,10 +40,12 @@ struct CellOps {
   void (*fill_jacobians)(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, Chain<T>& chain, Index t0,
                          Index t1);
   /// Pre-activation gradients for steps [t0, t1) from the state gradients in g.
-  void (*preact)(const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out, Index t0, Index t1);
+  void (*preact)(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out,
+                 Index t0, Index t1);
   /// The part of g_{t−1} that does not pass through W_hh (GRU: z ⊙ g; LSTM: c-row f ⊙ δc),
   /// added into `prev` (S × B); rnn: nothing.
-  void (*direct)(const LayerRecord<T>& rec, const Matrix<T>& g, Index t, Eigen::Ref<Matrix<T>> prev);
+  void (*direct)(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, const Matrix<T>& g, Index t,
+                 Eigen::Ref<Matrix<T>> prev);
 };
 
 /// The ops of a cell type (nonlinearity: the plain RNN's activation).

@@ -21,21 +21,23 @@ HeadMode parse_head(std::string_view name) {
 
 std::string describe(const ModelConfig& c) {
   return std::string(to_string(c.rnn.cell)) + " I=" + std::to_string(c.rnn.input) +
-         " H=" + std::to_string(c.rnn.hidden) + " layers=" + std::to_string(c.rnn.layers) +
-         " C=" + std::to_string(c.classes) + " head=" + to_string(c.head) + " loss=" + to_string(c.loss);
+         " H=" + std::to_string(c.rnn.hidden) + (c.rnn.proj > 0 ? " P=" + std::to_string(c.rnn.proj) : "") +
+         " layers=" + std::to_string(c.rnn.layers) + " C=" + std::to_string(c.classes) + " head=" + to_string(c.head) +
+         " loss=" + to_string(c.loss);
 }
 
 std::vector<std::pair<std::string, std::vector<Index>>> expected_state_dict(const ModelConfig& c) {
   std::vector<std::pair<std::string, std::vector<Index>>> out;
-  const Index gh = gate_count(c.rnn.cell) * c.rnn.hidden;
+  const Index gh = gate_count(c.rnn.cell) * c.rnn.hidden, P = output_size(c.rnn);
   for (Index l = 0; l < c.rnn.layers; ++l) {
     const std::string s = std::to_string(l);
-    out.push_back({"rnn.weight_ih_l" + s, {gh, l == 0 ? c.rnn.input : c.rnn.hidden}});
-    out.push_back({"rnn.weight_hh_l" + s, {gh, c.rnn.hidden}});
+    out.push_back({"rnn.weight_ih_l" + s, {gh, l == 0 ? c.rnn.input : P}});
+    out.push_back({"rnn.weight_hh_l" + s, {gh, P}});
     out.push_back({"rnn.bias_ih_l" + s, {gh}});
     out.push_back({"rnn.bias_hh_l" + s, {gh}});
+    if (c.rnn.proj > 0) out.push_back({"rnn.weight_hr_l" + s, {P, c.rnn.hidden}});  // PyTorch's order
   }
-  out.push_back({"head.weight", {c.classes, c.rnn.hidden}});
+  out.push_back({"head.weight", {c.classes, P}});
   out.push_back({"head.bias", {c.classes}});
   return out;
 }
@@ -64,16 +66,26 @@ ModelConfig config_from_state_dict(const TensorFile& file, CellType cell, HeadMo
   c.rnn.layers = layers;
   c.rnn.hidden = w.shape[0] / g;
   c.rnn.input = w.shape[1];
+  if (file.contains("rnn.weight_hr_l0")) {  // an LSTM with a projection: weight_hr is [proj, hidden]
+    const Tensor& hr = file.at("rnn.weight_hr_l0", op);
+    if (cell != CellType::lstm || hr.shape.size() != 2 || hr.shape[1] != c.rnn.hidden || hr.shape[0] < 1 ||
+        hr.shape[0] >= c.rnn.hidden)
+      detail::raise<ShapeError>(op, "tensor 'rnn.weight_hr_l0' in " + file.source + " has shape " +
+                                        shape_list(hr.shape) + ", expected [proj < " + std::to_string(c.rnn.hidden) +
+                                        ", " + std::to_string(c.rnn.hidden) + "] of an lstm with a projection" +
+                                        (cell != CellType::lstm ? " (is --model right? only lstm has one)" : ""));
+    c.rnn.proj = hr.shape[0];
+  }
+  const Index P = output_size(c.rnn);
   const Tensor& hw = file.at("rnn.weight_hh_l0", op);
-  if (hw.shape != std::vector<Index>{w.shape[0], c.rnn.hidden})
+  if (hw.shape != std::vector<Index>{w.shape[0], P})
     detail::raise<ShapeError>(op, "tensor 'rnn.weight_hh_l0' in " + file.source + " has shape " + shape_list(hw.shape) +
-                                      ", expected [" + std::to_string(w.shape[0]) + ", " +
-                                      std::to_string(c.rnn.hidden) + "] for a " + to_string(cell) +
-                                      " (is --model right?)");
+                                      ", expected [" + std::to_string(w.shape[0]) + ", " + std::to_string(P) +
+                                      "] for a " + to_string(cell) + " (is --model right?)");
   const Tensor& hd = file.at("head.weight", op);
   if (hd.shape.size() != 2 || hd.shape[0] < 1)
     detail::raise<ShapeError>(op, "tensor 'head.weight' in " + file.source + " has shape " + shape_list(hd.shape) +
-                                      ", expected [classes ≥ 1, " + std::to_string(c.rnn.hidden) + "]");
+                                      ", expected [classes ≥ 1, " + std::to_string(P) + "]");
   c.classes = hd.shape[0];
   // Every tensor of the config, with its shape, before anything is allocated for it: the
   // model's size is then bounded by the file's own bytes (a 0-byte tensor of shape
@@ -121,7 +133,7 @@ struct SequenceClassifier<T>::Impl {
 
   explicit Impl(const ModelConfig& config)
       : rnn(config.rnn),
-        head(config.rnn.hidden, config.classes),
+        head(output_size(config.rnn), config.classes),
         half(detail::make_classifier_half<T>(config, rnn, head)) {}
 };
 
@@ -267,6 +279,7 @@ std::vector<NamedParam<T>> SequenceClassifier<T>::parameters() {
     add(i++, p.w_hh.data(), g.w_hh.data(), p.w_hh.size());
     add(i++, p.b_ih.data(), g.b_ih.data(), p.b_ih.size());
     add(i++, p.b_hh.data(), g.b_hh.data(), p.b_hh.size());
+    if (config_.rnn.proj > 0) add(i++, p.w_hr.data(), g.w_hr.data(), p.w_hr.size());
   }
   add(i++, linear.weight.data(), linear.grad_weight.data(), linear.weight.size());
   add(i++, linear.bias.data(), linear.grad_bias.data(), linear.bias.size());

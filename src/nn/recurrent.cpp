@@ -41,6 +41,8 @@ Nonlinearity parse_nonlinearity(std::string_view name) {
 
 Index gate_count(CellType c) { return c == CellType::rnn ? 1 : c == CellType::gru ? 3 : 4; }
 Index state_size(CellType c, Index hidden) { return c == CellType::lstm ? 2 * hidden : hidden; }
+Index output_size(const RecurrentConfig& c) { return c.proj > 0 ? c.proj : c.hidden; }
+Index state_size(const RecurrentConfig& c) { return c.cell == CellType::lstm ? output_size(c) + c.hidden : c.hidden; }
 
 namespace detail {
 namespace {
@@ -57,14 +59,17 @@ struct StackBytes {
 
 StackBytes stack_bytes(const RecurrentConfig& c, Index steps, Index batch, std::size_t scalar, BackwardMethod method) {
   const double H = static_cast<double>(c.hidden), G = static_cast<double>(gate_count(c.cell)) * H,
-               S = static_cast<double>(state_size(c.cell, c.hidden)), T = static_cast<double>(steps),
-               B = static_cast<double>(batch), TB = T * B, T1B = (T + 1) * B, size = static_cast<double>(scalar);
+               P = static_cast<double>(output_size(c)), S = static_cast<double>(state_size(c)),
+               T = static_cast<double>(steps), B = static_cast<double>(batch), TB = T * B, T1B = (T + 1) * B,
+               size = static_cast<double>(scalar);
   const bool rnn = c.cell == CellType::rnn, lstm = c.cell == CellType::lstm, gru = c.cell == CellType::gru;
   StackBytes b;
   for (Index l = 0; l < c.layers; ++l) {
-    const double I = static_cast<double>(l == 0 ? c.input : c.hidden);
-    b.params += 2 * (G * (I + H) + 2 * G);
-    b.record += I * TB + H * T1B * (lstm ? 2 : 1) + G * TB * (rnn ? 1 : 2) + (rnn ? 0 : H * TB);
+    const double I = static_cast<double>(l == 0 ? c.input : output_size(c));
+    b.params += 2 * (G * (I + P) + 2 * G + (c.proj > 0 ? P * H : 0));
+    // x, h, c, gates and their scratch, the GRU's or LSTM's aux, the projection's o ⊙ tanh c
+    b.record += I * TB + P * T1B + (lstm ? H * T1B : 0) + G * TB * (rnn ? 1 : 2) + (rnn ? 0 : H * TB) +
+                (c.proj > 0 ? H * TB : 0);
     b.grads += S * T1B + G * TB * (gru ? 2 : 1) + I * TB;
     if (method != BackwardMethod::bp) {
       b.jacobians += TB * (rnn ? H : S * S) + S * T1B;  // and the scan's g_0 … g_T
@@ -82,8 +87,8 @@ StackBytes stack_bytes(const RecurrentConfig& c, Index steps, Index batch, std::
 
 std::string stack_string(const RecurrentConfig& c, Index steps, Index batch) {
   return std::to_string(steps) + " steps × batch " + std::to_string(batch) + " through " + to_string(c.cell) +
-         " hidden " + std::to_string(c.hidden) + " × " + std::to_string(c.layers) + " layer" +
-         (c.layers == 1 ? "" : "s");
+         " hidden " + std::to_string(c.hidden) + (c.proj > 0 ? " proj " + std::to_string(c.proj) : "") + " × " +
+         std::to_string(c.layers) + " layer" + (c.layers == 1 ? "" : "s");
 }
 
 double forward_record_bytes(const RecurrentConfig& c, Index steps, Index batch, std::size_t scalar) {
@@ -157,20 +162,35 @@ Recurrent<T>::Recurrent(RecurrentConfig config) : config_(config), impl_(std::ma
     detail::raise<InvalidArgument>(
         "Recurrent",
         std::string("nonlinearity 'relu' applies to the plain RNN cell only, not ") + to_string(config.cell));
+  if (config.proj != 0) {
+    if (config.cell != CellType::lstm)
+      detail::raise<InvalidArgument>("Recurrent", std::string("a projection (proj ") + std::to_string(config.proj) +
+                                                      ") applies to the LSTM cell only, not " + to_string(config.cell));
+    if (config.proj < 0 || config.proj >= config.hidden)
+      detail::raise<InvalidArgument>("Recurrent", "proj must be ≥ 1 and smaller than hidden (got proj " +
+                                                      std::to_string(config.proj) + ", hidden " +
+                                                      std::to_string(config.hidden) + "); 0 = no projection");
+    if (config.device != Device::cpu)
+      detail::raise<UnsupportedError>("Recurrent",
+                                      "an LSTM with a projection (proj) runs on the CPU only; use Device::cpu "
+                                      "(--device cpu) or proj 0");
+  }
   check_memory(
       "Recurrent",
       std::string("a ") + to_string(config.cell) + " with input " + std::to_string(config.input) + ", hidden " +
-          std::to_string(config.hidden) + " and " + std::to_string(config.layers) + " layers",
+          std::to_string(config.hidden) + (config.proj > 0 ? ", proj " + std::to_string(config.proj) : "") + " and " +
+          std::to_string(config.layers) + " layers",
       {{"weights and their gradients", detail::stack_bytes(config, 1, 1, sizeof(T), BackwardMethod::bp).params}},
       "use a smaller --hidden or fewer --layers");
-  const Index gh = gate_count(config.cell) * config.hidden;
+  const Index gh = gate_count(config.cell) * config.hidden, P = output_size(config);
   params_.resize(static_cast<std::size_t>(config.layers));
   for (Index l = 0; l < config.layers; ++l) {
     auto& p = params_[static_cast<std::size_t>(l)];
-    p.w_ih = RowMatrix<T>::Zero(gh, l == 0 ? config.input : config.hidden);
-    p.w_hh = RowMatrix<T>::Zero(gh, config.hidden);
+    p.w_ih = RowMatrix<T>::Zero(gh, l == 0 ? config.input : P);
+    p.w_hh = RowMatrix<T>::Zero(gh, P);
     p.b_ih = Vector<T>::Zero(gh);
     p.b_hh = Vector<T>::Zero(gh);
+    if (config.proj > 0) p.w_hr = RowMatrix<T>::Zero(P, config.hidden);
   }
   grads_ = params_;
   impl_->s0.resize(static_cast<std::size_t>(config.layers));
@@ -224,6 +244,7 @@ void Recurrent<T>::reset_parameters(std::uint64_t seed) {
     for (Index i = 0; i < p.w_hh.size(); ++i) p.w_hh.data()[i] = draw();
     for (Index i = 0; i < p.b_ih.size(); ++i) p.b_ih[i] = draw();
     for (Index i = 0; i < p.b_hh.size(); ++i) p.b_hh[i] = draw();
+    for (Index i = 0; i < p.w_hr.size(); ++i) p.w_hr.data()[i] = draw();
   }
   impl_->half->host_written();  // every value replaced: the host copy is the current one
 }
@@ -243,7 +264,7 @@ void Recurrent<T>::set_final_state_grad(Index layer, Matrix<T> g) {
   if (layer < 0 || layer >= config_.layers)
     detail::raise<InvalidArgument>(
         op, "layer " + std::to_string(layer) + " out of range (the model has " + std::to_string(config_.layers) + ")");
-  const Index S = state_size(config_.cell, config_.hidden);
+  const Index S = state_size(config_);
   // Only the rows are known here: the batch is the next forward's.
   if (g.size() != 0 && g.rows() != S)
     detail::raise<ShapeError>(op, "final-state gradient of layer " + std::to_string(layer) + " is " +
@@ -262,7 +283,7 @@ void Recurrent<T>::forward(const Eigen::Ref<const Matrix<T>>& x, Index steps, In
     detail::raise<ShapeError>(op, "input is " + shape_string(x.rows(), x.cols()) + ", expected " +
                                       shape_string(config_.input, steps * batch) +
                                       " (input size × steps·batch, time-major columns)");
-  const Index S = state_size(config_.cell, config_.hidden);
+  const Index S = state_size(config_);
   for (Index l = 0; l < config_.layers; ++l) {
     const Matrix<T>& s0 = impl_->s0[static_cast<std::size_t>(l)];
     if (s0.size() != 0 && (s0.rows() != S || s0.cols() != batch))
@@ -316,12 +337,13 @@ void Recurrent<T>::backward(const Eigen::Ref<const Matrix<T>>& grad_out, bool ev
 template <class T>
 void Recurrent<T>::backward_begin(const Eigen::Ref<const Matrix<T>>& grad_out, bool every_step) {
   const char* op = "Recurrent::backward";
-  const Index T_ = steps(), B = batch(), H = config_.hidden, S = state_size(config_.cell, H);
+  const Index T_ = steps(), B = batch(), P = output_size(config_), S = state_size(config_);
   impl_->next_layer = -1;
   if (T_ == 0) detail::raise<InvalidArgument>(op, "call forward() before backward()");
-  if (grad_out.rows() != H || grad_out.cols() != T_ * B)
+  if (grad_out.rows() != P || grad_out.cols() != T_ * B)
     detail::raise<ShapeError>(op, "output gradient is " + shape_string(grad_out.rows(), grad_out.cols()) +
-                                      ", expected " + shape_string(H, T_ * B) + " (hidden × steps·batch)");
+                                      ", expected " + shape_string(P, T_ * B) +
+                                      (config_.proj > 0 ? " (proj × steps·batch)" : " (hidden × steps·batch)"));
   for (Index l = 0; l < config_.layers; ++l) impl_->check_final_grad(l, S, B, op);
   impl_->half->backward_begin(grad_out, every_step, params_);
   impl_->next_layer = config_.layers - 1;
@@ -330,7 +352,7 @@ void Recurrent<T>::backward_begin(const Eigen::Ref<const Matrix<T>>& grad_out, b
 template <class T>
 void Recurrent<T>::backward_layer(Index l, const BackwardOptions& options, BackwardTimes* times) {
   impl_->check_order(l, "Recurrent::backward_layer");
-  impl_->check_final_grad(l, state_size(config_.cell, config_.hidden), batch(),
+  impl_->check_final_grad(l, state_size(config_), batch(),
                           "Recurrent::backward");  // may have been set after backward_begin
   impl_->half->prepare_layer(l, options);
   // Until this layer is done, the order is broken: a throw below leaves its gradients half

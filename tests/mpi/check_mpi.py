@@ -75,15 +75,18 @@ def check(label, err_name, bound=1e-4):
 rng = np.random.default_rng(7)
 
 
-def rnn_weights(name, cell, layers, I=3, H=5, C=4):
+def rnn_weights(name, cell, layers, I=3, H=5, C=4, P=0):
     G = {"rnn": 1, "gru": 3, "lstm": 4}[cell]
+    O = P or H  # rows of h: the LSTM's projection (proj_size P), if any
     t = {}
     for l in range(layers):
-        t[f"rnn.weight_ih_l{l}"] = rng.uniform(-0.5, 0.5, (G * H, I if l == 0 else H))
-        t[f"rnn.weight_hh_l{l}"] = rng.uniform(-0.5, 0.5, (G * H, H))
+        t[f"rnn.weight_ih_l{l}"] = rng.uniform(-0.5, 0.5, (G * H, I if l == 0 else O))
+        t[f"rnn.weight_hh_l{l}"] = rng.uniform(-0.5, 0.5, (G * H, O))
         t[f"rnn.bias_ih_l{l}"] = rng.uniform(-0.5, 0.5, (G * H,))
         t[f"rnn.bias_hh_l{l}"] = rng.uniform(-0.5, 0.5, (G * H,))
-    t["head.weight"] = rng.uniform(-0.5, 0.5, (C, H))
+        if P:
+            t[f"rnn.weight_hr_l{l}"] = rng.uniform(-0.5, 0.5, (P, H))
+    t["head.weight"] = rng.uniform(-0.5, 0.5, (C, O))
     t["head.bias"] = rng.uniform(-0.5, 0.5, (C,))
     st.save(path(name), {k: v.astype(np.float32) for k, v in t.items()}, {"bppsa.cell": cell})
 
@@ -110,21 +113,24 @@ rnn_weights("lstm1.safetensors", "lstm", 1)
 batch("seq.safetensors", (6, 16, 3), 4)
 cnn_weights("cnn.safetensors")
 batch("img.safetensors", (6, 2, 8, 8), 10)
+rnn_weights("lstm2p.safetensors", "lstm", 2, P=2)
 
 # --- 1. gradients against single-process BP --------------------------------------------
 MODELS = [("gru", "gru2.safetensors", "seq.safetensors", "stacked GRU (2 layers, T=16)"),
           ("lstm", "lstm1.safetensors", "seq.safetensors", "LSTM (T=16)"),
-          ("cnn", "cnn.safetensors", "img.safetensors", "CNN (10 layers)")]
+          ("cnn", "cnn.safetensors", "img.safetensors", "CNN (10 layers)"),
+          ("lstm", "lstm2p.safetensors", "seq.safetensors", "stacked LSTM with proj 2 (2 layers, T=16)")]
 VARIANTS = [  # (ranks, backward, scan, replicas, micro-batches)
     (1, "bppsa", "doubling", 1, 1), (2, "bp", "doubling", 1, 1), (2, "bppsa", "doubling", 1, 1),
     (3, "bppsa", "blelloch", 1, 1), (3, "bp", "doubling", 1, 2), (4, "bppsa", "doubling", 1, 1),
     (4, "bppsa", "blelloch", 1, 3), (4, "bppsa", "doubling", 2, 1), (8, "bp", "doubling", 1, 1),
     (8, "bppsa", "doubling", 1, 1), (8, "bppsa", "blelloch", 1, 2), (8, "bppsa", "doubling", 2, 1)]
 for model, w, b, label in MODELS:
-    ref = path(f"ref_{model}.safetensors")
+    tag = w.split(".")[0]
+    ref = path(f"ref_{tag}.safetensors")
     run([BIN, "grad", "--model", model, "--weights", path(w), "--batch", path(b), "--out", ref, "--backward", "bp"])
     for k, backward, scan, replicas, micro in VARIANTS:
-        out = path(f"g_{model}_{k}_{backward}_{scan}_{replicas}_{micro}.safetensors")
+        out = path(f"g_{tag}_{k}_{backward}_{scan}_{replicas}_{micro}.safetensors")
         mpi(k, ["grad", "--model", model, "--weights", path(w), "--batch", path(b), "--out", out,
                 "--mp-backward", backward, "--mp-scan", scan, "--replicas", str(replicas),
                 "--micro-batches", str(micro)])

@@ -20,19 +20,24 @@ using oracle::Rng;
 
 constexpr std::array<CellType, 3> kCells = {CellType::rnn, CellType::gru, CellType::lstm};
 
-/// A cell type with its activation: the plain RNN with tanh and with relu, GRU, LSTM.
+/// A cell type with its activation: the plain RNN with tanh and with relu, GRU, LSTM, and LSTM
+/// with a projection (proj 2 of hidden 4 in every test below).
 struct CellVariant {
   CellType cell;
   Nonlinearity nonlinearity = Nonlinearity::tanh;
+  Index proj = 0;
   RecurrentConfig config(Index input, Index hidden, Index layers) const {
-    return {cell, input, hidden, layers, nonlinearity};
+    return {cell, input, hidden, layers, nonlinearity, Device::cpu, proj};
   }
   /// A seed offset that differs between variants.
-  std::uint64_t id() const { return static_cast<std::uint64_t>(cell) + 7 * static_cast<std::uint64_t>(nonlinearity); }
+  std::uint64_t id() const {
+    return static_cast<std::uint64_t>(cell) + 7 * static_cast<std::uint64_t>(nonlinearity) +
+           13 * static_cast<std::uint64_t>(proj);
+  }
 };
-constexpr std::array<CellVariant, 4> kVariants = {
+constexpr std::array<CellVariant, 5> kVariants = {
     CellVariant{CellType::rnn}, CellVariant{CellType::rnn, Nonlinearity::relu}, CellVariant{CellType::gru},
-    CellVariant{CellType::lstm}};
+    CellVariant{CellType::lstm}, CellVariant{CellType::lstm, Nonlinearity::tanh, 2}};
 
 Md random_matrix(Index rows, Index cols, Rng& rng, double bound = 1.0) {
   std::uniform_real_distribution<double> u(-bound, bound);
@@ -64,6 +69,7 @@ void scale_weights(Recurrent<T>& rnn, double factor) {
   for (Index l = 0; l < rnn.layers(); ++l) {
     rnn.params(l).w_ih *= static_cast<T>(factor);
     rnn.params(l).w_hh *= static_cast<T>(factor);
+    rnn.params(l).w_hr *= static_cast<T>(factor);  // empty without a projection
   }
 }
 
@@ -93,7 +99,8 @@ double central_diff(S& v, double h, const std::function<double()>& f) {
 
 std::string cell_name(CellType c) { return to_string(c); }
 std::string cell_name(const CellVariant& v) {
-  return v.nonlinearity == Nonlinearity::relu ? cell_name(v.cell) + "_relu" : cell_name(v.cell);
+  return cell_name(v.cell) + (v.nonlinearity == Nonlinearity::relu ? "_relu" : "") +
+         (v.proj > 0 ? "_proj" + std::to_string(v.proj) : "");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -101,7 +108,8 @@ std::string cell_name(const CellVariant& v) {
 // tanh and σ are smooth everywhere, so no kinks need handling (unlike ReLU or max-pool).
 
 class CellJacobian : public ::testing::TestWithParam<std::tuple<CellVariant, Index>> {};
-INSTANTIATE_TEST_SUITE_P(Cells, CellJacobian, ::testing::Combine(::testing::ValuesIn(kVariants), ::testing::Values(1, 3)),
+INSTANTIATE_TEST_SUITE_P(Cells, CellJacobian,
+                         ::testing::Combine(::testing::ValuesIn(kVariants), ::testing::Values(1, 3)),
                          [](const auto& info) {
                            return cell_name(std::get<0>(info.param)) + "_steps" +
                                   std::to_string(std::get<1>(info.param));
@@ -110,16 +118,16 @@ INSTANTIATE_TEST_SUITE_P(Cells, CellJacobian, ::testing::Combine(::testing::Valu
 TEST_P(CellJacobian, MatchesFiniteDifferences) {
   const auto [variant, steps] = GetParam();
   const CellType cell = variant.cell;
-  const Index I = 3, H = 4, B = 2, S = state_size(cell, H);
+  const RecurrentConfig cfg = variant.config(3, 4, 1);
+  const Index I = 3, B = 2, S = state_size(cfg), P = output_size(cfg);
   Rng rng(17 + variant.id() * 10 + static_cast<std::uint64_t>(steps));
-  const RecurrentConfig cfg = variant.config(I, H, 1);
   Recurrent<double> rnn(cfg);
   rnn.reset_parameters(rng());
   scale_weights(rnn, 2.5);
   const Md s0 = random_matrix(S, B, rng), x = random_matrix(I, steps * B, rng);
   rnn.set_initial_state(0, s0);
   rnn.forward(x, steps, B);
-  rnn.backward(random_matrix(H, steps * B, rng), true, {BackwardMethod::linear});
+  rnn.backward(random_matrix(P, steps * B, rng), true, {BackwardMethod::linear});
   const Chain<double>& chain = rnn.chain(0);
   ASSERT_EQ(chain.size(), steps);
 
@@ -184,10 +192,9 @@ INSTANTIATE_TEST_SUITE_P(Cells, ModelGradient,
 
 TEST_P(ModelGradient, MatchesFiniteDifferences) {
   const auto [variant, layers, head, loss_type] = GetParam();
-  const CellType cell = variant.cell;
-  const Index I = 3, H = 4, C = 5, T = 4, B = 3, S = state_size(cell, H);
-  Rng rng(1000 + variant.id() * 100 + static_cast<std::uint64_t>(layers) * 10 +
-          static_cast<std::uint64_t>(head) * 2 + static_cast<std::uint64_t>(loss_type));
+  const Index I = 3, H = 4, C = 5, T = 4, B = 3, S = state_size(variant.config(I, H, 1));
+  Rng rng(1000 + variant.id() * 100 + static_cast<std::uint64_t>(layers) * 10 + static_cast<std::uint64_t>(head) * 2 +
+          static_cast<std::uint64_t>(loss_type));
   ModelConfig mc;
   mc.rnn = variant.config(I, H, layers);
   mc.classes = C;
@@ -485,6 +492,70 @@ TEST(RecurrentErrors, NonFiniteAndLabels) {
   }
 }
 
+// An LSTM projection: refused where it does not apply, and its shapes named where they are wrong.
+TEST(RecurrentErrors, Projection) {
+  expect_error<InvalidArgument>(
+      [] {
+        Recurrent<float>({CellType::gru, 3, 4, 1, Nonlinearity::tanh, Device::cpu, 2});
+      },
+      {"projection", "LSTM", "gru"});
+  for (Index proj : {Index{4}, Index{9}, Index{-1}})
+    expect_error<InvalidArgument>(
+        [&] {
+          Recurrent<float>({CellType::lstm, 3, 4, 1, Nonlinearity::tanh, Device::cpu, proj});
+        },
+        {"proj " + std::to_string(proj), "smaller than hidden", "hidden 4"});
+  expect_error<UnsupportedError>(
+      [] {
+        Recurrent<float>({CellType::lstm, 3, 4, 1, Nonlinearity::tanh, Device::cuda, 2});
+      },
+      {"CPU only"});
+
+  Recurrent<double> rnn({CellType::lstm, 3, 4, 2, Nonlinearity::tanh, Device::cpu, 2});
+  EXPECT_EQ(rnn.params(0).w_hr.rows(), 2);
+  EXPECT_EQ(rnn.params(0).w_hr.cols(), 4);
+  EXPECT_EQ(rnn.params(1).w_ih.cols(), 2);  // the layer above reads the projection
+  EXPECT_EQ(rnn.params(1).w_hh.cols(), 2);
+  rnn.reset_parameters(1);
+  Rng rng(3);
+  rnn.set_initial_state(1, Md::Zero(8, 2));
+  expect_error<ShapeError>([&] { rnn.forward(random_matrix(3, 6, rng), 3, 2); }, {"layer 1", "expected 6×2"});
+  rnn.set_initial_state(1, Md::Zero(6, 2));  // h_0 (proj rows) over c_0 (hidden rows)
+  rnn.forward(random_matrix(3, 6, rng), 3, 2);
+  EXPECT_EQ(rnn.output().rows(), 2);
+  EXPECT_EQ(rnn.state(1, 3).rows(), 6);
+  expect_error<ShapeError>([&] { rnn.backward(Md::Zero(4, 6), false, {}); }, {"4×6", "expected 2×6", "proj"});
+  expect_error<ShapeError>([&] { rnn.set_final_state_grad(0, Md::Zero(8, 2)); }, {"expected 6 rows"});
+}
+
+// A model with a projection saves PyTorch's names and shapes (weight_hr_l<k> after bias_hh_l<k>,
+// a head over the projection) and comes back with the same configuration from its file.
+TEST(RecurrentProjection, StateDictRoundTrip) {
+  ModelConfig mc;
+  mc.rnn = {CellType::lstm, 3, 5, 2, Nonlinearity::tanh, Device::cpu, 2};
+  mc.classes = 4;
+  SequenceClassifier<float> model(mc);
+  model.reset_parameters(8);
+  const TensorFile f = model.state_dict();
+  EXPECT_EQ(f.at("rnn.weight_hr_l1", "test").shape, (std::vector<Index>{2, 5}));
+  EXPECT_EQ(f.at("rnn.weight_ih_l1", "test").shape, (std::vector<Index>{20, 2}));
+  EXPECT_EQ(f.at("rnn.weight_hh_l0", "test").shape, (std::vector<Index>{20, 2}));
+  EXPECT_EQ(f.at("head.weight", "test").shape, (std::vector<Index>{4, 2}));
+  const std::vector<std::string> order = {"rnn.weight_ih_l0", "rnn.weight_hh_l0", "rnn.bias_ih_l0", "rnn.bias_hh_l0",
+                                          "rnn.weight_hr_l0"};
+  const auto names = expected_state_dict(mc);
+  for (std::size_t k = 0; k < order.size(); ++k) EXPECT_EQ(names[k].first, order[k]);
+  const ModelConfig back = config_from_state_dict(f, CellType::lstm, HeadMode::last, LossType::cross_entropy);
+  EXPECT_EQ(back.rnn.proj, 2);
+  EXPECT_EQ(back.rnn.hidden, 5);
+  EXPECT_EQ(back.rnn.layers, 2);
+  SequenceClassifier<float> copy(back);
+  copy.load_state_dict(f);
+  EXPECT_EQ(copy.rnn().params(1).w_hr, model.rnn().params(1).w_hr);
+  expect_error<ShapeError>([&] { config_from_state_dict(f, CellType::gru, HeadMode::last, LossType::cross_entropy); },
+                           {"weight"});
+}
+
 TEST(RecurrentErrors, ParseNames) {
   EXPECT_EQ(parse_cell("lstm"), CellType::lstm);
   EXPECT_EQ(parse_backward("auto"), BackwardMethod::automatic);
@@ -501,8 +572,11 @@ TEST(RecurrentErrors, ParseNames) {
   EXPECT_EQ(parse_nonlinearity("relu"), Nonlinearity::relu);
   EXPECT_EQ(parse_nonlinearity(to_string(Nonlinearity::tanh)), Nonlinearity::tanh);
   expect_error<InvalidArgument>([] { parse_nonlinearity("sigmoid"); }, {"'sigmoid'", "tanh or relu"});
-  expect_error<InvalidArgument>([] { Recurrent<float>({CellType::gru, 3, 4, 1, Nonlinearity::relu}); },
-                                {"relu", "plain RNN", "gru"});
+  expect_error<InvalidArgument>(
+      [] {
+        Recurrent<float>({CellType::gru, 3, 4, 1, Nonlinearity::relu});
+      },
+      {"relu", "plain RNN", "gru"});
 }
 
 }  // namespace

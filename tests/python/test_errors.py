@@ -9,8 +9,11 @@ import bppsa
 
 
 def test_constructor_errors():
-    with pytest.raises(NotImplementedError, match="proj_size"):
-        bppsa.nn.LSTM(3, 8, proj_size=4)
+    for bad in (8, 9, -1):  # torch's own checks and messages for proj_size
+        with pytest.raises(ValueError) as want:
+            torch.nn.LSTM(3, 8, proj_size=bad)
+        with pytest.raises(ValueError, match=re.escape(str(want.value))):
+            bppsa.nn.LSTM(3, 8, proj_size=bad)
     with pytest.raises(ValueError, match="dropout"):
         bppsa.nn.GRU(3, 8, dropout=1.5)
     with pytest.raises(ValueError) as want:  # torch's own check and message

@@ -34,11 +34,27 @@ def _configs():
     return out
 
 
-CONFIGS = _configs()
+def _proj_configs():
+    """LSTMs with proj_size (fixed seed): every backward method, stacked, bidirectional, with and
+    without bias and hx, up to T = 200."""
+    rng = random.Random(20261127)
+    out = []
+    for i in range(8):
+        hidden = rng.choice([3, 5, 16])
+        out.append(dict(kind="LSTM", layers=rng.choice([1, 2, 3]), bidirectional=i % 3 == 1,
+                        batch_first=rng.random() < 0.5, bias=i != 5, hx=i % 2 == 0,
+                        steps=[1, 2, 9, 33, 200, 5, 17, 64][i], batch=rng.choice([1, 3, 8]),
+                        input=rng.choice([1, 4, 7]), hidden=hidden, proj=rng.randint(1, hidden - 1),
+                        method=METHODS[i % 4], relu=False))
+    return out
+
+
+CONFIGS = _configs() + _proj_configs()
 
 
 def _id(c):
-    return (f"{c['kind']}{'_relu' if c['relu'] else ''}_L{c['layers']}{'_bi' if c['bidirectional'] else ''}"
+    return (f"{c['kind']}{'_relu' if c['relu'] else ''}{'_proj%d' % c['proj'] if c.get('proj') else ''}"
+            f"_L{c['layers']}{'_bi' if c['bidirectional'] else ''}"
             f"{'_bf' if c['batch_first'] else ''}{'' if c['bias'] else '_nobias'}{'_hx' if c['hx'] else ''}"
             f"_T{c['steps']}_B{c['batch']}_{c['method']}")
 
@@ -48,11 +64,13 @@ def _inputs(c, dtype, grad_hx=True):
     shape = (c["batch"], c["steps"], c["input"]) if c["batch_first"] else (c["steps"], c["batch"], c["input"])
     x = torch.randn(shape, dtype=dtype, requires_grad=True)
     hx = None
+    out_size = c.get("proj") or c["hidden"]  # rows of h: the projection's, if any
     if c["hx"]:
-        hs = (c["layers"] * directions, c["batch"], c["hidden"])
+        hs = (c["layers"] * directions, c["batch"], out_size)
+        cs = (c["layers"] * directions, c["batch"], c["hidden"])
         h0 = (0.5 * torch.randn(hs, dtype=dtype)).requires_grad_(grad_hx)
-        hx = (h0, (0.5 * torch.randn(hs, dtype=dtype)).requires_grad_(grad_hx)) if c["kind"] == "LSTM" else h0
-    out_shape = shape[:2] + (c["hidden"] * directions,)
+        hx = (h0, (0.5 * torch.randn(cs, dtype=dtype)).requires_grad_(grad_hx)) if c["kind"] == "LSTM" else h0
+    out_shape = shape[:2] + (out_size * directions,)
     head = torch.randn(out_shape, dtype=dtype)
     return x, hx, head
 
@@ -62,6 +80,8 @@ def _modules(c, dtype=torch.float32):
                   bidirectional=c["bidirectional"])
     if c["relu"]:
         kwargs["nonlinearity"] = "relu"
+    if c.get("proj"):
+        kwargs["proj_size"] = c["proj"]
     return twins(c["kind"], c["input"], c["hidden"], dtype=dtype, backward=c["method"], **kwargs)
 
 
@@ -85,7 +105,7 @@ def test_matches_torch(c):
         assert rel_err(a, b) <= 1e-5, f"{name}: relative error {rel_err(a, b):.3g}"
 
 
-COMPILED = CONFIGS[::4] + CONFIGS[-2:-1]  # every cell, method and option, one long sequence
+COMPILED = CONFIGS[:40:4] + CONFIGS[38:39] + CONFIGS[40:42]  # every cell, method and option, one long sequence, proj
 
 
 @pytest.mark.skipif(not bppsa._ops.AVAILABLE, reason="this PyTorch has no torch.library.custom_op (< 2.4)")
@@ -114,6 +134,8 @@ GRADCHECK = [
     dict(kind="GRU", layers=1, bidirectional=True, relu=False, method="bp"),
     dict(kind="LSTM", layers=2, bidirectional=True, relu=False, method="blelloch"),
     dict(kind="LSTM", layers=1, bidirectional=False, relu=False, method="auto"),
+    dict(kind="LSTM", layers=2, bidirectional=True, relu=False, method="hybrid", proj=2),
+    dict(kind="LSTM", layers=1, bidirectional=False, relu=False, method="bp", proj=3),
 ]
 
 
@@ -125,18 +147,22 @@ def _functional_call(module, params, args):
     return functional_call(module, params, args)
 
 
-@pytest.mark.parametrize("c", GRADCHECK, ids=lambda c: f"{c['kind']}_L{c['layers']}_{c['method']}")
+@pytest.mark.parametrize("c", GRADCHECK,
+                         ids=lambda c: f"{c['kind']}{'_proj%d' % c['proj'] if c.get('proj') else ''}_L{c['layers']}_"
+                                       f"{c['method']}")
 def test_gradcheck_double(c):
     kwargs = dict(num_layers=c["layers"], bidirectional=c["bidirectional"])
     if c["relu"]:
         kwargs["nonlinearity"] = "relu"
+    if c.get("proj"):
+        kwargs["proj_size"] = c["proj"]
     torch.manual_seed(5)
     m = BPPSA[c["kind"]](3, 4, backward=c["method"], **kwargs).double()
     names = [n for n, _ in m.named_parameters()]
     params = [p.detach().clone().requires_grad_(True) for p in m.parameters()]
     d = 2 if c["bidirectional"] else 1
     x = torch.randn(5, 2, 3, dtype=torch.float64, requires_grad=True)
-    h0 = torch.randn(c["layers"] * d, 2, 4, dtype=torch.float64, requires_grad=True)
+    h0 = torch.randn(c["layers"] * d, 2, c.get("proj") or 4, dtype=torch.float64, requires_grad=True)
     c0 = torch.randn(c["layers"] * d, 2, 4, dtype=torch.float64, requires_grad=True)
     lstm = c["kind"] == "LSTM"
 
@@ -181,6 +207,32 @@ def test_state_dict_round_trip():
         # Shapes that do not match fail strictly, as with torch's module.
         with pytest.raises(RuntimeError):
             BPPSA[kind](4, 8, num_layers=1).load_state_dict(ref.state_dict(), strict=True)
+
+
+def test_lstm_proj_size_like_torch():
+    # weight_hr_l<k> in torch's places and shapes, both ways; to_torch(); unbatched input;
+    # h_0 of the projection's size and c_0 of the hidden size, checked as torch checks them.
+    ref, ours = twins("LSTM", 4, 6, num_layers=2, bidirectional=True, proj_size=3, backward="blelloch")
+    assert list(ref.state_dict().keys()) == list(ours.state_dict().keys())
+    assert [tuple(p.shape) for p in ours.parameters()] == [tuple(p.shape) for p in ref.parameters()]
+    assert repr(ours).startswith(repr(ref)[:-1] + ", backward=")  # torch's repr, proj_size included
+    back = ours.to_torch()
+    assert type(back) is torch.nn.LSTM and back.proj_size == 3
+    x = torch.randn(5, 2, 4)
+    assert rel_err(ours(x)[0], back(x)[0]) <= 1e-5
+    xu = torch.randn(7, 4, requires_grad=True)
+    hx = (torch.randn(4, 3), torch.randn(4, 6))
+    head = torch.randn(7, 6)
+    out_r, h_r, g_r = run(ref, xu, hx, head)
+    out_o, h_o, g_o = run(ours, xu, hx, head)
+    assert out_o.shape == out_r.shape == (7, 6)
+    assert [tuple(h.shape) for h in h_o] == [tuple(h.shape) for h in h_r] == [(4, 3), (4, 6)]
+    assert rel_err(out_o, out_r) <= 1e-5
+    assert len(g_o) == len(g_r) and all(rel_err(a, b) <= 1e-5 for a, b in zip(g_o, g_r))
+    x3 = torch.randn(5, 2, 4)
+    for bad in ((torch.zeros(4, 2, 6), torch.zeros(4, 2, 6)), (torch.zeros(4, 2, 3), torch.zeros(4, 2, 3))):
+        with pytest.raises(RuntimeError, match="Expected hidden size"):
+            ours(x3, bad)
 
 
 def test_module_attributes_and_repr_like_torch():

@@ -86,6 +86,11 @@ void add_model_options(CLI::App& app, ModelArgs& a) {
   app.add_option("--hidden", a.hidden, "hidden size H")
       ->check(CLI::Range(Index{1}, Index{1} << 20))
       ->capture_default_str();
+  app.add_option("--proj", a.proj,
+                 "lstm: projection size P (PyTorch's proj_size), 1 ≤ P < --hidden: h_t = W_hr (o_t ⊙ tanh c_t); "
+                 "0 = none; CPU only")
+      ->check(CLI::Range(Index{0}, Index{1} << 20))
+      ->capture_default_str();
   app.add_option("--layers", a.layers, "stacked recurrent layers (num_layers)")
       ->check(CLI::Range(Index{1}, Index{64}))
       ->capture_default_str();
@@ -98,10 +103,11 @@ void add_model_options(CLI::App& app, ModelArgs& a) {
 }
 
 void add_data_options(CLI::App& app, DataArgs& a) {
-  app.add_option("--data", a.data,
-                 "bitstream (docs/method.md §5), mnist-rows (T=28), mnist-pixels (T=784), irmas (folder of WAVs); for --model "
-                 "cnn: mnist (1×32×32 images) or cifar10 (binary batches in --data-dir). mnist*: an MNIST-format set "
-                 "of IDX files, Fashion-MNIST by default, with its official train/test split")
+  app.add_option(
+         "--data", a.data,
+         "bitstream (docs/method.md §5), mnist-rows (T=28), mnist-pixels (T=784), irmas (folder of WAVs); for --model "
+         "cnn: mnist (1×32×32 images) or cifar10 (binary batches in --data-dir). mnist*: an MNIST-format set "
+         "of IDX files, Fashion-MNIST by default, with its official train/test split")
       ->check(CLI::IsMember({"bitstream", "mnist-rows", "mnist-pixels", "irmas", "mnist", "cifar10"}))
       ->capture_default_str();
   app.add_option("--steps", a.steps, "bitstream: sequence length T")
@@ -127,7 +133,9 @@ void add_data_options(CLI::App& app, DataArgs& a) {
                  "irmas: folder of the MFCC feature caches, one file per data folder and preset, written "
                  "atomically (default $XDG_CACHE_HOME/bppsa/irmas-features, else ~/.cache/bppsa/irmas-features); "
                  "the data folder is only read");
-  app.add_option("--data-seed", a.data_seed, "seed of the data generation and split (bitstream, irmas; mnist* keep the published split)")->capture_default_str();
+  app.add_option("--data-seed", a.data_seed,
+                 "seed of the data generation and split (bitstream, irmas; mnist* keep the published split)")
+      ->capture_default_str();
 }
 
 std::filesystem::path irmas_cache_dir() {
@@ -190,18 +198,20 @@ std::pair<SequenceDataset, SequenceDataset> load_data(const DataArgs& a, bool qu
   std::string source;  // MNIST-format sets: which one, where, how many images
   if (a.data == "bitstream") {
     const double samples = static_cast<double>(a.samples), steps = static_cast<double>(a.steps);
-    check_memory("data", "the bitstream data set (" + std::to_string(a.samples) + " sequences of " +
-                             std::to_string(a.steps) + " steps)",
-                 {{"samples × steps floats", samples * steps * sizeof(float)}, {"labels", samples * 8}},
-                 "use fewer --samples or --steps");
+    check_memory(
+        "data",
+        "the bitstream data set (" + std::to_string(a.samples) + " sequences of " + std::to_string(a.steps) + " steps)",
+        {{"samples × steps floats", samples * steps * sizeof(float)}, {"labels", samples * 8}},
+        "use fewer --samples or --steps");
     out = bitstream_split(a.steps, a.data_seed, a.samples);
   } else if (a.data == "mnist-rows" || a.data == "mnist-pixels") {
     const bool rows = a.data == "mnist-rows";
     out = mnist_sequences(mnist_set(a, source), rows ? MnistLayout::rows : MnistLayout::pixels);
     source += rows ? ", rows" : ", pixels";
   } else if (image_data(a.data)) {
-    detail::raise<InvalidArgument>("data", "--data " + a.data + " holds images, for --model cnn; recurrent models "
-                                           "take bitstream, mnist-rows, mnist-pixels or irmas");
+    detail::raise<InvalidArgument>("data", "--data " + a.data +
+                                               " holds images, for --model cnn; recurrent models "
+                                               "take bitstream, mnist-rows, mnist-pixels or irmas");
   } else {
     if (a.dir.empty())
       detail::raise<InvalidArgument>("data", "--data irmas needs --data-dir pointing at a folder of IRMAS WAV files");
@@ -238,14 +248,16 @@ std::pair<ImageDataset, ImageDataset> load_images(const DataArgs& a, bool quiet)
               std::to_string(out.first.width) + stats;
   } else if (a.data == "cifar10") {
     if (a.dir.empty())
-      detail::raise<InvalidArgument>("data", "--data cifar10 needs --data-dir pointing at cifar-10-batches-bin (the "
-                                             "binary version from https://www.cs.toronto.edu/~kriz/cifar.html)");
+      detail::raise<InvalidArgument>("data",
+                                     "--data cifar10 needs --data-dir pointing at cifar-10-batches-bin (the "
+                                     "binary version from https://www.cs.toronto.edu/~kriz/cifar.html)");
     out = load_cifar10(a.dir);
     normalize_channels(out.first, kCifar10Mean, kCifar10Std);
     normalize_channels(out.second, kCifar10Mean, kCifar10Std);
   } else {
-    detail::raise<InvalidArgument>("data", "--data " + a.data + " holds sequences; a cnn needs images: --data mnist "
-                                           "or --data cifar10");
+    detail::raise<InvalidArgument>("data", "--data " + a.data +
+                                               " holds sequences; a cnn needs images: --data mnist "
+                                               "or --data cifar10");
   }
   out.first = head_of(std::move(out.first), a.limit_train);
   out.second = head_of(std::move(out.second), a.limit_test);
@@ -275,8 +287,9 @@ void resolve_backward_flag(BackwardArgs& a, const std::string& device) {
   const bool cuda = parse_device(device) == Device::cuda;
   if (a.backward.empty()) a.backward = cuda ? "fused" : "blelloch";
   if (a.backward == "fused" && !cuda)
-    detail::raise<InvalidArgument>("backward", "--backward fused is the recurrent layers' fused chunked scan on the "
-                                               "GPU: add --device cuda, or use blelloch, hybrid, auto or bp on the CPU");
+    detail::raise<InvalidArgument>("backward",
+                                   "--backward fused is the recurrent layers' fused chunked scan on the "
+                                   "GPU: add --device cuda, or use blelloch, hybrid, auto or bp on the CPU");
 }
 
 void add_device_option(CLI::App& app, std::string& device) {
@@ -289,11 +302,12 @@ void add_device_option(CLI::App& app, std::string& device) {
 Device require_device(const std::string& name) {
   const Device d = parse_device(name);
   if (d == Device::cuda && !cuda_built())
-    detail::raise<UnsupportedError>("device", "built without CUDA: --device cuda needs bppsa built with "
-                                              "-DBPPSA_WITH_CUDA=ON (the CUDA toolkit); use --device cpu");
+    detail::raise<UnsupportedError>("device",
+                                    "built without CUDA: --device cuda needs bppsa built with "
+                                    "-DBPPSA_WITH_CUDA=ON (the CUDA toolkit); use --device cpu");
   if (d == Device::cuda && cuda_device_count() == 0)
-    detail::raise<DeviceError>("device", cuda_summary() +
-                                             "; --device cuda needs an NVIDIA GPU and its driver; use --device cpu");
+    detail::raise<DeviceError>("device",
+                               cuda_summary() + "; --device cuda needs an NVIDIA GPU and its driver; use --device cpu");
   return d;
 }
 
@@ -302,6 +316,7 @@ ModelConfig model_config(const ModelArgs& a, Index input, Index classes) {
   c.rnn.cell = parse_cell(a.model);
   c.rnn.input = input;
   c.rnn.hidden = a.hidden;
+  c.rnn.proj = a.proj;
   c.rnn.layers = a.layers;
   c.classes = classes;
   c.head = parse_head(a.head);

@@ -28,6 +28,7 @@ struct ModelArgs {
   std::string model = "rnn";
   std::string arch;  ///< cnn: SPEC or a named architecture (bppsa/nn/arch.hpp)
   Index hidden = 20;
+  Index proj = 0;  ///< lstm: projection size (PyTorch's proj_size), 0 = none
   Index layers = 1;
   std::string head = "last";
   std::string loss = "ce";

@@ -54,8 +54,8 @@ void check_save_folder(const Args& a) {
     detail::raise<InvalidArgument>("train", "--save " + a.save + " is a folder; give a file name (e.g. " +
                                                 (std::filesystem::path(a.save) / "model.safetensors").string() + ")");
   if (!dir.empty() && !std::filesystem::is_directory(dir, ec))
-    detail::raise<InvalidArgument>("train",
-                                   "--save " + a.save + ": the folder " + dir.string() + " does not exist; create it first");
+    detail::raise<InvalidArgument>(
+        "train", "--save " + a.save + ": the folder " + dir.string() + " does not exist; create it first");
   if (access(dir.empty() ? "." : dir.c_str(), W_OK) != 0)
     detail::raise<InvalidArgument>("train", "--save " + a.save + ": the folder " +
                                                 (dir.empty() ? std::string(".") : dir.string()) + " is not writable");
@@ -107,7 +107,8 @@ void check_split(const DataArgs& d, Index train, Index test) {
 void require_same(const Args& a, const char* flag, const std::string& given, const std::string& saved) {
   if (a.app->count(flag) && given != saved)
     detail::raise<InvalidArgument>("resume", std::string(flag) + " " + given + " conflicts with the checkpoint " +
-                                                 (a.resume.empty() ? a.init : a.resume) + " (" + saved + "); drop the flag or start afresh");
+                                                 (a.resume.empty() ? a.init : a.resume) + " (" + saved +
+                                                 "); drop the flag or start afresh");
 }
 
 /// A copy of a model with the same weights (and pruning masks): what --compare-bp trains.
@@ -216,8 +217,7 @@ int train_loop(const Args& a, Model& model, const std::string& description, cons
             << ", " << a.optimizer << " lr " << a.lr
             << (oc.schedule == LrSchedule::cosine ? " (cosine to 0 over " + std::to_string(oc.total_steps) + " steps)"
                                                   : std::string())
-            << ", batch " << a.batch
-            << (a.resume.empty() ? "" : ", resumed from " + a.resume) << "\n";
+            << ", batch " << a.batch << (a.resume.empty() ? "" : ", resumed from " + a.resume) << "\n";
   JsonLog log(a.log, !a.resume.empty());
   if (log.is_open()) {
     nlohmann::json start{{"event", "start"},
@@ -335,8 +335,8 @@ int train_loop(const Args& a, Model& model, const std::string& description, cons
     std::vector<std::string> names;
     for (const auto& p : params) names.push_back(p.name);
     const double err = max_relative_error(got, ref, names, &where);
-    std::printf("gradient check (one batch of %lld): %s, largest relative error %.3g (%s)\n",
-                static_cast<long long>(n), what.c_str(), err, where.c_str());
+    std::printf("gradient check (one batch of %lld): %s, largest relative error %.3g (%s)\n", static_cast<long long>(n),
+                what.c_str(), err, where.c_str());
     print_comparison();
     if (!(err <= 1e-3)) {
       std::fprintf(stderr, "bppsa: error: gradient check failed (%.3g > 1e-3)\n", err);
@@ -371,8 +371,9 @@ int run_recurrent(const Args& a) {
 
 int run_cnn(const Args& a) {
   if (!a.resume.empty() && (!a.init.empty() || a.prune >= 0))
-    detail::raise<InvalidArgument>("train", "--resume continues a run as it was saved (its masks included); "
-                                            "--init and --prune start a new one");
+    detail::raise<InvalidArgument>("train",
+                                   "--resume continues a run as it was saved (its masks included); "
+                                   "--init and --prune start a new one");
   const auto [train, test] = load_images(a.data, false);
   const std::string source = !a.resume.empty() ? a.resume : a.init;
   TensorFile file;
@@ -405,11 +406,13 @@ int run(const Args& a) {
   check_log_path(a.log, a.save, {a.init, a.resume});
   if (require_device(a.device) == Device::cuda) {  // fails fast: before any data is loaded
     if (a.mp.enabled)
-      detail::raise<InvalidArgument>("train", "--device cuda with --model-parallel: model-parallel training runs "
-                                              "on the CPU (one process per stage); drop one of them");
+      detail::raise<InvalidArgument>("train",
+                                     "--device cuda with --model-parallel: model-parallel training runs "
+                                     "on the CPU (one process per stage); drop one of them");
     if (a.model.model == "cnn")
-      detail::raise<InvalidArgument>("train", "--device cuda is for recurrent models (rnn, gru, lstm); CNNs train "
-                                              "on the CPU");
+      detail::raise<InvalidArgument>("train",
+                                     "--device cuda is for recurrent models (rnn, gru, lstm); CNNs train "
+                                     "on the CPU");
   }
   if (a.mp.enabled) return run_train_model_parallel(a);  // takes the lock on rank 0
   std::optional<CheckpointLock> lock;
@@ -426,6 +429,7 @@ ModelConfig recurrent_train_config(const TrainArgs& a, const SequenceDataset& tr
     config = checkpoint_config(*checkpoint, a.model.model);
     require_same(a, "--model", a.model.model, to_string(config.rnn.cell));
     require_same(a, "--hidden", std::to_string(a.model.hidden), std::to_string(config.rnn.hidden));
+    require_same(a, "--proj", std::to_string(a.model.proj), std::to_string(config.rnn.proj));
     require_same(a, "--layers", std::to_string(a.model.layers), std::to_string(config.rnn.layers));
   } else {
     config = model_config(a.model, train.features, train.classes);
@@ -447,9 +451,10 @@ ConvNetConfig cnn_train_config(const TrainArgs& a, const ImageDataset& train, co
                                                   "); drop --arch");
   } else {
     if (a.model.arch.empty())
-      detail::raise<InvalidArgument>("train", "--model cnn needs --arch (e.g. vgg11/8, or conv:8:3:1:1,relu,"
-                                              "maxpool:2:2,flatten,linear:10), or --init/--resume from a cnn "
-                                              "checkpoint");
+      detail::raise<InvalidArgument>("train",
+                                     "--model cnn needs --arch (e.g. vgg11/8, or conv:8:3:1:1,relu,"
+                                     "maxpool:2:2,flatten,linear:10), or --init/--resume from a cnn "
+                                     "checkpoint");
     config.input = {train.channels, train.height, train.width};
     config.layers = parse_arch(a.model.arch);
   }
@@ -518,7 +523,9 @@ Command add_train(CLI::App& app) {
   sub->add_option("--resume", a->resume, "continue from a checkpoint written by --save")->check(CLI::ExistingFile);
   sub->add_option("--log", a->log, "write per-epoch metrics as JSON lines");
   sub->add_flag("--no-progress", a->no_progress, "no progress bar");
-  sub->add_option("--init", a->init, "start from the weights of this checkpoint (e.g. a trained dense model to prune, or a checkpoint of a model-parallel run)")
+  sub->add_option("--init", a->init,
+                  "start from the weights of this checkpoint (e.g. a trained dense model to prune, or a checkpoint of "
+                  "a model-parallel run)")
       ->check(CLI::ExistingFile);
   sub->add_option("--prune", a->prune,
                   "cnn: before training, prune this fraction of all conv and linear weights by global magnitude "

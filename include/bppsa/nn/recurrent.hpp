@@ -34,7 +34,7 @@ const char* to_string(CellType c);
 CellType parse_cell(std::string_view name);
 /// Gates per cell: rnn 1, gru 3 (r, z, n), lstm 4 (i, f, g, o) — PyTorch's order.
 Index gate_count(CellType c);
-/// Size of the scanned state: H (rnn, gru) or 2H (lstm: h then c).
+/// Size of the scanned state: H (rnn, gru) or 2H (lstm: h then c), without projection.
 Index state_size(CellType c, Index hidden);
 
 /// The activation of the plain RNN cell (PyTorch's nn.RNN `nonlinearity`): tanh (the
@@ -54,14 +54,24 @@ struct RecurrentConfig {
   /// Where the layers run: the CPU (OpenMP) or the current CUDA GPU. Device::cuda throws
   /// UnsupportedError in a build without CUDA and DeviceError without a usable GPU.
   Device device = Device::cpu;
+  /// LSTM only, PyTorch's proj_size: 0 = none; else 1 ≤ proj < hidden and the output is the
+  /// projection h_t = W_hr (o_t ⊙ tanh c_t), proj rows (docs/method.md §4.5). CPU only for now.
+  Index proj = 0;
 };
 
-/// One layer's parameters under PyTorch's layout: weight_ih [G·H, I_l], weight_hh [G·H, H],
-/// bias_ih, bias_hh [G·H]; gate blocks stacked in PyTorch's order.
+/// Rows of h_t, the layer's output and the next layer's input: proj when set, else hidden.
+Index output_size(const RecurrentConfig& c);
+/// Size of the scanned state: H (rnn, gru), or output_size + H (lstm: h then c).
+Index state_size(const RecurrentConfig& c);
+
+/// One layer's parameters under PyTorch's layout: weight_ih [G·H, I_l], weight_hh [G·H, P],
+/// bias_ih, bias_hh [G·H], and with a projection weight_hr [P, H] (P = output_size; I_l = P
+/// above layer 0); gate blocks stacked in PyTorch's order.
 template <class T>
 struct RecurrentLayerParams {
   RowMatrix<T> w_ih, w_hh;
   Vector<T> b_ih, b_hh;
+  RowMatrix<T> w_hr;  ///< LSTM with proj: [proj, H]; empty otherwise
 };
 
 /// On the GPU (config.device = Device::cuda). Parameters, the forward record and every gradient
@@ -101,7 +111,7 @@ class Recurrent {
   void reset_parameters(std::uint64_t seed);
 
   /// Optional initial states s_0 (state_size × batch) per layer for the next forward();
-  /// empty = zeros (PyTorch's default). LSTM: rows 0..H−1 are h_0, H..2H−1 are c_0.
+  /// empty = zeros (PyTorch's default). LSTM: the first output_size rows are h_0, the last H c_0.
   void set_initial_state(Index layer, Matrix<T> s0);
 
   /// Runs all layers over x: features × (steps·batch), time-major columns (column t·B + b
@@ -112,11 +122,11 @@ class Recurrent {
   Index batch() const;
   /// State s_t (state_size × batch; LSTM: h over c) of a layer after forward(), 0 ≤ t ≤ steps.
   Matrix<T> state(Index layer, Index t) const;
-  /// Top layer's outputs h_1 … h_T: H × (steps·batch), time-major columns.
+  /// Top layer's outputs h_1 … h_T: output_size × (steps·batch), time-major columns.
   Eigen::Block<const Matrix<T>, Eigen::Dynamic, Eigen::Dynamic, true> output() const;
 
-  /// Optional extra gradient on a layer's FINAL state s_T (state_size × batch; LSTM: rows
-  /// 0..H−1 on h_T, H..2H−1 on c_T), added to g_T by every later backward (every method):
+  /// Optional extra gradient on a layer's FINAL state s_T (state_size × batch; LSTM: h_T's
+  /// rows over c_T's), added to g_T by every later backward (every method):
   /// when a sequence is split over time, what the stage after this one sends back as its
   /// state0_grad(). Empty = none (the default). It lives until replaced or cleared (set an
   /// empty matrix): it is NOT consumed by a backward. The rows are checked here (ShapeError);
@@ -124,7 +134,7 @@ class Recurrent {
   /// backward_begin() and backward_layer().
   void set_final_state_grad(Index layer, Matrix<T> g);
 
-  /// Backward from ∂ℓ/∂(top-layer outputs), H × (steps·batch) time-major. every_step = false
+  /// Backward from ∂ℓ/∂(top-layer outputs), output_size × (steps·batch) time-major. every_step = false
   /// means only the last step's block is non-zero (many-to-one): the top layer's scan is
   /// then linear (no injections). Fills grads(), input_grad() and state0_grad().
   /// Same as backward_begin() then backward_layer(l) for l = layers − 1 … 0.

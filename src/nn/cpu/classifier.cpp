@@ -76,7 +76,7 @@ class ClassifierCpu final : public ClassifierHalf<T> {
     } else {
       const Index batch = dlogits.cols();
       head_.backward(rnn_.output().rightCols(batch), dlogits, dh_);
-      dout.setZero(config_.rnn.hidden, rnn_.output().cols());
+      dout.setZero(output_size(config_.rnn), rnn_.output().cols());
       dout.rightCols(batch) = dh_;
     }
   }

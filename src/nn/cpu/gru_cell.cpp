@@ -59,7 +59,8 @@ void fill_jacobians(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec,
 }
 
 template <class T>
-void preact(const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out, Index t0, Index t1) {
+void preact(const RecurrentLayerParams<T>&, const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out,
+            Index t0, Index t1) {
   const Index B = rec.batch, H = rec.hidden;
   for (Index t = t0; t < t1; ++t) {
     const auto gates = rec.gates.middleCols((t - 1) * B, B);
@@ -78,7 +79,8 @@ void preact(const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out, 
 }
 
 template <class T>
-void direct(const LayerRecord<T>& rec, const Matrix<T>& g, Index t, Eigen::Ref<Matrix<T>> prev) {
+void direct(const RecurrentLayerParams<T>&, const LayerRecord<T>& rec, const Matrix<T>& g, Index t,
+            Eigen::Ref<Matrix<T>> prev) {
   const Index B = rec.batch, H = rec.hidden;
   prev.array() += rec.gates.middleCols((t - 1) * B, B).middleRows(H, H).array() * g.middleCols(t * B, B).array();
 }

@@ -5,14 +5,29 @@
 //   (∂h'/∂h)^T = (∂c'/∂h)^T D(κ) + W_ho^T D(α_o)                     (top-left)
 //   (∂h'/∂c)^T = D(κ f),  (∂c'/∂c)^T = D(f)                           (bottom blocks)
 // Dense 2H × 2H per sample and step; checked against finite differences in the tests.
+// With a projection (PyTorch's proj_size P): m' = o ⊙ tanh(c'), h' = W_hr m' (P rows), s = (h, c)
+// of P + H, and with (∂m'/∂h)^T the top-left block above (P × H):
+//   (∂h'/∂h)^T = (∂m'/∂h)^T W_hr^T,  (∂h'/∂c)^T = D(κ f) W_hr^T                  (dense now)
+// and the gradient reaching m' is W_hr^T ∂ℓ/∂h' wherever ∂ℓ/∂h' was used (docs/method.md §4.5).
 #include "nn/cell.hpp"
 
 namespace bppsa::detail {
 namespace {
 
+/// Rows of h: the projection's when there is one.
+template <class T>
+Index out_rows(const RecurrentLayerParams<T>& p, Index hidden) {
+  return p.w_hr.size() != 0 ? p.w_hr.rows() : hidden;
+}
+
 template <class T>
 void forward(const RecurrentLayerParams<T>& p, LayerRecord<T>& rec) {
   const Index B = rec.batch, H = rec.hidden;
+  const bool proj = p.w_hr.size() != 0;
+  if (proj)
+    rec.m.resize(H, rec.steps * B);
+  else
+    rec.m.resize(0, 0);
   for (Index t = 1; t <= rec.steps; ++t) {
     auto a = rec.gates.middleCols((t - 1) * B, B);
     a.noalias() = p.w_hh * rec.h.middleCols((t - 1) * B, B);
@@ -27,20 +42,29 @@ void forward(const RecurrentLayerParams<T>& p, LayerRecord<T>& rec) {
     c = f.array() * rec.c.middleCols((t - 1) * B, B).array() + i.array() * g.array();
     auto tc = rec.aux.middleCols((t - 1) * B, B);
     tc = c.array().tanh();
-    rec.h.middleCols(t * B, B) = o.array() * tc.array();
+    if (proj) {
+      auto m = rec.m.middleCols((t - 1) * B, B);
+      m = o.array() * tc.array();
+      rec.h.middleCols(t * B, B).noalias() = p.w_hr * m;
+    } else {
+      rec.h.middleCols(t * B, B) = o.array() * tc.array();
+    }
   }
 }
 
 template <class T>
-void make_chain(const RecurrentLayerParams<T>&, const LayerRecord<T>& rec, const std::shared_ptr<Matrix<T>>&,
+void make_chain(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, const std::shared_ptr<Matrix<T>>&,
                 Chain<T>& chain) {
-  for (Index t = 1; t <= rec.steps; ++t) chain.push_back(Jacobian<T>::dense(2 * rec.hidden, 2 * rec.hidden, rec.batch));
+  const Index S = out_rows(p, rec.hidden) + rec.hidden;
+  for (Index t = 1; t <= rec.steps; ++t) chain.push_back(Jacobian<T>::dense(S, S, rec.batch));
 }
 
 template <class T>
 void fill_jacobians(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, Chain<T>& chain, Index t0, Index t1) {
-  const Index B = rec.batch, H = rec.hidden;
+  const Index B = rec.batch, H = rec.hidden, P = out_rows(p, H);
+  const bool proj = p.w_hr.size() != 0;
   Vector<T> ai(H), af(H), ag(H), ao(H), kappa(H);
+  Matrix<T> dm(P, H);  // with a projection: (∂m'/∂h)^T
   for (Index t = t0; t < t1; ++t) {
     Jacobian<T>& j = chain.jacobian(t);
     for (Index s = 0; s < B; ++s) {
@@ -57,30 +81,44 @@ void fill_jacobians(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec,
       ao = tc * o * (T(1) - o);
       kappa = o * (T(1) - tc.square());
       auto jt = j.dense_map(s);
-      auto tr = jt.topRightCorner(H, H);
+      auto tr = jt.topRightCorner(P, H);
       tr.noalias() = p.w_hh.topRows(H).transpose() * ai.asDiagonal();
       tr.noalias() += p.w_hh.middleRows(H, H).transpose() * af.asDiagonal();
       tr.noalias() += p.w_hh.middleRows(2 * H, H).transpose() * ag.asDiagonal();
-      auto tl = jt.topLeftCorner(H, H);
-      tl.noalias() = tr * kappa.asDiagonal();
-      tl.noalias() += p.w_hh.bottomRows(H).transpose() * ao.asDiagonal();
-      jt.bottomRows(H).setZero();
-      jt.bottomLeftCorner(H, H).diagonal() = (kappa.array() * f).matrix();
+      if (!proj) {
+        auto tl = jt.topLeftCorner(H, H);
+        tl.noalias() = tr * kappa.asDiagonal();
+        tl.noalias() += p.w_hh.bottomRows(H).transpose() * ao.asDiagonal();
+        jt.bottomRows(H).setZero();
+        jt.bottomLeftCorner(H, H).diagonal() = (kappa.array() * f).matrix();
+      } else {
+        dm.noalias() = tr * kappa.asDiagonal();
+        dm.noalias() += p.w_hh.bottomRows(H).transpose() * ao.asDiagonal();
+        jt.topLeftCorner(P, P).noalias() = dm * p.w_hr.transpose();
+        jt.bottomLeftCorner(H, P).noalias() = (kappa.array() * f).matrix().asDiagonal() * p.w_hr.transpose();
+        jt.bottomRightCorner(H, H).setZero();
+      }
       jt.bottomRightCorner(H, H).diagonal() = f.matrix();
     }
   }
 }
 
 template <class T>
-void preact(const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out, Index t0, Index t1) {
-  const Index B = rec.batch, H = rec.hidden;
+void preact(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out,
+            Index t0, Index t1) {
+  const Index B = rec.batch, H = rec.hidden, P = out_rows(p, H);
+  const bool proj = p.w_hr.size() != 0;
+  Matrix<T> gm_proj;  // W_hr^T ∂ℓ/∂h_t, the gradient on m_t, with a projection
   for (Index t = t0; t < t1; ++t) {
     const auto gates = rec.gates.middleCols((t - 1) * B, B);
     const auto i = gates.topRows(H).array(), f = gates.middleRows(H, H).array();
     const auto gg = gates.middleRows(2 * H, H).array(), o = gates.bottomRows(H).array();
     const auto tc = rec.aux.middleCols((t - 1) * B, B).array();
     const auto cp = rec.c.middleCols((t - 1) * B, B).array();
-    const auto gh = g.middleCols(t * B, B).topRows(H).array();
+    if (proj) gm_proj.noalias() = p.w_hr.transpose() * g.middleCols(t * B, B).topRows(P);
+    const Eigen::Ref<const Matrix<T>> gm =
+        proj ? Eigen::Ref<const Matrix<T>>(gm_proj) : Eigen::Ref<const Matrix<T>>(g.middleCols(t * B, B).topRows(H));
+    const auto gh = gm.array();
     const auto gc = g.middleCols(t * B, B).bottomRows(H).array();
     auto dx = out.dx.middleCols((t - 1) * B, B);
     // δc (total gradient on c_t) is kept in the f rows' place until they are overwritten last:
@@ -95,12 +133,18 @@ void preact(const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out, 
 }
 
 template <class T>
-void direct(const LayerRecord<T>& rec, const Matrix<T>& g, Index t, Eigen::Ref<Matrix<T>> prev) {
-  const Index B = rec.batch, H = rec.hidden;
+void direct(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, const Matrix<T>& g, Index t,
+            Eigen::Ref<Matrix<T>> prev) {
+  const Index B = rec.batch, H = rec.hidden, P = out_rows(p, H);
+  const bool proj = p.w_hr.size() != 0;
   const auto gates = rec.gates.middleCols((t - 1) * B, B);
   const auto f = gates.middleRows(H, H).array(), o = gates.bottomRows(H).array();
   const auto tc = rec.aux.middleCols((t - 1) * B, B).array();
-  const auto gh = g.middleCols(t * B, B).topRows(H).array();
+  Matrix<T> gm_proj;
+  if (proj) gm_proj.noalias() = p.w_hr.transpose() * g.middleCols(t * B, B).topRows(P);
+  const Eigen::Ref<const Matrix<T>> gm =
+      proj ? Eigen::Ref<const Matrix<T>>(gm_proj) : Eigen::Ref<const Matrix<T>>(g.middleCols(t * B, B).topRows(H));
+  const auto gh = gm.array();
   const auto gc = g.middleCols(t * B, B).bottomRows(H).array();
   prev.bottomRows(H).array() += f * (gc + o * (T(1) - tc.square()) * gh);
 }

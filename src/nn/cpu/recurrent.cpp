@@ -86,22 +86,22 @@ void parallel_product(int threads, D&& dst, const A& a, const B& b, bool by_colu
 
 /// Sequential BP through one layer (back-propagation through time with vector-Jacobian
 /// products, no Jacobians formed): g (S × (T+1)B) comes with block T set and receives every
-/// g_t for t = T−1..0; pg receives the pre-activation gradients. `above` (H × TB, the
+/// g_t for t = T−1..0; pg receives the pre-activation gradients. `above` (P × TB, P the rows of h, the
 /// gradient on the layer's outputs) is injected into the h rows of g_{t−1} when `inject`.
 template <class T>
 void bp_recurrence(const CellOps<T>& ops, CellType cell, const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec,
                    const Matrix<T>& above, bool inject, Matrix<T>& g, PreactGrads<T>& pg, int threads) {
-  const Index T_ = rec.steps, B = rec.batch, H = rec.hidden;
+  const Index T_ = rec.steps, B = rec.batch, P = p.w_hh.cols();  // P: rows of h
   auto& dh = cell == CellType::gru ? pg.dh : pg.dx;
-  Matrix<T> carried(H, B);
+  Matrix<T> carried(P, B);
   for (Index t = T_; t >= 1; --t) {
-    ops.preact(rec, g, pg, t, t + 1);
+    ops.preact(p, rec, g, pg, t, t + 1);
     auto gprev = g.middleCols((t - 1) * B, B);
-    if (inject && t >= 2) gprev.topRows(H) = above.middleCols((t - 2) * B, B);
+    if (inject && t >= 2) gprev.topRows(P) = above.middleCols((t - 2) * B, B);
     // W_hh^T · dh_t: a GEMM per step, shared among the threads for large states (gated cells).
     parallel_product(threads, carried, p.w_hh.transpose(), dh.middleCols((t - 1) * B, B));
-    gprev.topRows(H) += carried;
-    ops.direct(rec, g, t, gprev);
+    gprev.topRows(P) += carried;
+    ops.direct(p, rec, g, t, gprev);
   }
 }
 
@@ -184,7 +184,7 @@ void RecurrentCpu<T>::forward(const Eigen::Ref<const Matrix<T>>& x, Index steps,
                "use a smaller --batch, shorter sequences or a smaller --hidden");
   steps_ = steps;
   batch_ = batch;
-  const Index H = config_.hidden, G = gate_count(config_.cell);
+  const Index H = config_.hidden, P = output_size(config_), G = gate_count(config_.cell);
   const auto& ops = cell_ops<T>(config_.cell, config_.nonlinearity);
   for (Index l = 0; l < config_.layers; ++l) {
     auto& rec = layer_[static_cast<std::size_t>(l)].rec;
@@ -198,12 +198,12 @@ void RecurrentCpu<T>::forward(const Eigen::Ref<const Matrix<T>>& x, Index steps,
       rec.x = layer_[static_cast<std::size_t>(l - 1)].rec.h.rightCols(steps * batch);
     rec.ax.noalias() = p.w_ih * rec.x;
     rec.ax.colwise() += p.b_ih;
-    rec.h.resize(H, (steps + 1) * batch);
+    rec.h.resize(P, (steps + 1) * batch);
     if (config_.cell == CellType::lstm) rec.c.resize(H, (steps + 1) * batch);
     if (config_.cell != CellType::rnn) rec.gates.resize(G * H, steps * batch);
     if (config_.cell != CellType::rnn) rec.aux.resize(H, steps * batch);
     if (const Matrix<T>* s0 = initial_states[static_cast<std::size_t>(l)]) {
-      rec.h.leftCols(batch) = s0->topRows(H);
+      rec.h.leftCols(batch) = s0->topRows(P);
       if (config_.cell == CellType::lstm) rec.c.leftCols(batch) = s0->bottomRows(H);
     } else {
       rec.h.leftCols(batch).setZero();
@@ -216,9 +216,9 @@ void RecurrentCpu<T>::forward(const Eigen::Ref<const Matrix<T>>& x, Index steps,
 template <class T>
 Matrix<T> RecurrentCpu<T>::state(Index layer, Index t) const {
   const auto& rec = layer_[static_cast<std::size_t>(layer)].rec;
-  const Index H = config_.hidden;
-  Matrix<T> s(state_size(config_.cell, H), batch_);
-  s.topRows(H) = rec.h.middleCols(t * batch_, batch_);
+  const Index H = config_.hidden, P = output_size(config_);
+  Matrix<T> s(state_size(config_), batch_);
+  s.topRows(P) = rec.h.middleCols(t * batch_, batch_);
   if (config_.cell == CellType::lstm) s.bottomRows(H) = rec.c.middleCols(t * batch_, batch_);
   return s;
 }
@@ -233,7 +233,7 @@ void RecurrentCpu<T>::check_backward_memory(Index steps, Index batch, const Back
 
 template <class T>
 void RecurrentCpu<T>::fill_chain(Layer& L, const RecurrentLayerParams<T>& p, int threads, const char* op) {
-  const Index T_ = steps_, B = batch_, S = state_size(config_.cell, config_.hidden);
+  const Index T_ = steps_, B = batch_, S = state_size(config_);
   const auto& ops = cell_ops<T>(config_.cell, config_.nonlinearity);
   // S = W_hh^T first: make_chain reads the RNN's shared matrix's shape from it.
   *L.w_hh_t = p.w_hh.transpose();  // in place: the chain's shared S keeps its identity
@@ -256,7 +256,7 @@ void RecurrentCpu<T>::backward_layer(Index l, const BackwardOptions& options, co
                                      LayerParamsList<T>& grads, const Matrix<T>* final_grad, BackwardTimes* times) {
   const char* op = "Recurrent::backward";
   FlushDenormals flush;
-  const Index T_ = steps_, B = batch_, H = config_.hidden, S = state_size(config_.cell, H);
+  const Index T_ = steps_, B = batch_, H = config_.hidden, P = output_size(config_), S = state_size(config_);
   const auto& ops = cell_ops<T>(config_.cell, config_.nonlinearity);
   const int threads = resolve_threads(options.threads);
   const bool scan = resolve_backward(options, B) != BackwardMethod::bp;
@@ -266,12 +266,12 @@ void RecurrentCpu<T>::backward_layer(Index l, const BackwardOptions& options, co
   auto& rec = L.rec;
   const auto& p = params[static_cast<std::size_t>(l)];
   auto& gp = grads[static_cast<std::size_t>(l)];
-  // Gradient on this layer's outputs h_1..h_T (H × TB): from the head or the layer above.
+  // Gradient on this layer's outputs h_1..h_T (P × TB): from the head or the layer above.
   const Matrix<T>& above = (l == config_.layers - 1) ? grad_out_ : gx_;
   const bool inject = every_step_ || l < config_.layers - 1;
   const Index G = gate_count(config_.cell) * H;
   L.g.setZero(S, (T_ + 1) * B);
-  L.g.middleCols(T_ * B, B).topRows(H) = above.middleCols((T_ - 1) * B, B);
+  L.g.middleCols(T_ * B, B).topRows(P) = above.middleCols((T_ - 1) * B, B);
   // The next stage's gradient on s_T: part of g_T for BP and for the scan (its g_last) alike.
   if (final_grad) L.g.middleCols(T_ * B, B) += *final_grad;
   L.pg.dx.resize(G, T_ * B);
@@ -293,7 +293,7 @@ void RecurrentCpu<T>::backward_layer(Index l, const BackwardOptions& options, co
           L.chain.set_injection(k, Matrix<T>::Zero(S, B));
           e = L.chain.injection(k);
         }
-        e->topRows(H) = above.middleCols((k - 1) * B, B);
+        e->topRows(P) = above.middleCols((k - 1) * B, B);
       }
     } else if (L.chain.has_injections()) {
       L.chain.clear_injections();
@@ -316,14 +316,18 @@ void RecurrentCpu<T>::backward_layer(Index l, const BackwardOptions& options, co
   double t2 = omp_get_wtime();
   if (scan)
     parallel_over_steps(threads, T_, 4.0 * static_cast<double>(G * B),
-                        [&](Index t0r, Index t1r) { ops.preact(rec, L.g, L.pg, t0r, t1r); });
+                        [&](Index t0r, Index t1r) { ops.preact(p, rec, L.g, L.pg, t0r, t1r); });
   // The parameter-gradient GEMMs (T·B deep), shared among the threads.
   gp.w_ih.resize(L.pg.dx.rows(), rec.x.rows());
   parallel_product(threads, gp.w_ih, L.pg.dx, rec.x.transpose());
   gp.b_ih = L.pg.dx.rowwise().sum();
-  gp.w_hh.resize(dh.rows(), H);
+  gp.w_hh.resize(dh.rows(), P);
   parallel_product(threads, gp.w_hh, dh, rec.h.leftCols(T_ * B).transpose());
   gp.b_hh = dh.rowwise().sum();
+  if (config_.proj > 0) {  // W_hr: Σ_t ∂ℓ/∂h_t m_t^T
+    gp.w_hr.resize(P, H);
+    parallel_product(threads, gp.w_hr, L.g.topRows(P).rightCols(T_ * B), rec.m.transpose());
+  }
   Matrix<T>& gx = l == 0 ? input_grad_ : gx_;
   Matrix<T> next(p.w_ih.cols(), L.pg.dx.cols());
   parallel_product(threads, next, p.w_ih.transpose(), L.pg.dx, /*by_columns=*/true);
@@ -343,7 +347,7 @@ template <class T>
 std::pair<Jacobian<T>, Matrix<T>> RecurrentCpu<T>::layer_transfer(Index l, const BackwardOptions& options,
                                                                   const LayerParamsList<T>& params) {
   const char* op = "Recurrent::layer_transfer";
-  const Index T_ = steps_, B = batch_, H = config_.hidden, S = state_size(config_.cell, H);
+  const Index T_ = steps_, B = batch_, H = config_.hidden, P = output_size(config_), S = state_size(config_);
   const auto& ops = cell_ops<T>(config_.cell, config_.nonlinearity);
   auto& L = layer_[static_cast<std::size_t>(l)];
   const auto& p = params[static_cast<std::size_t>(l)];
@@ -363,7 +367,7 @@ std::pair<Jacobian<T>, Matrix<T>> RecurrentCpu<T>::layer_transfer(Index l, const
   const bool inject = every_step_ || l < config_.layers - 1;
   const Index G = gate_count(config_.cell) * H;
   Matrix<T> g = Matrix<T>::Zero(S, (T_ + 1) * B);
-  g.middleCols(T_ * B, B).topRows(H) = above.middleCols((T_ - 1) * B, B);
+  g.middleCols(T_ * B, B).topRows(P) = above.middleCols((T_ - 1) * B, B);
   PreactGrads<T> pg;
   pg.dx.resize(G, T_ * B);
   if (config_.cell == CellType::gru) pg.dh.resize(G, T_ * B);

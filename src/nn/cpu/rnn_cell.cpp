@@ -67,7 +67,8 @@ void fill_jacobians(const RecurrentLayerParams<T>&, const LayerRecord<T>& rec, C
 }
 
 template <class T, Nonlinearity N>
-void preact(const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out, Index t0, Index t1) {
+void preact(const RecurrentLayerParams<T>&, const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out,
+            Index t0, Index t1) {
   const Index B = rec.batch;
   for (Index t = t0; t < t1; ++t)
     out.dx.middleCols((t - 1) * B, B) =
@@ -75,7 +76,7 @@ void preact(const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out, 
 }
 
 template <class T>
-void direct(const LayerRecord<T>&, const Matrix<T>&, Index, Eigen::Ref<Matrix<T>>) {}
+void direct(const RecurrentLayerParams<T>&, const LayerRecord<T>&, const Matrix<T>&, Index, Eigen::Ref<Matrix<T>>) {}
 
 template <class T, Nonlinearity N>
 const CellOps<T>& ops_for() {
