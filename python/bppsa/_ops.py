@@ -59,31 +59,31 @@ def _absent(like):
     return like.new_empty((0,))
 
 
-def _layer_forward_impl(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, cell, nonlinearity, method, threads, chunks,
-                        check_finite):
+def _layer_forward_impl(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, cell, nonlinearity, method, threads,
+                        chunks, check_finite):
     spec = _spec(cell, x, w_hh, w_hr, nonlinearity)
     with spec.borrowed(x.dtype) as engine:
-        out, h_n, c_n = _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr)
+        out, h_n, c_n = _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths)
     return out, h_n, _absent(x) if c_n is None else c_n
 
 
-def _layer_forward_fake(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, cell, nonlinearity, method, threads, chunks,
-                        check_finite):
+def _layer_forward_fake(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, cell, nonlinearity, method, threads,
+                        chunks, check_finite):
     steps, batch = x.shape[0], x.shape[1]
     hidden, P = _sizes(w_hh, w_hr)
     c_n = x.new_empty((batch, hidden)) if cell == "lstm" else _absent(x)
     return x.new_empty((steps, batch, P)), x.new_empty((batch, P)), c_n
 
 
-def _layer_backward_impl(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, grad_out, grad_hn, grad_cn, cell, nonlinearity,
-                         method, threads, chunks, check_finite, needs):
+def _layer_backward_impl(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, grad_out, grad_hn, grad_cn, cell,
+                         nonlinearity, method, threads, chunks, check_finite, needs):
     inputs = (x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr)
     wanted = [need and t is not None for need, t in zip(needs, inputs)]
     grads = [torch.empty(t.shape, dtype=t.dtype) if w else None for t, w in zip(inputs, wanted)]
     if x.shape[1] > 0:
         spec = _spec(cell, x, w_hh, w_hr, nonlinearity)
         with spec.borrowed(x.dtype) as engine:
-            _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr)  # the record the backward reads
+            _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths)  # the record it reads
             r = _native.ref
             # Named, so that the contiguous copies outlive the call that reads them.
             grad_out, grad_hn = _contiguous(grad_out), _contiguous(grad_hn)
@@ -96,15 +96,16 @@ def _layer_backward_impl(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, grad_out, grad
     return [_absent(x) if g is None else g for g in grads]
 
 
-def _layer_backward_fake(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, grad_out, grad_hn, grad_cn, cell, nonlinearity,
-                         method, threads, chunks, check_finite, needs):
+def _layer_backward_fake(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, grad_out, grad_hn, grad_cn, cell,
+                         nonlinearity, method, threads, chunks, check_finite, needs):
     inputs = (x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr)
     return [t.new_empty(t.shape) if need and t is not None else _absent(x) for need, t in zip(needs, inputs)]
 
 
 def _layer_setup(ctx, inputs, output):
-    x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, *options = inputs
+    x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, *options = inputs
     ctx.save_for_backward(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr)
+    ctx.lengths = lengths
     ctx.options = options  # cell, nonlinearity, method, threads, chunks, check_finite
 
 
@@ -119,8 +120,8 @@ def _layer_backward_formula(ctx, grad_out, grad_hn, grad_cn):
     grad_hn = zeros(grad_hn, (batch, P))
     grad_cn = zeros(grad_cn, (batch, hidden) if cell == "lstm" else (0,))
     needs = list(ctx.needs_input_grad[:8])
-    grads = torch.ops.bppsa.layer_backward(*saved, grad_out, grad_hn, grad_cn, *ctx.options, needs)
-    return (*[g if need else None for g, need in zip(grads, needs)], *([None] * len(ctx.options)))
+    grads = torch.ops.bppsa.layer_backward(*saved, ctx.lengths, grad_out, grad_hn, grad_cn, *ctx.options, needs)
+    return (*[g if need else None for g, need in zip(grads, needs)], None, *([None] * len(ctx.options)))
 
 
 def _refuse_double_backward(what):
@@ -129,10 +130,12 @@ def _refuse_double_backward(what):
     return formula
 
 
-def layer(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, cell, nonlinearity, method, threads, chunks, check_finite):
+def layer(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, cell, nonlinearity, method, threads, chunks, check_finite,
+          lengths=None):
     """One layer-direction through the operators: (out, h_n, c_n or None)."""
-    out, h_n, c_n = torch.ops.bppsa.layer_forward(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, cell, nonlinearity,
-                                                  method, encode_threads(threads), chunks, check_finite)
+    out, h_n, c_n = torch.ops.bppsa.layer_forward(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, list(lengths or ()),
+                                                  cell, nonlinearity, method, encode_threads(threads), chunks,
+                                                  check_finite)
     return out, h_n, (c_n if cell == "lstm" else None)
 
 
@@ -187,7 +190,8 @@ def scan(elements, g, algorithm, threads, check_finite):
 
 if AVAILABLE:
     _OPTIONS = "str cell, str nonlinearity, str method, int threads, int chunks, bool check_finite"
-    _LAYER = "Tensor x, Tensor? h0, Tensor? c0, Tensor w_ih, Tensor w_hh, Tensor? b_ih, Tensor? b_hh, Tensor? w_hr"
+    _LAYER = ("Tensor x, Tensor? h0, Tensor? c0, Tensor w_ih, Tensor w_hh, Tensor? b_ih, Tensor? b_hh, Tensor? w_hr, "
+              "int[] lengths")
     _layer_forward = torch.library.custom_op(
         "bppsa::layer_forward", _layer_forward_impl, mutates_args=(),
         schema=f"({_LAYER}, {_OPTIONS}) -> (Tensor, Tensor, Tensor)")

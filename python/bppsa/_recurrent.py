@@ -77,9 +77,10 @@ def _contiguous(t):
     return None if t is None else t.contiguous()
 
 
-def _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr):
+def _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths=None):
     """Runs the layer on contiguous copies of what is not contiguous (a weight set to a
-    transposed view, say): the engine reads C-order buffers. w_hr: the LSTM's projection or None."""
+    transposed view, say): the engine reads C-order buffers. w_hr: the LSTM's projection or None;
+    lengths: per sample, longest first, or None (every sample runs every step)."""
     T, B = x.shape[0], x.shape[1]
     H = spec.hidden_size
     P = spec.proj_size or H  # rows of h
@@ -90,7 +91,7 @@ def _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr):
         return out, h_n, c_n
     args = [_contiguous(t) for t in (x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr)]
     r = _native.ref
-    engine.forward(*[r(t) for t in args], r(out), r(h_n), r(c_n))
+    engine.forward(*[r(t) for t in args], list(lengths or ()), r(out), r(h_n), r(c_n))
     return out, h_n, c_n
 
 
@@ -101,11 +102,11 @@ def _no_double_backward(what):
 
 
 class LayerFunction(torch.autograd.Function):
-    """apply(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, spec, options) →
+    """apply(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, spec, options, lengths) →
     (out, h_n) or (out, h_n, c_n) for LSTM. x is (T, B, I); h0 (B, P), c0 (B, H) or None (P: the
     LSTM's proj_size, else H); b_ih, b_hh None when the layer has no bias; w_hr (P, H) or None
-    without a projection; options = (method, threads, chunks, check_finite). Any strides
-    (contiguous copies are made for the engine).
+    without a projection; options = (method, threads, chunks, check_finite); lengths: per
+    sample, longest first, or None. Any strides (contiguous copies are made for the engine).
 
     The tensors are saved with ctx.save_for_backward, so torch enforces its contracts: a second
     backward without retain_graph=True, or one after an in-place change of a weight or of the
@@ -113,10 +114,10 @@ class LayerFunction(torch.autograd.Function):
     backward)."""
 
     @staticmethod
-    def forward(ctx, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, spec, options):
+    def forward(ctx, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, spec, options, lengths):
         engine = spec.acquire(x.dtype)
         try:
-            out, h_n, c_n = _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr)
+            out, h_n, c_n = _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths)
         except BaseException:
             spec.release(x.dtype, engine)
             raise
@@ -148,22 +149,23 @@ class LayerFunction(torch.autograd.Function):
 
         grads = [buffer(i) for i in range(8)]
         if saved[0].shape[1] == 0:  # empty batch: nothing flows back (zero parameter gradients, as torch)
-            return (*[None if g is None else g.zero_() for g in grads], None, None)
+            return (*[None if g is None else g.zero_() for g in grads], None, None, None)
         r = _native.ref
         grad_out, grad_hn, grad_cn = _contiguous(grad_out), _contiguous(grad_hn), _contiguous(grad_cn)
         with ctx.lock:
             ctx.engine.backward(r(grad_out), r(grad_hn), r(grad_cn), method, _native.resolve_threads(threads), chunks,
                                 *[r(g) for g in grads], check_finite)
-        return (*grads, None, None)
+        return (*grads, None, None, None)
 
 
-def run_layer(spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, method, threads, chunks, check_finite=False):
+def run_layer(spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, method, threads, chunks, check_finite=False,
+              lengths=None):
     """One layer-direction: through autograd when a gradient is needed, else on an engine of
     its own for this call (nothing recorded for a backward pass)."""
     tensors = (x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
         res = LayerFunction.apply(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, spec,
-                                  (method, threads, chunks, check_finite))
+                                  (method, threads, chunks, check_finite), lengths)
         return res if len(res) == 3 else (res[0], res[1], None)
     with spec.borrowed(x.dtype) as engine, torch.no_grad():
-        return _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr)
+        return _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths)

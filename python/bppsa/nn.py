@@ -26,6 +26,8 @@ into an ``RNNBase`` only with ``torch._dynamo.config.allow_rnn = True``: set it 
 ``torch.jit.trace`` and ``torch.onnx.export`` they run torch.nn's own forward, so those tools
 record torch's standard operators with the module's weights; ``to_torch()`` returns a plain
 torch.nn copy.
+A ``PackedSequence`` input runs each sample for its own length (no padding in the scan) and
+returns a ``PackedSequence``, as torch.nn does; ``proj_size`` works as torch's.
 Modules may be called from several threads at once (each call records into an engine of its
 own). Double backward (``create_graph=True``) raises RuntimeError.
 """
@@ -56,6 +58,18 @@ def _torch_forward_without_ops(input):
     forward too (torch.compile runs bppsa's layer eagerly, a graph break)."""
     data = input.data if isinstance(input, PackedSequence) else input
     return _native.is_exporting() or _native.is_fake(data)
+
+
+def _reverse(x, lengths):
+    """x (T, B, ·) with each sample's first lengths[b] steps in reverse order (the reverse
+    direction's input and output; all T steps without lengths), differentiably."""
+    if lengths is None:
+        return x.flip(0)
+    steps = x.shape[0]
+    index = torch.arange(steps).unsqueeze(1).repeat(1, len(lengths))
+    for b, n in enumerate(lengths):
+        index[:n, b] = torch.arange(n - 1, -1, -1)
+    return x.gather(0, index.to(x.device).unsqueeze(2).expand_as(x))
 
 
 def _check_factory(name, dtype, device):
@@ -136,11 +150,13 @@ class _Bppsa:
 
     def _check_input(self, input, hx):
         name = type(self).__name__
-        if isinstance(input, PackedSequence):
-            raise NotImplementedError(f"bppsa.nn.{name} does not take a PackedSequence; pad the batch "
-                                      "(torch.nn.utils.rnn.pad_packed_sequence) or use torch.nn." + name)
+        packed = isinstance(input, PackedSequence)
+        if packed:
+            input = input.data
         if not isinstance(input, torch.Tensor):
             raise TypeError(f"bppsa.nn.{name}: input must be a Tensor, got {type(input).__name__}")
+        if packed and input.dim() != 2:
+            raise ValueError(f"{name}: Expected the data of a PackedSequence to be 2D, got {input.dim()}D")
         if input.dim() not in (2, 3):
             raise ValueError(f"{name}: Expected input to be 2D or 3D, got {input.dim()}D tensor instead")
         _native.check_float("input", input)
@@ -158,6 +174,16 @@ class _Bppsa:
                 _native.check_float("hx", s)
                 if s.dtype != input.dtype:
                     raise RuntimeError(f"bppsa.nn.{name}: hx is {s.dtype} but input is {input.dtype}")
+
+    def _check_states(self, states, batch):
+        """torch's check of h_0 (the projection's size: torch's get_expected_hidden_size) and c_0
+        (the hidden size)."""
+        directions = 2 if self.bidirectional else 1
+        for i, s in enumerate(states):
+            expected = (self.num_layers * directions, batch,
+                        self.proj_size if i == 0 and self.proj_size else self.hidden_size)
+            if s is not None and tuple(s.shape) != expected:
+                raise RuntimeError(f"Expected hidden size {expected}, got {list(s.shape)}")
 
     def forward(self, input, hx=None):
         if _records_torch_ops():
@@ -178,8 +204,21 @@ class _Bppsa:
             raise RuntimeError("bppsa.nn.LSTM: hx must be a tuple (h_0, c_0)")
         if not lstm and isinstance(hx, tuple):
             raise RuntimeError(f"bppsa.nn.{type(self).__name__}: hx must be a Tensor, not a tuple")
-        batched = input.dim() == 3
         states = list(hx) if lstm and hx is not None else [hx]
+        # A PackedSequence runs as a padded time-major batch sorted longest first, each sample for
+        # its own length only (bppsa's lengths path: no step past a length is computed, and the
+        # scan runs each sample's chain at its length); hx and h_n in the caller's order, as torch.
+        packed, lengths = None, None
+        if isinstance(input, PackedSequence):
+            packed = input
+            input, lengths_t = torch.nn.utils.rnn.pad_packed_sequence(packed)  # the caller's order
+            self._check_states(states, input.shape[1])
+            if packed.sorted_indices is not None:
+                input = input.index_select(1, packed.sorted_indices)
+                lengths_t = lengths_t.index_select(0, packed.sorted_indices.cpu())
+                states = [None if s is None else s.index_select(1, packed.sorted_indices) for s in states]
+            lengths = [int(n) for n in lengths_t]
+        batched = packed is not None or input.dim() == 3
         if not batched:
             input = input.unsqueeze(0 if self.batch_first else 1)
             for i, s in enumerate(states):
@@ -192,7 +231,7 @@ class _Bppsa:
             for s in states:
                 if s is not None and s.dim() != 3:
                     raise RuntimeError(f"For batched 3-D input, hx should also be 3-D but got {s.dim()}-D tensor")
-        x = input.transpose(0, 1) if self.batch_first else input
+        x = input.transpose(0, 1) if self.batch_first and packed is None else input
         steps, batch = x.shape[0], x.shape[1]
         if steps == 0:  # torch's own check (a batch of 0 is fine: empty outputs)
             raise RuntimeError("Expected sequence length to be larger than 0 in RNN")
@@ -200,12 +239,7 @@ class _Bppsa:
         threads = _native.check_threads(f"bppsa.nn.{type(self).__name__}", self.bppsa_threads, "bppsa_threads")
         check_finite = self.bppsa_check_finite
         directions = 2 if self.bidirectional else 1
-        # h_0 has the projection's size (torch's get_expected_hidden_size), c_0 the hidden size.
-        for i, s in enumerate(states):
-            expected = (self.num_layers * directions, batch,
-                        self.proj_size if i == 0 and self.proj_size else self.hidden_size)
-            if s is not None and tuple(s.shape) != expected:
-                raise RuntimeError(f"Expected hidden size {expected}, got {list(s.shape)}")
+        self._check_states(states, batch)
         h0 = states[0]
         c0 = states[1] if lstm and len(states) > 1 else None
 
@@ -220,17 +254,18 @@ class _Bppsa:
                 w_ih, w_hh = getattr(self, names[0]), getattr(self, names[1])
                 b_ih, b_hh = (getattr(self, names[2]), getattr(self, names[3])) if self.bias else (None, None)
                 w_hr = getattr(self, names[-1]) if self.proj_size else None  # torch puts weight_hr last
-                xin = layer_input if direction == 0 else layer_input.flip(0)
+                xin = layer_input if direction == 0 else _reverse(layer_input, lengths)
                 h0k = None if h0 is None else h0[k].contiguous()
                 c0k = None if c0 is None else c0[k].contiguous()
                 if capture:
                     spec = self._specs[k]
                     out, hk, ck = _ops.layer(xin, h0k, c0k, w_ih, w_hh, b_ih, b_hh, w_hr, spec.cell,
-                                             spec.nonlinearity, self.bppsa_backward, threads, 0, check_finite)
+                                             spec.nonlinearity, self.bppsa_backward, threads, 0, check_finite,
+                                             lengths)
                 else:
                     out, hk, ck = run_layer(self._specs[k], xin, h0k, c0k, w_ih, w_hh, b_ih, b_hh, w_hr,
-                                            self.bppsa_backward, threads, 0, check_finite)
-                outputs.append(out if direction == 0 else out.flip(0))
+                                            self.bppsa_backward, threads, 0, check_finite, lengths)
+                outputs.append(out if direction == 0 else _reverse(out, lengths))
                 h_n.append(hk)
                 if lstm:
                     c_n.append(ck)
@@ -239,9 +274,16 @@ class _Bppsa:
                 layer_output = torch.nn.functional.dropout(layer_output, p=self.dropout, training=True)
             layer_input = layer_output
 
-        output = layer_input.transpose(0, 1) if self.batch_first else layer_input
         h_n = torch.stack(h_n)
         c_n = torch.stack(c_n) if lstm else None
+        if packed is not None:
+            out = torch.nn.utils.rnn.pack_padded_sequence(layer_input, torch.tensor(lengths), enforce_sorted=True)
+            output = PackedSequence(out.data, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices)
+            if packed.unsorted_indices is not None:
+                h_n = h_n.index_select(1, packed.unsorted_indices)
+                c_n = c_n.index_select(1, packed.unsorted_indices) if lstm else None
+            return (output, (h_n, c_n)) if lstm else (output, h_n)
+        output = layer_input.transpose(0, 1) if self.batch_first else layer_input
         if not batched:
             output = output.squeeze(0 if self.batch_first else 1)
             h_n = h_n.squeeze(1)

@@ -59,7 +59,8 @@ LayerEngine<T>::LayerEngine(const std::string& cell, Index input, Index hidden, 
 template <class T>
 void LayerEngine<T>::forward(const TensorRef& x, const OptRef& h0, const OptRef& c0, const TensorRef& w_ih,
                              const TensorRef& w_hh, const OptRef& b_ih, const OptRef& b_hh, const OptRef& w_hr,
-                             const TensorRef& out, const TensorRef& h_n, const OptRef& c_n) {
+                             const std::vector<Index>& lengths, const TensorRef& out, const TensorRef& h_n,
+                             const OptRef& c_n) {
   const RecurrentConfig& cfg = rnn_.config();
   const Index I = cfg.input, H = cfg.hidden, P = output_size(cfg);
   const bool lstm = cfg.cell == CellType::lstm;
@@ -94,10 +95,10 @@ void LayerEngine<T>::forward(const TensorRef& x, const OptRef& h0, const OptRef&
   T* hp = checked_data<T>(h_n, {batch, P}, kOp, "h_n");
   T* cp = lstm ? checked_data<T>(c_n.value(), {batch, H}, kOp, "c_n") : nullptr;
 
-  rnn_.forward(MapCM<T>(xp, I, steps * batch), steps, batch);
+  rnn_.forward(MapCM<T>(xp, I, steps * batch), steps, batch, lengths);
 
   MapM<T>(op, P, steps * batch) = rnn_.output();
-  const Matrix<T> last = rnn_.state(0, steps);
+  const Matrix<T> last = rnn_.final_state(0);
   MapM<T>(hp, P, batch) = last.topRows(P);
   if (lstm) MapM<T>(cp, H, batch) = last.bottomRows(H);
 }
@@ -142,8 +143,16 @@ std::string LayerEngine<T>::backward(const OptRef& grad_out, const OptRef& grad_
     grad_out_zero_.setZero(P, steps * batch);
     go = grad_out_zero_.data();
   }
-  const Index head = (steps - 1) * batch * P;
-  const bool every_step = std::any_of(go, go + head, [](T v) { return v != T(0); });
+  // Is any gradient given before a sample's last step? (Past its length it is not used.)
+  const std::vector<Index>& lengths = rnn_.lengths();
+  bool every_step = false;
+  for (Index b = 0; b < batch && !every_step; ++b) {
+    const Index len = lengths.empty() ? steps : lengths[static_cast<std::size_t>(b)];
+    for (Index t = 0; t + 1 < len && !every_step; ++t) {
+      const T* col = go + (t * batch + b) * P;
+      every_step = std::any_of(col, col + P, [](T v) { return v != T(0); });
+    }
+  }
   {
     const MapCM<T> g(go, P, steps * batch);
     rnn_.backward(g, every_step, options);

@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "bppsa/nn/recurrent.hpp"
 #include "tensor_ref.hpp"
@@ -22,12 +23,15 @@ class LayerEngine {
 
   /// With P = proj or H: x (T, B, I); h0 (B, P), c0 (B, H) or None (zeros); weights (G·H, I),
   /// (G·H, P), biases (G·H) or None (no bias), w_hr (P, H) with a projection, else None.
-  /// Writes out (T, B, P), h_n (B, P) and, for LSTM, c_n (B, H).
+  /// lengths: per sample, sorted longest first (PyTorch's packed order), or empty (every
+  /// sample runs all T steps). Writes out (T, B, P; zeros past a sample's length), h_n (B, P)
+  /// and, for LSTM, c_n (B, H): each sample's state at its length.
   void forward(const TensorRef& x, const OptRef& h0, const OptRef& c0, const TensorRef& w_ih, const TensorRef& w_hh,
-               const OptRef& b_ih, const OptRef& b_hh, const OptRef& w_hr, const TensorRef& out, const TensorRef& h_n,
-               const OptRef& c_n);
+               const OptRef& b_ih, const OptRef& b_hh, const OptRef& w_hr, const std::vector<Index>& lengths,
+               const TensorRef& out, const TensorRef& h_n, const OptRef& c_n);
 
-  /// From the gradients on out, h_n and c_n (None = zero) of the last forward(): writes the
+  /// From the gradients on out (those past a sample's length are not used), h_n and c_n
+  /// (None = zero) of the last forward(): writes the
   /// gradients whose buffers are given (None = not needed). method: bp, blelloch, hybrid,
   /// auto, linear. check_finite: raise on NaN/Inf state gradients (else they propagate, as in
   /// torch). Returns the method that ran (auto resolved).

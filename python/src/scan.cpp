@@ -56,8 +56,8 @@ Jacobian<T> make_element(const ElementRef& e, Index i, bool transpose, Index bat
   std::vector<std::int32_t> crow = to_int32(e.crow, r + 1, what + " crow_indices");
   const Index nnz = crow.back();
   if (crow.front() != 0 || nnz < 0 || (e.values.shape.size() == 1 && e.values.shape[0] != nnz))
-    detail::raise<InvalidArgument>(kOp, what + ": crow_indices must start at 0 and end at nnz (" +
-                                            std::to_string(e.values.numel()) + ")");
+    detail::raise<InvalidArgument>(
+        kOp, what + ": crow_indices must start at 0 and end at nnz (" + std::to_string(e.values.numel()) + ")");
   std::vector<std::int32_t> col = to_int32(e.col, nnz, what + " col_indices");
   const T* v = checked_data<T>(e.values, {nnz}, kOp, what + " values");
   auto pattern = std::make_shared<CsrPattern>(r, c, crow, col);

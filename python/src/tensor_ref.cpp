@@ -41,7 +41,8 @@ std::string shape_text(const std::vector<Index>& shape) {
 }
 
 std::string TensorRef::describe() const {
-  return dtype + " " + shape_text(shape) + " on " + device + (device_index >= 0 ? ":" + std::to_string(device_index) : "");
+  return dtype + " " + shape_text(shape) + " on " + device +
+         (device_index >= 0 ? ":" + std::to_string(device_index) : "");
 }
 
 template <>
@@ -69,8 +70,8 @@ T* checked_data(const TensorRef& t, const std::vector<Index>& shape, const char*
                 ": bppsa's PyTorch modules run on the CPU engine only (the CUDA backend is not wired to Python "
                 "yet); move the module and its inputs to the CPU with .cpu()");
   if (t.dtype != dtype_name<T>())
-    detail::raise<InvalidArgument>(op, what + " is " + t.dtype + ", expected " + dtype_name<T>() +
-                                           " (like the other tensors of this call)");
+    detail::raise<InvalidArgument>(
+        op, what + " is " + t.dtype + ", expected " + dtype_name<T>() + " (like the other tensors of this call)");
   bool same = t.shape.size() == shape.size();
   for (std::size_t i = 0; same && i < shape.size(); ++i) same = shape[i] < 0 || shape[i] == t.shape[i];
   if (!same)

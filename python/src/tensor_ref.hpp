@@ -13,10 +13,10 @@ namespace bppsa::python {
 
 struct TensorRef {
   std::uintptr_t data = 0;
-  std::string dtype;                 ///< "float32", "float64", "int32", "int64", …
+  std::string dtype;  ///< "float32", "float64", "int32", "int64", …
   std::vector<Index> shape;
-  std::vector<Index> strides;        ///< in elements, as torch.Tensor.stride()
-  std::string device = "cpu";        ///< "cpu", "cuda", …
+  std::vector<Index> strides;  ///< in elements, as torch.Tensor.stride()
+  std::string device = "cpu";  ///< "cpu", "cuda", …
   int device_index = -1;
 
   Index numel() const;

@@ -3,15 +3,25 @@
 // the layers and the backward pass and dispatches on CellType.
 #pragma once
 
+#include <algorithm>
+#include <memory>
+#include <span>
+#include <vector>
+
 #include "bppsa/nn/recurrent.hpp"
 
 namespace bppsa::detail {
 
 /// What forward records for one layer. Column blocks are time-major with B columns each:
 /// states at block t = 0..T (block 0 is s_0), per-step quantities at block t − 1 for t = 1..T.
+/// With per-sample lengths (sorted longest first), step t runs only the first width(t)
+/// samples, the ones still running: the other columns of its blocks are not computed (h and
+/// c hold zeros there), and no function below reads or writes them.
 template <class T>
 struct LayerRecord {
   Index steps = 0, batch = 0, hidden = 0;
+  std::vector<Index> active;  ///< per step t (at t − 1): samples running it; empty = all
+  Index width(Index t) const { return active.empty() ? batch : active[static_cast<std::size_t>(t - 1)]; }
   Matrix<T> x;      ///< I × TB: the layer's input
   Matrix<T> h;      ///< P × (T+1)B (P: the LSTM's proj if set, else H)
   Matrix<T> c;      ///< LSTM: H × (T+1)B
@@ -28,25 +38,53 @@ struct PreactGrads {
   Matrix<T> dx, dh;
 };
 
+/// Where one J_t^T goes: record column `col` = (t − 1)·B + b (sample b at step t) into sample
+/// slot `sample` of `*j`.
+template <class T>
+struct JacobianSlot {
+  Index col = 0;
+  Jacobian<T>* j = nullptr;
+  Index sample = 0;
+};
+
 /// Per cell type. `g` holds state gradients, S × (T+1)B (block t = ∂ℓ/∂s_t, totals).
 template <class T>
 struct CellOps {
-  /// Recurrence over all steps; rec.x, rec.ax and block 0 of rec.h (and rec.c) are set.
+  /// Recurrence over all steps (step t on its first rec.width(t) samples); rec.x, rec.ax and
+  /// block 0 of rec.h (and rec.c) are set.
   void (*forward)(const RecurrentLayerParams<T>& p, LayerRecord<T>& rec);
-  /// Creates the chain's elements in their natural kind (values not yet filled).
-  void (*make_chain)(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec,
-                     const std::shared_ptr<Matrix<T>>& w_hh_t, Chain<T>& chain);
-  /// Fills J_t^T for steps t in [t0, t1) (1-based).
-  void (*fill_jacobians)(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, Chain<T>& chain, Index t0,
-                         Index t1);
-  /// Pre-activation gradients for steps [t0, t1) from the state gradients in g.
+  /// A chain element of `count` samples in the cell's natural kind (values not yet filled).
+  Jacobian<T> (*element)(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec,
+                         const std::shared_ptr<Matrix<T>>& w_hh_t, Index count);
+  /// Fills J_t^T of each slot.
+  void (*fill)(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, std::span<const JacobianSlot<T>> slots);
+  /// Pre-activation gradients for steps [t0, t1) (each on its first rec.width(t) samples)
+  /// from the state gradients in g.
   void (*preact)(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out,
                  Index t0, Index t1);
   /// The part of g_{t−1} that does not pass through W_hh (GRU: z ⊙ g; LSTM: c-row f ⊙ δc),
-  /// added into `prev` (S × B); rnn: nothing.
+  /// added into `prev` (S × the first prev.cols() samples); rnn: nothing.
   void (*direct)(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, const Matrix<T>& g, Index t,
                  Eigen::Ref<Matrix<T>> prev);
 };
+
+/// The padded chain of a layer: J_t^T for t = 1..T, every one of B samples.
+template <class T>
+void make_chain(const CellOps<T>& ops, const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec,
+                const std::shared_ptr<Matrix<T>>& w_hh_t, Chain<T>& chain) {
+  for (Index t = 1; t <= rec.steps; ++t) chain.push_back(ops.element(p, rec, w_hh_t, rec.batch));
+}
+
+/// Fills J_t^T of the padded chain for steps t in [t0, t1) (1-based), every sample.
+template <class T>
+void fill_jacobians(const CellOps<T>& ops, const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, Chain<T>& chain,
+                    Index t0, Index t1) {
+  std::vector<JacobianSlot<T>> slots;
+  slots.reserve(static_cast<std::size_t>(std::max<Index>(t1 - t0, 0) * rec.batch));
+  for (Index t = t0; t < t1; ++t)
+    for (Index s = 0; s < rec.batch; ++s) slots.push_back({(t - 1) * rec.batch + s, &chain.jacobian(t), s});
+  ops.fill(p, rec, slots);
+}
 
 /// The ops of a cell type (nonlinearity: the plain RNN's activation).
 template <class T>

@@ -121,6 +121,7 @@ struct Recurrent<T>::Impl {
   std::unique_ptr<detail::RecurrentHalf<T>> half;
   std::vector<Matrix<T>> s0;       ///< per layer: initial state, empty = zeros
   std::vector<Matrix<T>> g_final;  ///< per layer: extra gradient on s_T (set_final_state_grad), empty = none
+  std::vector<Index> lengths;      ///< of the last forward; empty = every sample ran every step
   // Layer-by-layer backward: the layer whose backward_layer comes next (−1: none,
   // backward_begin first). The layer below needs the layer above's input gradient, hence the
   // strict top-down order.
@@ -274,11 +275,30 @@ void Recurrent<T>::set_final_state_grad(Index layer, Matrix<T> g) {
 }
 
 template <class T>
-void Recurrent<T>::forward(const Eigen::Ref<const Matrix<T>>& x, Index steps, Index batch) {
+void Recurrent<T>::forward(const Eigen::Ref<const Matrix<T>>& x, Index steps, Index batch,
+                           std::span<const Index> lengths) {
   const char* op = "Recurrent::forward";
   if (steps < 1 || batch < 1)
     detail::raise<ShapeError>(op, "need at least one step and one sample (got " + std::to_string(steps) +
                                       " steps, batch " + std::to_string(batch) + ")");
+  if (!lengths.empty()) {
+    if (static_cast<Index>(lengths.size()) != batch)
+      detail::raise<ShapeError>(op, std::to_string(lengths.size()) + " lengths for a batch of " +
+                                        std::to_string(batch) + " (one per sample, or none)");
+    for (std::size_t b = 0; b < lengths.size(); ++b) {
+      if (lengths[b] < 1 || lengths[b] > steps)
+        detail::raise<InvalidArgument>(op, "length " + std::to_string(lengths[b]) + " of sample " + std::to_string(b) +
+                                               " is outside 1.." + std::to_string(steps) + " (the steps of the batch)");
+      if (b > 0 && lengths[b] > lengths[b - 1])
+        detail::raise<InvalidArgument>(op,
+                                       "lengths must be sorted longest first (non-increasing, PyTorch's "
+                                       "packed order): sample " +
+                                           std::to_string(b) + " has " + std::to_string(lengths[b]) + " after " +
+                                           std::to_string(lengths[b - 1]) + "; sort the batch");
+    }
+    if (config_.device != Device::cpu)
+      detail::raise<UnsupportedError>(op, "per-sample lengths run on the CPU only for now; pad the batch on the GPU");
+  }
   if (x.rows() != config_.input || x.cols() != steps * batch)
     detail::raise<ShapeError>(op, "input is " + shape_string(x.rows(), x.cols()) + ", expected " +
                                       shape_string(config_.input, steps * batch) +
@@ -291,7 +311,23 @@ void Recurrent<T>::forward(const Eigen::Ref<const Matrix<T>>& x, Index steps, In
                                         shape_string(s0.rows(), s0.cols()) + ", expected " + shape_string(S, batch));
   }
   impl_->next_layer = -1;  // a layer-by-layer backward in progress belonged to the previous forward
-  impl_->half->forward(x, steps, batch, params_, Impl::present(impl_->s0));
+  impl_->lengths.clear();
+  // All the same length as the batch's steps: the plain (padded) path gives the same result.
+  if (!lengths.empty() && lengths.back() < steps) impl_->lengths.assign(lengths.begin(), lengths.end());
+  impl_->half->forward(x, steps, batch, params_, Impl::present(impl_->s0), impl_->lengths);
+}
+
+template <class T>
+const std::vector<Index>& Recurrent<T>::lengths() const {
+  return impl_->lengths;
+}
+
+template <class T>
+Matrix<T> Recurrent<T>::final_state(Index layer) const {
+  if (layer < 0 || layer >= config_.layers || steps() == 0)
+    detail::raise<InvalidArgument>("Recurrent::final_state",
+                                   "layer " + std::to_string(layer) + " out of range, or no forward() yet");
+  return impl_->half->final_state(layer);
 }
 
 template <class T>
@@ -366,6 +402,10 @@ void Recurrent<T>::backward_layer(Index l, const BackwardOptions& options, Backw
 template <class T>
 std::pair<Jacobian<T>, Matrix<T>> Recurrent<T>::layer_transfer(Index l, const BackwardOptions& options) {
   impl_->check_order(l, "Recurrent::layer_transfer");
+  if (!impl_->lengths.empty())
+    detail::raise<UnsupportedError>("Recurrent::layer_transfer",
+                                    "a batch with per-sample lengths has no single transfer map; run the stage "
+                                    "on a padded batch");
   return impl_->half->layer_transfer(l, options, params_);
 }
 

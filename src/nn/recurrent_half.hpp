@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -40,11 +41,14 @@ class RecurrentHalf {
   /// The GPU stack with the host's parameter changes uploaded; null on the CPU.
   virtual gpu::RecurrentGpu<T>* gpu(const LayerParamsList<T>& params) = 0;
 
+  /// lengths: per sample, non-increasing, 1..steps (checked by the front); empty = every step.
   virtual void forward(const Eigen::Ref<const Matrix<T>>& x, Index steps, Index batch, const LayerParamsList<T>& params,
-                       const LayerMatrices<T>& initial_states) = 0;
+                       const LayerMatrices<T>& initial_states, std::span<const Index> lengths) = 0;
   virtual Index steps() const = 0;
   virtual Index batch() const = 0;
   virtual Matrix<T> state(Index layer, Index t) const = 0;
+  /// Each sample's last state: s at its length (state(layer, steps) without lengths).
+  virtual Matrix<T> final_state(Index layer) const = 0;
   virtual Eigen::Block<const Matrix<T>, Eigen::Dynamic, Eigen::Dynamic, true> output() const = 0;
 
   virtual void check_backward_memory(Index steps, Index batch, const BackwardOptions& options) const = 0;

@@ -553,8 +553,8 @@ TEST(CudaRecurrentHost, JacobiansMatchTheCpuGenerators) {
       const auto& ops = detail::cell_ops<double>(c.cell, c.nl);
       Chain<double> chain(B);
       auto wt = std::make_shared<Matrix<double>>(p.w_hh.transpose());
-      ops.make_chain(p, rec, wt, chain);
-      ops.fill_jacobians(p, rec, chain, 1, steps + 1);
+      detail::make_chain(ops, p, rec, wt, chain);
+      detail::fill_jacobians(ops, p, rec, chain, 1, steps + 1);
       LayerSim<double> sim(c.code, I, H, B, steps, p);
       sim.forward(x.data(), Matrix<double>(), launches()[0]);
       gpu::LayerArgs<double> a = sim.args(launches()[0]);

@@ -366,6 +366,161 @@ TEST(ScanReuse, GradientsFollowParameterAndShapeChanges) {
 }
 
 // ---------------------------------------------------------------------------------------
+// 3b. Per-sample lengths: a batch whose samples stop at their own lengths gives, sample by
+// sample, what a batch of that one sample run for exactly its length gives (the oracle: no
+// lengths, BP). Steps past a length hold NaN inputs and random output gradients, which must
+// not reach anything.
+
+class Lengths : public ::testing::TestWithParam<std::tuple<CellVariant, Index, BackwardMethod, bool>> {};
+INSTANTIATE_TEST_SUITE_P(Cells, Lengths,
+                         ::testing::Combine(::testing::ValuesIn(kVariants), ::testing::Values(1, 2),
+                                            ::testing::Values(BackwardMethod::bp, BackwardMethod::linear,
+                                                              BackwardMethod::blelloch, BackwardMethod::hybrid,
+                                                              BackwardMethod::automatic),
+                                            ::testing::Bool()),
+                         [](const auto& info) {
+                           return cell_name(std::get<0>(info.param)) + "_layers" +
+                                  std::to_string(std::get<1>(info.param)) + "_" + to_string(std::get<2>(info.param)) +
+                                  (std::get<3>(info.param) ? "_every" : "_last");
+                         });
+
+TEST_P(Lengths, EqualEachSampleRunAlone) {
+  const auto [variant, layers, method, every_step] = GetParam();
+  const RecurrentConfig cfg = variant.config(3, 4, layers);
+  const Index I = 3, T = 7, B = 5, S = state_size(cfg), P = output_size(cfg);
+  for (const std::vector<Index>& lengths : {std::vector<Index>{7, 5, 5, 2, 1}, std::vector<Index>{6, 6, 3, 1, 1}}) {
+    SCOPED_TRACE("lengths " + std::to_string(lengths[0]) + "," + std::to_string(lengths[1]) + ",…");
+    Rng rng(300 + variant.id() * 7 + static_cast<std::uint64_t>(layers) + static_cast<std::uint64_t>(lengths[0]));
+    Recurrent<double> rnn(cfg);
+    rnn.reset_parameters(rng());
+    scale_weights(rnn, 1.5);
+    Md x = random_matrix(I, T * B, rng), gout = random_matrix(P, T * B, rng);
+    std::vector<Md> s0, gf;
+    for (Index l = 0; l < layers; ++l) {
+      s0.push_back(random_matrix(S, B, rng));
+      gf.push_back(random_matrix(S, B, rng));
+      rnn.set_initial_state(l, s0.back());
+      rnn.set_final_state_grad(l, gf.back());
+    }
+    for (Index b = 0; b < B; ++b)
+      for (Index t = 1; t <= T; ++t) {
+        const Index col = (t - 1) * B + b, len = lengths[static_cast<std::size_t>(b)];
+        if (t > len) x.col(col).setConstant(std::numeric_limits<double>::quiet_NaN());
+        if (!every_step && t != len) gout.col(col).setZero();  // many-to-one: each sample's last step
+      }
+    rnn.forward(x, T, B, lengths);
+    EXPECT_EQ(rnn.lengths(), lengths);
+    const Md out = rnn.output();
+    std::vector<Md> fin;
+    for (Index l = 0; l < layers; ++l) fin.push_back(rnn.final_state(l));
+    rnn.backward(gout, every_step, {method, 2, 2});
+
+    std::vector<RecurrentLayerParams<double>> want(static_cast<std::size_t>(layers));
+    for (Index l = 0; l < layers; ++l) {
+      const auto& g = rnn.grads(l);
+      auto& w = want[static_cast<std::size_t>(l)];
+      w.w_ih = RowMatrix<double>::Zero(g.w_ih.rows(), g.w_ih.cols());
+      w.w_hh = RowMatrix<double>::Zero(g.w_hh.rows(), g.w_hh.cols());
+      w.w_hr = RowMatrix<double>::Zero(g.w_hr.rows(), g.w_hr.cols());
+      w.b_ih = Vector<double>::Zero(g.b_ih.size());
+      w.b_hh = Vector<double>::Zero(g.b_hh.size());
+    }
+    for (Index b = 0; b < B; ++b) {
+      SCOPED_TRACE("sample " + std::to_string(b));
+      const Index len = lengths[static_cast<std::size_t>(b)];
+      Recurrent<double> one(cfg);
+      for (Index l = 0; l < layers; ++l) {
+        one.params(l) = rnn.params(l);
+        one.set_initial_state(l, s0[static_cast<std::size_t>(l)].col(b));
+        one.set_final_state_grad(l, gf[static_cast<std::size_t>(l)].col(b));
+      }
+      Md xb(I, len), gb(P, len);
+      for (Index t = 0; t < len; ++t) {
+        xb.col(t) = x.col(t * B + b);
+        gb.col(t) = gout.col(t * B + b);
+      }
+      one.forward(xb, len, 1);
+      one.backward(gb, every_step, {BackwardMethod::bp});
+      for (Index t = 0; t < T; ++t) {
+        const Md expect = t < len ? Md(one.output().col(t)) : Md(Md::Zero(P, 1));
+        EXPECT_LE((out.col(t * B + b) - expect).cwiseAbs().maxCoeff(), 1e-12) << "output at step " << t + 1;
+        const Md expect_gx = t < len ? Md(one.input_grad().col(t)) : Md(Md::Zero(I, 1));
+        EXPECT_LE((rnn.input_grad().col(t * B + b) - expect_gx).cwiseAbs().maxCoeff(),
+                  1e-10 * std::max(1.0, one.input_grad().cwiseAbs().maxCoeff()))
+            << "input gradient at step " << t + 1;
+      }
+      for (Index l = 0; l < layers; ++l) {
+        EXPECT_LE((fin[static_cast<std::size_t>(l)].col(b) - one.state(l, len)).cwiseAbs().maxCoeff(), 1e-12);
+        const Md g0 = one.state0_grad(l);
+        EXPECT_LE((rnn.state0_grad(l).col(b) - g0).cwiseAbs().maxCoeff(),
+                  1e-10 * std::max(1.0, g0.cwiseAbs().maxCoeff()))
+            << "state0_grad(" << l << ")";
+        const auto& g = one.grads(l);
+        auto& w = want[static_cast<std::size_t>(l)];
+        w.w_ih += g.w_ih;
+        w.w_hh += g.w_hh;
+        w.b_ih += g.b_ih;
+        w.b_hh += g.b_hh;
+        if (g.w_hr.size() != 0) w.w_hr += g.w_hr;
+      }
+    }
+    for (Index l = 0; l < layers; ++l) {
+      const auto& g = rnn.grads(l);
+      const auto& w = want[static_cast<std::size_t>(l)];
+      const auto close = [](const auto& a, const auto& e) {
+        return a.size() == e.size() &&
+               (a.size() == 0 || (a - e).cwiseAbs().maxCoeff() <= 1e-10 * std::max(1.0, e.cwiseAbs().maxCoeff()));
+      };
+      EXPECT_TRUE(close(g.w_ih, w.w_ih)) << "weight_ih of layer " << l;
+      EXPECT_TRUE(close(g.w_hh, w.w_hh)) << "weight_hh of layer " << l;
+      EXPECT_TRUE(close(g.b_ih, w.b_ih)) << "bias_ih of layer " << l;
+      EXPECT_TRUE(close(g.b_hh, w.b_hh)) << "bias_hh of layer " << l;
+      EXPECT_TRUE(close(g.w_hr, w.w_hr)) << "weight_hr of layer " << l;
+    }
+  }
+}
+
+// The scan with lengths generates one Jacobian per running step and none for the steps past a
+// length: the chain holds Σ lengths elements plus one cut between samples.
+TEST(RecurrentLengths, ChainHoldsOnlyRunningSteps) {
+  Recurrent<double> rnn({CellType::gru, 2, 3, 1});
+  rnn.reset_parameters(4);
+  Rng rng(5);
+  const std::vector<Index> lengths = {9, 4, 1};
+  rnn.forward(random_matrix(2, 9 * 3, rng), 9, 3, lengths);
+  rnn.backward(random_matrix(3, 9 * 3, rng), true, {BackwardMethod::blelloch});
+  EXPECT_EQ(rnn.chain(0).size(), 9 + 4 + 1 + 2);
+  EXPECT_EQ(rnn.chain(0).batch(), 1);
+  // Back to a padded batch: the padded chain again.
+  rnn.forward(random_matrix(2, 9 * 3, rng), 9, 3);
+  rnn.backward(random_matrix(3, 9 * 3, rng), true, {BackwardMethod::blelloch});
+  EXPECT_EQ(rnn.chain(0).size(), 9);
+  EXPECT_TRUE(rnn.lengths().empty());
+}
+
+TEST(RecurrentErrors, Lengths) {
+  Recurrent<double> rnn({CellType::lstm, 2, 3, 1});
+  rnn.reset_parameters(4);
+  Rng rng(6);
+  const Md x = random_matrix(2, 4 * 3, rng);
+  expect_error<ShapeError>([&] { rnn.forward(x, 4, 3, std::vector<Index>{4, 2}); }, {"2 lengths", "batch of 3"});
+  expect_error<InvalidArgument>(
+      [&] {
+        rnn.forward(x, 4, 3, std::vector<Index>{5, 2, 1});
+      },
+      {"length 5 of sample 0", "1..4"});
+  expect_error<InvalidArgument>([&] { rnn.forward(x, 4, 3, std::vector<Index>{4, 0, 0}); }, {"length 0"});
+  expect_error<InvalidArgument>(
+      [&] {
+        rnn.forward(x, 4, 3, std::vector<Index>{2, 4, 1});
+      },
+      {"sorted longest first", "sample 1 has 4 after 2"});
+  rnn.forward(x, 4, 3, std::vector<Index>{4, 2, 1});
+  rnn.backward_begin(random_matrix(3, 12, rng), false);
+  expect_error<UnsupportedError>([&] { rnn.layer_transfer(0, {}); }, {"per-sample lengths"});
+}
+
+// ---------------------------------------------------------------------------------------
 // 4. The thread count does not change the blelloch result, not even in the last bit.
 
 template <class T>

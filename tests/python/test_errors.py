@@ -40,9 +40,11 @@ def test_constructor_errors():
 
 def test_forward_errors():
     m = bppsa.nn.GRU(3, 4, num_layers=2)
-    with pytest.raises(NotImplementedError, match="PackedSequence"):
-        packed = pack_padded_sequence(torch.randn(5, 2, 3), torch.tensor([5, 3]))
+    packed = pack_padded_sequence(torch.randn(5, 2, 5), torch.tensor([5, 3]))  # torch's checks, as unpacked
+    with pytest.raises(RuntimeError, match="input.size\\(-1\\) must be equal to input_size. Expected 3, got 5"):
         m(packed)
+    with pytest.raises(RuntimeError, match=r"Expected hidden size \(2, 2, 4\), got \[2, 3, 4\]"):
+        m(pack_padded_sequence(torch.randn(5, 2, 3), torch.tensor([5, 3])), torch.zeros(2, 3, 4))
     with pytest.raises(ValueError, match="Expected input to be 2D or 3D, got 4D"):
         m(torch.randn(2, 2, 2, 3))
     with pytest.raises(RuntimeError, match="input.size\\(-1\\) must be equal to input_size. Expected 3, got 5"):

@@ -127,6 +127,64 @@ def test_compiled_fullgraph_matches_torch(c):
         assert rel_err(a, b) <= 1e-5, f"gradient {i}: relative error {rel_err(a, b):.3g}"
 
 
+def _packed_configs():
+    """Packed batches (fixed seed): every cell (LSTM with and without proj_size), 1–3 layers, both
+    directions, every backward method, sorted and unsorted, with and without hx; lengths from 1
+    to T."""
+    rng = random.Random(20261128)
+    out = []
+    for i in range(24):
+        kind = ["RNN", "GRU", "LSTM"][i % 3]
+        hidden = rng.choice([3, 5, 16])
+        out.append(dict(kind=kind, layers=rng.choice([1, 2, 3]), bidirectional=i % 4 in (1, 2),
+                        batch_first=rng.random() < 0.5, bias=i % 7 != 3, hx=i % 2 == 0,
+                        steps=rng.choice([1, 3, 17, 60]), batch=rng.choice([1, 4, 9]), input=rng.choice([1, 4]),
+                        hidden=hidden, proj=rng.randint(1, hidden - 1) if kind == "LSTM" and i % 2 else 0,
+                        method=METHODS[(i // 3) % 4], relu=kind == "RNN" and rng.random() < 0.3,
+                        sorted=i % 5 == 4))
+    return out
+
+
+PACKED = _packed_configs()
+
+
+@pytest.mark.parametrize("c", PACKED, ids=[_id(c) + ("_sorted" if c["sorted"] else "") for c in PACKED])
+def test_packed_sequence_matches_torch(c):
+    # PackedSequence in, PackedSequence out (data, batch_sizes, sorted_indices, unsorted_indices),
+    # h_n in the caller's order, and every gradient, as torch.nn's module gives them.
+    from torch.nn.utils.rnn import pack_padded_sequence
+    ref, ours = _modules(c)
+    rng = random.Random(c["steps"] * 100 + c["batch"])
+    lengths = [rng.randint(1, c["steps"]) for _ in range(c["batch"])]
+    lengths[rng.randrange(c["batch"])] = c["steps"]
+    if c["sorted"]:
+        lengths.sort(reverse=True)
+    x, hx, _ = _inputs(c, torch.float32)
+    results = []
+    for m in (ref, ours):
+        packed = pack_padded_sequence(x, torch.tensor(lengths), batch_first=c["batch_first"],
+                                      enforce_sorted=c["sorted"])
+        out, h = m(packed, hx)
+        assert type(out) is torch.nn.utils.rnn.PackedSequence
+        loss = (out.data * torch.randn(out.data.shape, generator=torch.Generator().manual_seed(3))).sum()
+        loss = loss + sum((s * (i + 2)).sum() for i, s in enumerate(flat_state(h)))
+        inputs = [t for t in [x] + flat_state(hx if hx is not None else ()) if t is not None and t.requires_grad]
+        results.append((out, flat_state(h), torch.autograd.grad(loss, inputs + list(m.parameters()))))
+    (out_r, h_r, g_r), (out_o, h_o, g_o) = results
+    assert torch.equal(out_o.batch_sizes, out_r.batch_sizes)
+    for a, b in ((out_o.sorted_indices, out_r.sorted_indices), (out_o.unsorted_indices, out_r.unsorted_indices)):
+        assert (a is None and b is None) or torch.equal(a, b)
+    assert out_o.data.shape == out_r.data.shape
+    assert rel_err(out_o.data, out_r.data) <= 1e-5
+    for a, b in zip(h_o, h_r):
+        assert a.shape == b.shape and rel_err(a, b) <= 1e-5
+    names = ["x"] + (["h0", "c0"] if c["kind"] == "LSTM" else ["h0"]) * c["hx"] + [n for n, _ in ref.named_parameters()]
+    assert len(g_o) == len(g_r) == len(names)
+    for name, a, b in zip(names, g_o, g_r):
+        assert a.shape == b.shape, name
+        assert rel_err(a, b) <= 1e-5, f"{name}: relative error {rel_err(a, b):.3g}"
+
+
 GRADCHECK = [
     dict(kind="RNN", layers=2, bidirectional=True, relu=False, method="blelloch"),
     dict(kind="RNN", layers=1, bidirectional=False, relu=True, method="hybrid"),

@@ -39,7 +39,7 @@ def test_native_engine_refuses_thread_counts_too():
     r = bppsa._native.ref
     x, out, hn = torch.randn(5, 2, 3), torch.empty(5, 2, 4), torch.empty(2, 4)
     w_ih, w_hh = torch.randn(12, 3), torch.randn(12, 4)
-    e.forward(r(x), None, None, r(w_ih), r(w_hh), None, None, None, r(out), r(hn), None)
+    e.forward(r(x), None, None, r(w_ih), r(w_hh), None, None, None, [], r(out), r(hn), None)
     with pytest.raises(ValueError, match=rf"threads must be in 0..{MAX}"):
         e.backward(r(torch.ones(5, 2, 4)), None, None, "blelloch", 70000, 0, None, None, None, None, None, None, None,
                    None, False)

@@ -285,13 +285,13 @@ def test_operators_pass_torch_opcheck():
         w_hh = torch.randn(gates * 4, 4, requires_grad=True)
         b = torch.randn(gates * 4, requires_grad=True)
         torch.library.opcheck(torch.ops.bppsa.layer_forward.default,
-                              (x, h0, c0 if cell == "lstm" else None, w_ih, w_hh, b, b, None, cell, "tanh", "blelloch",
+                              (x, h0, c0 if cell == "lstm" else None, w_ih, w_hh, b, b, None, [], cell, "tanh", "blelloch",
                                -1, 0, False))
     # An LSTM with a projection (proj 2 of hidden 4): h0 and w_hh have the projection's size.
     w_ih, w_hh = torch.randn(16, 3, requires_grad=True), torch.randn(16, 2, requires_grad=True)
     w_hr, b = torch.randn(2, 4, requires_grad=True), torch.randn(16, requires_grad=True)
     torch.library.opcheck(torch.ops.bppsa.layer_forward.default,
-                          (x, torch.randn(2, 2, requires_grad=True), c0, w_ih, w_hh, b, b, w_hr, "lstm", "tanh",
+                          (x, torch.randn(2, 2, requires_grad=True), c0, w_ih, w_hh, b, b, w_hr, [], "lstm", "tanh",
                            "hybrid", -1, 0, False))
     elements = [torch.randn(4, 4, requires_grad=True), torch.randn(2, 5, 4, requires_grad=True),
                 torch.randn(1, 3, 5, requires_grad=True)]

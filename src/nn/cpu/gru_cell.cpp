@@ -13,48 +13,47 @@ void forward(const RecurrentLayerParams<T>& p, LayerRecord<T>& rec) {
   const Index B = rec.batch, H = rec.hidden;
   Matrix<T> ah(3 * H, B);
   for (Index t = 1; t <= rec.steps; ++t) {
-    const auto hp = rec.h.middleCols((t - 1) * B, B);
-    ah.noalias() = p.w_hh * hp;
-    ah.colwise() += p.b_hh;
-    const auto ax = rec.ax.middleCols((t - 1) * B, B);
-    auto gates = rec.gates.middleCols((t - 1) * B, B);
+    const Index w = rec.width(t);
+    const auto hp = rec.h.middleCols((t - 1) * B, w);
+    auto ahw = ah.leftCols(w);
+    ahw.noalias() = p.w_hh * hp;
+    ahw.colwise() += p.b_hh;
+    const auto ax = rec.ax.middleCols((t - 1) * B, w);
+    auto gates = rec.gates.middleCols((t - 1) * B, w);
     auto r = gates.topRows(H), z = gates.middleRows(H, H), n = gates.bottomRows(H);
-    r = (ax.topRows(H) + ah.topRows(H)).unaryExpr([](T v) { return sigmoid(v); });
-    z = (ax.middleRows(H, H) + ah.middleRows(H, H)).unaryExpr([](T v) { return sigmoid(v); });
-    rec.aux.middleCols((t - 1) * B, B) = ah.bottomRows(H);
-    n = (ax.bottomRows(H).array() + r.array() * ah.bottomRows(H).array()).tanh();
-    rec.h.middleCols(t * B, B) = (T(1) - z.array()) * n.array() + z.array() * hp.array();
+    r = (ax.topRows(H) + ahw.topRows(H)).unaryExpr([](T v) { return sigmoid(v); });
+    z = (ax.middleRows(H, H) + ahw.middleRows(H, H)).unaryExpr([](T v) { return sigmoid(v); });
+    rec.aux.middleCols((t - 1) * B, w) = ahw.bottomRows(H);
+    n = (ax.bottomRows(H).array() + r.array() * ahw.bottomRows(H).array()).tanh();
+    rec.h.middleCols(t * B, w) = (T(1) - z.array()) * n.array() + z.array() * hp.array();
   }
 }
 
 template <class T>
-void make_chain(const RecurrentLayerParams<T>&, const LayerRecord<T>& rec, const std::shared_ptr<Matrix<T>>&,
-                Chain<T>& chain) {
-  for (Index t = 1; t <= rec.steps; ++t) chain.push_back(Jacobian<T>::dense(rec.hidden, rec.hidden, rec.batch));
+Jacobian<T> element(const RecurrentLayerParams<T>&, const LayerRecord<T>& rec, const std::shared_ptr<Matrix<T>>&,
+                    Index count) {
+  return Jacobian<T>::dense(rec.hidden, rec.hidden, count);
 }
 
 template <class T>
-void fill_jacobians(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, Chain<T>& chain, Index t0, Index t1) {
-  const Index B = rec.batch, H = rec.hidden;
+void fill(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, std::span<const JacobianSlot<T>> slots) {
+  const Index H = rec.hidden;
   Vector<T> alpha(H), beta(H), gamma(H);
-  for (Index t = t0; t < t1; ++t) {
-    Jacobian<T>& j = chain.jacobian(t);
-    for (Index s = 0; s < B; ++s) {
-      const Index col = (t - 1) * B + s;
-      const auto r = rec.gates.col(col).head(H).array();
-      const auto z = rec.gates.col(col).segment(H, H).array();
-      const auto n = rec.gates.col(col).tail(H).array();
-      const auto m = rec.aux.col(col).array();
-      const auto hp = rec.h.col(col).array();  // h_{t−1}: block t − 1
-      beta = r * (T(1) - n.square()) * (T(1) - z);
-      alpha = (T(1) - r) * m * beta.array();
-      gamma = z * (T(1) - z) * (hp - n);
-      auto jt = j.dense_map(s);
-      jt.noalias() = p.w_hh.topRows(H).transpose() * alpha.asDiagonal();
-      jt.noalias() += p.w_hh.middleRows(H, H).transpose() * gamma.asDiagonal();
-      jt.noalias() += p.w_hh.bottomRows(H).transpose() * beta.asDiagonal();
-      jt.diagonal() += z.matrix();
-    }
+  for (const JacobianSlot<T>& slot : slots) {
+    const Index col = slot.col;
+    const auto r = rec.gates.col(col).head(H).array();
+    const auto z = rec.gates.col(col).segment(H, H).array();
+    const auto n = rec.gates.col(col).tail(H).array();
+    const auto m = rec.aux.col(col).array();
+    const auto hp = rec.h.col(col).array();  // h_{t−1}: block t − 1
+    beta = r * (T(1) - n.square()) * (T(1) - z);
+    alpha = (T(1) - r) * m * beta.array();
+    gamma = z * (T(1) - z) * (hp - n);
+    auto jt = slot.j->dense_map(slot.sample);
+    jt.noalias() = p.w_hh.topRows(H).transpose() * alpha.asDiagonal();
+    jt.noalias() += p.w_hh.middleRows(H, H).transpose() * gamma.asDiagonal();
+    jt.noalias() += p.w_hh.bottomRows(H).transpose() * beta.asDiagonal();
+    jt.diagonal() += z.matrix();
   }
 }
 
@@ -63,13 +62,14 @@ void preact(const RecurrentLayerParams<T>&, const LayerRecord<T>& rec, const Mat
             Index t0, Index t1) {
   const Index B = rec.batch, H = rec.hidden;
   for (Index t = t0; t < t1; ++t) {
-    const auto gates = rec.gates.middleCols((t - 1) * B, B);
+    const Index w = rec.width(t);
+    const auto gates = rec.gates.middleCols((t - 1) * B, w);
     const auto r = gates.topRows(H).array(), z = gates.middleRows(H, H).array(), n = gates.bottomRows(H).array();
-    const auto m = rec.aux.middleCols((t - 1) * B, B).array();
-    const auto hp = rec.h.middleCols((t - 1) * B, B).array();
-    const auto gt = g.middleCols(t * B, B).array();
-    auto dx = out.dx.middleCols((t - 1) * B, B);
-    auto dh = out.dh.middleCols((t - 1) * B, B);
+    const auto m = rec.aux.middleCols((t - 1) * B, w).array();
+    const auto hp = rec.h.middleCols((t - 1) * B, w).array();
+    const auto gt = g.middleCols(t * B, w).array();
+    auto dx = out.dx.middleCols((t - 1) * B, w);
+    auto dh = out.dh.middleCols((t - 1) * B, w);
     dx.bottomRows(H) = (T(1) - n.square()) * (T(1) - z) * gt;       // ∇N
     dx.topRows(H) = r * (T(1) - r) * m * dx.bottomRows(H).array();  // ∇R
     dx.middleRows(H, H) = z * (T(1) - z) * (hp - n) * gt;           // ∇Z
@@ -81,15 +81,15 @@ void preact(const RecurrentLayerParams<T>&, const LayerRecord<T>& rec, const Mat
 template <class T>
 void direct(const RecurrentLayerParams<T>&, const LayerRecord<T>& rec, const Matrix<T>& g, Index t,
             Eigen::Ref<Matrix<T>> prev) {
-  const Index B = rec.batch, H = rec.hidden;
-  prev.array() += rec.gates.middleCols((t - 1) * B, B).middleRows(H, H).array() * g.middleCols(t * B, B).array();
+  const Index B = rec.batch, H = rec.hidden, w = prev.cols();
+  prev.array() += rec.gates.middleCols((t - 1) * B, w).middleRows(H, H).array() * g.middleCols(t * B, w).array();
 }
 
 }  // namespace
 
 template <class T>
 const CellOps<T>& gru_ops() {
-  static const CellOps<T> ops{&forward<T>, &make_chain<T>, &fill_jacobians<T>, &preact<T>, &direct<T>};
+  static const CellOps<T> ops{&forward<T>, &element<T>, &fill<T>, &preact<T>, &direct<T>};
   return ops;
 }
 template const CellOps<float>& gru_ops<float>();

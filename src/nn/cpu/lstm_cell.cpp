@@ -29,21 +29,22 @@ void forward(const RecurrentLayerParams<T>& p, LayerRecord<T>& rec) {
   else
     rec.m.resize(0, 0);
   for (Index t = 1; t <= rec.steps; ++t) {
-    auto a = rec.gates.middleCols((t - 1) * B, B);
-    a.noalias() = p.w_hh * rec.h.middleCols((t - 1) * B, B);
-    a += rec.ax.middleCols((t - 1) * B, B);
+    const Index w = rec.width(t);
+    auto a = rec.gates.middleCols((t - 1) * B, w);
+    a.noalias() = p.w_hh * rec.h.middleCols((t - 1) * B, w);
+    a += rec.ax.middleCols((t - 1) * B, w);
     a.colwise() += p.b_hh;
     auto i = a.topRows(H), f = a.middleRows(H, H), g = a.middleRows(2 * H, H), o = a.bottomRows(H);
     i = i.unaryExpr([](T v) { return sigmoid(v); });
     f = f.unaryExpr([](T v) { return sigmoid(v); });
     g = g.array().tanh();
     o = o.unaryExpr([](T v) { return sigmoid(v); });
-    auto c = rec.c.middleCols(t * B, B);
+    auto c = rec.c.middleCols(t * B, w);
     c = f.array() * rec.c.middleCols((t - 1) * B, B).array() + i.array() * g.array();
-    auto tc = rec.aux.middleCols((t - 1) * B, B);
+    auto tc = rec.aux.middleCols((t - 1) * B, w);
     tc = c.array().tanh();
     if (proj) {
-      auto m = rec.m.middleCols((t - 1) * B, B);
+      auto m = rec.m.middleCols((t - 1) * B, w);
       m = o.array() * tc.array();
       rec.h.middleCols(t * B, B).noalias() = p.w_hr * m;
     } else {
@@ -53,53 +54,50 @@ void forward(const RecurrentLayerParams<T>& p, LayerRecord<T>& rec) {
 }
 
 template <class T>
-void make_chain(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, const std::shared_ptr<Matrix<T>>&,
-                Chain<T>& chain) {
+Jacobian<T> element(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, const std::shared_ptr<Matrix<T>>&,
+                    Index count) {
   const Index S = out_rows(p, rec.hidden) + rec.hidden;
-  for (Index t = 1; t <= rec.steps; ++t) chain.push_back(Jacobian<T>::dense(S, S, rec.batch));
+  return Jacobian<T>::dense(S, S, count);
 }
 
 template <class T>
-void fill_jacobians(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, Chain<T>& chain, Index t0, Index t1) {
-  const Index B = rec.batch, H = rec.hidden, P = out_rows(p, H);
+void fill(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, std::span<const JacobianSlot<T>> slots) {
+  const Index H = rec.hidden, P = out_rows(p, H);
   const bool proj = p.w_hr.size() != 0;
   Vector<T> ai(H), af(H), ag(H), ao(H), kappa(H);
   Matrix<T> dm(P, H);  // with a projection: (∂m'/∂h)^T
-  for (Index t = t0; t < t1; ++t) {
-    Jacobian<T>& j = chain.jacobian(t);
-    for (Index s = 0; s < B; ++s) {
-      const Index col = (t - 1) * B + s;
-      const auto i = rec.gates.col(col).head(H).array();
-      const auto f = rec.gates.col(col).segment(H, H).array();
-      const auto g = rec.gates.col(col).segment(2 * H, H).array();
-      const auto o = rec.gates.col(col).tail(H).array();
-      const auto tc = rec.aux.col(col).array();
-      const auto cp = rec.c.col(col).array();  // c_{t−1}
-      ai = g * i * (T(1) - i);
-      af = cp * f * (T(1) - f);
-      ag = i * (T(1) - g.square());
-      ao = tc * o * (T(1) - o);
-      kappa = o * (T(1) - tc.square());
-      auto jt = j.dense_map(s);
-      auto tr = jt.topRightCorner(P, H);
-      tr.noalias() = p.w_hh.topRows(H).transpose() * ai.asDiagonal();
-      tr.noalias() += p.w_hh.middleRows(H, H).transpose() * af.asDiagonal();
-      tr.noalias() += p.w_hh.middleRows(2 * H, H).transpose() * ag.asDiagonal();
-      if (!proj) {
-        auto tl = jt.topLeftCorner(H, H);
-        tl.noalias() = tr * kappa.asDiagonal();
-        tl.noalias() += p.w_hh.bottomRows(H).transpose() * ao.asDiagonal();
-        jt.bottomRows(H).setZero();
-        jt.bottomLeftCorner(H, H).diagonal() = (kappa.array() * f).matrix();
-      } else {
-        dm.noalias() = tr * kappa.asDiagonal();
-        dm.noalias() += p.w_hh.bottomRows(H).transpose() * ao.asDiagonal();
-        jt.topLeftCorner(P, P).noalias() = dm * p.w_hr.transpose();
-        jt.bottomLeftCorner(H, P).noalias() = (kappa.array() * f).matrix().asDiagonal() * p.w_hr.transpose();
-        jt.bottomRightCorner(H, H).setZero();
-      }
-      jt.bottomRightCorner(H, H).diagonal() = f.matrix();
+  for (const JacobianSlot<T>& slot : slots) {
+    const Index col = slot.col;
+    const auto i = rec.gates.col(col).head(H).array();
+    const auto f = rec.gates.col(col).segment(H, H).array();
+    const auto g = rec.gates.col(col).segment(2 * H, H).array();
+    const auto o = rec.gates.col(col).tail(H).array();
+    const auto tc = rec.aux.col(col).array();
+    const auto cp = rec.c.col(col).array();  // c_{t−1}
+    ai = g * i * (T(1) - i);
+    af = cp * f * (T(1) - f);
+    ag = i * (T(1) - g.square());
+    ao = tc * o * (T(1) - o);
+    kappa = o * (T(1) - tc.square());
+    auto jt = slot.j->dense_map(slot.sample);
+    auto tr = jt.topRightCorner(P, H);
+    tr.noalias() = p.w_hh.topRows(H).transpose() * ai.asDiagonal();
+    tr.noalias() += p.w_hh.middleRows(H, H).transpose() * af.asDiagonal();
+    tr.noalias() += p.w_hh.middleRows(2 * H, H).transpose() * ag.asDiagonal();
+    if (!proj) {
+      auto tl = jt.topLeftCorner(H, H);
+      tl.noalias() = tr * kappa.asDiagonal();
+      tl.noalias() += p.w_hh.bottomRows(H).transpose() * ao.asDiagonal();
+      jt.bottomRows(H).setZero();
+      jt.bottomLeftCorner(H, H).diagonal() = (kappa.array() * f).matrix();
+    } else {
+      dm.noalias() = tr * kappa.asDiagonal();
+      dm.noalias() += p.w_hh.bottomRows(H).transpose() * ao.asDiagonal();
+      jt.topLeftCorner(P, P).noalias() = dm * p.w_hr.transpose();
+      jt.bottomLeftCorner(H, P).noalias() = (kappa.array() * f).matrix().asDiagonal() * p.w_hr.transpose();
+      jt.bottomRightCorner(H, H).setZero();
     }
+    jt.bottomRightCorner(H, H).diagonal() = f.matrix();
   }
 }
 
@@ -110,17 +108,18 @@ void preact(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, const M
   const bool proj = p.w_hr.size() != 0;
   Matrix<T> gm_proj;  // W_hr^T ∂ℓ/∂h_t, the gradient on m_t, with a projection
   for (Index t = t0; t < t1; ++t) {
-    const auto gates = rec.gates.middleCols((t - 1) * B, B);
+    const Index w = rec.width(t);
+    const auto gates = rec.gates.middleCols((t - 1) * B, w);
     const auto i = gates.topRows(H).array(), f = gates.middleRows(H, H).array();
     const auto gg = gates.middleRows(2 * H, H).array(), o = gates.bottomRows(H).array();
-    const auto tc = rec.aux.middleCols((t - 1) * B, B).array();
-    const auto cp = rec.c.middleCols((t - 1) * B, B).array();
-    if (proj) gm_proj.noalias() = p.w_hr.transpose() * g.middleCols(t * B, B).topRows(P);
+    const auto tc = rec.aux.middleCols((t - 1) * B, w).array();
+    const auto cp = rec.c.middleCols((t - 1) * B, w).array();
+    if (proj) gm_proj.noalias() = p.w_hr.transpose() * g.middleCols(t * B, w).topRows(P);
     const Eigen::Ref<const Matrix<T>> gm =
-        proj ? Eigen::Ref<const Matrix<T>>(gm_proj) : Eigen::Ref<const Matrix<T>>(g.middleCols(t * B, B).topRows(H));
+        proj ? Eigen::Ref<const Matrix<T>>(gm_proj) : Eigen::Ref<const Matrix<T>>(g.middleCols(t * B, w).topRows(H));
     const auto gh = gm.array();
-    const auto gc = g.middleCols(t * B, B).bottomRows(H).array();
-    auto dx = out.dx.middleCols((t - 1) * B, B);
+    const auto gc = g.middleCols(t * B, w).bottomRows(H).array();
+    auto dx = out.dx.middleCols((t - 1) * B, w);
     // δc (total gradient on c_t) is kept in the f rows' place until they are overwritten last:
     // no temporary on this per-step path.
     auto dc = dx.middleRows(H, H).array();
@@ -135,17 +134,17 @@ void preact(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, const M
 template <class T>
 void direct(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, const Matrix<T>& g, Index t,
             Eigen::Ref<Matrix<T>> prev) {
-  const Index B = rec.batch, H = rec.hidden, P = out_rows(p, H);
+  const Index B = rec.batch, H = rec.hidden, P = out_rows(p, H), w = prev.cols();
   const bool proj = p.w_hr.size() != 0;
-  const auto gates = rec.gates.middleCols((t - 1) * B, B);
+  const auto gates = rec.gates.middleCols((t - 1) * B, w);
   const auto f = gates.middleRows(H, H).array(), o = gates.bottomRows(H).array();
-  const auto tc = rec.aux.middleCols((t - 1) * B, B).array();
+  const auto tc = rec.aux.middleCols((t - 1) * B, w).array();
   Matrix<T> gm_proj;
-  if (proj) gm_proj.noalias() = p.w_hr.transpose() * g.middleCols(t * B, B).topRows(P);
+  if (proj) gm_proj.noalias() = p.w_hr.transpose() * g.middleCols(t * B, w).topRows(P);
   const Eigen::Ref<const Matrix<T>> gm =
-      proj ? Eigen::Ref<const Matrix<T>>(gm_proj) : Eigen::Ref<const Matrix<T>>(g.middleCols(t * B, B).topRows(H));
+      proj ? Eigen::Ref<const Matrix<T>>(gm_proj) : Eigen::Ref<const Matrix<T>>(g.middleCols(t * B, w).topRows(H));
   const auto gh = gm.array();
-  const auto gc = g.middleCols(t * B, B).bottomRows(H).array();
+  const auto gc = g.middleCols(t * B, w).bottomRows(H).array();
   prev.bottomRows(H).array() += f * (gc + o * (T(1) - tc.square()) * gh);
 }
 
@@ -153,7 +152,7 @@ void direct(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, const M
 
 template <class T>
 const CellOps<T>& lstm_ops() {
-  static const CellOps<T> ops{&forward<T>, &make_chain<T>, &fill_jacobians<T>, &preact<T>, &direct<T>};
+  static const CellOps<T> ops{&forward<T>, &element<T>, &fill<T>, &preact<T>, &direct<T>};
   return ops;
 }
 template const CellOps<float>& lstm_ops<float>();

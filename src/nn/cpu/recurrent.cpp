@@ -85,9 +85,10 @@ void parallel_product(int threads, D&& dst, const A& a, const B& b, bool by_colu
 }
 
 /// Sequential BP through one layer (back-propagation through time with vector-Jacobian
-/// products, no Jacobians formed): g (S × (T+1)B) comes with block T set and receives every
-/// g_t for t = T−1..0; pg receives the pre-activation gradients. `above` (P × TB, P the rows of h, the
-/// gradient on the layer's outputs) is injected into the h rows of g_{t−1} when `inject`.
+/// products, no Jacobians formed): g (S × (T+1)B, zero but for each sample's last block)
+/// receives every g_t for t = T−1..0, step t on its rec.width(t) running samples; pg receives the pre-activation
+/// gradients. `above` (P × TB, P the rows of h, the gradient on the layer's outputs) is injected into the h rows of
+/// g_{t−1} when `inject`.
 template <class T>
 void bp_recurrence(const CellOps<T>& ops, CellType cell, const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec,
                    const Matrix<T>& above, bool inject, Matrix<T>& g, PreactGrads<T>& pg, int threads) {
@@ -95,12 +96,14 @@ void bp_recurrence(const CellOps<T>& ops, CellType cell, const RecurrentLayerPar
   auto& dh = cell == CellType::gru ? pg.dh : pg.dx;
   Matrix<T> carried(P, B);
   for (Index t = T_; t >= 1; --t) {
+    const Index w = rec.width(t);  // the samples still running at step t (a prefix)
+    if (w == 0) continue;
     ops.preact(p, rec, g, pg, t, t + 1);
-    auto gprev = g.middleCols((t - 1) * B, B);
-    if (inject && t >= 2) gprev.topRows(P) = above.middleCols((t - 2) * B, B);
+    auto gprev = g.middleCols((t - 1) * B, w);
+    if (inject && t >= 2) gprev.topRows(P) = above.middleCols((t - 2) * B, w);
     // W_hh^T · dh_t: a GEMM per step, shared among the threads for large states (gated cells).
-    parallel_product(threads, carried, p.w_hh.transpose(), dh.middleCols((t - 1) * B, B));
-    gprev.topRows(P) += carried;
+    parallel_product(threads, carried.leftCols(w), p.w_hh.transpose(), dh.middleCols((t - 1) * B, w));
+    gprev.topRows(P) += carried.leftCols(w);
     ops.direct(p, rec, g, t, gprev);
   }
 }
@@ -122,10 +125,11 @@ class RecurrentCpu final : public RecurrentHalf<T> {
   gpu::RecurrentGpu<T>* gpu(const LayerParamsList<T>&) override { return nullptr; }
 
   void forward(const Eigen::Ref<const Matrix<T>>& x, Index steps, Index batch, const LayerParamsList<T>& params,
-               const LayerMatrices<T>& initial_states) override;
+               const LayerMatrices<T>& initial_states, std::span<const Index> lengths) override;
   Index steps() const override { return steps_; }
   Index batch() const override { return batch_; }
   Matrix<T> state(Index layer, Index t) const override;
+  Matrix<T> final_state(Index layer) const override;
   Eigen::Block<const Matrix<T>, Eigen::Dynamic, Eigen::Dynamic, true> output() const override {
     const auto& h = layer_.back().rec.h;
     return h.rightCols(steps_ * batch_);
@@ -158,17 +162,28 @@ class RecurrentCpu final : public RecurrentHalf<T> {
     std::shared_ptr<Matrix<T>> w_hh_t = std::make_shared<Matrix<T>>();  ///< W_hh^T (RNN's shared S)
     Chain<T> chain;
     Index chain_steps = -1, chain_batch = -1;
+    std::vector<Index> chain_lengths;  ///< the lengths the chain was built for (empty: padded)
     Scanner<T> scanner;
     Gradients<T> out;
   };
   /// The layer's chain generated for the current forward (rebuilt when the shape changed),
   /// values filled for every step.
   void fill_chain(Layer& L, const RecurrentLayerParams<T>& p, int threads, const char* op);
+  /// With lengths: the scan of one layer over its samples' chains, each at its own length,
+  /// joined into one chain of batch 1 (docs/method.md §4.6); L.g holds each sample's top
+  /// (its last state's gradient) and receives every running step's.
+  void scan_by_length(Layer& L, const RecurrentLayerParams<T>& p, const Matrix<T>& above, bool inject,
+                      const BackwardOptions& options, int threads, BackwardTimes& local, const char* op);
+  /// Record column of sample b's last step's state (block lengths[b]).
+  Index last_col(Index b) const {
+    return (lengths_.empty() ? steps_ : lengths_[static_cast<std::size_t>(b)]) * batch_ + b;
+  }
 
   RecurrentConfig config_;
   std::vector<Layer> layer_;
   Index steps_ = 0, batch_ = 0;
-  Matrix<T> gx_;  ///< gradient on the current layer's input (passes to the layer below)
+  std::vector<Index> lengths_;  ///< per sample, non-increasing; empty = every sample runs every step
+  Matrix<T> gx_;                ///< gradient on the current layer's input (passes to the layer below)
   Matrix<T> input_grad_;
   Matrix<T> g_last_;
   Matrix<T> grad_out_;  ///< backward_begin's copy of the head gradient
@@ -177,13 +192,24 @@ class RecurrentCpu final : public RecurrentHalf<T> {
 
 template <class T>
 void RecurrentCpu<T>::forward(const Eigen::Ref<const Matrix<T>>& x, Index steps, Index batch,
-                              const LayerParamsList<T>& params, const LayerMatrices<T>& initial_states) {
+                              const LayerParamsList<T>& params, const LayerMatrices<T>& initial_states,
+                              std::span<const Index> lengths) {
   FlushDenormals flush;
   check_memory("Recurrent::forward", "a forward pass of " + stack_string(config_, steps, batch),
                {{"forward record", forward_record_bytes(config_, steps, batch, sizeof(T))}},
                "use a smaller --batch, shorter sequences or a smaller --hidden");
   steps_ = steps;
   batch_ = batch;
+  lengths_.assign(lengths.begin(), lengths.end());
+  std::vector<Index> active;  // per step: the samples running it (lengths sorted longest first)
+  if (!lengths_.empty()) {
+    active.resize(static_cast<std::size_t>(steps));
+    Index w = batch;
+    for (Index t = 1; t <= steps; ++t) {
+      while (w > 0 && lengths_[static_cast<std::size_t>(w - 1)] < t) --w;
+      active[static_cast<std::size_t>(t - 1)] = w;
+    }
+  }
   const Index H = config_.hidden, P = output_size(config_), G = gate_count(config_.cell);
   const auto& ops = cell_ops<T>(config_.cell, config_.nonlinearity);
   for (Index l = 0; l < config_.layers; ++l) {
@@ -192,10 +218,15 @@ void RecurrentCpu<T>::forward(const Eigen::Ref<const Matrix<T>>& x, Index steps,
     rec.steps = steps;
     rec.batch = batch;
     rec.hidden = H;
+    rec.active = active;
     if (l == 0)
       rec.x = x;
     else
       rec.x = layer_[static_cast<std::size_t>(l - 1)].rec.h.rightCols(steps * batch);
+    // Steps past a sample's length: zeros where the parameter-gradient GEMMs read them (the
+    // caller's padding may hold anything).
+    for (Index t = 1; t <= steps && !active.empty(); ++t)
+      rec.x.middleCols((t - 1) * batch + rec.width(t), batch - rec.width(t)).setZero();
     rec.ax.noalias() = p.w_ih * rec.x;
     rec.ax.colwise() += p.b_ih;
     rec.h.resize(P, (steps + 1) * batch);
@@ -210,7 +241,25 @@ void RecurrentCpu<T>::forward(const Eigen::Ref<const Matrix<T>>& x, Index steps,
       if (config_.cell == CellType::lstm) rec.c.leftCols(batch).setZero();
     }
     ops.forward(p, rec);
+    for (Index t = 1; t <= steps && !active.empty(); ++t) {  // outputs and states past the length: zeros
+      const Index w = rec.width(t);
+      rec.h.middleCols(t * batch + w, batch - w).setZero();
+      if (config_.cell == CellType::lstm) rec.c.middleCols(t * batch + w, batch - w).setZero();
+      if (rec.m.size() != 0) rec.m.middleCols((t - 1) * batch + w, batch - w).setZero();
+    }
   }
+}
+
+template <class T>
+Matrix<T> RecurrentCpu<T>::final_state(Index layer) const {
+  const auto& rec = layer_[static_cast<std::size_t>(layer)].rec;
+  const Index H = config_.hidden, P = output_size(config_);
+  Matrix<T> s(state_size(config_), batch_);
+  for (Index b = 0; b < batch_; ++b) {
+    s.col(b).head(P) = rec.h.col(last_col(b));
+    if (config_.cell == CellType::lstm) s.col(b).tail(H) = rec.c.col(last_col(b));
+  }
+  return s;
 }
 
 template <class T>
@@ -237,18 +286,98 @@ void RecurrentCpu<T>::fill_chain(Layer& L, const RecurrentLayerParams<T>& p, int
   const auto& ops = cell_ops<T>(config_.cell, config_.nonlinearity);
   // S = W_hh^T first: make_chain reads the RNN's shared matrix's shape from it.
   *L.w_hh_t = p.w_hh.transpose();  // in place: the chain's shared S keeps its identity
-  if (L.chain_steps != T_ || L.chain_batch != B) {
+  if (L.chain_steps != T_ || L.chain_batch != B || !L.chain_lengths.empty()) {
     L.chain = Chain<T>(B);
     L.chain_steps = L.chain_batch = -1;  // rebuilt below; not a valid chain if that throws
+    L.chain_lengths.clear();
     check_step_memory(config_, T_, B, sizeof(T), BackwardMethod::linear, op);
-    ops.make_chain(p, L.rec, L.w_hh_t, L.chain);
+    make_chain(ops, p, L.rec, L.w_hh_t, L.chain);
     L.chain_steps = T_;
     L.chain_batch = B;
   }
   // Jacobian generation: at most one S × S block per sample and step.
   const double fill_flops = static_cast<double>(B) * static_cast<double>(S) * static_cast<double>(S);
   parallel_over_steps(threads, T_, fill_flops,
-                      [&](Index t0r, Index t1r) { ops.fill_jacobians(p, L.rec, L.chain, t0r, t1r); });
+                      [&](Index t0r, Index t1r) { fill_jacobians(ops, p, L.rec, L.chain, t0r, t1r); });
+}
+
+// Sample b's chain [g at its length L_b, J_{L_b}^T, …, J_1^T] occupies chain elements base_b + 1 …
+// base_b + L_b (J_t^T at base_b + t, so g_k = sample b's g_t at k = base_b + t); between two
+// samples a zero diagonal element (base_{b+1} = base_b + L_b + 1) cuts the products, and the
+// upper sample's top gradient enters as its injection. Work and memory follow Σ L_b, not T·B.
+template <class T>
+void RecurrentCpu<T>::scan_by_length(Layer& L, const RecurrentLayerParams<T>& p, const Matrix<T>& above, bool inject,
+                                     const BackwardOptions& options, int threads, BackwardTimes& local,
+                                     const char* op) {
+  const Index B = batch_, P = output_size(config_), S = state_size(config_);
+  const auto& ops = cell_ops<T>(config_.cell, config_.nonlinearity);
+  const auto len = [&](Index b) { return lengths_[static_cast<std::size_t>(b)]; };
+  std::vector<Index> base(static_cast<std::size_t>(B));
+  for (Index b = 1; b < B; ++b)
+    base[static_cast<std::size_t>(b)] = base[static_cast<std::size_t>(b - 1)] + len(b - 1) + 1;
+  const auto at = [&](Index b) { return base[static_cast<std::size_t>(b)]; };
+  const Index total = at(B - 1) + len(B - 1);  // chain elements
+
+  double t0 = omp_get_wtime();
+  *L.w_hh_t = p.w_hh.transpose();  // in place: the chain's shared S keeps its identity
+  if (L.chain_lengths != lengths_ || L.chain_steps != steps_) {
+    L.chain = Chain<T>(1);
+    L.chain_steps = L.chain_batch = -1;  // rebuilt below; not a valid chain if that throws
+    L.chain_lengths.clear();
+    for (Index b = 0; b < B; ++b) {
+      for (Index t = 1; t <= len(b); ++t) L.chain.push_back(ops.element(p, L.rec, L.w_hh_t, 1));
+      if (b + 1 < B) {
+        Jacobian<T>& cut = L.chain.push_back(Jacobian<T>::diagonal(S, 1));
+        std::fill(cut.values().begin(), cut.values().end(), T(0));
+      }
+    }
+    L.chain_steps = steps_;
+    L.chain_batch = B;
+    L.chain_lengths = lengths_;
+  }
+  std::vector<JacobianSlot<T>> slots;
+  slots.reserve(static_cast<std::size_t>(total));
+  for (Index b = 0; b < B; ++b)
+    for (Index t = 1; t <= len(b); ++t) slots.push_back({(t - 1) * B + b, &L.chain.jacobian(at(b) + t), 0});
+  const double fill_flops = static_cast<double>(S) * static_cast<double>(S);
+  parallel_over_steps(threads, static_cast<Index>(slots.size()), fill_flops, [&](Index i0, Index i1) {
+    ops.fill(p, L.rec,
+             std::span<const JacobianSlot<T>>(slots).subspan(static_cast<std::size_t>(i0 - 1),
+                                                             static_cast<std::size_t>(i1 - i0)));
+  });
+  // Injections: the outputs' gradients inside each chain (every_step or a layer above), and
+  // each lower sample's top, which the zero element above it cuts off from the products.
+  auto injection = [&](Index k) -> Eigen::Ref<Matrix<T>> {
+    Matrix<T>* e = L.chain.injection(k);
+    if (!e || e->rows() != S || e->cols() != 1) {
+      L.chain.set_injection(k, Matrix<T>::Zero(S, 1));
+      e = L.chain.injection(k);
+    }
+    return *e;
+  };
+  for (Index b = 0; b < B; ++b) {
+    for (Index t = 1; t < len(b); ++t) {
+      if (inject)
+        injection(at(b) + t).topRows(P) = above.col((t - 1) * B + b);
+      else if (Matrix<T>* e = L.chain.injection(at(b) + t))
+        e->setZero();
+    }
+    if (b + 1 < B) injection(at(b) + len(b)) = L.g.col(last_col(b));
+  }
+  double t1 = omp_get_wtime();
+  local.jacobians += t1 - t0;
+  ScanOptions so = scan_options(options);
+  so.threads = threads;
+  L.scanner.set_options(so);
+  g_last_ = L.g.col(last_col(B - 1));
+  try {
+    local.last_scan = L.scanner.run(L.chain, g_last_, L.out);
+  } catch (const NonFiniteError&) {  // the scan's own advice is for library users; a trainer's is BP's
+    raise_state_grads_not_finite(op, static_cast<Index>(&L - layer_.data()));
+  }
+  for (Index b = 0; b < B; ++b)
+    for (Index t = 0; t <= len(b); ++t) L.g.col(t * B + b) = L.out.g(at(b) + t);
+  local.scan += omp_get_wtime() - t1;
 }
 
 template <class T>
@@ -271,11 +400,19 @@ void RecurrentCpu<T>::backward_layer(Index l, const BackwardOptions& options, co
   const bool inject = every_step_ || l < config_.layers - 1;
   const Index G = gate_count(config_.cell) * H;
   L.g.setZero(S, (T_ + 1) * B);
-  L.g.middleCols(T_ * B, B).topRows(P) = above.middleCols((T_ - 1) * B, B);
-  // The next stage's gradient on s_T: part of g_T for BP and for the scan (its g_last) alike.
-  if (final_grad) L.g.middleCols(T_ * B, B) += *final_grad;
-  L.pg.dx.resize(G, T_ * B);
-  if (config_.cell == CellType::gru) L.pg.dh.resize(G, T_ * B);
+  // Each sample's last state (s_T, or s at its length): the gradient on its output there and
+  // the next stage's gradient on it, for BP and for the scan (its g_last) alike.
+  for (Index b = 0; b < B; ++b) {
+    L.g.col(last_col(b)).head(P) = above.col(last_col(b) - B);
+    if (final_grad) L.g.col(last_col(b)) += final_grad->col(b);
+  }
+  if (lengths_.empty()) {
+    L.pg.dx.resize(G, T_ * B);
+    if (config_.cell == CellType::gru) L.pg.dh.resize(G, T_ * B);
+  } else {  // zero where no step runs: the parameter-gradient GEMMs read every column
+    L.pg.dx.setZero(G, T_ * B);
+    if (config_.cell == CellType::gru) L.pg.dh.setZero(G, T_ * B);
+  }
   auto& dh = config_.cell == CellType::gru ? L.pg.dh : L.pg.dx;
 
   if (!scan) {
@@ -283,6 +420,8 @@ void RecurrentCpu<T>::backward_layer(Index l, const BackwardOptions& options, co
     bp_recurrence(ops, config_.cell, p, rec, above, inject, L.g, L.pg, threads);
     local.scan += omp_get_wtime() - t0;
     if (options.check_finite && !all_finite(L.g.data(), L.g.size())) raise_state_grads_not_finite(op, l);
+  } else if (!lengths_.empty()) {
+    scan_by_length(L, p, above, inject, options, threads, local, op);  // the final gradients are in L.g
   } else {
     double t0 = omp_get_wtime();
     fill_chain(L, p, threads, op);

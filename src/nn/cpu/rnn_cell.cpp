@@ -40,29 +40,27 @@ template <class T, Nonlinearity N>
 void forward(const RecurrentLayerParams<T>& p, LayerRecord<T>& rec) {
   const Index B = rec.batch;
   for (Index t = 1; t <= rec.steps; ++t) {
-    auto h = rec.h.middleCols(t * B, B);
-    h.noalias() = p.w_hh * rec.h.middleCols((t - 1) * B, B);
-    h += rec.ax.middleCols((t - 1) * B, B);
+    const Index w = rec.width(t);
+    auto h = rec.h.middleCols(t * B, w);
+    h.noalias() = p.w_hh * rec.h.middleCols((t - 1) * B, w);
+    h += rec.ax.middleCols((t - 1) * B, w);
     h.colwise() += p.b_hh;
     h = Act<N>::apply(h.array());
   }
 }
 
 template <class T>
-void make_chain(const RecurrentLayerParams<T>&, const LayerRecord<T>& rec, const std::shared_ptr<Matrix<T>>& w_hh_t,
-                Chain<T>& chain) {
-  for (Index t = 1; t <= rec.steps; ++t) chain.push_back(Jacobian<T>::shared_dense_diag(w_hh_t, rec.batch));
+Jacobian<T> element(const RecurrentLayerParams<T>&, const LayerRecord<T>&, const std::shared_ptr<Matrix<T>>& w_hh_t,
+                    Index count) {
+  return Jacobian<T>::shared_dense_diag(w_hh_t, count);
 }
 
 template <class T, Nonlinearity N>
-void fill_jacobians(const RecurrentLayerParams<T>&, const LayerRecord<T>& rec, Chain<T>& chain, Index t0, Index t1) {
+void fill(const RecurrentLayerParams<T>&, const LayerRecord<T>& rec, std::span<const JacobianSlot<T>> slots) {
   const Index B = rec.batch, H = rec.hidden;
-  for (Index t = t0; t < t1; ++t) {
-    Jacobian<T>& j = chain.jacobian(t);
-    for (Index s = 0; s < B; ++s) {
-      Eigen::Map<Vector<T>> d(j.sample(s).data(), H);
-      d = Act<N>::grad_from_output(rec.h.col(t * B + s).array());
-    }
+  for (const JacobianSlot<T>& slot : slots) {
+    Eigen::Map<Vector<T>> d(slot.j->sample(slot.sample).data(), H);
+    d = Act<N>::grad_from_output(rec.h.col(slot.col + B).array());  // h_t: block t
   }
 }
 
@@ -70,9 +68,11 @@ template <class T, Nonlinearity N>
 void preact(const RecurrentLayerParams<T>&, const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out,
             Index t0, Index t1) {
   const Index B = rec.batch;
-  for (Index t = t0; t < t1; ++t)
-    out.dx.middleCols((t - 1) * B, B) =
-        Act<N>::grad_from_output(rec.h.middleCols(t * B, B).array()) * g.middleCols(t * B, B).array();
+  for (Index t = t0; t < t1; ++t) {
+    const Index w = rec.width(t);
+    out.dx.middleCols((t - 1) * B, w) =
+        Act<N>::grad_from_output(rec.h.middleCols(t * B, w).array()) * g.middleCols(t * B, w).array();
+  }
 }
 
 template <class T>
@@ -80,7 +80,7 @@ void direct(const RecurrentLayerParams<T>&, const LayerRecord<T>&, const Matrix<
 
 template <class T, Nonlinearity N>
 const CellOps<T>& ops_for() {
-  static const CellOps<T> ops{&forward<T, N>, &make_chain<T>, &fill_jacobians<T, N>, &preact<T, N>, &direct<T>};
+  static const CellOps<T> ops{&forward<T, N>, &element<T>, &fill<T, N>, &preact<T, N>, &direct<T>};
   return ops;
 }
 

@@ -38,7 +38,8 @@ class RecurrentGpuHalf final : public RecurrentHalf<T> {
   }
 
   void forward(const Eigen::Ref<const Matrix<T>>& x, Index steps, Index batch, const LayerParamsList<T>& params,
-               const LayerMatrices<T>& initial_states) override {
+               const LayerMatrices<T>& initial_states,
+               std::span<const Index>) override {  // lengths: refused by the front
     gpu::RecurrentGpu<T>* g = gpu(params);
     g->resize(steps, batch);
     if (x.outerStride() == x.rows()) {
@@ -56,6 +57,7 @@ class RecurrentGpuHalf final : public RecurrentHalf<T> {
     g_->download_state(layer, t, s);
     return s;
   }
+  Matrix<T> final_state(Index layer) const override { return state(layer, steps()); }
   Eigen::Block<const Matrix<T>, Eigen::Dynamic, Eigen::Dynamic, true> output() const override {
     g_->download_output(out_);
     const Matrix<T>& out = out_;
