@@ -27,7 +27,7 @@ import time
 import torch
 
 import bppsa
-from pytorch_nn import Model, agreed_base, machine_of, paper_batch, parse_args, timed
+from pytorch_nn import Model, agreed_base, machine_of, paper_batch, parse_args, timed, write_table_text
 
 
 SIDES = [  # name, family, compiled, allow_rnn, fullgraph, longest T
@@ -48,31 +48,33 @@ def configs(quick):
     return out
 
 
-def measure(model, x, y, compiled, allow_rnn, fullgraph, reps, warmup):
+def timed_step(model, loss, inputs, compiled, allow_rnn, fullgraph, reps, warmup):
+    """A whole Adam step on loss(*inputs) (eager, or torch.compile'd with the given switches): the
+    first call (compile) timed apart, then the medians; the model's weights restored after."""
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-    loss_fn = torch.nn.CrossEntropyLoss()
-
-    def loss(x, y):
-        return loss_fn(model(x), y)
-
     fn = torch.compile(loss, fullgraph=fullgraph) if compiled else loss
     state = {k: v.clone() for k, v in model.state_dict().items()}
     with torch._dynamo.config.patch(allow_rnn=allow_rnn):
         torch._dynamo.reset()
         t0 = time.perf_counter()
-        first = fn(x, y)
+        first = fn(*inputs)
         first.backward()
         compile_s = time.perf_counter() - t0
         first = first.item()
 
         def step():
             opt.zero_grad(set_to_none=True)
-            fn(x, y).backward()
+            fn(*inputs).backward()
             opt.step()
 
         r = {"first_loss": first, "first_call_s": compile_s, **timed(step, reps, warmup)}
     model.load_state_dict(state)
     return r
+
+
+def measure(model, x, y, compiled, allow_rnn, fullgraph, reps, warmup):
+    loss_fn = torch.nn.CrossEntropyLoss()
+    return timed_step(model, lambda x, y: loss_fn(model(x), y), (x, y), compiled, allow_rnn, fullgraph, reps, warmup)
 
 
 def main():
@@ -95,15 +97,8 @@ def main():
                     kw = {} if family is torch.nn else {"backward": "auto", "threads": args.threads}
                     model = Model(family, c["cell"], c["features"], c["hidden"], c["classes"], **kw)
                     model.load_state_dict(ref.state_dict())
-                    try:
-                        r = measure(model, x, y, compiled, allow_rnn, fullgraph, args.reps, args.warmup)
-                    except Exception as e:  # a compile that fails is a result, recorded with its error
-                        r = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
-                        print(f"{c['name']:>22}  {side:<28} failed: {r['error']}", flush=True)
-                    else:
-                        base = agreed_base(c["name"], side, r, base)
-                        print(f"{c['name']:>22}  {side:<28} step {r['median'] * 1e3:9.2f} ms  "
-                              f"(first call {r['first_call_s']:.1f} s)", flush=True)
+                    r, base = run_side(c["name"], side, base, lambda: measure(
+                        model, x, y, compiled, allow_rnn, fullgraph, args.reps, args.warmup))
                 rec = dict(config=c["name"], cell=c["cell"], steps=c["steps"], batch=args.batch, side=side,
                            machine=machine, **r)
                 records.append(rec)
@@ -111,6 +106,45 @@ def main():
                 f.flush()
     os.replace(jsonl + ".tmp", jsonl)
     write_table(records, machine, os.path.join(args.out, "compile.md"), args)
+
+
+def run_side(config, side, base, measure_fn):
+    """(result, base) of one side: measure_fn()'s, its first loss checked against the base
+    (agreed_base); a run that fails (a compile error, say) is a result too, with its error."""
+    try:
+        r = measure_fn()
+    except Exception as e:
+        r = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+        print(f"{config:>22}  {side:<28} failed: {r['error']}", flush=True)
+        return r, base
+    print(f"{config:>22}  {side:<28} step {r['median'] * 1e3:9.2f} ms  (first call {r['first_call_s']:.1f} s)",
+          flush=True)
+    return r, agreed_base(config, side, r, base)
+
+
+def side_cell(r, eager):
+    """A table cell of one side's step: its median, the ratio to `eager` (the eager torch.nn
+    median, or None) and the first call; or why there is none."""
+    if "skipped" in r:
+        return "skipped"
+    if "error" in r:
+        return "failed: " + r["error"][:60]
+    ratio = f" ({eager / r['median']:.2f}×)" if eager else ""
+    return f"{r['median'] * 1e3:.2f} ms{ratio}, first {r['first_call_s']:.1f} s"
+
+
+def table_rows(records, names, eager_side, extra_cells=lambda sides: []):
+    """The table's rows, one per configuration: its name, extra_cells(its sides), then each of
+    `names`' side_cell against the median of `eager_side`."""
+    by = {}
+    for r in records:
+        by.setdefault(r["config"], {})[r["side"]] = r
+    rows = []
+    for config, sides in by.items():
+        eager = sides[eager_side].get("median")
+        cells = [config] + extra_cells(sides) + [side_cell(sides[n], eager) for n in names]
+        rows.append("| " + " | ".join(cells) + " |")
+    return rows
 
 
 def write_table(records, machine, path, args):
@@ -121,27 +155,7 @@ def write_table(records, machine, path, args):
              "in brackets the ratio torch.nn (eager) / the side (above 1: faster than eager torch.nn); "
              "first call (compile) time apart.", "",
              "| model | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
-    by = {}
-    for r in records:
-        by.setdefault(r["config"], {})[r["side"]] = r
-    for config, sides in by.items():
-        eager = sides["torch.nn"].get("median")
-        row = [config]
-        for n in names:
-            r = sides[n]
-            if "skipped" in r:
-                row.append("skipped")
-            elif "error" in r:
-                row.append("failed")
-            else:
-                ratio = f" ({eager / r['median']:.2f}×)" if eager else ""
-                row.append(f"{r['median'] * 1e3:.2f} ms{ratio}, first {r['first_call_s']:.1f} s")
-        lines.append("| " + " | ".join(row) + " |")
-    text = "\n".join(lines) + "\n"
-    with open(path + ".tmp", "w") as f:
-        f.write(text)
-    os.replace(path + ".tmp", path)
-    print(text)
+    write_table_text(path, lines + table_rows(records, names, "torch.nn"))
 
 
 if __name__ == "__main__":

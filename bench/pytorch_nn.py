@@ -75,6 +75,15 @@ def machine_of(args):
             "bppsa": bppsa.__version__, "python": platform.python_version()}
 
 
+def write_table_text(path, lines):
+    """Writes a results table (its lines) to `path` atomically and prints it."""
+    text = "\n".join(lines) + "\n"
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+    print(text)
+
+
 def timed(fn, reps, warmup):
     for _ in range(warmup):
         fn()
@@ -198,11 +207,7 @@ def write_table(records, machine, path, args):
                           f"({t['fwd_bwd']['median'] / sides[f'bppsa.nn {m}']['fwd_bwd']['median']:.1f}×)"
                           for m in METHODS]
         lines.append("| " + " | ".join(row) + " |")
-    text = "\n".join(lines) + "\n"
-    with open(path + ".tmp", "w") as f:
-        f.write(text)
-    os.replace(path + ".tmp", path)
-    print(text)
+    write_table_text(path, lines)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,13 @@ void SequenceDataset::validate(const std::string& op) const {
                                       std::to_string(features) + " (expected " +
                                       std::to_string(y.size() * steps * features) + ")");
   detail::check_labels(y, classes, class_names, op, what);
+  if (!lengths.empty() && lengths.size() != y.size())
+    detail::raise<ShapeError>(
+        op, what + " has " + std::to_string(lengths.size()) + " lengths for " + std::to_string(y.size()) + " samples");
+  for (std::size_t i = 0; i < lengths.size(); ++i)
+    if (lengths[i] < 1 || lengths[i] > steps)
+      detail::raise<FormatError>(op, what + ": sample " + std::to_string(i) + " has length " +
+                                         std::to_string(lengths[i]) + ", outside 1.." + std::to_string(steps));
   const auto bad = std::find_if(x.begin(), x.end(), [](float v) { return !std::isfinite(v); });
   if (bad != x.end()) {
     const auto at = static_cast<Index>(bad - x.begin());
@@ -45,7 +52,10 @@ SequenceDataset subset(const SequenceDataset& data, std::span<const Index> indic
                       .y = {},
                       .class_names = data.class_names,
                       .name = data.name};
-  return detail::gather_samples(data, std::move(out), indices, static_cast<std::size_t>(data.steps * data.features));
+  out = detail::gather_samples(data, std::move(out), indices, static_cast<std::size_t>(data.steps * data.features));
+  if (!data.lengths.empty())
+    for (Index i : indices) out.lengths.push_back(data.lengths[static_cast<std::size_t>(i)]);
+  return out;
 }
 
 std::pair<SequenceDataset, SequenceDataset> split(const SequenceDataset& data, Index test_count, std::uint64_t seed) {

@@ -19,8 +19,10 @@ class ClassifierHalf {
  public:
   virtual ~ClassifierHalf() = default;
 
-  /// Stores a batch the front has checked (x: [batch][steps][I], one label per sample).
-  virtual void set_batch(std::span<const float> x, Index batch, Index steps, std::span<const std::int64_t> labels) = 0;
+  /// Stores a batch the front has checked (x: [batch][steps][I], one label per sample; lengths
+  /// empty or one per sample in 1..steps, any order, on the CPU only).
+  virtual void set_batch(std::span<const float> x, Index batch, Index steps, std::span<const std::int64_t> labels,
+                         std::span<const Index> lengths) = 0;
   /// Forward and loss of the stored batch (∂loss/∂logits kept when grad); the last step's predictions.
   virtual T forward_loss(bool grad, std::vector<std::int64_t>* predictions) = 0;
   virtual void backward(const BackwardOptions& options, BackwardTimes* times) = 0;

@@ -189,7 +189,7 @@ Linear<T>& SequenceClassifier<T>::head() {
 
 template <class T>
 void SequenceClassifier<T>::set_batch(std::span<const float> x, Index batch, Index steps,
-                                      std::span<const std::int64_t> labels) {
+                                      std::span<const std::int64_t> labels, std::span<const Index> lengths) {
   const char* op = "model";
   const Index I = config_.rnn.input;
   if (batch < 1 || steps < 1)
@@ -201,9 +201,22 @@ void SequenceClassifier<T>::set_batch(std::span<const float> x, Index batch, Ind
                                       "] = " + std::to_string(batch * steps * I));
   if (static_cast<Index>(labels.size()) != batch)
     detail::raise<ShapeError>(op, std::to_string(labels.size()) + " labels for a batch of " + std::to_string(batch));
+  if (!lengths.empty()) {
+    if (static_cast<Index>(lengths.size()) != batch)
+      detail::raise<ShapeError>(op, std::to_string(lengths.size()) + " lengths for a batch of " +
+                                        std::to_string(batch) + " (one per sample, or none)");
+    for (std::size_t b = 0; b < lengths.size(); ++b)
+      if (lengths[b] < 1 || lengths[b] > steps)
+        detail::raise<InvalidArgument>(op, "length " + std::to_string(lengths[b]) + " of sample " + std::to_string(b) +
+                                               " is outside 1.." + std::to_string(steps));
+    if (config_.rnn.device != Device::cpu)
+      detail::raise<UnsupportedError>(op,
+                                      "per-sample lengths run on the CPU only for now; use --device cpu or "
+                                      "data without lengths");
+  }
   stored_ = 0;
   batch_ = 0;  // no backward until a forward of this batch has run
-  impl_->half->set_batch(x, batch, steps, labels);
+  impl_->half->set_batch(x, batch, steps, labels, lengths);
   stored_ = batch;
 }
 
@@ -217,15 +230,17 @@ T SequenceClassifier<T>::run_forward(bool grad, std::vector<std::int64_t>* predi
 
 template <class T>
 T SequenceClassifier<T>::evaluate(std::span<const float> x, Index batch, Index steps,
-                                  std::span<const std::int64_t> labels, std::vector<std::int64_t>* predictions) {
-  set_batch(x, batch, steps, labels);  // the recorded forward is no longer the one a loss gradient was taken of
+                                  std::span<const std::int64_t> labels, std::vector<std::int64_t>* predictions,
+                                  std::span<const Index> lengths) {
+  set_batch(x, batch, steps, labels, lengths);  // the recorded forward is no longer the one a gradient was taken of
   return run_forward(false, predictions);
 }
 
 template <class T>
 T SequenceClassifier<T>::forward_loss(std::span<const float> x, Index batch, Index steps,
-                                      std::span<const std::int64_t> labels, std::vector<std::int64_t>* predictions) {
-  set_batch(x, batch, steps, labels);
+                                      std::span<const std::int64_t> labels, std::vector<std::int64_t>* predictions,
+                                      std::span<const Index> lengths) {
+  set_batch(x, batch, steps, labels, lengths);
   return forward_loss(predictions);
 }
 
@@ -253,9 +268,10 @@ void SequenceClassifier<T>::head_backward(const Matrix<T>& dlogits, Matrix<T>& d
 template <class T>
 T SequenceClassifier<T>::loss_and_grad(std::span<const float> x, Index batch, Index steps,
                                        std::span<const std::int64_t> labels, const BackwardOptions& options,
-                                       StepTimes* times, std::vector<std::int64_t>* predictions) {
+                                       StepTimes* times, std::vector<std::int64_t>* predictions,
+                                       std::span<const Index> lengths) {
   const double t0 = omp_get_wtime();
-  const T l = forward_loss(x, batch, steps, labels, predictions);  // sets batch_: backward's precondition holds
+  const T l = forward_loss(x, batch, steps, labels, predictions, lengths);  // sets batch_: backward's precondition
   impl_->half->backward_timed(options, omp_get_wtime() - t0, times);
   return l;
 }

@@ -32,25 +32,30 @@ void check_data_fits(const ConvNetConfig& model, Index classes, const ImageDatas
     detail::raise<ShapeError>("data", what + " holds " + shape.str() + " images but the model takes " +
                                           model.input.str() + " (change --data or the checkpoint)");
   if (data.classes > classes)
-    detail::raise<InvalidArgument>("data", what + " has " + std::to_string(data.classes) +
-                                               " classes but the network has " + std::to_string(classes) +
-                                               " outputs (end the architecture with linear:" +
-                                               std::to_string(data.classes) + ")");
+    detail::raise<InvalidArgument>(
+        "data", what + " has " + std::to_string(data.classes) + " classes but the network has " +
+                    std::to_string(classes) +
+                    " outputs (end the architecture with linear:" + std::to_string(data.classes) + ")");
   if (data.size() == 0) detail::raise<InvalidArgument>("data", what + " is empty");
 }
 
 template <class T>
-T batch_loss(SequenceClassifier<T>& model, const SequenceDataset& data, std::span<const float> x, Index n,
-             std::span<const std::int64_t> y, const BackwardOptions* options, StepTimes* times,
-             std::vector<std::int64_t>* predictions) {
-  return options ? model.loss_and_grad(x, n, data.steps, y, *options, times, predictions)
-                 : model.evaluate(x, n, data.steps, y, predictions);
+T batch_loss(SequenceClassifier<T>& model, const SequenceDataset& data, std::span<const Index> indices,
+             std::span<const float> x, std::span<const std::int64_t> y, const BackwardOptions* options,
+             StepTimes* times, std::vector<std::int64_t>* predictions) {
+  const auto n = static_cast<Index>(indices.size());
+  std::vector<Index> lengths;
+  if (!data.lengths.empty())
+    for (Index i : indices) lengths.push_back(data.length(i));
+  return options ? model.loss_and_grad(x, n, data.steps, y, *options, times, predictions, lengths)
+                 : model.evaluate(x, n, data.steps, y, predictions, lengths);
 }
 
 template <class T>
-T batch_loss(ConvNet<T>& model, const ImageDataset&, std::span<const float> x, Index n,
+T batch_loss(ConvNet<T>& model, const ImageDataset&, std::span<const Index> indices, std::span<const float> x,
              std::span<const std::int64_t> y, const BackwardOptions* options, StepTimes* times,
              std::vector<std::int64_t>* predictions) {
+  const auto n = static_cast<Index>(indices.size());
   return options ? model.loss_and_grad(x, n, y, *options, times, predictions) : model.evaluate(x, n, y, predictions);
 }
 
@@ -153,11 +158,12 @@ EpochReport train_epoch(Model& model, Optimizer<T>& optimizer, const Data& train
   return r;
 }
 
-#define BPPSA_TRAINER(M, D, T)                                                                                  \
-  template EvalReport evaluate(M<T>&, const D&, Index);                                                       \
+#define BPPSA_TRAINER(M, D, T)                                                                                    \
+  template EvalReport evaluate(M<T>&, const D&, Index);                                                           \
   template EpochReport train_epoch(M<T>&, Optimizer<T>&, const D&, Index, const TrainConfig&, const ProgressFn&); \
-  template T batch_loss(M<T>&, const D&, std::span<const float>, Index, std::span<const std::int64_t>,       \
-                        const BackwardOptions*, StepTimes*, std::vector<std::int64_t>*);
+  template T batch_loss(M<T>&, const D&, std::span<const Index>, std::span<const float>,                          \
+                        std::span<const std::int64_t>, const BackwardOptions*, StepTimes*,                        \
+                        std::vector<std::int64_t>*);
 BPPSA_TRAINER(SequenceClassifier, SequenceDataset, float)
 BPPSA_TRAINER(SequenceClassifier, SequenceDataset, double)
 BPPSA_TRAINER(ConvNet, ImageDataset, float)

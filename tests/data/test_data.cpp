@@ -8,8 +8,8 @@
 
 #include <algorithm>
 #include <bppsa/core/error.hpp>
-#include <bppsa/data/bitstream.hpp>
 #include <bppsa/core/memory.hpp>
+#include <bppsa/data/bitstream.hpp>
 #include <bppsa/data/dataset.hpp>
 #include <bppsa/data/idx.hpp>
 #include <bppsa/data/mnist.hpp>
@@ -81,6 +81,46 @@ TEST(Bitstream, PaperSplit) {
   EXPECT_EQ(small_train.size(), 640);
   EXPECT_EQ(small_test.size(), 360);
   EXPECT_THROW((void)make_bitstream(10, 0, 1), InvalidArgument);
+}
+
+// Samples of different lengths: each length uniform in [min_steps, steps], no bit after it, the
+// same samples as make_bitstream without lengths when min_steps is 0 or steps, and lengths that
+// follow subsets and are checked.
+TEST(Bitstream, LengthsSpreadAndPadWithZeros) {
+  const Index n = 4000, steps = 40, lo = 4;
+  const SequenceDataset d = make_bitstream(n, steps, 11, lo);
+  d.validate("test");
+  EXPECT_EQ(d.name, "bitstream T=4..40");
+  ASSERT_EQ(static_cast<Index>(d.lengths.size()), n);
+  std::vector<double> seen(static_cast<std::size_t>(steps + 1), 0);
+  for (Index i = 0; i < n; ++i) {
+    const Index len = d.length(i);
+    ASSERT_GE(len, lo);
+    ASSERT_LE(len, steps);
+    seen[static_cast<std::size_t>(len)] += 1;
+    const auto s = d.sample(i);
+    for (Index t = len; t < steps; ++t) ASSERT_EQ(s[static_cast<std::size_t>(t)], 0.0f) << "sample " << i;
+  }
+  const double per = static_cast<double>(n) / static_cast<double>(steps - lo + 1);
+  for (Index len = lo; len <= steps; ++len)
+    EXPECT_NEAR(seen[static_cast<std::size_t>(len)], per, 6 * std::sqrt(per)) << "length " << len;
+  for (Index full : {Index{0}, steps}) {
+    const SequenceDataset f = make_bitstream(300, steps, 5, full), plain = make_bitstream(300, steps, 5);
+    EXPECT_EQ(f.x, plain.x);
+    EXPECT_EQ(f.y, plain.y);
+    EXPECT_TRUE(f.lengths.empty());
+  }
+  const std::vector<Index> pick = {7, 2, 2};
+  const SequenceDataset sub = subset(d, pick);
+  EXPECT_EQ(sub.lengths, (std::vector<Index>{d.length(7), d.length(2), d.length(2)}));
+  const auto [train, test] = bitstream_split(steps, 3, 100, lo);
+  EXPECT_EQ(train.lengths.size() + test.lengths.size(), 100u);
+  expect_error<InvalidArgument>([&] { (void)make_bitstream(10, steps, 1, steps + 1); }, {"min_steps 41", "0..40"});
+  SequenceDataset bad = sub;
+  bad.lengths[1] = steps + 1;
+  expect_error<FormatError>([&] { bad.validate("test"); }, {"sample 1", "length 41", "1..40"});
+  bad.lengths.pop_back();
+  expect_error<ShapeError>([&] { bad.validate("test"); }, {"2 lengths for 3 samples"});
 }
 
 TEST(Permutation, IsADeterministicPermutation) {
@@ -449,7 +489,9 @@ TEST(Mnist, BrokenSetsGiveClearErrors) {
       {"images of 2 dims", 2, idx_bytes({7, 20}, f.test_images), {names[2], "2 dimensions (7 × 20), expected 3"}},
       {"labels of 2 dims", 3, idx_bytes({7, 1}, f.test_labels), {names[3], "2 dimensions (7 × 1), expected 1"}},
       {"no images", 0, idx_bytes({0, 5, 4}, {}), {names[0], "holds no images (0 × 5 × 4)"}},
-      {"test images of another size", 2, idx_bytes({7, 4, 5}, f.test_images),
+      {"test images of another size",
+       2,
+       idx_bytes({7, 4, 5}, f.test_images),
        {"training images", "are 5×4 but the test images", names[2], "4×5"}},
       {"truncated data", 2, idx_bytes({7, 5, 4}, ByteVector(139)), {names[2], "is truncated"}},
   };

@@ -480,6 +480,61 @@ TEST_P(Lengths, EqualEachSampleRunAlone) {
   }
 }
 
+// A classifier's batch with lengths in any order gives what each sample run alone for its
+// length gives: the loss and gradients as the mean over the batch (head last) or over the real
+// steps (head every), and each sample's prediction.
+TEST(ClassifierLengths, EqualEachSampleRunAlone) {
+  for (const CellVariant& variant : kVariants)
+    for (HeadMode head : {HeadMode::last, HeadMode::every}) {
+      SCOPED_TRACE(cell_name(variant) + " head " + to_string(head));
+      ModelConfig mc;
+      mc.rnn = variant.config(3, 4, 2);
+      mc.classes = 5;
+      mc.head = head;
+      const Index T = 7, B = 5;
+      const std::vector<Index> lengths = {2, 7, 5, 7, 1};
+      Rng rng(40 + variant.id());
+      const Problem pb = random_problem(B, T, 3, 5, rng);
+      SequenceClassifier<double> model(mc);
+      model.reset_parameters(rng());
+      scale_weights(model.rnn(), 1.5);
+      std::vector<std::int64_t> pred;
+      const double loss =
+          model.loss_and_grad(pb.x, B, T, pb.labels, {BackwardMethod::blelloch, 2}, nullptr, &pred, lengths);
+      std::vector<Md> got;
+      for (const auto& p : model.parameters()) got.push_back(Eigen::Map<const Md>(p.grad, p.size, 1));
+
+      double want_loss = 0, weight_sum = 0;
+      std::vector<Md> want;
+      for (Index b = 0; b < B; ++b) {
+        const Index len = lengths[static_cast<std::size_t>(b)];
+        SequenceClassifier<double> one(mc);
+        auto src = model.parameters(), dst = one.parameters();
+        for (std::size_t k = 0; k < src.size(); ++k) std::copy(src[k].value, src[k].value + src[k].size, dst[k].value);
+        std::vector<float> xb;
+        for (Index t = 0; t < len; ++t)
+          for (Index i = 0; i < 3; ++i) xb.push_back(pb.x[static_cast<std::size_t>((b * T + t) * 3 + i)]);
+        std::vector<std::int64_t> pb1;
+        const double w = head == HeadMode::every ? static_cast<double>(len) : 1.0;
+        want_loss += w * one.loss_and_grad(xb, 1, len, std::span(pb.labels).subspan(static_cast<std::size_t>(b), 1),
+                                           {BackwardMethod::bp}, nullptr, &pb1);
+        weight_sum += w;
+        EXPECT_EQ(pred[static_cast<std::size_t>(b)], pb1[0]) << "prediction of sample " << b;
+        const auto params = one.parameters();
+        for (std::size_t k = 0; k < params.size(); ++k) {
+          const Md g = w * Eigen::Map<const Md>(params[k].grad, params[k].size, 1);
+          if (want.size() <= k)
+            want.push_back(g);
+          else
+            want[k] += g;
+        }
+      }
+      EXPECT_NEAR(loss, want_loss / weight_sum, 1e-12);
+      for (auto& w : want) w /= weight_sum;
+      EXPECT_TRUE(grads_close(got, want, 1e-10));
+    }
+}
+
 // The scan with lengths generates one Jacobian per running step and none for the steps past a
 // length: the chain holds Σ lengths elements plus one cut between samples.
 TEST(RecurrentLengths, ChainHoldsOnlyRunningSteps) {

@@ -287,6 +287,10 @@ def test_operators_pass_torch_opcheck():
         torch.library.opcheck(torch.ops.bppsa.layer_forward.default,
                               (x, h0, c0 if cell == "lstm" else None, w_ih, w_hh, b, b, None, [], cell, "tanh", "blelloch",
                                -1, 0, False))
+    # Samples of different lengths (longest first), as a PackedSequence runs them.
+    w_ih, w_hh, b = torch.randn(12, 3, requires_grad=True), torch.randn(12, 4, requires_grad=True), torch.randn(12)
+    torch.library.opcheck(torch.ops.bppsa.layer_forward.default,
+                          (x, h0, None, w_ih, w_hh, b, b, None, [5, 2], "gru", "tanh", "blelloch", -1, 0, False))
     # An LSTM with a projection (proj 2 of hidden 4): h0 and w_hh have the projection's size.
     w_ih, w_hh = torch.randn(16, 3, requires_grad=True), torch.randn(16, 2, requires_grad=True)
     w_hr, b = torch.randn(2, 4, requires_grad=True), torch.randn(16, requires_grad=True)

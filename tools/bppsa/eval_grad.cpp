@@ -29,9 +29,14 @@ struct EvalArgs {
 /// Prints an evaluation report (text or one JSON object).
 void print_eval(const EvalArgs& a, const EvalReport& r, const std::string& model, const std::string& data) {
   if (a.json) {
-    std::cout << nlohmann::json{{"checkpoint", utf8_text(a.checkpoint)}, {"model", model}, {"data", utf8_text(data)},
-                                {"split", a.split},           {"samples", r.samples},      {"loss", r.loss},
-                                {"accuracy", r.accuracy},     {"seconds", r.seconds}}
+    std::cout << nlohmann::json{{"checkpoint", utf8_text(a.checkpoint)},
+                                {"model", model},
+                                {"data", utf8_text(data)},
+                                {"split", a.split},
+                                {"samples", r.samples},
+                                {"loss", r.loss},
+                                {"accuracy", r.accuracy},
+                                {"seconds", r.seconds}}
                      .dump()
               << "\n";
   } else {
@@ -46,8 +51,8 @@ int run_eval(const EvalArgs& a) {
   const TensorFile file = read_safetensors(a.checkpoint);
   if (file.metadata_or("bppsa.model", a.model) == "cnn") {
     if (device == Device::cuda)
-      detail::raise<InvalidArgument>("eval", "--device cuda is for recurrent models; " + a.checkpoint +
-                                                 " holds a CNN, which runs on the CPU");
+      detail::raise<InvalidArgument>(
+          "eval", "--device cuda is for recurrent models; " + a.checkpoint + " holds a CNN, which runs on the CPU");
     ConvNet<float> model(convnet_config_from_state_dict(file));
     model.load_state_dict(file);
     auto [train, test] = load_images(a.data, a.json);
@@ -66,7 +71,6 @@ int run_eval(const EvalArgs& a) {
   print_eval(a, evaluate(model, *data, a.batch), describe(config), data->name);
   return 0;
 }
-
 
 /// Writes loss and gradients (atomically) and prints a summary.
 template <class Model>
@@ -113,8 +117,8 @@ int run_grad_cnn(const GradArgs& a) {
   } else {
     const std::string arch = w.metadata_or("bppsa.arch", "");
     if (arch.empty())
-      detail::raise<InvalidArgument>(op, "--model cnn needs --arch SPEC (" + a.weights +
-                                             " does not record its architecture)");
+      detail::raise<InvalidArgument>(
+          op, "--model cnn needs --arch SPEC (" + a.weights + " does not record its architecture)");
     config.layers = parse_arch(arch);
   }
   ConvNet<float> model(config);
@@ -132,8 +136,9 @@ int run_grad(const GradArgs& a) {
   const char* op = "grad";
   const Device device = require_device(a.device);
   if (device == Device::cuda && (a.mp.enabled || a.model == "cnn"))
-    detail::raise<InvalidArgument>(op, "--device cuda is for single-process recurrent models (rnn, gru, lstm); "
-                                       "drop --device cuda for --model cnn or --model-parallel");
+    detail::raise<InvalidArgument>(op,
+                                   "--device cuda is for single-process recurrent models (rnn, gru, lstm); "
+                                   "drop --device cuda for --model cnn or --model-parallel");
   for (const auto& [flag, file] :
        {std::pair<const char*, const std::string*>{"--weights", &a.weights}, {"--batch", &a.batch}}) {
     std::error_code ec;
@@ -166,7 +171,17 @@ int run_grad(const GradArgs& a) {
   const std::vector<std::int64_t> y = xb.at("y", op).to_i64("y");
   require_finite(x, a);
   require_labels(y, config.classes, a);
-  const float loss = model.loss_and_grad(x, B, T, y, to_options(a.backward));
+  std::vector<Index> lengths;  // optional: each sample's length, 1..steps (the rest is padding)
+  if (xb.contains("lengths")) {
+    xb.require("lengths", {B}, op);
+    for (const std::int64_t n : xb.at("lengths", op).to_i64("lengths")) {
+      if (n < 1 || n > T)
+        detail::raise<FormatError>(op, "tensor 'lengths' in " + a.batch + " holds " + std::to_string(n) +
+                                           ", outside 1.." + std::to_string(T) + " (the steps of 'x')");
+      lengths.push_back(static_cast<Index>(n));
+    }
+  }
+  const float loss = model.loss_and_grad(x, B, T, y, to_options(a.backward), nullptr, nullptr, lengths);
   write_grads(a, model, loss, describe(config));
   return 0;
 }
@@ -207,7 +222,11 @@ Command add_grad(CLI::App& app) {
   sub->add_option("--weights", a->weights, "state_dict (F32) under PyTorch's names")
       ->required()
       ->check(CLI::ExistingFile);
-  sub->add_option("--batch", a->batch, "x: F32 [B, T, I] (cnn: [B, C, H, W]), y: I64 [B]")->required()->check(CLI::ExistingFile);
+  sub->add_option("--batch", a->batch,
+                  "x: F32 [B, T, I] (cnn: [B, C, H, W]), y: I64 [B], and optionally lengths: I64 [B], each "
+                  "sample's length 1..T (recurrent, CPU)")
+      ->required()
+      ->check(CLI::ExistingFile);
   sub->add_option("--out", a->out, "written atomically: loss (F32 []) and each parameter's gradient")->required();
   add_backward_options(*sub, a->backward);
   add_device_option(*sub, a->device);

@@ -1,6 +1,7 @@
 // Shared flags and data loading for the training-related subcommands.
 #include "options.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -113,6 +114,11 @@ void add_data_options(CLI::App& app, DataArgs& a) {
   app.add_option("--steps", a.steps, "bitstream: sequence length T")
       ->check(CLI::Range(Index{1}, Index{10000000}))
       ->capture_default_str();
+  app.add_option("--min-steps", a.min_steps,
+                 "bitstream: samples of different lengths, each uniform in [MIN, --steps] (padded to --steps; "
+                 "each sample runs and is scanned for its own length only); 0 = every sample --steps long")
+      ->check(CLI::Range(Index{0}, Index{1} << 24))
+      ->capture_default_str();
   app.add_option("--samples", a.samples, "bitstream: samples in all (64 % train, 36 % test)")
       ->check(CLI::Range(Index{2}, Index{100000000}))
       ->capture_default_str();
@@ -203,7 +209,10 @@ std::pair<SequenceDataset, SequenceDataset> load_data(const DataArgs& a, bool qu
         "the bitstream data set (" + std::to_string(a.samples) + " sequences of " + std::to_string(a.steps) + " steps)",
         {{"samples × steps floats", samples * steps * sizeof(float)}, {"labels", samples * 8}},
         "use fewer --samples or --steps");
-    out = bitstream_split(a.steps, a.data_seed, a.samples);
+    if (a.min_steps > a.steps)
+      detail::raise<InvalidArgument>("data", "--min-steps " + std::to_string(a.min_steps) + " is more than --steps " +
+                                                 std::to_string(a.steps) + "; give at most --steps");
+    out = bitstream_split(a.steps, a.data_seed, a.samples, a.min_steps);
   } else if (a.data == "mnist-rows" || a.data == "mnist-pixels") {
     const bool rows = a.data == "mnist-rows";
     out = mnist_sequences(mnist_set(a, source), rows ? MnistLayout::rows : MnistLayout::pixels);
@@ -222,8 +231,18 @@ std::pair<SequenceDataset, SequenceDataset> load_data(const DataArgs& a, bool qu
   out.first = head_of(std::move(out.first), a.limit_train);
   out.second = head_of(std::move(out.second), a.limit_test);
   if (!quiet) {
-    const std::string shape = "T = " + std::to_string(out.first.steps) + ", " + std::to_string(out.first.features) +
-                              " features, " + std::to_string(out.first.classes) + " classes";
+    std::string shape = "T = " + std::to_string(out.first.steps);
+    if (!out.first.lengths.empty()) {  // the real steps against the padded ones: what the lengths path saves
+      double real = 0;
+      for (const Index n : out.first.lengths) real += static_cast<double>(n);
+      char buf[96];
+      std::snprintf(buf, sizeof buf, " (lengths %lld..%lld, %.0f %% of the padded steps)",
+                    static_cast<long long>(*std::min_element(out.first.lengths.begin(), out.first.lengths.end())),
+                    static_cast<long long>(*std::max_element(out.first.lengths.begin(), out.first.lengths.end())),
+                    100.0 * real / static_cast<double>(out.first.size() * out.first.steps));
+      shape += buf;
+    }
+    shape += ", " + std::to_string(out.first.features) + " features, " + std::to_string(out.first.classes) + " classes";
     if (source.empty())
       std::cerr << "data: " << out.first.name << ": " << out.first.size() << " train / " << out.second.size()
                 << " test sequences, " << shape << "\n";

@@ -38,6 +38,7 @@ void add_model_options(CLI::App& app, ModelArgs& a);
 struct DataArgs {
   std::string data = "bitstream";
   Index steps = 1000;          ///< bitstream
+  Index min_steps = 0;         ///< bitstream: each sample's length uniform in [min_steps, steps]; 0 = all steps
   Index samples = 50000;       ///< bitstream total (train 64 %, test 36 %)
   std::string dir;             ///< mnist* (IDX files) / irmas / cifar10 folder
   std::string preset = "s";    ///< irmas

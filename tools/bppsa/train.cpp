@@ -151,29 +151,30 @@ EpochReport time_bp_epoch(const Args& a, const Model& model, const Optimizer<flo
 /// model: its GPU gradients by the run's method against the CPU engine's BP on a CPU copy.
 /// Returns what was compared ("blelloch vs bp").
 template <class Model, class Data>
-std::string check_batch(Model& model, const Data& train, std::span<const float> x, Index n,
+std::string check_batch(Model& model, const Data& train, std::span<const Index> idx, std::span<const float> x,
                         std::span<const std::int64_t> y, const BackwardOptions& run,
                         std::vector<std::vector<float>>& got, std::vector<std::vector<float>>& ref) {
   BackwardOptions bp = run;
   bp.method = BackwardMethod::bp;
   if constexpr (std::is_same_v<Model, SequenceClassifier<float>>) {
     if (model.device() == Device::cuda) {
-      batch_loss(model, train, x, n, y, &run, nullptr, nullptr);
+      batch_loss(model, train, idx, x, y, &run, nullptr, nullptr);
       got = copy_grads(model.parameters());
       ModelConfig c = model.config();
       c.rnn.device = Device::cpu;
       SequenceClassifier<float> cpu(c);
       cpu.load_state_dict(model.state_dict());
-      batch_loss(cpu, train, x, n, y, &bp, nullptr, nullptr);
+      batch_loss(cpu, train, idx, x, y, &bp, nullptr, nullptr);
       ref = copy_grads(cpu.parameters());
       return std::string("cuda ") + to_string(run.method) + " vs the CPU engine's bp";
     }
   }
   BackwardOptions scan = run;
-  if (resolve_backward(scan, n) == BackwardMethod::bp) scan.method = BackwardMethod::blelloch;
-  batch_loss(model, train, x, n, y, &bp, nullptr, nullptr);
+  if (resolve_backward(scan, static_cast<Index>(idx.size())) == BackwardMethod::bp)
+    scan.method = BackwardMethod::blelloch;
+  batch_loss(model, train, idx, x, y, &bp, nullptr, nullptr);
   ref = copy_grads(model.parameters());
-  batch_loss(model, train, x, n, y, &scan, nullptr, nullptr);
+  batch_loss(model, train, idx, x, y, &scan, nullptr, nullptr);
   got = copy_grads(model.parameters());
   return std::string(to_string(scan.method)) + " vs bp";
 }
@@ -330,7 +331,7 @@ int train_loop(const Args& a, Model& model, const std::string& description, cons
     std::vector<std::int64_t> y;
     gather_batch(train, idx, x, y);
     std::vector<std::vector<float>> got, ref;
-    const std::string what = check_batch(model, train, x, n, y, tc.backward, got, ref);
+    const std::string what = check_batch(model, train, idx, x, y, tc.backward, got, ref);
     std::string where;
     std::vector<std::string> names;
     for (const auto& p : params) names.push_back(p.name);
@@ -413,6 +414,16 @@ int run(const Args& a) {
       detail::raise<InvalidArgument>("train",
                                      "--device cuda is for recurrent models (rnn, gru, lstm); CNNs train "
                                      "on the CPU");
+  }
+  if (a.data.min_steps > 0 && a.data.min_steps < a.data.steps) {
+    if (a.mp.enabled)
+      detail::raise<InvalidArgument>("train",
+                                     "--min-steps (samples of different lengths) runs in one process; "
+                                     "drop --model-parallel or --min-steps");
+    if (require_device(a.device) == Device::cuda)
+      detail::raise<InvalidArgument>("train",
+                                     "--min-steps (samples of different lengths) runs on the CPU; "
+                                     "drop --device cuda or --min-steps");
   }
   if (a.mp.enabled) return run_train_model_parallel(a);  // takes the lock on rank 0
   std::optional<CheckpointLock> lock;

@@ -21,12 +21,18 @@ struct SequenceDataset {
   std::vector<std::int64_t> y;
   std::vector<std::string> class_names;  ///< optional, `classes` entries when present
   std::string name;                      ///< e.g. "bitstream T=1000", "mnist rows"
+  /// Optional, one per sample: its real length, 1..steps (the steps after it are padding that
+  /// no model reads). Empty: every sample is `steps` long.
+  std::vector<Index> lengths;
 
   Index size() const { return static_cast<Index>(y.size()); }
+  /// Sample i's length: lengths[i], or steps.
+  Index length(Index i) const { return lengths.empty() ? steps : lengths[static_cast<std::size_t>(i)]; }
   /// Sample i: steps × features values.
   std::span<const float> sample(Index i) const;
   /// Throws FormatError/ShapeError if x's size is not N·steps·features, a label is outside
-  /// [0, classes), or a value is NaN/Inf; `op` prefixes the message.
+  /// [0, classes), a length is outside 1..steps (or there is not one per sample), or a value
+  /// is NaN/Inf; `op` prefixes the message.
   void validate(const std::string& op) const;
 };
 

@@ -71,25 +71,32 @@ class SequenceClassifier {
 
   /// Forward and loss for a batch: x row-major [batch][steps][input] (batch_first), labels
   /// [batch]. predictions (optional) receives the argmax of the last step's logits.
+  ///
+  /// lengths (CPU; empty = every sample has all steps): each sample's length, 1..steps, in any
+  /// order. Sample b then runs steps 1..lengths[b] only (Recurrent::forward's lengths: the
+  /// steps after are padding that nothing reads), head `last` reads its step lengths[b], head
+  /// `every` its steps 1..lengths[b] (the loss is the mean over the real steps of the batch),
+  /// and its prediction is that of its last real step.
   T evaluate(std::span<const float> x, Index batch, Index steps, std::span<const std::int64_t> labels,
-             std::vector<std::int64_t>* predictions = nullptr);
+             std::vector<std::int64_t>* predictions = nullptr, std::span<const Index> lengths = {});
   /// Forward, loss and every parameter gradient (parameters()[i].grad): forward_loss then
   /// backward, timed.
   T loss_and_grad(std::span<const float> x, Index batch, Index steps, std::span<const std::int64_t> labels,
                   const BackwardOptions& options, StepTimes* times = nullptr,
-                  std::vector<std::int64_t>* predictions = nullptr);
+                  std::vector<std::int64_t>* predictions = nullptr, std::span<const Index> lengths = {});
 
   /// The two halves of loss_and_grad, for callers that measure them apart (bench/): the
   /// forward pass and the loss, keeping what backward needs; then every parameter gradient
   /// from that loss. backward without a forward_loss before it throws InvalidArgument.
   T forward_loss(std::span<const float> x, Index batch, Index steps, std::span<const std::int64_t> labels,
-                 std::vector<std::int64_t>* predictions = nullptr);
+                 std::vector<std::int64_t>* predictions = nullptr, std::span<const Index> lengths = {});
   void backward(const BackwardOptions& options, BackwardTimes* times = nullptr);
 
   /// Keeps a batch (same layout as forward_loss's) for forward_loss() without arguments; on
   /// Device::cuda it is uploaded to the GPU here, once, so that repeated steps on it move no
   /// input data (what benchmarks time). forward_loss(x, …) is set_batch then forward_loss().
-  void set_batch(std::span<const float> x, Index batch, Index steps, std::span<const std::int64_t> labels);
+  void set_batch(std::span<const float> x, Index batch, Index steps, std::span<const std::int64_t> labels,
+                 std::span<const Index> lengths = {});
   /// Forward and loss of the batch of the last set_batch (InvalidArgument when there is none).
   T forward_loss(std::vector<std::int64_t>* predictions = nullptr);
 

@@ -62,14 +62,15 @@ template <class Model, class Data, class T>
 EpochReport train_epoch(Model& model, Optimizer<T>& optimizer, const Data& train, Index epoch,
                         const TrainConfig& config, const ProgressFn& progress = {});
 
-/// Loss (and gradients when `options` is given) of one batch, whatever the model: the
-/// sequence models take the step count from the data set.
+/// Loss (and gradients when `options` is given) of one batch, whatever the model: x and y hold
+/// the samples `indices` of `data` (gather_batch); the sequence models take the step count and
+/// each sample's length from the data set.
 template <class T>
-T batch_loss(SequenceClassifier<T>& model, const SequenceDataset& data, std::span<const float> x, Index n,
-             std::span<const std::int64_t> y, const BackwardOptions* options, StepTimes* times,
-             std::vector<std::int64_t>* predictions);
+T batch_loss(SequenceClassifier<T>& model, const SequenceDataset& data, std::span<const Index> indices,
+             std::span<const float> x, std::span<const std::int64_t> y, const BackwardOptions* options,
+             StepTimes* times, std::vector<std::int64_t>* predictions);
 template <class T>
-T batch_loss(ConvNet<T>& model, const ImageDataset& data, std::span<const float> x, Index n,
+T batch_loss(ConvNet<T>& model, const ImageDataset& data, std::span<const Index> indices, std::span<const float> x,
              std::span<const std::int64_t> y, const BackwardOptions* options, StepTimes* times,
              std::vector<std::int64_t>* predictions);
 

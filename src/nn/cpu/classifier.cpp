@@ -2,6 +2,9 @@
 // host forward, the loss, and the backward through the head into the stack.
 #include <omp.h>
 
+#include <algorithm>
+#include <numeric>
+
 #include "bppsa/core/error.hpp"
 #include "nn/classifier_half.hpp"
 
@@ -26,22 +29,56 @@ class ClassifierCpu final : public ClassifierHalf<T> {
   ClassifierCpu(const ModelConfig& config, Recurrent<T>& rnn, Linear<T>& head)
       : config_(config), rnn_(rnn), head_(head) {}
 
-  void set_batch(std::span<const float> x, Index batch, Index steps, std::span<const std::int64_t> labels) override {
+  void set_batch(std::span<const float> x, Index batch, Index steps, std::span<const std::int64_t> labels,
+                 std::span<const Index> lengths) override {
     const Index I = config_.rnn.input;
+    // With lengths the stack runs the batch sorted longest first (Recurrent's order; stable):
+    // order_[k] is the caller's sample at position k.
+    order_.resize(static_cast<std::size_t>(batch));
+    std::iota(order_.begin(), order_.end(), Index{0});
+    lengths_.clear();
+    if (!lengths.empty() && *std::min_element(lengths.begin(), lengths.end()) < steps) {
+      std::stable_sort(order_.begin(), order_.end(), [&](Index a, Index b) {
+        return lengths[static_cast<std::size_t>(a)] > lengths[static_cast<std::size_t>(b)];
+      });
+      for (Index b : order_) lengths_.push_back(lengths[static_cast<std::size_t>(b)]);
+    }
     x_.resize(I, steps * batch);
-    for (Index b = 0; b < batch; ++b)
+    labels_.resize(static_cast<std::size_t>(batch));
+    for (Index k = 0; k < batch; ++k) {
+      const Index b = order_[static_cast<std::size_t>(k)];
       for (Index t = 0; t < steps; ++t)
         for (Index i = 0; i < I; ++i)
-          x_(i, t * batch + b) = static_cast<T>(x[static_cast<std::size_t>((b * steps + t) * I + i)]);
-    labels_.assign(labels.begin(), labels.end());
+          x_(i, t * batch + k) = static_cast<T>(x[static_cast<std::size_t>((b * steps + t) * I + i)]);
+      labels_[static_cast<std::size_t>(k)] = labels[static_cast<std::size_t>(b)];
+    }
     steps_ = steps;
     batch_ = batch;
   }
 
   T forward_loss(bool grad, std::vector<std::int64_t>* predictions) override {
     const Index batch = batch_, steps = steps_;
-    rnn_.forward(x_, steps, batch);
-    if (config_.head == HeadMode::every) {
+    rnn_.forward(x_, steps, batch, lengths_);
+    // The output columns the head reads, each sample's last real step last (argmax_last reads
+    // those): every real step (every) or the last real step (last) of each sample.
+    head_cols_.clear();
+    col_labels_.clear();
+    if (!lengths_.empty()) {
+      if (config_.head == HeadMode::every)
+        for (Index t = 0; t + 1 < steps; ++t)
+          for (Index k = 0; k < batch && t + 1 < lengths_[static_cast<std::size_t>(k)]; ++k) {
+            head_cols_.push_back(t * batch + k);
+            col_labels_.push_back(labels_[static_cast<std::size_t>(k)]);
+          }
+      for (Index k = 0; k < batch; ++k) {
+        head_cols_.push_back((lengths_[static_cast<std::size_t>(k)] - 1) * batch + k);
+        col_labels_.push_back(labels_[static_cast<std::size_t>(k)]);
+      }
+      head_in_.resize(rnn_.output().rows(), static_cast<Index>(head_cols_.size()));
+      for (std::size_t j = 0; j < head_cols_.size(); ++j)
+        head_in_.col(static_cast<Index>(j)) = rnn_.output().col(head_cols_[j]);
+      head_.forward(head_in_, logits_);
+    } else if (config_.head == HeadMode::every) {
       head_.forward(rnn_.output(), logits_);
       col_labels_.resize(static_cast<std::size_t>(steps * batch));
       for (Index t = 0; t < steps; ++t)
@@ -53,10 +90,25 @@ class ClassifierCpu final : public ClassifierHalf<T> {
     }
     const T l = loss<T>(config_.loss, logits_, col_labels_, grad ? &dlogits_ : nullptr);
     argmax_last(logits_, batch, predictions);
+    if (predictions && !lengths_.empty()) {  // back to the caller's order
+      const std::vector<std::int64_t> sorted = *predictions;
+      for (Index k = 0; k < batch; ++k)
+        (*predictions)[static_cast<std::size_t>(order_[static_cast<std::size_t>(k)])] =
+            sorted[static_cast<std::size_t>(k)];
+    }
     return l;
   }
 
   void backward(const BackwardOptions& options, BackwardTimes* times) override {
+    if (!lengths_.empty()) {  // the head's gradient back to the columns it read
+      head_.backward(head_in_, dlogits_, dh_);
+      dout_.setZero(output_size(config_.rnn), rnn_.output().cols());
+      for (std::size_t j = 0; j < head_cols_.size(); ++j) dout_.col(head_cols_[j]) = dh_.col(static_cast<Index>(j));
+      BackwardTimes bt;
+      rnn_.backward(dout_, config_.head == HeadMode::every, options, &bt);
+      if (times) *times = bt;
+      return;
+    }
     head_backward(dlogits_, dout_);
     BackwardTimes bt;
     rnn_.backward(dout_, config_.head == HeadMode::every, options, &bt);
@@ -91,9 +143,11 @@ class ClassifierCpu final : public ClassifierHalf<T> {
   ModelConfig config_;
   Recurrent<T>& rnn_;
   Linear<T>& head_;
-  Matrix<T> x_, logits_, dlogits_, dout_, dh_;
+  Matrix<T> x_, logits_, dlogits_, dout_, dh_, head_in_;
   std::vector<std::int64_t> labels_, col_labels_;
-  Index steps_ = 0, batch_ = 0;  ///< of the stored batch
+  std::vector<Index> order_, lengths_;  ///< the batch sorted longest first (lengths_ empty: no lengths)
+  std::vector<Index> head_cols_;        ///< with lengths: the output columns the head reads
+  Index steps_ = 0, batch_ = 0;         ///< of the stored batch
 };
 
 }  // namespace

@@ -20,7 +20,8 @@ class ClassifierGpu final : public ClassifierHalf<T> {
         g_(gpu::make_model_gpu<T>(*RecurrentAccess<T>::gpu(rnn), config.rnn, config.classes,
                                   config.head == HeadMode::every, config.loss)) {}
 
-  void set_batch(std::span<const float> x, Index batch, Index steps, std::span<const std::int64_t> labels) override {
+  void set_batch(std::span<const float> x, Index batch, Index steps, std::span<const std::int64_t> labels,
+                 std::span<const Index>) override {  // lengths: refused by the front
     // The GPU computes the loss without looking at label ranges: check them here, as loss() does.
     for (Index b = 0; b < batch; ++b)
       check_label("loss", labels[static_cast<std::size_t>(b)], "prediction " + std::to_string(b), config_.classes);

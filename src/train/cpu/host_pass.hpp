@@ -35,7 +35,7 @@ class HostPass final : public Pass {
     gather_batch(data_, idx_, x_, y_);
     Step& s = steps_[static_cast<std::size_t>(slot)];
     s = Step{};
-    const T loss = batch_loss(model_, data_, x_, n, y_, optimizer_ ? &options_ : nullptr, &s.times, &pred_);
+    const T loss = batch_loss(model_, data_, idx_, x_, y_, optimizer_ ? &options_ : nullptr, &s.times, &pred_);
     if (optimizer_) {
       const double t0 = omp_get_wtime();
       optimizer_->step(params_);

@@ -59,7 +59,13 @@ class GpuPass final : public Pass {
 template <class T>
 std::unique_ptr<Pass> make_pass(SequenceClassifier<T>& model, Optimizer<T>* optimizer, const SequenceDataset& data,
                                 std::span<const Index> order, const BackwardOptions& options) {
-  if (model.device() == Device::cuda) return std::make_unique<GpuPass<T>>(model, optimizer, data, order, options);
+  if (model.device() == Device::cuda) {
+    if (!data.lengths.empty())
+      raise<UnsupportedError>("train", "data set '" + data.name +
+                                           "' has samples of different lengths, which run on the CPU only for now; "
+                                           "use --device cpu");
+    return std::make_unique<GpuPass<T>>(model, optimizer, data, order, options);
+  }
   return make_host_pass(model, optimizer, data, order, options);
 }
 
