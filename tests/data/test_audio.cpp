@@ -401,6 +401,10 @@ TEST_F(Irmas, TrainingLayoutLabelsShapesAndOrder) {
       ASSERT_EQ(s1[t * f + half + c], r[t * half + c]) << t << " " << c;
     }
   for (Index i = frames * f; i < steps * f; ++i) ASSERT_EQ(s1[i], 0.0f) << i;
+  // Every clip is shorter than the 3-s default: each keeps its length, `frames` (what it filled).
+  ASSERT_LT(frames, steps);
+  data.validate("test");
+  EXPECT_EQ(data.lengths, std::vector<Index>(4, frames));
   // Sample 2 = the mono gac/a.wav: both halves equal.
   const float* s2 = data.x.data() + 2 * steps * f;
   for (Index t = 0; t < frames; ++t)
@@ -428,6 +432,7 @@ TEST_F(Irmas, FlatFolderWithBracketNamesAndExplicitSteps) {
   EXPECT_FALSE(fs::exists(dir_ / ".bppsa-mfcc-tiny.safetensors"));
   EXPECT_EQ(data.steps, 40);  // cut from 87 frames
   EXPECT_EQ(data.x.size(), 3u * 40 * 8);
+  EXPECT_TRUE(data.lengths.empty()) << "every clip fills the 40 steps";
   // Sorted: "[PIA]…" < "[flu]…" < "[jaz]…" (byte order).
   EXPECT_EQ(data.y, (std::vector<std::int64_t>{6, 2, 7}));
 }
@@ -439,9 +444,11 @@ TEST_F(Irmas, CacheIsWrittenReusedAndInvalidated) {
   const auto first = bppsa::load_irmas(dir_, p);
   ASSERT_TRUE(fs::exists(cache));
   const auto stored = bppsa::read_safetensors(cache);
-  EXPECT_EQ(stored.metadata.at("format"), "bppsa-mfcc-2");
+  EXPECT_EQ(stored.metadata.at("format"), "bppsa-mfcc-3");
   EXPECT_EQ(stored.at("x").shape, (std::vector<Index>{4, first.steps, 8}));
   EXPECT_EQ(stored.at("y").dtype, bppsa::DType::i64);
+  EXPECT_EQ(stored.at("lengths").shape, (std::vector<Index>{4}));
+  ASSERT_FALSE(first.lengths.empty());
   const auto mtime = fs::last_write_time(cache);
 
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -451,6 +458,7 @@ TEST_F(Irmas, CacheIsWrittenReusedAndInvalidated) {
   EXPECT_EQ(second.y, first.y);
   EXPECT_EQ(second.steps, first.steps);
   EXPECT_EQ(second.name, first.name);
+  EXPECT_EQ(second.lengths, first.lengths) << "the cache keeps the lengths";
 
   // Another preset or steps is another key; the same cache path is recomputed.
   const auto cut = bppsa::load_irmas(dir_, p, 30, cache);
@@ -494,6 +502,17 @@ TEST_F(Irmas, BrokenCacheTellsTheUserToDeleteIt) {
   bppsa::write_safetensors(cache, file);
   expect_error<bppsa::FormatError>([&] { bppsa::load_irmas(dir_, p); },
                                    {"cache", "is malformed", "F32 [3, 5, 8]", "delete it"});
+  // Lengths that do not fit its steps.
+  write_bytes(cache, bytes);
+  file = bppsa::read_safetensors(cache);
+  const Index steps = file.at("x").shape[1];
+  file.tensors["lengths"] = bppsa::Tensor::from_i64(std::vector<std::int64_t>{1, 2, steps + 1, 3}, {4});
+  bppsa::write_safetensors(cache, file);
+  expect_error<bppsa::FormatError>([&] { bppsa::load_irmas(dir_, p); },
+                                   {"is malformed", "length of " + std::to_string(steps + 1), "delete it"});
+  file.tensors.erase("lengths");
+  bppsa::write_safetensors(cache, file);
+  expect_error<bppsa::FormatError>([&] { bppsa::load_irmas(dir_, p); }, {"lacks tensor", "'lengths'"});
 
   // Deleting it, as told, recomputes.
   fs::remove(cache);

@@ -58,13 +58,13 @@ std::vector<float> mfcc(std::span<const float> mono, int sample_rate, const Mfcc
 /// FormatError. Stereo → L and R features concatenated per frame (F = 2(n_mfcc − 1)); mono
 /// is duplicated; more channels → FormatError. All files must share one sample rate. Every
 /// sequence is cut or zero-padded to `steps` (0 = 1 + ⌊3·rate / hop⌋, a 3-s clip at the
-/// files' rate). Features are computed in parallel over files (OpenMP); the result does not
-/// depend on the thread count, and of several broken files the first in order is reported.
-/// Cache: `cache` (default <folder>/.bppsa-mfcc-<preset>.safetensors) holds x F32 [N, steps,
-/// F], y I64 [N] and metadata format "bppsa-mfcc-2" and key, a hash of the preset, `steps`
-/// and every file's relative path, size and mtime. A cache with another key is recomputed
-/// and replaced (atomically); one that cannot be parsed or does not fit is a FormatError
-/// telling the user to delete it.
+/// files' rate); a clip shorter than `steps` keeps its length (SequenceDataset::lengths, set when
+/// any clip is shorter), so that its padding costs nothing in training. Features are computed in parallel over files
+/// (OpenMP); the result does not depend on the thread count, and of several broken files the first in order is
+/// reported. Cache: `cache` (default <folder>/.bppsa-mfcc-<preset>.safetensors) holds x F32 [N, steps, F], y I64 [N],
+/// lengths I64 [N] and metadata format "bppsa-mfcc-3" and key, a hash of the preset, `steps` and every file's relative
+/// path, size and mtime. A cache with another key is recomputed and replaced (atomically); one that cannot be parsed or
+/// does not fit is a FormatError telling the user to delete it.
 SequenceDataset load_irmas(const std::filesystem::path& folder, const MfccPreset& preset, Index steps = 0,
                            const std::filesystem::path& cache = {});
 
@@ -73,10 +73,9 @@ namespace detail {
 /// the data set it holds when its metadata format and key match `key`, nothing when they do
 /// not (a cache of other inputs, to recompute). FormatError telling the user to delete it
 /// when x is not F32 [labels.size(), steps (any > 0 if steps is 0), features], y not I64
-/// equal to `labels`, or x holds NaN/Inf.
+/// equal to `labels`, lengths not I64 [labels.size()] in 1..steps, or x holds NaN/Inf.
 std::optional<SequenceDataset> mfcc_cache_dataset(const TensorFile& file, const std::string& key,
-                                                  const std::vector<std::int64_t>& labels, Index steps,
-                                                  Index features);
+                                                  const std::vector<std::int64_t>& labels, Index steps, Index features);
 /// Throws InvalidArgument (prefixed by `op`) unless 2 ≤ n_mfcc ≤ n_filters, n_fft ≥ 2 and
 /// 1 ≤ hop ≤ n_fft.
 void check_mfcc_preset(const std::string& op, const MfccPreset& preset);

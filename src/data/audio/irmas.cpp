@@ -21,7 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 
 const std::string k_op = "load_irmas";
-const std::string k_format = "bppsa-mfcc-2";
+const std::string k_format = "bppsa-mfcc-3";
 const std::string k_delete_hint = "; delete it to recompute the features";
 
 std::string lower(std::string s) {
@@ -139,9 +139,10 @@ std::optional<SequenceDataset> read_cache(const fs::path& cache, const std::stri
   return detail::mfcc_cache_dataset(file, key, labels, steps, features);
 }
 
-/// Features of one file written into its slice [steps][features] of x (already zeroed).
-void compute_file(const Entry& file, const MfccPreset& preset, int rate, const std::string& rate_source, Index steps,
-                  Index features, float* out) {
+/// Features of one file written into its slice [steps][features] of x (already zeroed); returns
+/// the steps it filled (its length, at least 1: a clip shorter than a frame is one zero step).
+Index compute_file(const Entry& file, const MfccPreset& preset, int rate, const std::string& rate_source, Index steps,
+                   Index features, float* out) {
   const Audio audio = read_audio(file.path);
   if (audio.channels > 2)
     detail::raise<FormatError>(k_op, file.path.string() + " has " + std::to_string(audio.channels) +
@@ -167,6 +168,13 @@ void compute_file(const Entry& file, const MfccPreset& preset, int rate, const s
   const Index t_max = std::min(steps, static_cast<Index>(feats[0].size()) / half);
   for (Index t = 0; t < t_max; ++t)
     for (int c = 0; c < 2; ++c) std::copy_n(feats[c].begin() + t * half, half, out + t * features + c * half);
+  return std::max<Index>(t_max, 1);
+}
+
+/// Lengths that all equal `steps` say nothing: the data set then has none.
+std::vector<Index> lengths_if_shorter(std::vector<Index> lengths, Index steps) {
+  if (std::all_of(lengths.begin(), lengths.end(), [&](Index n) { return n == steps; })) lengths.clear();
+  return lengths;
 }
 
 }  // namespace
@@ -179,9 +187,11 @@ std::optional<SequenceDataset> detail::mfcc_cache_dataset(const TensorFile& file
   const auto bad = [&](const std::string& why) {
     detail::raise<FormatError>(k_op, "cache " + file.source + " is malformed (" + why + ")" + k_delete_hint);
   };
-  if (!file.contains("x") || !file.contains("y")) bad("it lacks tensor 'x' or 'y'");
+  if (!file.contains("x") || !file.contains("y") || !file.contains("lengths"))
+    bad("it lacks tensor 'x', 'y' or 'lengths'");
   const Tensor& x = file.tensors.at("x");
   const Tensor& y = file.tensors.at("y");
+  const Tensor& len = file.tensors.at("lengths");
   const auto n = static_cast<Index>(labels.size());
   if (x.dtype != DType::f32 || x.shape.size() != 3 || x.shape[0] != n || x.shape[2] != features ||
       (steps > 0 && x.shape[1] != steps) || x.shape[1] <= 0)
@@ -189,6 +199,8 @@ std::optional<SequenceDataset> detail::mfcc_cache_dataset(const TensorFile& file
         (steps > 0 ? std::to_string(steps) : std::string("steps")) + ", " + std::to_string(features) + "]");
   if (y.dtype != DType::i64 || y.shape.size() != 1 || y.shape[0] != n)
     bad("y is " + y.describe() + ", expected I64 [" + std::to_string(n) + "]");
+  if (len.dtype != DType::i64 || len.shape.size() != 1 || len.shape[0] != n)
+    bad("lengths is " + len.describe() + ", expected I64 [" + std::to_string(n) + "]");
 
   SequenceDataset data;
   data.steps = x.shape[1];
@@ -196,6 +208,13 @@ std::optional<SequenceDataset> detail::mfcc_cache_dataset(const TensorFile& file
   data.x = x.to_f32("x");
   data.y = y.to_i64("y");
   if (data.y != labels) bad("its labels differ from those of the file names");
+  std::vector<Index> lengths;
+  for (const std::int64_t v : len.to_i64("lengths")) {
+    if (v < 1 || v > data.steps)
+      bad("a length of " + std::to_string(v) + " is outside 1.." + std::to_string(data.steps));
+    lengths.push_back(static_cast<Index>(v));
+  }
+  data.lengths = lengths_if_shorter(std::move(lengths), data.steps);
   for (float v : data.x)
     if (!std::isfinite(v)) bad("x holds NaN or Inf");
   return data;
@@ -259,11 +278,13 @@ SequenceDataset load_irmas(const std::filesystem::path& folder, const MfccPreset
     // Every file is attempted and its error kept, so the error reported is always that of
     // the first broken file in path order, whatever the thread schedule.
     std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
+    std::vector<Index> lengths(static_cast<std::size_t>(n), steps);
     const std::string rate_source = files.front().path.string();
 #pragma omp parallel for schedule(dynamic)
     for (Index i = 0; i < n; ++i) {
       try {
-        compute_file(files[i], preset, rate, rate_source, steps, features, data.x.data() + i * steps * features);
+        lengths[static_cast<std::size_t>(i)] =
+            compute_file(files[i], preset, rate, rate_source, steps, features, data.x.data() + i * steps * features);
       } catch (...) {
         errors[i] = std::current_exception();
       }
@@ -274,6 +295,8 @@ SequenceDataset load_irmas(const std::filesystem::path& folder, const MfccPreset
     TensorFile out;
     out.tensors["x"] = Tensor::from_f32(data.x, {n, steps, features});
     out.tensors["y"] = Tensor::from_i64(data.y, {n});
+    out.tensors["lengths"] = Tensor::from_i64(std::vector<std::int64_t>(lengths.begin(), lengths.end()), {n});
+    data.lengths = lengths_if_shorter(std::move(lengths), steps);
     out.metadata["format"] = k_format;
     out.metadata["key"] = key;
     out.metadata["preset"] = preset_name;
