@@ -4,13 +4,11 @@
 #include <omp.h>
 
 #include "bppsa/core/error.hpp"
+#include "scan/link_check.hpp"
 
 namespace bppsa {
-namespace {
 
-std::string element_name(Index k) { return "J_" + std::to_string(k) + "^T"; }
-
-}  // namespace
+std::string detail::element_name(Index k) { return "J_" + std::to_string(k) + "^T"; }
 
 template <class T>
 Chain<T>::Chain(Index batch) : batch_(batch) {
@@ -85,29 +83,39 @@ bool Chain<T>::has_injections() const {
   return false;
 }
 
+namespace detail {
+
+template <class T>
+void check_link(const Layout<T>& l, const Layout<T>* prev, Index k, Index n, Index batch, const char* op) {
+  auto name = [&] {
+    return element_name(k) + " (chain element " + std::to_string(k) + " of " + std::to_string(n) + ", " + l.describe() +
+           ")";
+  };
+  if (l.count != 1 && l.count != batch)
+    raise<ShapeError>(op, name() + " has " + std::to_string(l.count) + " samples but the batch has " +
+                              std::to_string(batch) + "; use count 1 (shared) or " + std::to_string(batch));
+  if (l.kind == Kind::csr && !l.pattern->valid()) l.pattern->require_valid(op + (": " + name()));
+  if (prev && prev->cols != l.rows)
+    raise<ShapeError>(op, name() + " does not chain with " + element_name(k - 1) + " (" + prev->describe() +
+                              "): " + element_name(k - 1) + " has " + std::to_string(prev->cols) + " columns (d_" +
+                              std::to_string(k - 1) + ") but " + element_name(k) + " has " + std::to_string(l.rows) +
+                              " rows");
+}
+template void check_link(const Layout<float>&, const Layout<float>*, Index, Index, Index, const char*);
+template void check_link(const Layout<double>&, const Layout<double>*, Index, Index, Index, const char*);
+
+}  // namespace detail
+
 template <class T>
 void Chain<T>::check_element(Index k, const char* op) const {
-  // Runs on every scan for every element: messages are built only on failure.
   const Jacobian<T>& j = jt_[static_cast<std::size_t>(k - 1)];
-  auto name = [&] {
-    return element_name(k) + " (chain element " + std::to_string(k) + " of " + std::to_string(size()) + ", " +
-           j.layout().describe() + ")";
-  };
-  if (j.count() != 1 && j.count() != batch_)
-    detail::raise<ShapeError>(op, name() + " has " + std::to_string(j.count()) + " samples but the batch has " +
-                                      std::to_string(batch_) + "; use count 1 (shared) or " + std::to_string(batch_));
-  if (j.kind() == Kind::csr && !j.layout().pattern->valid()) j.layout().pattern->require_valid(op + (": " + name()));
+  detail::check_link(j.layout(), k > 1 ? &jt_[static_cast<std::size_t>(k - 2)].layout() : nullptr, k, size(), batch_,
+                     op);
   if (static_cast<Index>(j.values().size()) != j.layout().values_per_sample() * j.count())
-    detail::raise<InvalidArgument>(op, name() + " holds " + std::to_string(j.values().size()) + " values, expected " +
+    detail::raise<InvalidArgument>(op, detail::element_name(k) + " (chain element " + std::to_string(k) + " of " +
+                                           std::to_string(size()) + ", " + j.layout().describe() + ") holds " +
+                                           std::to_string(j.values().size()) + " values, expected " +
                                            std::to_string(j.layout().values_per_sample() * j.count()));
-  if (k > 1) {
-    const Jacobian<T>& prev = jt_[static_cast<std::size_t>(k - 2)];
-    if (prev.cols() != j.rows())
-      detail::raise<ShapeError>(op, name() + " does not chain with " + element_name(k - 1) + " (" +
-                                        prev.layout().describe() + "): " + element_name(k - 1) + " has " +
-                                        std::to_string(prev.cols()) + " columns (d_" + std::to_string(k - 1) +
-                                        ") but " + element_name(k) + " has " + std::to_string(j.rows()) + " rows");
-  }
 }
 
 template <class T>
@@ -120,7 +128,8 @@ void Chain<T>::validate(const char* op, int threads) const {
   const Index n = size();
   Index bad = n + 1;
 #pragma omp parallel for num_threads(threads > 0 ? threads : omp_get_max_threads()) schedule(static) \
-    reduction(min : bad) if (n >= kParallelElements)
+    reduction(min                                                                                    \
+              : bad) if (n >= kParallelElements)
   for (Index k = 1; k <= n; ++k) {
     try {
       check_element(k, op);

@@ -10,6 +10,7 @@
 
 #include "bppsa/core/error.hpp"
 #include "scan/cost_model.hpp"
+#include "scan/link_check.hpp"
 
 namespace bppsa::detail {
 
@@ -153,21 +154,10 @@ std::vector<ElementInfo<T>> resident_elements(const ResidentChain<T>& chain, con
   for (Index k = 1; k <= n; ++k) {
     const Layout<T>* l = chain.jacobian[static_cast<std::size_t>(k - 1)];
     const std::string name =
-        "J_" + std::to_string(k) + "^T (chain element " + std::to_string(k) + " of " + std::to_string(n) + ")";
+        element_name(k) + " (chain element " + std::to_string(k) + " of " + std::to_string(n) + ")";
     if (!l) raise<InvalidArgument>(op, name + " has no layout (null)");
-    l->check((std::string(op) + ": " + name).c_str());
-    if (l->count != 1 && l->count != chain.batch && l->kind != Kind::identity)
-      raise<ShapeError>(op, name + " has " + std::to_string(l->count) + " samples but the batch has " +
-                                std::to_string(chain.batch) + "; use count 1 (shared) or " +
-                                std::to_string(chain.batch));
-    if (l->kind == Kind::csr) l->pattern->require_valid(std::string(op) + ": " + name);
-    if (k > 1) {
-      const Layout<T>* prev = chain.jacobian[static_cast<std::size_t>(k - 2)];
-      if (prev->cols != l->rows)
-        raise<ShapeError>(op, name + " (" + l->describe() + ") does not chain with J_" + std::to_string(k - 1) +
-                                  "^T (" + prev->describe() + "): d_" + std::to_string(k - 1) + " is " +
-                                  std::to_string(prev->cols) + " there and " + std::to_string(l->rows) + " here");
-    }
+    l->check((std::string(op) + ": " + name).c_str());  // the layout itself, as Jacobian's constructor checks it
+    check_link(*l, k > 1 ? chain.jacobian[static_cast<std::size_t>(k - 2)] : nullptr, k, n, chain.batch, op);
   }
   std::vector<ElementInfo<T>> elements(static_cast<std::size_t>(n) + 1);
   for (Index i = 1; i <= n; ++i)

@@ -130,6 +130,11 @@ def main():
                                      "lengths": np.array([15, 16], np.int64)})
     run(["grad", "--model", "lstm", "--weights", path("var.safetensors"), "--batch", path("lx.safetensors"),
          "--out", path("lg.safetensors")], 1, "outside 1..15", "grad with a length past the batch's steps")
+    run(["grad", "--model", "lstm", "--weights", path("var.safetensors"), "--batch", path("lx.safetensors"),
+         "--out", path("lg.safetensors"), "--model-parallel"], 1, "drop --model-parallel",
+        "grad --model-parallel refuses a batch with lengths")
+    run(["train", "--model", "gru", "--data", "mnist-rows", "--data-dir", path("nowhere"), "--min-steps", "5",
+         "--epochs", "1"], 1, "bitstream only", "--min-steps on other data")
     idx = fake_mnist(path("idx"))  # an MNIST-format set of IDX files: 96 train + 24 test images
     run(["eval", "--checkpoint", path("c.safetensors"), "--data", "mnist-rows", "--data-dir", idx, "--limit-test", "5"],
         1, "input features", "eval on data of the wrong shape")

@@ -147,8 +147,14 @@ int run_grad(const GradArgs& a) {
                                              " file; writing the gradients "
                                              "would replace it: give --out another name");
   }
-  if (a.mp.enabled) return run_grad_model_parallel(a);
-  if (a.model == "cnn") return run_grad_cnn(a);
+  if (a.mp.enabled || a.model == "cnn") {
+    // Samples of different lengths run in one process and through recurrent layers only.
+    if (read_safetensors(a.batch).contains("lengths"))
+      detail::raise<InvalidArgument>(op, "--batch " + a.batch + " holds 'lengths' (samples of different lengths), " +
+                                             (a.mp.enabled ? "which run in one process; drop --model-parallel"
+                                                           : "which --model cnn does not take; remove the tensor"));
+    return a.mp.enabled ? run_grad_model_parallel(a) : run_grad_cnn(a);
+  }
   if (!a.arch.empty()) detail::raise<InvalidArgument>(op, "--arch is for --model cnn");
   const TensorFile w = read_safetensors(a.weights);
   if (w.metadata_or("bppsa.model") == "cnn")

@@ -76,15 +76,18 @@ struct Job {
 int train_rank(const TrainArgs& a, Comm& world) {
   const bool root = world.rank() == 0;
   if (!a.resume.empty())
-    detail::raise<InvalidArgument>("train", "--resume is not supported with --model-parallel (the optimizer state is "
-                                            "not sharded yet); start from the weights with --init CKPT");
+    detail::raise<InvalidArgument>("train",
+                                   "--resume is not supported with --model-parallel (the optimizer state is "
+                                   "not sharded yet); start from the weights with --init CKPT");
   if (a.prune >= 0) detail::raise<InvalidArgument>("train", "--prune is not supported with --model-parallel");
   if (a.clip > 0)
-    detail::raise<InvalidArgument>("train", "--clip-grad-norm is not supported with --model-parallel (the norm "
-                                            "would need every stage's gradients)");
+    detail::raise<InvalidArgument>("train",
+                                   "--clip-grad-norm is not supported with --model-parallel (the norm "
+                                   "would need every stage's gradients)");
   if (a.compare_bp)
-    detail::raise<InvalidArgument>("train", "--compare-bp is not supported with --model-parallel (compare "
-                                            "--mp-backward bp and bppsa runs instead)");
+    detail::raise<InvalidArgument>("train",
+                                   "--compare-bp is not supported with --model-parallel (compare "
+                                   "--mp-backward bp and bppsa runs instead)");
   const bool cnn = a.model.model == "cnn";
   const PipelineOptions po = pipeline_options(a.mp, a.backward.threads, job_string(a));
   TensorFile init;
@@ -100,6 +103,10 @@ int train_rank(const TrainArgs& a, Comm& world) {
     job.test = std::move(test);
   } else {
     auto [train, test] = load_data(a.data, !root);
+    if (!train.lengths.empty() || !test.lengths.empty())
+      detail::raise<InvalidArgument>("train", "data set '" + train.name +
+                                                  "' has samples of different lengths, which run in one process; "
+                                                  "drop --model-parallel");
     const ModelConfig config = recurrent_train_config(a, train, test, a.init.empty() ? nullptr : &init);
     job.model = std::make_unique<ModelParallel<float>>(world, config, train.steps, po);
     job.description = describe(config);
@@ -134,9 +141,9 @@ int train_rank(const TrainArgs& a, Comm& world) {
   if (root) {
     std::cerr << "model: " << job.description << ", model-parallel " << mp.stages() << " stages × " << mp.replicas()
               << " replicas, " << a.mp.micro_batches << " micro-batches, backward " << a.mp.backward
-              << (a.mp.backward == "bppsa" ? " (" + a.mp.scan + ", " +
-                                                 std::to_string(mpi::scan_rounds(po.scan, mp.stages())) + " rounds)"
-                                           : " (" + std::to_string(mp.stages() - 1) + " hops)")
+              << (a.mp.backward == "bppsa"
+                      ? " (" + a.mp.scan + ", " + std::to_string(mpi::scan_rounds(po.scan, mp.stages())) + " rounds)"
+                      : " (" + std::to_string(mp.stages() - 1) + " hops)")
               << ", " << a.optimizer << " lr " << a.lr << ", batch " << a.batch << "\n";
     if (!a.log.empty()) {
       log.open(a.log, false);
@@ -198,11 +205,12 @@ int train_rank(const TrainArgs& a, Comm& world) {
       correct += c;
     }
     if (root) {
-      std::printf("epoch %lld/%lld  train loss %.4f  test loss %.4f acc %5.2f%%  %.1f s (rank 0: forward %.1f, "
-                  "backward %.1f, gradient all-reduce %.2f)\n",
-                  static_cast<long long>(epoch), static_cast<long long>(a.epochs), loss_sum / static_cast<double>(n),
-                  test_loss / static_cast<double>(nt), 100.0 * static_cast<double>(correct) / static_cast<double>(nt),
-                  seconds, forward, backward, reduce);
+      std::printf(
+          "epoch %lld/%lld  train loss %.4f  test loss %.4f acc %5.2f%%  %.1f s (rank 0: forward %.1f, "
+          "backward %.1f, gradient all-reduce %.2f)\n",
+          static_cast<long long>(epoch), static_cast<long long>(a.epochs), loss_sum / static_cast<double>(n),
+          test_loss / static_cast<double>(nt), 100.0 * static_cast<double>(correct) / static_cast<double>(nt), seconds,
+          forward, backward, reduce);
       std::fflush(stdout);
       log.write(nlohmann::json{{"event", "epoch"},
                                {"epoch", epoch},
@@ -252,14 +260,16 @@ int train_rank(const TrainArgs& a, Comm& world) {
         single.load_state_dict(weights);
         single.loss_and_grad(x, n, y, bp);
         for (const auto& p : single.parameters())
-          ref.tensors[p.name] = Tensor::from_f32(std::span<const float>(p.grad, static_cast<std::size_t>(p.size)), p.shape);
+          ref.tensors[p.name] =
+              Tensor::from_f32(std::span<const float>(p.grad, static_cast<std::size_t>(p.size)), p.shape);
       } else {
         SequenceClassifier<float> single(checkpoint_config(weights, a.model.model));
         single.load_state_dict(weights);
         const auto& d = std::get<SequenceDataset>(job.train);
         single.loss_and_grad(x, n, d.steps, y, bp);
         for (const auto& p : single.parameters())
-          ref.tensors[p.name] = Tensor::from_f32(std::span<const float>(p.grad, static_cast<std::size_t>(p.size)), p.shape);
+          ref.tensors[p.name] =
+              Tensor::from_f32(std::span<const float>(p.grad, static_cast<std::size_t>(p.size)), p.shape);
       }
       std::vector<std::vector<float>> g, r;
       std::vector<std::string> names;
@@ -270,9 +280,10 @@ int train_rank(const TrainArgs& a, Comm& world) {
       }
       std::string where;
       const double err = max_relative_error(g, r, names, &where);
-      std::printf("gradient check (one batch of %lld): model-parallel %s over %d stages vs single-process bp, largest "
-                  "relative error %.3g (%s)\n",
-                  static_cast<long long>(n), a.mp.backward.c_str(), mp.stages(), err, where.c_str());
+      std::printf(
+          "gradient check (one batch of %lld): model-parallel %s over %d stages vs single-process bp, largest "
+          "relative error %.3g (%s)\n",
+          static_cast<long long>(n), a.mp.backward.c_str(), mp.stages(), err, where.c_str());
       if (!(err <= 1e-4)) {
         std::fprintf(stderr, "bppsa: error: gradient check failed (%.3g > 1e-4)\n", err);
         failed = 1;

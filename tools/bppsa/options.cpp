@@ -202,6 +202,11 @@ MnistSet mnist_set(const DataArgs& a, std::string& source) {
 std::pair<SequenceDataset, SequenceDataset> load_data(const DataArgs& a, bool quiet) {
   std::pair<SequenceDataset, SequenceDataset> out;
   std::string source;  // MNIST-format sets: which one, where, how many images
+  if (a.min_steps > 0 && a.data != "bitstream")
+    detail::raise<InvalidArgument>("data",
+                                   "--min-steps applies to --data bitstream only (IRMAS clips keep their own "
+                                   "lengths); drop it for --data " +
+                                       a.data);
   if (a.data == "bitstream") {
     const double samples = static_cast<double>(a.samples), steps = static_cast<double>(a.steps);
     check_memory(

@@ -40,15 +40,15 @@ void forward(const RecurrentLayerParams<T>& p, LayerRecord<T>& rec) {
     g = g.array().tanh();
     o = o.unaryExpr([](T v) { return sigmoid(v); });
     auto c = rec.c.middleCols(t * B, w);
-    c = f.array() * rec.c.middleCols((t - 1) * B, B).array() + i.array() * g.array();
+    c = f.array() * rec.c.middleCols((t - 1) * B, w).array() + i.array() * g.array();
     auto tc = rec.aux.middleCols((t - 1) * B, w);
     tc = c.array().tanh();
     if (proj) {
       auto m = rec.m.middleCols((t - 1) * B, w);
       m = o.array() * tc.array();
-      rec.h.middleCols(t * B, B).noalias() = p.w_hr * m;
+      rec.h.middleCols(t * B, w).noalias() = p.w_hr * m;
     } else {
-      rec.h.middleCols(t * B, B) = o.array() * tc.array();
+      rec.h.middleCols(t * B, w) = o.array() * tc.array();
     }
   }
 }
