@@ -108,10 +108,46 @@ void bp_recurrence(const CellOps<T>& ops, CellType cell, const RecurrentLayerPar
   }
 }
 
+/// With lengths: the columns of the steps that run (step t's first rec.width(t) columns of its
+/// block t − 1, contiguous per step) gathered in order from src (rows × T·B), Σ L_b of them, so
+/// that a GEMM over them skips the padding.
+template <class T, class M>
+Matrix<T> gather_running(const LayerRecord<T>& rec, const M& src) {
+  Index n = 0;
+  for (Index t = 1; t <= rec.steps; ++t) n += rec.width(t);
+  Matrix<T> out(src.rows(), n);
+  for (Index t = 1, j = 0; t <= rec.steps; j += rec.width(t), ++t)
+    out.middleCols(j, rec.width(t)) = src.middleCols((t - 1) * rec.batch, rec.width(t));
+  return out;
+}
+/// The inverse: src's columns back to their places in dst (rows × T·B); the others untouched.
+template <class T>
+void scatter_running(const LayerRecord<T>& rec, const Matrix<T>& src, Matrix<T>& dst) {
+  for (Index t = 1, j = 0; t <= rec.steps; j += rec.width(t), ++t)
+    dst.middleCols((t - 1) * rec.batch, rec.width(t)) = src.middleCols(j, rec.width(t));
+}
+
 /// The message of a non-finite state gradient, the same for BP and every scan.
 [[noreturn]] void raise_state_grads_not_finite(const char* op, Index l) {
   raise<NonFiniteError>(op, "state gradients of layer " + std::to_string(l) +
                                 " are not finite (NaN/Inf): the loss or the weights diverged; lower the learning rate");
+}
+
+/// ∂ℓ/∂W_ih = dx·x^T, ∂ℓ/∂W_hh = dh·h_prev^T, the biases' sums and, with a projection,
+/// ∂ℓ/∂W_hr = g_h·m^T: GEMMs over the same columns of every argument.
+template <class T, class X, class Hp, class Gh>
+void param_gradients(int threads, const RecurrentLayerParams<T>& p, const Matrix<T>& dx, const Matrix<T>& dh,
+                     const X& x, const Hp& h_prev, const Gh& g_h, const Matrix<T>& m, RecurrentLayerParams<T>& gp) {
+  gp.w_ih.resize(dx.rows(), x.rows());
+  parallel_product(threads, gp.w_ih, dx, x.transpose());
+  gp.b_ih = dx.rowwise().sum();
+  gp.w_hh.resize(dh.rows(), h_prev.rows());
+  parallel_product(threads, gp.w_hh, dh, h_prev.transpose());
+  gp.b_hh = dh.rowwise().sum();
+  if (p.w_hr.size() != 0) {
+    gp.w_hr.resize(g_h.rows(), m.rows());
+    parallel_product(threads, gp.w_hr, g_h, m.transpose());
+  }
 }
 
 template <class T>
@@ -223,12 +259,15 @@ void RecurrentCpu<T>::forward(const Eigen::Ref<const Matrix<T>>& x, Index steps,
       rec.x = x;
     else
       rec.x = layer_[static_cast<std::size_t>(l - 1)].rec.h.rightCols(steps * batch);
-    // Steps past a sample's length: zeros where the parameter-gradient GEMMs read them (the
-    // caller's padding may hold anything).
-    for (Index t = 1; t <= steps && !active.empty(); ++t)
-      rec.x.middleCols((t - 1) * batch + rec.width(t), batch - rec.width(t)).setZero();
-    rec.ax.noalias() = p.w_ih * rec.x;
-    rec.ax.colwise() += p.b_ih;
+    if (active.empty()) {
+      rec.ax.noalias() = p.w_ih * rec.x;
+      rec.ax.colwise() += p.b_ih;
+    } else {  // the input projection of the running steps only (the padding is never read)
+      Matrix<T> ax = p.w_ih * gather_running(rec, rec.x);
+      ax.colwise() += p.b_ih;
+      rec.ax.resize(G * H, steps * batch);
+      scatter_running(rec, ax, rec.ax);
+    }
     rec.h.resize(P, (steps + 1) * batch);
     if (config_.cell == CellType::lstm) rec.c.resize(H, (steps + 1) * batch);
     if (config_.cell != CellType::rnn) rec.gates.resize(G * H, steps * batch);
@@ -245,7 +284,6 @@ void RecurrentCpu<T>::forward(const Eigen::Ref<const Matrix<T>>& x, Index steps,
       const Index w = rec.width(t);
       rec.h.middleCols(t * batch + w, batch - w).setZero();
       if (config_.cell == CellType::lstm) rec.c.middleCols(t * batch + w, batch - w).setZero();
-      if (rec.m.size() != 0) rec.m.middleCols((t - 1) * batch + w, batch - w).setZero();
     }
   }
 }
@@ -406,13 +444,8 @@ void RecurrentCpu<T>::backward_layer(Index l, const BackwardOptions& options, co
     L.g.col(last_col(b)).head(P) = above.col(last_col(b) - B);
     if (final_grad) L.g.col(last_col(b)) += final_grad->col(b);
   }
-  if (lengths_.empty()) {
-    L.pg.dx.resize(G, T_ * B);
-    if (config_.cell == CellType::gru) L.pg.dh.resize(G, T_ * B);
-  } else {  // zero where no step runs: the parameter-gradient GEMMs read every column
-    L.pg.dx.setZero(G, T_ * B);
-    if (config_.cell == CellType::gru) L.pg.dh.setZero(G, T_ * B);
-  }
+  L.pg.dx.resize(G, T_ * B);  // written for the running steps only
+  if (config_.cell == CellType::gru) L.pg.dh.resize(G, T_ * B);
   auto& dh = config_.cell == CellType::gru ? L.pg.dh : L.pg.dx;
 
   if (!scan) {
@@ -456,21 +489,26 @@ void RecurrentCpu<T>::backward_layer(Index l, const BackwardOptions& options, co
   if (scan)
     parallel_over_steps(threads, T_, 4.0 * static_cast<double>(G * B),
                         [&](Index t0r, Index t1r) { ops.preact(p, rec, L.g, L.pg, t0r, t1r); });
-  // The parameter-gradient GEMMs (T·B deep), shared among the threads.
-  gp.w_ih.resize(L.pg.dx.rows(), rec.x.rows());
-  parallel_product(threads, gp.w_ih, L.pg.dx, rec.x.transpose());
-  gp.b_ih = L.pg.dx.rowwise().sum();
-  gp.w_hh.resize(dh.rows(), P);
-  parallel_product(threads, gp.w_hh, dh, rec.h.leftCols(T_ * B).transpose());
-  gp.b_hh = dh.rowwise().sum();
-  if (config_.proj > 0) {  // W_hr: Σ_t ∂ℓ/∂h_t m_t^T
-    gp.w_hr.resize(P, H);
-    parallel_product(threads, gp.w_hr, L.g.topRows(P).rightCols(T_ * B), rec.m.transpose());
-  }
+  // The parameter-gradient GEMMs (T·B deep; with lengths, over the Σ L_b running steps
+  // gathered, the padding skipped), shared among the threads.
   Matrix<T>& gx = l == 0 ? input_grad_ : gx_;
-  Matrix<T> next(p.w_ih.cols(), L.pg.dx.cols());
-  parallel_product(threads, next, p.w_ih.transpose(), L.pg.dx, /*by_columns=*/true);
-  gx = std::move(next);
+  if (lengths_.empty()) {
+    param_gradients(threads, p, L.pg.dx, dh, rec.x, rec.h.leftCols(T_ * B), L.g.topRows(P).rightCols(T_ * B), rec.m,
+                    gp);
+    Matrix<T> next(p.w_ih.cols(), L.pg.dx.cols());
+    parallel_product(threads, next, p.w_ih.transpose(), L.pg.dx, /*by_columns=*/true);
+    gx = std::move(next);
+  } else {
+    const Matrix<T> dx = gather_running(rec, L.pg.dx);
+    const Matrix<T> dhr = config_.cell == CellType::gru ? gather_running(rec, L.pg.dh) : Matrix<T>();
+    param_gradients(threads, p, dx, config_.cell == CellType::gru ? dhr : dx, gather_running(rec, rec.x),
+                    gather_running(rec, rec.h.leftCols(T_ * B)), gather_running(rec, L.g.topRows(P).rightCols(T_ * B)),
+                    config_.proj > 0 ? gather_running(rec, rec.m) : Matrix<T>(), gp);
+    Matrix<T> next(p.w_ih.cols(), dx.cols());
+    parallel_product(threads, next, p.w_ih.transpose(), dx, /*by_columns=*/true);
+    gx.setZero(p.w_ih.cols(), T_ * B);  // nothing flows into the padding
+    scatter_running(rec, next, gx);
+  }
   L.g0 = L.g.leftCols(B);
   local.params += omp_get_wtime() - t2;
 
