@@ -185,6 +185,31 @@ def test_packed_sequence_matches_torch(c):
         assert rel_err(a, b) <= 1e-5, f"{name}: relative error {rel_err(a, b):.3g}"
 
 
+@pytest.mark.skipif(not bppsa._ops.AVAILABLE, reason="this PyTorch has no torch.library.custom_op (< 2.4)")
+@pytest.mark.parametrize("c", PACKED[:3], ids=[_id(c) for c in PACKED[:3]])
+def test_packed_sequence_compiled_matches_torch(c):
+    # Under torch.compile (not fullgraph: the lengths are read from the PackedSequence in Python,
+    # a graph break), the packed output and every gradient as torch.nn's eager module gives them.
+    from torch.nn.utils.rnn import pack_padded_sequence
+    ref, ours = _modules(c)
+    lengths = torch.tensor([max(1, c["steps"] - 2 * b) for b in range(c["batch"])])
+    x, hx, _ = _inputs(c, torch.float32)
+
+    def run_packed(m):
+        packed = pack_padded_sequence(x, lengths, batch_first=c["batch_first"], enforce_sorted=False)
+        out, h = m(packed, hx)
+        loss = out.data.square().sum() + sum((s * (i + 2)).sum() for i, s in enumerate(flat_state(h)))
+        return out.data, torch.autograd.grad(loss, [x] + list(m.parameters()))
+
+    want_out, want = run_packed(ref)
+    with torch._dynamo.config.patch(allow_rnn=True):
+        torch._dynamo.reset()
+        got_out, got = run_packed(torch.compile(ours, backend="aot_eager"))
+    assert rel_err(got_out, want_out) <= 1e-5
+    for i, (a, b) in enumerate(zip(got, want)):
+        assert rel_err(a, b) <= 1e-5, f"gradient {i}: relative error {rel_err(a, b):.3g}"
+
+
 GRADCHECK = [
     dict(kind="RNN", layers=2, bidirectional=True, relu=False, method="blelloch"),
     dict(kind="RNN", layers=1, bidirectional=False, relu=True, method="hybrid"),
