@@ -104,12 +104,9 @@ class ClassifierCpu final : public ClassifierHalf<T> {
       head_.backward(head_in_, dlogits_, dh_);
       dout_.setZero(output_size(config_.rnn), rnn_.output().cols());
       for (std::size_t j = 0; j < head_cols_.size(); ++j) dout_.col(head_cols_[j]) = dh_.col(static_cast<Index>(j));
-      BackwardTimes bt;
-      rnn_.backward(dout_, config_.head == HeadMode::every, options, &bt);
-      if (times) *times = bt;
-      return;
+    } else {
+      head_backward(dlogits_, dout_);
     }
-    head_backward(dlogits_, dout_);
     BackwardTimes bt;
     rnn_.backward(dout_, config_.head == HeadMode::every, options, &bt);
     if (times) *times = bt;

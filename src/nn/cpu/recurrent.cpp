@@ -127,6 +127,18 @@ void scatter_running(const LayerRecord<T>& rec, const Matrix<T>& src, Matrix<T>&
     dst.middleCols((t - 1) * rec.batch, rec.width(t)) = src.middleCols(j, rec.width(t));
 }
 
+/// e_k of the chain, kept across backward passes: made (zeros) when absent or of another shape
+/// (the chain's state rows × its batch), to be overwritten by the caller.
+template <class T>
+Matrix<T>& injection_of(Chain<T>& chain, Index k) {
+  Matrix<T>* e = chain.injection(k);
+  if (!e || e->rows() != chain.dim(k) || e->cols() != chain.batch()) {
+    chain.set_injection(k, Matrix<T>::Zero(chain.dim(k), chain.batch()));
+    e = chain.injection(k);
+  }
+  return *e;
+}
+
 /// The message of a non-finite state gradient, the same for BP and every scan.
 [[noreturn]] void raise_state_grads_not_finite(const char* op, Index l) {
   raise<NonFiniteError>(op, "state gradients of layer " + std::to_string(l) +
@@ -385,22 +397,14 @@ void RecurrentCpu<T>::scan_by_length(Layer& L, const RecurrentLayerParams<T>& p,
   });
   // Injections: the outputs' gradients inside each chain (every_step or a layer above), and
   // each lower sample's top, which the zero element above it cuts off from the products.
-  auto injection = [&](Index k) -> Eigen::Ref<Matrix<T>> {
-    Matrix<T>* e = L.chain.injection(k);
-    if (!e || e->rows() != S || e->cols() != 1) {
-      L.chain.set_injection(k, Matrix<T>::Zero(S, 1));
-      e = L.chain.injection(k);
-    }
-    return *e;
-  };
   for (Index b = 0; b < B; ++b) {
     for (Index t = 1; t < len(b); ++t) {
       if (inject)
-        injection(at(b) + t).topRows(P) = above.col((t - 1) * B + b);
+        injection_of(L.chain, at(b) + t).topRows(P) = above.col((t - 1) * B + b);
       else if (Matrix<T>* e = L.chain.injection(at(b) + t))
         e->setZero();
     }
-    if (b + 1 < B) injection(at(b) + len(b)) = L.g.col(last_col(b));
+    if (b + 1 < B) injection_of(L.chain, at(b) + len(b)) = L.g.col(last_col(b));
   }
   double t1 = omp_get_wtime();
   local.jacobians += t1 - t0;
@@ -459,14 +463,7 @@ void RecurrentCpu<T>::backward_layer(Index l, const BackwardOptions& options, co
     double t0 = omp_get_wtime();
     fill_chain(L, p, threads, op);
     if (inject) {
-      for (Index k = 1; k < T_; ++k) {
-        Matrix<T>* e = L.chain.injection(k);
-        if (!e || e->rows() != S || e->cols() != B) {
-          L.chain.set_injection(k, Matrix<T>::Zero(S, B));
-          e = L.chain.injection(k);
-        }
-        e->topRows(P) = above.middleCols((k - 1) * B, B);
-      }
+      for (Index k = 1; k < T_; ++k) injection_of(L.chain, k).topRows(P) = above.middleCols((k - 1) * B, B);
     } else if (L.chain.has_injections()) {
       L.chain.clear_injections();
     }
