@@ -260,7 +260,8 @@ gc_configure() {  # gc_configure BENCH(ON|OFF)
   cmake -S "$GC_ROOT" -B "$GC_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_PREFIX_PATH="$GC_ROOT/.deps" -DCMAKE_CUDA_COMPILER="$GC_NVCC" \
     -DBPPSA_WITH_CUDA=ON -DBPPSA_CUDA_ARCHITECTURES="$GC_ARCH" \
-    -DBPPSA_WITH_MPI=OFF -DBPPSA_WITH_AUDIO=OFF -DBPPSA_BUILD_BENCH="$1" -DBPPSA_BUILD_PYTHON=OFF \
+    -DBPPSA_WITH_MPI=OFF -DBPPSA_WITH_AUDIO=OFF -DBPPSA_BUILD_BENCH="$1" -DBPPSA_BUILD_PYTHON=ON \
+    -DPython_EXECUTABLE="$(command -v "$BPPSA_PYTHON")" \
     -DBPPSA_BUILD_FUZZERS=OFF -DBPPSA_BUILD_TESTS=ON -DBPPSA_BUILD_TOOLS=ON ${GC_ZLIB:+"$GC_ZLIB"} &&
     grep -E '^(Eigen3|CLI11|nlohmann_json|GTest)_DIR|^ZLIB_(INCLUDE_DIR|LIBRARY)' "$GC_BUILD/CMakeCache.txt"
 }
@@ -294,38 +295,39 @@ gc_sanitizer() {  # gc_sanitizer memcheck|racecheck FILTER
     "$GC_BUILD/bppsa_test_gpu" --gtest_filter="$2"
 }
 # The Python package for this machine's $BPPSA_PYTHON (3.12 + PyTorch 2.x on the GPU machine; CI covers
-# Debian's 3.11 + PyTorch from PyPI, installed with `pip install .`): its own build folder, CUDA off (the package does not reach the GPU
-# yet), pybind11 from pip; then the pytest suite, or without pytest the standalone comparison.
+# Debian's 3.11 + PyTorch from PyPI, installed with `pip install .`), built in the CUDA build (pybind11
+# from pip): bppsa.nn on CUDA tensors against torch.nn (cuDNN) and the CPU engine (tests/python/test_cuda.py,
+# BPPSA_REQUIRE_CUDA=1: a skip is a failure), and the CPU suites of the modules and their errors.
 gc_python() {
-  local py ver conf
+  local py ver
   py=$(command -v "$BPPSA_PYTHON") || { echo "gpu_check: $BPPSA_PYTHON not found"; return 1; }
   ver=$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-  conf=$(cmake -S "$GC_ROOT" -B "$GC_BUILD-python" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_PREFIX_PATH="$GC_ROOT/.deps" -DBPPSA_WITH_CUDA=OFF -DBPPSA_WITH_MPI=OFF -DBPPSA_WITH_AUDIO=OFF \
-    -DBPPSA_BUILD_BENCH=OFF -DBPPSA_BUILD_TESTS=OFF -DBPPSA_BUILD_TOOLS=OFF -DBPPSA_BUILD_FUZZERS=OFF \
-    -DBPPSA_BUILD_PYTHON=ON -DPython_EXECUTABLE="$py" ${GC_ZLIB:+"$GC_ZLIB"} 2>&1)
-  local rc=$?
-  echo "$conf"
-  [ "$rc" = 0 ] || { echo "gpu_check: configuring the Python package failed (exit $rc)"; return 1; }
   # python/CMakeLists.txt creates bppsa_python only when it finds Python.h and pybind11.
-  if ! grep -q '^build bppsa_python:' "$GC_BUILD-python/build.ninja"; then
-    if grep -q 'no Python interpreter with development headers' <<<"$conf"; then
+  if ! grep -q '^build bppsa_python:' "$GC_BUILD/build.ninja"; then
+    if grep -q 'no Python interpreter with development headers' "$GC_OUT/configure.log"; then
       echo "gpu_check: Python.h not found for python3 ($py, $ver): its development headers (python$ver-dev) are missing"
-    elif grep -q 'pybind11 not found' <<<"$conf"; then
+    elif grep -q 'pybind11 not found' "$GC_OUT/configure.log"; then
       echo "gpu_check: pybind11 not found for python3 ($py, $ver): pip install pybind11"
     else
-      echo "gpu_check: CMake did not create the bppsa_python target (see the configure output above)"
+      echo "gpu_check: CMake did not create the bppsa_python target (see configure.log)"
     fi
     return 1
   fi
-  cmake --build "$GC_BUILD-python" -j"$GC_JOBS" --target bppsa_python ||
+  cmake --build "$GC_BUILD" -j"$GC_JOBS" --target bppsa_python ||
     { echo "gpu_check: building the Python package failed"; return 1; }
   if "$py" -c 'import pytest' 2>/dev/null; then
-    PYTHONPATH="$GC_BUILD-python/python" "$py" -m pytest -q -p no:cacheprovider "$GC_ROOT/tests/python"
+    BPPSA_REQUIRE_CUDA=1 PYTHONPATH="$GC_BUILD/python" "$py" -m pytest -q -p no:cacheprovider -rs \
+      --junitxml="$GC_OUT/python_tests.xml" "$GC_ROOT/tests/python/test_cuda.py" \
+      "$GC_ROOT/tests/python/test_errors.py" "$GC_ROOT/tests/python/test_modules.py"
   else
     echo 'pytest is not installed: the standalone comparison only'
-    PYTHONPATH="$GC_BUILD-python/python" "$py" "$GC_ROOT/tests/python/smoke_vs_torch.py"
+    PYTHONPATH="$GC_BUILD/python" "$py" "$GC_ROOT/tests/python/smoke_vs_torch.py"
   fi
+}
+# A whole PyTorch training step with bppsa.nn on CUDA against torch.nn (cuDNN): bench/gpu/pytorch_step.py.
+gc_torch_step() {  # gc_torch_step BUDGET
+  PYTHONPATH="$GC_BUILD/python" "$BPPSA_PYTHON" "$GC_ROOT/bench/gpu/pytorch_step.py" --out "$GC_OUT/torch_step" \
+    --budget "$1"
 }
 gc_benchmark() {  # gc_benchmark BUDGET
   BPPSA_BUILD_DIR="$GC_BUILD" BPPSA_BENCH_PREBUILT=1 BPPSA_GPU_BENCH_BUDGET=$1 \
@@ -335,7 +337,7 @@ gc_cpu_scaling() {  # gc_cpu_scaling BUDGET
   BPPSA_BUILD_DIR="$GC_BUILD" BPPSA_BENCH_PREBUILT=1 BPPSA_CPU_SCALING_BUDGET=$1 \
     bash "$GC_ROOT/scripts/bench_gpu_cpu_scaling.sh" "$GC_OUT/cpu_scaling"
 }
-export -f gc_configure gc_build gc_bench_build gc_host_tests gc_gpu_tests gc_cli_gpu gc_sanitizer gc_python \
+export -f gc_configure gc_build gc_bench_build gc_host_tests gc_gpu_tests gc_cli_gpu gc_sanitizer gc_python gc_torch_step \
   gc_benchmark gc_cpu_scaling
 
 # compute-sanitizer: on PATH or in the toolkit.
@@ -367,6 +369,18 @@ for case in r.iter("testcase"):
         print("  FAILED %s.%s: %s" % (case.get("classname"), case.get("name"), ((f.get("message") or "").splitlines() or [""])[0][:200]))
 PY
     fi
+    if [ -f "$out/python_tests.xml" ]; then
+      "$BPPSA_PYTHON" - "$out/python_tests.xml" <<'PY' 2>/dev/null || true
+import sys, xml.etree.ElementTree as ET
+r = ET.parse(sys.argv[1]).getroot()
+s = r if r.tag == "testsuite" else r.find("testsuite")
+print("python tests: %s run, %s failed, %s errors, %s skipped, %.1fs" % (s.get("tests"), s.get("failures"), s.get("errors"), s.get("skipped"), float(s.get("time", 0))))
+for case in s.iter("testcase"):
+    for f in case.findall("failure") + case.findall("error"):
+        print("  FAILED %s: %s" % (case.get("name"), ((f.get("message") or "").splitlines() or [""])[0][:200]))
+PY
+    fi
+    [ -f "$out/torch_step/pytorch_step.md" ] && grep '^|' "$out/torch_step/pytorch_step.md" | sed 's/^/torch_step: /'
     for s in memcheck racecheck; do
       [ -f "$out/$s.log" ] && grep -E "ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY" "$out/$s.log" | sed "s/^/$s: /" | head -n 3
     done
@@ -475,10 +489,11 @@ if [ "$mode" != bench ]; then
   else
     for s in host_tests gpu_tests cli_gpu memcheck racecheck; do skip $s "not built"; done
   fi
-  if [ -f .deps/COMMIT ]; then
-    step python 240 gc_python
+  if [ $configured = 1 ]; then
+    step python 300 gc_python && step torch_step 200 gc_torch_step 150
   else
-    skip python "no .deps/"
+    skip python "not configured"
+    skip torch_step "not configured"
   fi
 fi
 

@@ -24,16 +24,16 @@ def ref(t):
     return _C.TensorRef(t.data_ptr(), name, list(t.shape), list(t.stride()), t.device.type, index)
 
 
-def check_float(what, t):
+def check_float(what, t, devices=("cpu", "cuda")):
     """Raises for tensors the engine does not take: other dtypes, other devices."""
     if t.dtype not in SUPPORTED_FLOATS:
         raise NotImplementedError(
             f"bppsa: {what} has dtype {t.dtype}; bppsa computes in float32 or float64 "
             f"(convert with .float() or .double())")
-    if t.device.type != "cpu":
-        raise NotImplementedError(
-            f"bppsa: {what} is on {t.device}; bppsa's PyTorch integration runs on the CPU engine "
-            f"(the CUDA backend is not available from Python yet): use .cpu()")
+    if t.device.type not in devices:
+        where = " and ".join(devices)
+        raise NotImplementedError(f"bppsa: {what} is on {t.device}; this runs on {where} tensors: move it with "
+                                  f"{' or '.join('.' + d + '()' for d in devices)}")
     if t.layout != torch.strided:
         raise NotImplementedError(f"bppsa: {what} has layout {t.layout}; expected a dense (strided) tensor")
 
@@ -66,9 +66,26 @@ def in_dispatch_mode():
     return _get_current_dispatch_mode() is not None
 
 
-def layer_engine(dtype, cell, input_size, hidden_size, nonlinearity, proj_size=0):
+def layer_engine(dtype, device, cell, input_size, hidden_size, nonlinearity, proj_size=0):
+    """A layer engine for tensors of `dtype` on `device` (the CPU or one CUDA device)."""
     cls = _C.LayerEngineF32 if dtype == torch.float32 else _C.LayerEngineF64
-    return cls(cell, input_size, hidden_size, nonlinearity, proj_size)
+    index = -1 if device.index is None else device.index
+    if device.type == "cuda" and index < 0:
+        index = torch.cuda.current_device()
+    return cls(cell, input_size, hidden_size, nonlinearity, proj_size, device.type, index)
+
+
+def stream_of(t):
+    """The cudaStream_t that work on t's device is queued on: PyTorch's current stream there (0
+    on the CPU, where it is not used)."""
+    if t.device.type != "cuda":
+        return 0
+    return torch.cuda.current_stream(t.device).cuda_stream
+
+
+def cuda_available():
+    """Whether this build of bppsa has its CUDA backend and this machine a CUDA device."""
+    return _C.cuda_built() and _C.cuda_device_count() > 0
 
 
 def affine_scan(dtype):

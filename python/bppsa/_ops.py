@@ -11,7 +11,7 @@ import threading
 import torch
 
 from . import _native
-from ._recurrent import LayerSpec, _contiguous, _no_double_backward, _run_forward
+from ._recurrent import LayerSpec, _device, _no_double_backward, _run_backward, _run_forward
 
 AVAILABLE = all(hasattr(torch.library, f) for f in ("custom_op", "register_fake", "register_autograd"))
 
@@ -62,7 +62,7 @@ def _absent(like):
 def _layer_forward_impl(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, cell, nonlinearity, method, threads,
                         chunks, check_finite):
     spec = _spec(cell, x, w_hh, w_hr, nonlinearity)
-    with spec.borrowed(x.dtype) as engine:
+    with spec.borrowed(x.dtype, _device(x)) as engine:
         out, h_n, c_n = _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths)
     return out, h_n, _absent(x) if c_n is None else c_n
 
@@ -78,21 +78,12 @@ def _layer_forward_fake(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, cell, 
 def _layer_backward_impl(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, grad_out, grad_hn, grad_cn, cell,
                          nonlinearity, method, threads, chunks, check_finite, needs):
     inputs = (x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr)
-    wanted = [need and t is not None for need, t in zip(needs, inputs)]
-    grads = [torch.empty(t.shape, dtype=t.dtype) if w else None for t, w in zip(inputs, wanted)]
-    if x.shape[1] > 0:
-        spec = _spec(cell, x, w_hh, w_hr, nonlinearity)
-        with spec.borrowed(x.dtype) as engine:
+    spec = _spec(cell, x, w_hh, w_hr, nonlinearity)
+    with spec.borrowed(x.dtype, _device(x)) as engine:
+        if x.shape[1] > 0:
             _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths)  # the record it reads
-            r = _native.ref
-            # Named, so that the contiguous copies outlive the call that reads them.
-            grad_out, grad_hn = _contiguous(grad_out), _contiguous(grad_hn)
-            grad_cn = _contiguous(grad_cn) if cell == "lstm" else None
-            engine.backward(r(grad_out), r(grad_hn), r(grad_cn), method,
-                            _native.resolve_threads(decode_threads(threads)), chunks, *[r(g) for g in grads],
-                            check_finite)
-    else:  # empty batch: nothing flows back (zero parameter gradients, as torch)
-        grads = [None if g is None else g.zero_() for g in grads]
+        grads = _run_backward(engine, inputs, needs, grad_out, grad_hn, grad_cn if cell == "lstm" else None, method,
+                              decode_threads(threads), chunks, check_finite)
     return [_absent(x) if g is None else g for g in grads]
 
 

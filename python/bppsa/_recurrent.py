@@ -31,29 +31,32 @@ class LayerSpec:
         # while this thread is inside acquire() or release().
         self._lock = threading.RLock()
 
-    def acquire(self, dtype):
+    def acquire(self, dtype, device):
+        """An engine for tensors of `dtype` on `device` (a CUDA engine holds its buffers on its device)."""
+        key = (dtype, device)
         with self._lock:
-            idle = self._idle.get(dtype)
+            idle = self._idle.get(key)
             engine = idle.pop() if idle else None
         if engine is None:
-            engine = _native.layer_engine(dtype, self.cell, self.input_size, self.hidden_size, self.nonlinearity,
-                                          self.proj_size)
+            engine = _native.layer_engine(dtype, device, self.cell, self.input_size, self.hidden_size,
+                                          self.nonlinearity, self.proj_size)
         return engine
 
-    def release(self, dtype, engine):
+    def release(self, key, engine):
+        """key: (dtype, device), as given to acquire."""
         with self._lock:
-            idle = self._idle.setdefault(dtype, [])
+            idle = self._idle.setdefault(key, [])
             if len(idle) < 4:
                 idle.append(engine)
 
     @contextlib.contextmanager
-    def borrowed(self, dtype):
+    def borrowed(self, dtype, device):
         """An engine for one call, back in the pool when the call ends (whatever way it ends)."""
-        engine = self.acquire(dtype)
+        engine = self.acquire(dtype, device)
         try:
             yield engine
         finally:
-            self.release(dtype, engine)
+            self.release((dtype, device), engine)
 
     def __getstate__(self):  # engines and locks are not picklable: a copied module starts with none
         state = dict(self.__dict__)
@@ -71,6 +74,14 @@ class LayerSpec:
 
 def _empty(shape, like):
     return torch.empty(shape, dtype=like.dtype, device=like.device)
+
+
+def _device(x):
+    """The device a call runs on: x's, with the CUDA index made explicit (the engine pool's key)."""
+    d = x.device
+    if d.type == "cuda" and d.index is None:
+        d = torch.device("cuda", torch.cuda.current_device())
+    return d
 
 
 def _contiguous(t):
@@ -91,8 +102,28 @@ def _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths=
         return out, h_n, c_n
     args = [_contiguous(t) for t in (x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr)]
     r = _native.ref
-    engine.forward(*[r(t) for t in args], list(lengths or ()), r(out), r(h_n), r(c_n))
+    engine.forward(*[r(t) for t in args], list(lengths or ()), r(out), r(h_n), r(c_n), _native.stream_of(x))
     return out, h_n, c_n
+
+
+def _run_backward(engine, saved, needs, grad_out, grad_hn, grad_cn, method, threads, chunks, check_finite):
+    """The engine's backward pass after its forward: the gradients of the saved inputs (x, h0, c0,
+    w_ih, w_hh, b_ih, b_hh, w_hr) that `needs` asks for, None for the others. A CUDA engine reads
+    every step's output gradient: zeros stand in for an absent one."""
+    x = saved[0]
+    grads = [torch.empty(t.shape, dtype=t.dtype, device=t.device) if need and t is not None else None
+             for t, need in zip(saved, needs)]
+    if x.shape[1] == 0:  # empty batch: nothing flows back (zero parameter gradients, as torch)
+        return [None if g is None else g.zero_() for g in grads]
+    if grad_out is None and x.device.type == "cuda":
+        P = saved[4].shape[1]  # w_hh is (G·H, P)
+        grad_out = torch.zeros((x.shape[0], x.shape[1], P), dtype=x.dtype, device=x.device)
+    # Named, so that the contiguous copies outlive the call that reads them.
+    grad_out, grad_hn, grad_cn = _contiguous(grad_out), _contiguous(grad_hn), _contiguous(grad_cn)
+    r = _native.ref
+    engine.backward(r(grad_out), r(grad_hn), r(grad_cn), method, _native.resolve_threads(threads), chunks,
+                    *[r(g) for g in grads], check_finite, _native.stream_of(x))
+    return grads
 
 
 def _no_double_backward(what):
@@ -115,11 +146,12 @@ class LayerFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, spec, options, lengths):
-        engine = spec.acquire(x.dtype)
+        key = (x.dtype, _device(x))
+        engine = spec.acquire(*key)
         try:
             out, h_n, c_n = _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths)
         except BaseException:
-            spec.release(x.dtype, engine)
+            spec.release(key, engine)
             raise
         ctx.engine = engine
         ctx.spec = spec
@@ -131,7 +163,7 @@ class LayerFunction(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         # The engine goes back to the pool when the graph holding this node is freed (after
         # backward, or when the outputs are dropped), never while a retained graph needs it.
-        weakref.finalize(ctx, spec.release, x.dtype, engine)
+        weakref.finalize(ctx, spec.release, key, engine)
         return (out, h_n, c_n) if c_n is not None else (out, h_n)
 
     @staticmethod
@@ -140,21 +172,9 @@ class LayerFunction(torch.autograd.Function):
             _no_double_backward(f"bppsa.nn ({ctx.spec.cell.upper()} layer)")
         saved = ctx.saved_tensors  # raises torch's errors: graph freed, or a tensor changed in place
         method, threads, chunks, check_finite = ctx.options
-        need = ctx.needs_input_grad
-
-        def buffer(i):
-            if not need[i] or saved[i] is None:
-                return None
-            return torch.empty(saved[i].shape, dtype=saved[i].dtype)
-
-        grads = [buffer(i) for i in range(8)]
-        if saved[0].shape[1] == 0:  # empty batch: nothing flows back (zero parameter gradients, as torch)
-            return (*[None if g is None else g.zero_() for g in grads], None, None, None)
-        r = _native.ref
-        grad_out, grad_hn, grad_cn = _contiguous(grad_out), _contiguous(grad_hn), _contiguous(grad_cn)
         with ctx.lock:
-            ctx.engine.backward(r(grad_out), r(grad_hn), r(grad_cn), method, _native.resolve_threads(threads), chunks,
-                                *[r(g) for g in grads], check_finite)
+            grads = _run_backward(ctx.engine, saved, ctx.needs_input_grad[:8], grad_out, grad_hn, grad_cn, method,
+                                  threads, chunks, check_finite)
         return (*grads, None, None, None)
 
 
@@ -167,5 +187,5 @@ def run_layer(spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, method, threads, ch
         res = LayerFunction.apply(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, spec,
                                   (method, threads, chunks, check_finite), lengths)
         return res if len(res) == 3 else (res[0], res[1], None)
-    with spec.borrowed(x.dtype) as engine, torch.no_grad():
+    with spec.borrowed(x.dtype, _device(x)) as engine, torch.no_grad():
         return _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths)

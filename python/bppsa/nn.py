@@ -76,8 +76,9 @@ def _check_factory(name, dtype, device):
     """Refuses a dtype or device the engine cannot run (None: not given)."""
     if dtype is not None and dtype not in _native.SUPPORTED_FLOATS:
         raise NotImplementedError(f"bppsa: dtype {dtype} is not supported; use torch.float32 or torch.float64")
-    if device is not None and torch.device(device).type not in ("cpu", "meta"):
-        raise NotImplementedError(f"bppsa.nn.{name}: device {device} is not supported from Python yet; use the CPU")
+    if device is not None and torch.device(device).type not in ("cpu", "cuda", "meta"):
+        raise NotImplementedError(f"bppsa.nn.{name}: device {device} is not supported; bppsa runs on the CPU and on "
+                                  "CUDA devices")
 
 
 class _Bppsa:
@@ -165,6 +166,9 @@ class _Bppsa:
         if input.dtype != weight.dtype:
             raise RuntimeError(f"bppsa.nn.{name}: input is {input.dtype} but the parameters are {weight.dtype}; "
                                "convert one of them (module.to(dtype) or input.to(dtype))")
+        if input.device != weight.device:
+            raise RuntimeError(f"bppsa.nn.{name}: input is on {input.device} but the parameters are on "
+                               f"{weight.device}; move one of them (module.to(device) or input.to(device))")
         if input.size(-1) != self.input_size:
             raise RuntimeError(f"input.size(-1) must be equal to input_size. Expected {self.input_size}, "
                                f"got {input.size(-1)}")
@@ -174,6 +178,9 @@ class _Bppsa:
                 _native.check_float("hx", s)
                 if s.dtype != input.dtype:
                     raise RuntimeError(f"bppsa.nn.{name}: hx is {s.dtype} but input is {input.dtype}")
+                if s.device != input.device:
+                    raise RuntimeError(f"bppsa.nn.{name}: hx is on {s.device} but input is on {input.device}; "
+                                       "move it with hx.to(input.device)")
 
     def _check_states(self, states, batch):
         """torch's check of h_0 (the projection's size: torch's get_expected_hidden_size) and c_0

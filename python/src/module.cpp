@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "bppsa/core/device.hpp"
 #include "bppsa/core/error.hpp"
 #include "bppsa/core/memory.hpp"
 #include "recurrent_layer.hpp"
@@ -18,15 +19,17 @@ namespace {
 template <class T>
 void bind_layer(py::module_& m, const char* name) {
   py::class_<LayerEngine<T>>(m, name)
-      .def(py::init<const std::string&, Index, Index, const std::string&, Index>(), py::arg("cell"),
-           py::arg("input_size"), py::arg("hidden_size"), py::arg("nonlinearity") = "tanh", py::arg("proj_size") = 0)
+      .def(py::init<const std::string&, Index, Index, const std::string&, Index, const std::string&, int>(),
+           py::arg("cell"), py::arg("input_size"), py::arg("hidden_size"), py::arg("nonlinearity") = "tanh",
+           py::arg("proj_size") = 0, py::arg("device") = "cpu", py::arg("device_index") = -1)
       .def("forward", &LayerEngine<T>::forward, py::call_guard<py::gil_scoped_release>(), py::arg("x"), py::arg("h0"),
            py::arg("c0"), py::arg("w_ih"), py::arg("w_hh"), py::arg("b_ih"), py::arg("b_hh"), py::arg("w_hr"),
-           py::arg("lengths"), py::arg("out"), py::arg("h_n"), py::arg("c_n"))
+           py::arg("lengths"), py::arg("out"), py::arg("h_n"), py::arg("c_n"), py::arg("stream") = 0)
       .def("backward", &LayerEngine<T>::backward, py::call_guard<py::gil_scoped_release>(), py::arg("grad_out"),
            py::arg("grad_hn"), py::arg("grad_cn"), py::arg("method"), py::arg("threads"), py::arg("chunks"),
            py::arg("grad_x"), py::arg("grad_h0"), py::arg("grad_c0"), py::arg("grad_w_ih"), py::arg("grad_w_hh"),
-           py::arg("grad_b_ih"), py::arg("grad_b_hh"), py::arg("grad_w_hr"), py::arg("check_finite"))
+           py::arg("grad_b_ih"), py::arg("grad_b_hh"), py::arg("grad_w_hr"), py::arg("check_finite"),
+           py::arg("stream") = 0)
       .def_property_readonly("steps", &LayerEngine<T>::steps)
       .def_property_readonly("batch", &LayerEngine<T>::batch);
 }
@@ -87,6 +90,10 @@ PYBIND11_MODULE(_C, m) {
            py::arg("crow") = TensorRef{}, py::arg("col") = TensorRef{});
 
   m.attr("MAX_THREADS") = kMaxThreads;
+  // What this build and machine offer (bppsa/core/device.hpp).
+  m.def("cuda_built", &cuda_built);
+  m.def("cuda_device_count", &cuda_device_count);
+  m.def("cuda_summary", &cuda_summary);
   // The memory guard of the C++ engine (bppsa/core/memory.hpp), for what Python allocates:
   // MemoryError with the numbers and `fix` when the items do not fit.
   m.def(

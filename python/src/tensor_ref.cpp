@@ -62,13 +62,27 @@ const char* dtype_name<std::int32_t>() {
   return "int32";
 }
 
+std::string Place::describe() const {
+  return device == "cpu" || index < 0 ? device : device + ":" + std::to_string(index);
+}
+
 template <class T>
 T* checked_data(const TensorRef& t, const std::vector<Index>& shape, const char* op, const std::string& what) {
   if (t.device != "cpu")
     detail::raise<UnsupportedError>(
-        op, what + " is on " + t.device +
-                ": bppsa's PyTorch modules run on the CPU engine only (the CUDA backend is not wired to Python "
-                "yet); move the module and its inputs to the CPU with .cpu()");
+        op, what + " is on " + t.device + ": this operation runs on the CPU; move its tensors there with .cpu()");
+  return checked_data<T>(t, shape, op, what, Place{});
+}
+
+template <class T>
+T* checked_data(const TensorRef& t, const std::vector<Index>& shape, const char* op, const std::string& what,
+                const Place& place) {
+  if (!place.holds(t)) {
+    const Place here{t.device, t.device_index};
+    detail::raise<InvalidArgument>(op, what + " is on " + here.describe() + " but this call runs on " +
+                                           place.describe() + ": every tensor of a call must be on one device; move " +
+                                           "them with .to(" + place.describe() + ")");
+  }
   if (t.dtype != dtype_name<T>())
     detail::raise<InvalidArgument>(
         op, what + " is " + t.dtype + ", expected " + dtype_name<T>() + " (like the other tensors of this call)");
@@ -82,11 +96,14 @@ T* checked_data(const TensorRef& t, const std::vector<Index>& shape, const char*
   return reinterpret_cast<T*>(t.data);
 }
 
-template float* checked_data<float>(const TensorRef&, const std::vector<Index>&, const char*, const std::string&);
-template double* checked_data<double>(const TensorRef&, const std::vector<Index>&, const char*, const std::string&);
-template std::int64_t* checked_data<std::int64_t>(const TensorRef&, const std::vector<Index>&, const char*,
-                                                  const std::string&);
-template std::int32_t* checked_data<std::int32_t>(const TensorRef&, const std::vector<Index>&, const char*,
-                                                  const std::string&);
+#define BPPSA_CHECKED_DATA(T)                                                                                \
+  template T* checked_data<T>(const TensorRef&, const std::vector<Index>&, const char*, const std::string&); \
+  template T* checked_data<T>(const TensorRef&, const std::vector<Index>&, const char*, const std::string&,  \
+                              const Place&);
+BPPSA_CHECKED_DATA(float)
+BPPSA_CHECKED_DATA(double)
+BPPSA_CHECKED_DATA(std::int64_t)
+BPPSA_CHECKED_DATA(std::int32_t)
+#undef BPPSA_CHECKED_DATA
 
 }  // namespace bppsa::python

@@ -25,6 +25,15 @@ struct TensorRef {
   std::string describe() const;
 };
 
+/// Where a call's tensors must be: "cpu", or "cuda" with a device index.
+struct Place {
+  std::string device = "cpu";
+  int index = -1;
+  /// "cpu", "cuda:0".
+  std::string describe() const;
+  bool holds(const TensorRef& t) const { return t.device == device && (device == "cpu" || t.device_index == index); }
+};
+
 template <class T>
 const char* dtype_name();
 
@@ -33,6 +42,10 @@ const char* dtype_name();
 /// InvalidArgument (dtype, layout) or UnsupportedError (device), naming `op` and `what`.
 template <class T>
 T* checked_data(const TensorRef& t, const std::vector<Index>& shape, const char* op, const std::string& what);
+/// The same on `place`: a tensor elsewhere is an InvalidArgument naming both devices.
+template <class T>
+T* checked_data(const TensorRef& t, const std::vector<Index>& shape, const char* op, const std::string& what,
+                const Place& place);
 
 /// The most OpenMP threads a call from Python may ask for. Far more than any machine's cores;
 /// past a few tens of thousands libgomp aborts or the process runs out of stack (issue 22).

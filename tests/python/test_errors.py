@@ -32,8 +32,8 @@ def test_constructor_errors():
         bppsa.nn.RNN(3, 4, threads=-2)
     with pytest.raises(NotImplementedError, match="float16"):
         bppsa.nn.GRU(3, 4, dtype=torch.float16)
-    with pytest.raises(NotImplementedError, match="cuda"):
-        bppsa.nn.GRU(3, 4, device="cuda")
+    with pytest.raises(NotImplementedError, match="device mps is not supported"):  # refused before torch allocates
+        bppsa.nn.GRU(3, 4, device="mps")
     with pytest.warns(UserWarning, match="dropout"):
         bppsa.nn.GRU(3, 4, dropout=0.5)
 

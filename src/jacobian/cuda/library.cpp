@@ -33,7 +33,9 @@ bool fits_int(Idx x) { return x >= 0 && x <= INT_MAX; }
 
 /// A cuSPARSE workspace of `bytes`, never null: the two-phase calls read a null buffer as "report
 /// the size only", so a size of 0 must still be a real allocation for the second call to work.
-cuda::DeviceBuffer<char> workspace(std::size_t bytes) { return cuda::DeviceBuffer<char>(std::max<std::size_t>(bytes, 16)); }
+cuda::DeviceBuffer<char> workspace(std::size_t bytes) {
+  return cuda::DeviceBuffer<char>(std::max<std::size_t>(bytes, 16));
+}
 
 }  // namespace
 
@@ -48,6 +50,7 @@ BlasHandle::BlasHandle(cudaStream_t stream) {
     throw;
   }
 }
+void BlasHandle::set_stream(cudaStream_t stream) { BPPSA_CUBLAS_CHECK(cublasSetStream(handle_, stream)); }
 BlasHandle::~BlasHandle() {
   if (handle_) cublasDestroy(handle_);
 }
@@ -192,9 +195,8 @@ template <class T>
 void SparseMv<T>::run(cusparseHandle_t handle) const {
   const T one = T(1), zero = T(0);
   for (const One& e : ops_)
-    BPPSA_CUSPARSE_CHECK(cusparseSpMM(handle, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE,
-                                      &one, e.a, e.x, &zero, e.y, data_type<T>(), CUSPARSE_SPMM_ALG_DEFAULT,
-                                      buffer_.data()));
+    BPPSA_CUSPARSE_CHECK(cusparseSpMM(handle, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE, &one,
+                                      e.a, e.x, &zero, e.y, data_type<T>(), CUSPARSE_SPMM_ALG_DEFAULT, buffer_.data()));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -257,10 +259,10 @@ SparseGemm<T>::SparseGemm(cusparseHandle_t handle, const MatOp* ops, Idx count, 
       BPPSA_CUSPARSE_CHECK(cusparseGetStream(handle, &stream));
       BPPSA_CUDA_CHECK(cudaStreamSynchronize(stream));
       std::vector<std::int32_t> rp(static_cast<std::size_t>(m) + 1), ci(static_cast<std::size_t>(nnz));
-      BPPSA_CUDA_CHECK(cudaMemcpy(rp.data(), e.c_row_ptr.data(), rp.size() * sizeof(std::int32_t),
-                                  cudaMemcpyDeviceToHost));
-      BPPSA_CUDA_CHECK(cudaMemcpy(ci.data(), e.c_col_idx.data(), ci.size() * sizeof(std::int32_t),
-                                  cudaMemcpyDeviceToHost));
+      BPPSA_CUDA_CHECK(
+          cudaMemcpy(rp.data(), e.c_row_ptr.data(), rp.size() * sizeof(std::int32_t), cudaMemcpyDeviceToHost));
+      BPPSA_CUDA_CHECK(
+          cudaMemcpy(ci.data(), e.c_col_idx.data(), ci.size() * sizeof(std::int32_t), cudaMemcpyDeviceToHost));
       const auto plan_rp = host_indices.begin() + o.out_row_ptr;
       const auto plan_ci = host_indices.begin() + o.out_col_idx;
       if (!std::equal(rp.begin(), rp.end(), plan_rp) || !std::equal(ci.begin(), ci.end(), plan_ci))
@@ -306,8 +308,8 @@ void SparseGemm<T>::run(cusparseHandle_t handle) const {
                                                     values_ + o.a.values + s * o.a.stride));
         BPPSA_CUSPARSE_CHECK(cusparseCsrSetPointers(e.b, indices_ + o.b.row_ptr, indices_ + o.b.col_idx,
                                                     values_ + o.b.values + s * o.b.stride));
-        BPPSA_CUSPARSE_CHECK(cusparseCsrSetPointers(e.c, e.c_row_ptr.data(), e.c_col_idx.data(),
-                                                    values_ + o.out + s * o.out_stride));
+        BPPSA_CUSPARSE_CHECK(
+            cusparseCsrSetPointers(e.c, e.c_row_ptr.data(), e.c_col_idx.data(), values_ + o.out + s * o.out_stride));
       }
       BPPSA_CUSPARSE_CHECK(cusparseSpGEMMreuse_compute(handle, N, N, &one, e.a, e.b, &zero, e.c, data_type<T>(),
                                                        CUSPARSE_SPGEMM_DEFAULT, e.descr));

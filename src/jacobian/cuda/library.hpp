@@ -24,6 +24,8 @@ class BlasHandle {
   BlasHandle(const BlasHandle&) = delete;
   BlasHandle& operator=(const BlasHandle&) = delete;
   cublasHandle_t get() const { return handle_; }
+  /// Later calls run on `stream` (a caller's, e.g. PyTorch's current stream).
+  void set_stream(cudaStream_t stream);
 
  private:
   cublasHandle_t handle_ = nullptr;

@@ -48,7 +48,34 @@ struct Coherence {
 inline constexpr int kSlots = 2;
 enum TimePoint : int { kStepBegin = 0, kForwardEnd = 1, kBackwardEnd = 2, kOptimizerEnd = 3, kTimePoints = 4 };
 
+/// A layer's state in device memory as PyTorch holds it: h (batch × H, C order, i.e. H × batch
+/// column-major) and, for LSTM, c; null = zeros (inputs) or not wanted (outputs).
+template <class T>
+struct DeviceState {
+  const T* h = nullptr;
+  const T* c = nullptr;
+};
+template <class T>
+struct DeviceStateOut {
+  T* h = nullptr;
+  T* c = nullptr;
+};
+/// One layer's parameters (or their gradients) in device memory, PyTorch's layout; a null bias
+/// is zero (inputs) or not wanted (outputs).
+template <class T>
+struct DeviceLayerParams {
+  const T *w_ih = nullptr, *w_hh = nullptr, *b_ih = nullptr, *b_hh = nullptr;
+};
+template <class T>
+struct DeviceLayerGrads {
+  T *w_ih = nullptr, *w_hh = nullptr, *b_ih = nullptr, *b_hh = nullptr;
+};
+
 /// The GPU half of Recurrent<T>: parameters, the forward record, every backward method.
+///
+/// Device I/O (the PyTorch integration, python/src/cuda/): use_stream() puts every later call
+/// on the caller's stream, and the *_device / copy_* calls below read and write the caller's
+/// device memory with copies queued on that stream: nothing waits for the host.
 template <class T>
 class RecurrentGpu {
  public:
@@ -56,6 +83,9 @@ class RecurrentGpu {
   Coherence sync;
 
   virtual CUstream_st* stream() const = 0;
+  /// Every later call queues its work on `stream` (null: the legacy default stream) instead of
+  /// the stack's own non-blocking stream; the cuBLAS handle follows.
+  virtual void use_stream(CUstream_st* stream) = 0;
   /// The device status this stack (and the model built on it) reports into.
   virtual DeviceStatus* status() = 0;
   /// Reads the status (waits for the stream); clear_flags() resets its flags and bad_param.
@@ -72,6 +102,10 @@ class RecurrentGpu {
   virtual void upload_params(const std::vector<RecurrentLayerParams<T>>& host) = 0;
   virtual void download_params(std::vector<RecurrentLayerParams<T>>& host) = 0;
   virtual void download_grads(std::vector<RecurrentLayerParams<T>>& host) = 0;
+  /// Layer `layer`'s parameters from device memory (queued copies; null biases: zeros).
+  virtual void upload_layer_device(Index layer, const DeviceLayerParams<T>& p) = 0;
+  /// Layer `layer`'s parameter gradients of the last backward into device memory (null: skipped).
+  virtual void copy_layer_grads(Index layer, const DeviceLayerGrads<T>& g) = 0;
 
   /// Sizes the forward buffers for steps × batch (allocating only when the shape grows; a
   /// ResourceError, with the numbers, before allocating what does not fit).
@@ -81,12 +115,21 @@ class RecurrentGpu {
   /// The layer-0 input, I × (steps·batch) column-major (time-major columns), to fill on stream().
   virtual T* input() = 0;
   virtual void upload_input(const T* host) = 0;
+  /// Copies the layer-0 input from the caller's device memory (I × steps·batch), queued.
+  virtual void copy_input_device(const T* x) = 0;
   /// Every layer over input(); s0[l]: layer l's initial state (S × batch, host) or null = zeros.
   virtual void forward(const std::vector<const Matrix<T>*>& s0) = 0;
   /// Top layer's h_1 … h_T, H × (steps·batch), on the device.
   virtual const T* output() const = 0;
   virtual void download_output(Matrix<T>& out) = 0;
   virtual void download_state(Index layer, Index t, Matrix<T>& s) = 0;
+  /// Every layer over its input; s0[l]: layer l's initial state in device memory (the vector
+  /// may be shorter than the stack: zeros).
+  virtual void forward_device(const std::vector<DeviceState<T>>& s0) = 0;
+  /// The top layer's outputs h_1 … h_T (H × steps·batch) into device memory.
+  virtual void copy_output(T* out) = 0;
+  /// Layer `layer`'s state s_t (0 ≤ t ≤ steps) into device memory.
+  virtual void copy_state(Index layer, Index t, const DeviceStateOut<T>& s) = 0;
 
   /// ResourceError when a backward with these options cannot fit in the GPU's memory.
   virtual void check_backward_memory(Index steps, Index batch, const BackwardOptions& options) = 0;
@@ -104,6 +147,15 @@ class RecurrentGpu {
   /// Where the last backward timed in `slot` spent its time (waits for it): every layer it ran,
   /// or layer `only` alone (a layer-by-layer backward reports each layer once).
   virtual BackwardTimes backward_times(int slot, Index only = -1) = 0;
+  /// backward_layer with the extra gradient on s_T in device memory (both null: none).
+  virtual void backward_layer_device(Index layer, const BackwardOptions& options, const DeviceState<T>& final_grad,
+                                     int slot) = 0;
+  /// How layer `layer`'s last backward computed its state gradients: "bp", "fused", or the
+  /// generic scan's method ("blelloch", "hybrid", "linear").
+  virtual const char* state_grads_method(Index layer) const = 0;
+  /// ∂ℓ/∂x of the last backward (I × steps·batch) and layer `layer`'s ∂ℓ/∂s_0 into device memory.
+  virtual void copy_input_grad(T* gx) = 0;
+  virtual void copy_state0_grad(Index layer, const DeviceStateOut<T>& g0) = 0;
   virtual void download_input_grad(Matrix<T>& gx) = 0;
   virtual void download_state0_grad(Index layer, Matrix<T>& g0) = 0;
   /// Sets kGradNotFinite in the status when a parameter gradient is not finite: of every layer,

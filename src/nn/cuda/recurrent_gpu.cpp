@@ -123,11 +123,12 @@ class RecurrentStack final : public RecurrentGpu<T> {
   explicit RecurrentStack(const RecurrentConfig& config);
   ~RecurrentStack() override;
 
-  CUstream_st* stream() const override { return stream_.get(); }
+  CUstream_st* stream() const override { return run_stream_; }
+  void use_stream(CUstream_st* stream) override;
   DeviceStatus* status() override { return status_.data(); }
   DeviceStatus read_status() override;
   void clear_flags() override;
-  void synchronize() override { stream_.synchronize(); }
+  void synchronize() override { sync(); }
 
   Index layers() const override { return config_.layers; }
   T* param_values() override { return params_.data(); }
@@ -136,6 +137,8 @@ class RecurrentStack final : public RecurrentGpu<T> {
   void upload_params(const std::vector<RecurrentLayerParams<T>>& host) override;
   void download_params(std::vector<RecurrentLayerParams<T>>& host) override;
   void download_grads(std::vector<RecurrentLayerParams<T>>& host) override;
+  void upload_layer_device(Index layer, const DeviceLayerParams<T>& p) override;
+  void copy_layer_grads(Index layer, const DeviceLayerGrads<T>& g) override;
   /// One packed buffer (params_ or grads_: the same per-layer offsets) into the host's layers.
   void download_layers(const DeviceBuffer<T>& packed, std::vector<RecurrentLayerParams<T>>& host);
 
@@ -144,7 +147,11 @@ class RecurrentStack final : public RecurrentGpu<T> {
   Index batch() const override { return batch_; }
   T* input() override { return x_.data(); }
   void upload_input(const T* host) override;
+  void copy_input_device(const T* x) override { copy(x_.data(), x, config_.input * steps_ * batch_); }
   void forward(const std::vector<const Matrix<T>*>& s0) override;
+  void forward_device(const std::vector<DeviceState<T>>& s0) override;
+  void copy_output(T* out) override;
+  void copy_state(Index layer, Index t, const DeviceStateOut<T>& s) override;
   const T* output() const override { return layers_.back().h.data() + config_.hidden * batch_; }
   void download_output(Matrix<T>& out) override;
   void download_state(Index layer, Index t, Matrix<T>& s) override;
@@ -154,6 +161,11 @@ class RecurrentStack final : public RecurrentGpu<T> {
   void backward_begin(const T* top, bool inject) override;
   void backward_layer(Index layer, const BackwardOptions& options, const Matrix<T>* final_grad, int slot) override;
   BackwardTimes backward_times(int slot, Index only) override;
+  void backward_layer_device(Index layer, const BackwardOptions& options, const DeviceState<T>& final_grad,
+                             int slot) override;
+  const char* state_grads_method(Index layer) const override;
+  void copy_input_grad(T* gx) override;
+  void copy_state0_grad(Index layer, const DeviceStateOut<T>& g0) override;
   void download_input_grad(Matrix<T>& gx) override;
   void download_state0_grad(Index layer, Matrix<T>& g0) override;
   void check_grads(Index only) override;
@@ -169,10 +181,19 @@ class RecurrentStack final : public RecurrentGpu<T> {
     TwoPlans<std::unique_ptr<GenericLayerScan<T>>> generic;
     TwoPlans<FusedPlan<T>> fused;
     std::array<LayerEvents, kSlots> events;
-    StateGrads how = StateGrads::bp;  ///< how its last backward computed the state gradients
+    StateGrads how = StateGrads::bp;             ///< how its last backward computed the state gradients
+    BackwardMethod method = BackwardMethod::bp;  ///< the method of its last backward
   };
 
   LayerArgs<T> args(Index l);
+  void sync() const { BPPSA_CUDA_CHECK(cudaStreamSynchronize(run_stream_)); }
+  /// forward() with layer l's s_0 written by init(l, h, c) into the record's first block (H × B each).
+  template <class Init>
+  void forward_from(Init&& init);
+  /// backward_layer() with the extra gradient on s_T in L.g_final (S × B) when `final_grad`.
+  void backward_from(Index layer, const BackwardOptions& options, bool final_grad, int slot);
+  /// Queued device-to-device copy of n values (nothing when dst is null).
+  void copy(T* dst, const T* src, Idx n);
   /// The persistent kernels' launch for `rows` state rows per sample (forward H, backward S).
   PersistentLaunch launch_for(Idx rows) const;
   void download(const T* src, T* dst, Idx n);
@@ -197,6 +218,7 @@ class RecurrentStack final : public RecurrentGpu<T> {
   std::int32_t cell_;
   Idx H_, GH_, S_;
   cuda::Stream stream_;
+  cudaStream_t run_stream_ = stream_.get();  ///< stream_, or the caller's (use_stream)
   std::unique_ptr<BlasHandle> blas_;
   int sms_, smem_optin_;
   DeviceBuffer<T> params_, grads_;
@@ -221,7 +243,7 @@ RecurrentStack<T>::RecurrentStack(const RecurrentConfig& config)
       S_(state_size(config.cell, config.hidden)),
       sms_(device_attribute(cudaDevAttrMultiProcessorCount)),
       smem_optin_(device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin)) {
-  blas_ = std::make_unique<BlasHandle>(stream_.get());
+  blas_ = std::make_unique<BlasHandle>(run_stream_);
   Idx count = 0;
   layers_.resize(static_cast<std::size_t>(config.layers));
   for (Index l = 0; l < config.layers; ++l) {
@@ -240,13 +262,13 @@ RecurrentStack<T>::RecurrentStack(const RecurrentConfig& config)
                               "use a smaller --hidden or fewer --layers");
   params_ = DeviceBuffer<T>(static_cast<std::size_t>(count));
   grads_ = DeviceBuffer<T>(static_cast<std::size_t>(count));
-  BPPSA_CUDA_CHECK(cudaMemsetAsync(params_.data(), 0, params_.bytes(), stream_.get()));
-  BPPSA_CUDA_CHECK(cudaMemsetAsync(grads_.data(), 0, grads_.bytes(), stream_.get()));
+  BPPSA_CUDA_CHECK(cudaMemsetAsync(params_.data(), 0, params_.bytes(), run_stream_));
+  BPPSA_CUDA_CHECK(cudaMemsetAsync(grads_.data(), 0, grads_.bytes(), run_stream_));
   status_ = DeviceBuffer<DeviceStatus>(1);
   const DeviceStatus fresh;
-  BPPSA_CUDA_CHECK(cudaMemcpyAsync(status_.data(), &fresh, sizeof fresh, cudaMemcpyHostToDevice, stream_.get()));
+  BPPSA_CUDA_CHECK(cudaMemcpyAsync(status_.data(), &fresh, sizeof fresh, cudaMemcpyHostToDevice, run_stream_));
   allow_persistent_smem<T>(smem_optin_);
-  stream_.synchronize();
+  sync();
 }
 
 template <class T>
@@ -255,28 +277,28 @@ RecurrentStack<T>::~RecurrentStack() = default;
 template <class T>
 DeviceStatus RecurrentStack<T>::read_status() {
   DeviceStatus s;
-  BPPSA_CUDA_CHECK(cudaMemcpyAsync(&s, status_.data(), sizeof s, cudaMemcpyDeviceToHost, stream_.get()));
-  stream_.synchronize();
+  BPPSA_CUDA_CHECK(cudaMemcpyAsync(&s, status_.data(), sizeof s, cudaMemcpyDeviceToHost, run_stream_));
+  sync();
   return s;
 }
 
 template <class T>
 void RecurrentStack<T>::clear_flags() {
   DeviceStatus* d = status_.data();
-  BPPSA_CUDA_CHECK(cudaMemsetAsync(&d->flags, 0, sizeof d->flags, stream_.get()));
-  BPPSA_CUDA_CHECK(cudaMemsetAsync(&d->bad_param, 0xFF, sizeof d->bad_param, stream_.get()));
+  BPPSA_CUDA_CHECK(cudaMemsetAsync(&d->flags, 0, sizeof d->flags, run_stream_));
+  BPPSA_CUDA_CHECK(cudaMemsetAsync(&d->bad_param, 0xFF, sizeof d->bad_param, run_stream_));
 }
 
 template <class T>
 void RecurrentStack<T>::download(const T* src, T* dst, Idx n) {
   BPPSA_CUDA_CHECK(
-      cudaMemcpyAsync(dst, src, static_cast<std::size_t>(n) * sizeof(T), cudaMemcpyDeviceToHost, stream_.get()));
-  stream_.synchronize();
+      cudaMemcpyAsync(dst, src, static_cast<std::size_t>(n) * sizeof(T), cudaMemcpyDeviceToHost, run_stream_));
+  sync();
 }
 
 template <class T>
 void RecurrentStack<T>::upload_params(const std::vector<RecurrentLayerParams<T>>& host) {
-  const cudaStream_t s = stream_.get();
+  const cudaStream_t s = run_stream_;
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];
     const auto& p = host[l];
@@ -289,7 +311,7 @@ void RecurrentStack<T>::upload_params(const std::vector<RecurrentLayerParams<T>>
     up(L.b_ih, p.b_ih.data(), p.b_ih.size());
     up(L.b_hh, p.b_hh.data(), p.b_hh.size());
   }
-  stream_.synchronize();  // the host may change its copies right after
+  sync();  // the host may change its copies right after
 }
 
 template <class T>
@@ -352,7 +374,7 @@ void RecurrentStack<T>::resize(Index steps, Index batch) {
                                     {{"forward record", need}},
                                     "use a smaller --batch, shorter sequences or a smaller --hidden");
       });
-  if (grew_ones) launch_fill(ones_.data(), static_cast<Idx>(ones_.size()), T(1), stream_.get());
+  if (grew_ones) launch_fill(ones_.data(), static_cast<Idx>(ones_.size()), T(1), run_stream_);
   steps_ = steps;
   batch_ = batch;
 }
@@ -361,8 +383,8 @@ template <class T>
 void RecurrentStack<T>::upload_input(const T* host) {
   BPPSA_CUDA_CHECK(cudaMemcpyAsync(x_.data(), host,
                                    static_cast<std::size_t>(config_.input * steps_ * batch_) * sizeof(T),
-                                   cudaMemcpyHostToDevice, stream_.get()));
-  stream_.synchronize();  // the host buffer may be a temporary
+                                   cudaMemcpyHostToDevice, run_stream_));
+  sync();  // the host buffer may be a temporary
 }
 
 template <class T>
@@ -398,27 +420,52 @@ void RecurrentStack<T>::check_state_shape(const Matrix<T>& m, Index l, const cha
 
 template <class T>
 void RecurrentStack<T>::forward(const std::vector<const Matrix<T>*>& s0) {
-  const cudaStream_t s = stream_.get();
-  const Idx B = batch_, TB = steps_ * batch_;
+  const cudaStream_t s = run_stream_;
+  const Idx B = batch_;
   for (std::size_t l = 0; l < s0.size(); ++l)
     if (s0[l] != nullptr) check_state_shape(*s0[l], static_cast<Index>(l), "initial state", "Recurrent::forward");
+  // s_0: the caller's (host, S × B: h rows over c rows) or zeros.
+  forward_from([&](Index l, T* h, T* c) {
+    const Matrix<T>* init = s0.empty() ? nullptr : s0[static_cast<std::size_t>(l)];
+    if (init != nullptr) {
+      BPPSA_CUDA_CHECK(cudaMemcpy2DAsync(h, H_ * sizeof(T), init->data(), S_ * sizeof(T), H_ * sizeof(T), B,
+                                         cudaMemcpyHostToDevice, s));
+      if (c != nullptr)
+        BPPSA_CUDA_CHECK(cudaMemcpy2DAsync(c, H_ * sizeof(T), init->data() + H_, S_ * sizeof(T), H_ * sizeof(T), B,
+                                           cudaMemcpyHostToDevice, s));
+    } else {
+      BPPSA_CUDA_CHECK(cudaMemsetAsync(h, 0, static_cast<std::size_t>(H_ * B) * sizeof(T), s));
+      if (c != nullptr) BPPSA_CUDA_CHECK(cudaMemsetAsync(c, 0, static_cast<std::size_t>(H_ * B) * sizeof(T), s));
+    }
+  });
+}
+
+template <class T>
+void RecurrentStack<T>::forward_device(const std::vector<DeviceState<T>>& s0) {
+  const Idx n = H_ * batch_;
+  forward_from([&](Index l, T* h, T* c) {
+    const DeviceState<T> d =
+        static_cast<std::size_t>(l) < s0.size() ? s0[static_cast<std::size_t>(l)] : DeviceState<T>{};
+    for (auto [dst, src] : {std::pair<T*, const T*>{h, d.h}, std::pair<T*, const T*>{c, d.c}}) {
+      if (dst == nullptr) continue;
+      if (src != nullptr)
+        copy(dst, src, n);
+      else
+        BPPSA_CUDA_CHECK(cudaMemsetAsync(dst, 0, static_cast<std::size_t>(n) * sizeof(T), run_stream_));
+    }
+  });
+}
+
+template <class T>
+template <class Init>
+void RecurrentStack<T>::forward_from(Init&& init) {
+  const cudaStream_t s = run_stream_;
+  const Idx B = batch_, TB = steps_ * batch_;
   for (Index l = 0; l < config_.layers; ++l) {
     Layer& L = layers_[static_cast<std::size_t>(l)];
     const T* x = l == 0 ? x_.data() : layers_[static_cast<std::size_t>(l - 1)].h.data() + H_ * B;
     run(blas_->get(), input_projection(GH_, L.input, TB, params_.data() + L.w_ih, x, L.ax.data()));
-    // s_0: the caller's (S × B: h rows over c rows) or zeros.
-    const Matrix<T>* init = s0.empty() ? nullptr : s0[static_cast<std::size_t>(l)];
-    if (init != nullptr) {
-      BPPSA_CUDA_CHECK(cudaMemcpy2DAsync(L.h.data(), H_ * sizeof(T), init->data(), S_ * sizeof(T), H_ * sizeof(T), B,
-                                         cudaMemcpyHostToDevice, s));
-      if (cell_ == kLstm)
-        BPPSA_CUDA_CHECK(cudaMemcpy2DAsync(L.c.data(), H_ * sizeof(T), init->data() + H_, S_ * sizeof(T),
-                                           H_ * sizeof(T), B, cudaMemcpyHostToDevice, s));
-    } else {
-      BPPSA_CUDA_CHECK(cudaMemsetAsync(L.h.data(), 0, static_cast<std::size_t>(H_ * B) * sizeof(T), s));
-      if (cell_ == kLstm)
-        BPPSA_CUDA_CHECK(cudaMemsetAsync(L.c.data(), 0, static_cast<std::size_t>(H_ * B) * sizeof(T), s));
-    }
+    init(l, L.h.data(), cell_ == kLstm ? L.c.data() : nullptr);
     launch_transpose(params_.data() + L.w_hh, GH_, H_, L.w_col.data(), s);
     LayerArgs<T> a = args(l);
     a.w = L.w_col.data();
@@ -427,6 +474,61 @@ void RecurrentStack<T>::forward(const std::vector<const Matrix<T>*>& s0) {
     a.w_shared = p.w_shared;
     launch_forward(a, p.threads, p.smem_bytes, s);
   }
+}
+
+template <class T>
+void RecurrentStack<T>::copy(T* dst, const T* src, Idx n) {
+  if (dst == nullptr || n == 0) return;
+  BPPSA_CUDA_CHECK(
+      cudaMemcpyAsync(dst, src, static_cast<std::size_t>(n) * sizeof(T), cudaMemcpyDeviceToDevice, run_stream_));
+}
+
+template <class T>
+void RecurrentStack<T>::use_stream(CUstream_st* stream) {
+  if (stream == run_stream_) return;
+  blas_->set_stream(stream);
+  run_stream_ = stream;
+}
+
+template <class T>
+void RecurrentStack<T>::upload_layer_device(Index l, const DeviceLayerParams<T>& p) {
+  const Layer& L = layers_.at(static_cast<std::size_t>(l));
+  if (p.w_ih == nullptr || p.w_hh == nullptr)
+    raise<InvalidArgument>("Recurrent", "upload_layer_device needs weight_ih and weight_hh");
+  T* d = params_.data();
+  copy(d + L.w_ih, p.w_ih, GH_ * L.input);
+  copy(d + L.w_hh, p.w_hh, GH_ * H_);
+  for (auto [off, src] : {std::pair<Idx, const T*>{L.b_ih, p.b_ih}, std::pair<Idx, const T*>{L.b_hh, p.b_hh}}) {
+    if (src != nullptr)
+      copy(d + off, src, GH_);
+    else
+      BPPSA_CUDA_CHECK(cudaMemsetAsync(d + off, 0, static_cast<std::size_t>(GH_) * sizeof(T), run_stream_));
+  }
+}
+
+template <class T>
+void RecurrentStack<T>::copy_layer_grads(Index l, const DeviceLayerGrads<T>& g) {
+  const Layer& L = layers_.at(static_cast<std::size_t>(l));
+  const T* d = grads_.data();
+  copy(g.w_ih, d + L.w_ih, GH_ * L.input);
+  copy(g.w_hh, d + L.w_hh, GH_ * H_);
+  copy(g.b_ih, d + L.b_ih, GH_);
+  copy(g.b_hh, d + L.b_hh, GH_);
+}
+
+template <class T>
+void RecurrentStack<T>::copy_output(T* out) {
+  copy(out, output(), H_ * steps_ * batch_);
+}
+
+template <class T>
+void RecurrentStack<T>::copy_state(Index l, Index t, const DeviceStateOut<T>& st) {
+  const Layer& L = layers_.at(static_cast<std::size_t>(l));
+  if (t < 0 || t > steps_)
+    raise<InvalidArgument>("Recurrent", "state of step " + std::to_string(t) + " of " + std::to_string(steps_));
+  const Idx n = H_ * batch_;
+  copy(st.h, L.h.data() + t * n, n);
+  if (cell_ == kLstm) copy(st.c, L.c.data() + t * n, n);
 }
 
 template <class T>
@@ -452,13 +554,13 @@ template <class T>
 void RecurrentStack<T>::download_state(Index layer, Index t, Matrix<T>& st) {
   const Layer& L = layers_[static_cast<std::size_t>(layer)];
   st.resize(S_, batch_);
-  const cudaStream_t s = stream_.get();
+  const cudaStream_t s = run_stream_;
   BPPSA_CUDA_CHECK(cudaMemcpy2DAsync(st.data(), S_ * sizeof(T), L.h.data() + t * batch_ * H_, H_ * sizeof(T),
                                      H_ * sizeof(T), batch_, cudaMemcpyDeviceToHost, s));
   if (cell_ == kLstm)
     BPPSA_CUDA_CHECK(cudaMemcpy2DAsync(st.data() + H_, S_ * sizeof(T), L.c.data() + t * batch_ * H_, H_ * sizeof(T),
                                        H_ * sizeof(T), batch_, cudaMemcpyDeviceToHost, s));
-  stream_.synchronize();
+  sync();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -543,8 +645,8 @@ template <class T>
 const T* RecurrentStack<T>::upload_grad_out(const T* host, Index values) {
   ensure(grad_out_, values);
   BPPSA_CUDA_CHECK(cudaMemcpyAsync(grad_out_.data(), host, static_cast<std::size_t>(values) * sizeof(T),
-                                   cudaMemcpyHostToDevice, stream_.get()));
-  stream_.synchronize();  // the host buffer may be a temporary
+                                   cudaMemcpyHostToDevice, run_stream_));
+  sync();  // the host buffer may be a temporary
   return grad_out_.data();
 }
 
@@ -556,7 +658,81 @@ void RecurrentStack<T>::backward_begin(const T* top, bool inject) {
 
 template <class T>
 void RecurrentStack<T>::backward_layer(Index l, const BackwardOptions& options, const Matrix<T>* final_grad, int slot) {
-  const cudaStream_t s = stream_.get();
+  if (final_grad != nullptr) {
+    check_state_shape(*final_grad, l, "final-state gradient", "Recurrent::backward");
+    Layer& L = layers_[static_cast<std::size_t>(l)];
+    ensure(L.g_final, S_ * batch_);
+    BPPSA_CUDA_CHECK(cudaMemcpyAsync(L.g_final.data(), final_grad->data(),
+                                     static_cast<std::size_t>(S_ * batch_) * sizeof(T), cudaMemcpyHostToDevice,
+                                     run_stream_));
+  }
+  backward_from(l, options, final_grad != nullptr, slot);
+}
+
+template <class T>
+void RecurrentStack<T>::backward_layer_device(Index l, const BackwardOptions& options, const DeviceState<T>& final_grad,
+                                              int slot) {
+  const bool given = final_grad.h != nullptr || final_grad.c != nullptr;
+  if (given) {
+    // g_final is S × B: column b holds h's H rows over c's (LSTM); the caller's are H × B each.
+    Layer& L = layers_.at(static_cast<std::size_t>(l));
+    ensure(L.g_final, S_ * batch_);
+    const std::size_t pitch = static_cast<std::size_t>(S_) * sizeof(T),
+                      width = static_cast<std::size_t>(H_) * sizeof(T);
+    for (Idx part = 0; part * H_ < S_; ++part) {
+      const T* src = part == 0 ? final_grad.h : final_grad.c;
+      T* dst = L.g_final.data() + part * H_;
+      if (src != nullptr)
+        BPPSA_CUDA_CHECK(cudaMemcpy2DAsync(dst, pitch, src, width, width, static_cast<std::size_t>(batch_),
+                                           cudaMemcpyDeviceToDevice, run_stream_));
+      else
+        BPPSA_CUDA_CHECK(cudaMemset2DAsync(dst, pitch, 0, width, static_cast<std::size_t>(batch_), run_stream_));
+    }
+  }
+  backward_from(l, options, given, slot);
+}
+
+template <class T>
+const char* RecurrentStack<T>::state_grads_method(Index l) const {
+  const Layer& L = layers_.at(static_cast<std::size_t>(l));
+  switch (L.how) {
+    case StateGrads::bp:
+      return "bp";
+    case StateGrads::fused:
+      return "fused";
+    case StateGrads::generic:
+      break;
+  }
+  return to_string(L.method);
+}
+
+template <class T>
+void RecurrentStack<T>::copy_input_grad(T* gx) {
+  const Layer& L = layers_.front();
+  const Idx n = config_.input * steps_ * batch_;
+  if (L.gx.size() < static_cast<std::size_t>(n))
+    raise<InvalidArgument>("Recurrent::backward", "no input gradient: no backward of this shape has run");
+  copy(gx, L.gx.data(), n);
+}
+
+template <class T>
+void RecurrentStack<T>::copy_state0_grad(Index l, const DeviceStateOut<T>& g0) {
+  const Layer& L = layers_.at(static_cast<std::size_t>(l));
+  if (L.g.size() < static_cast<std::size_t>(S_ * (steps_ + 1) * batch_))
+    raise<InvalidArgument>("Recurrent::backward", "no initial-state gradient: no backward of this shape has run");
+  // Block 0 of g is S × B (h rows over c rows); the caller's are H × B each.
+  const std::size_t pitch = static_cast<std::size_t>(S_) * sizeof(T), width = static_cast<std::size_t>(H_) * sizeof(T);
+  for (Idx part = 0; part * H_ < S_; ++part) {
+    T* dst = part == 0 ? g0.h : g0.c;
+    if (dst != nullptr)
+      BPPSA_CUDA_CHECK(cudaMemcpy2DAsync(dst, width, L.g.data() + part * H_, pitch, width,
+                                         static_cast<std::size_t>(batch_), cudaMemcpyDeviceToDevice, run_stream_));
+  }
+}
+
+template <class T>
+void RecurrentStack<T>::backward_from(Index l, const BackwardOptions& options, bool final_grad, int slot) {
+  const cudaStream_t s = run_stream_;
   Layer& L = layers_[static_cast<std::size_t>(l)];
   const Idx T_ = steps_, B = batch_, TB = steps_ * batch_;
   const bool top = l == config_.layers - 1;
@@ -571,17 +747,11 @@ void RecurrentStack<T>::backward_layer(Index l, const BackwardOptions& options, 
   const T* above = top ? top_ : layers_[static_cast<std::size_t>(l + 1)].gx.data();
   const bool inject = top ? inject_top_ : true;
   const T* last = inject ? above + (T_ - 1) * B * H_ : above;
-  const T* gfinal = nullptr;
-  if (final_grad != nullptr) {
-    check_state_shape(*final_grad, l, "final-state gradient", "Recurrent::backward");
-    ensure(L.g_final, S_ * B);
-    BPPSA_CUDA_CHECK(cudaMemcpyAsync(L.g_final.data(), final_grad->data(), static_cast<std::size_t>(S_ * B) * sizeof(T),
-                                     cudaMemcpyHostToDevice, s));
-    gfinal = L.g_final.data();
-  }
+  const T* gfinal = final_grad ? L.g_final.data() : nullptr;
   LayerArgs<T> a = args(l);
   const StateGrads how = state_grads(options.method, l, inject);
   L.how = how;
+  L.method = options.method;
   if (how == StateGrads::fused) ensure(L.g_last, S_ * B);  // (layers may change method midway: S × B only)
   launch_final_grad(H_, S_, B, last, gfinal, how == StateGrads::fused ? L.g_last.data() : a.g + T_ * B * S_, s);
   a.above = inject ? above : nullptr;
@@ -712,7 +882,7 @@ void RecurrentStack<T>::check_grads(Index only) {
   // A layer's parameters are one run of the arena: w_ih, w_hh, b_ih, b_hh.
   const Idx begin = only < 0 ? 0 : layers_[static_cast<std::size_t>(only)].w_ih;
   const Idx end = only < 0 ? static_cast<Idx>(grads_.size()) : layers_[static_cast<std::size_t>(only)].b_hh + GH_;
-  launch_check_finite(grads_.data() + begin, end - begin, kGradNotFinite, status_.data(), stream_.get());
+  launch_check_finite(grads_.data() + begin, end - begin, kGradNotFinite, status_.data(), run_stream_);
 }
 
 template <class T>

@@ -1,0 +1,112 @@
+// The CUDA half of bppsa.nn's layer engine: the GPU stack of bppsa::Recurrent (one layer, one
+// direction) reading and writing PyTorch's device memory directly, every call queued on the
+// caller's stream (PyTorch's current stream): no host copy and no device synchronisation, except
+// for the gradients' finiteness check when asked for (check_finite).
+#include <cuda_runtime_api.h>
+
+#include "bppsa/core/error.hpp"
+#include "core/cuda/check.hpp"
+#include "layer_half.hpp"
+#include "nn/cuda/gpu_model.hpp"
+
+namespace bppsa::python {
+namespace {
+
+constexpr const char* kOp = "bppsa.nn";
+
+/// Makes CUDA device `index` current for the scope and restores the caller's after (PyTorch
+/// reads the same runtime's current device).
+class DeviceScope {
+ public:
+  explicit DeviceScope(int index) {
+    BPPSA_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != index)
+      BPPSA_CUDA_CHECK(cudaSetDevice(index));
+    else
+      previous_ = -1;
+  }
+  ~DeviceScope() {
+    if (previous_ >= 0) detail::cuda::discard(cudaSetDevice(previous_));
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+template <class T>
+class LayerGpu final : public LayerHalf<T> {
+ public:
+  LayerGpu(const RecurrentConfig& config, int index) : index_(index) {
+    if (config.proj > 0)
+      detail::raise<UnsupportedError>(kOp,
+                                      "an LSTM with proj_size runs on the CPU only (the CUDA kernels have no "
+                                      "projection yet): move this module and its inputs to the CPU with .cpu()");
+    DeviceScope scope(index_);
+    RecurrentConfig c = config;
+    c.device = Device::cuda;
+    stack_ = detail::gpu::make_recurrent_gpu<T>(c);
+  }
+
+  void forward(const LayerForwardIo<T>& io, Index steps, Index batch, const std::vector<Index>& lengths,
+               std::uintptr_t stream) override {
+    if (!lengths.empty())
+      detail::raise<UnsupportedError>(
+          kOp,
+          "samples of different lengths (a PackedSequence) run on the CPU only for now: move the module and the "
+          "PackedSequence to the CPU with .cpu(), or pass a padded batch on the GPU");
+    DeviceScope scope(index_);
+    auto& st = *stack_;
+    st.use_stream(reinterpret_cast<CUstream_st*>(stream));
+    st.upload_layer_device(0, {io.w_ih, io.w_hh, io.b_ih, io.b_hh});
+    st.resize(steps, batch);
+    st.copy_input_device(io.x);
+    st.forward_device({{io.h0, io.c0}});
+    st.copy_output(io.out);
+    st.copy_state(0, steps, {io.h_n, io.c_n});
+  }
+
+  std::string backward(const LayerBackwardIo<T>& io, const BackwardOptions& options, std::uintptr_t stream) override {
+    if (io.grad_out == nullptr)
+      detail::raise<InvalidArgument>(kOp, "the CUDA half needs the output's gradient (zeros when none flows back)");
+    DeviceScope scope(index_);
+    auto& st = *stack_;
+    st.use_stream(reinterpret_cast<CUstream_st*>(stream));
+    // Every step's gradient is injected: telling a many-to-one gradient apart would read it on the host.
+    st.backward_begin(io.grad_out, true);
+    st.backward_layer_device(0, options, {io.grad_hn, io.grad_cn}, 0);
+    if (options.check_finite) {
+      st.check_grads(0);
+      const detail::gpu::DeviceStatus status = st.read_status();  // waits for the stream
+      if ((status.flags & detail::gpu::kGradNotFinite) != 0) {
+        st.clear_flags();
+        detail::raise<NonFiniteError>(kOp,
+                                      "the layer's parameter gradients are not finite (NaN/Inf): the loss, "
+                                      "the incoming gradients or the weights diverged");
+      }
+    }
+    st.copy_layer_grads(0, {io.grad_w_ih, io.grad_w_hh, io.grad_b_ih, io.grad_b_hh});
+    if (io.grad_x != nullptr) st.copy_input_grad(io.grad_x);
+    st.copy_state0_grad(0, {io.grad_h0, io.grad_c0});
+    return st.state_grads_method(0);
+  }
+
+  Index steps() const override { return stack_->steps(); }
+  Index batch() const override { return stack_->batch(); }
+
+ private:
+  int index_;
+  std::unique_ptr<detail::gpu::RecurrentGpu<T>> stack_;
+};
+
+}  // namespace
+
+template <class T>
+std::unique_ptr<LayerHalf<T>> make_layer_gpu(const RecurrentConfig& config, int index) {
+  return std::make_unique<LayerGpu<T>>(config, index);
+}
+template std::unique_ptr<LayerHalf<float>> make_layer_gpu(const RecurrentConfig&, int);
+template std::unique_ptr<LayerHalf<double>> make_layer_gpu(const RecurrentConfig&, int);
+
+}  // namespace bppsa::python

@@ -1,0 +1,239 @@
+# bppsa.nn on CUDA tensors (issue 26, item 2): the CUDA half of the layer engine against
+# torch.nn on the same GPU (cuDNN), against a float64 reference and against bppsa's own CPU engine;
+# PyTorch's current stream (work queued, never waited for); errors for what the GPU does not run.
+# Skipped without a CUDA device or a bppsa built without CUDA, unless BPPSA_REQUIRE_CUDA=1
+# (scripts/gpu_check.sh sets it), where that is a failure.
+import os
+import random
+import sys
+
+import pytest
+import torch
+from torch.nn.utils.rnn import pack_padded_sequence
+
+import bppsa
+from bppsa import _native
+from util import BPPSA, TORCH, flat_state, rel_err, run
+
+_HAVE = _native.cuda_available() and torch.cuda.is_available()
+_WHY = (f"no CUDA: bppsa built with CUDA {_native._C.cuda_built()}, {_native._C.cuda_summary()}; torch sees "
+        f"{torch.cuda.device_count()} devices")
+if not _HAVE and os.environ.get("BPPSA_REQUIRE_CUDA") == "1":
+    raise RuntimeError(f"BPPSA_REQUIRE_CUDA=1 but {_WHY}")
+pytestmark = pytest.mark.skipif(not _HAVE, reason=_WHY)
+
+METHODS = ["auto", "bp", "blelloch", "hybrid", "linear"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_tf32():
+    """fp32 is fp32 on both sides (cuDNN may otherwise use TF32 tensor cores), through the API this
+    PyTorch has (bench/gpu/precision.py: the two are not to be mixed)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "gpu"))
+    from precision import set_tf32
+    set_tf32(False)
+    yield
+
+
+def _configs():
+    rng = random.Random(20261127)
+    out = []
+    for i in range(30):
+        kind = ["RNN", "GRU", "LSTM"][i % 3]
+        out.append(dict(kind=kind, layers=rng.choice([1, 1, 2, 3]), bidirectional=rng.random() < 0.4,
+                        batch_first=rng.random() < 0.5, bias=rng.random() < 0.8, hx=rng.random() < 0.5,
+                        steps=rng.choice([1, 2, 7, 33, 100]), batch=rng.choice([1, 3, 16]),
+                        input=rng.choice([1, 4, 12]), hidden=rng.choice([1, 5, 20, 64]), method=METHODS[i % 5],
+                        relu=kind == "RNN" and rng.random() < 0.5))
+    for j, kind in enumerate(["RNN", "GRU", "LSTM"]):  # the paper's sizes, long sequences
+        out.append(dict(kind=kind, layers=1, bidirectional=False, batch_first=True, bias=True, hx=False, steps=1000,
+                        batch=16, input=1, hidden=20, method="auto", relu=False))
+    return out
+
+
+def _id(c):
+    return (f"{c['kind']}{'_relu' if c['relu'] else ''}_L{c['layers']}{'_bi' if c['bidirectional'] else ''}"
+            f"{'_bf' if c['batch_first'] else ''}{'' if c['bias'] else '_nobias'}{'_hx' if c['hx'] else ''}"
+            f"_T{c['steps']}_B{c['batch']}_I{c['input']}_H{c['hidden']}_{c['method']}")
+
+
+def _build(c, device, dtype, seed=0):
+    """torch.nn and bppsa.nn modules of configuration c with the same weights, on device."""
+    kwargs = dict(num_layers=c["layers"], bias=c["bias"], batch_first=c["batch_first"],
+                  bidirectional=c["bidirectional"])
+    if c["kind"] == "RNN":
+        kwargs["nonlinearity"] = "relu" if c["relu"] else "tanh"
+    torch.manual_seed(seed)
+    ref = TORCH[c["kind"]](c["input"], c["hidden"], **kwargs).to(device=device, dtype=dtype)
+    ours = BPPSA[c["kind"]](c["input"], c["hidden"], backward=c["method"], **kwargs).to(device=device, dtype=dtype)
+    ours.load_state_dict(ref.state_dict())
+    return ref, ours
+
+
+def _data(c, device, dtype, seed=1):
+    """Input, hx and the loss's weights on every output, drawn on the CPU in float64 (the same
+    values for every device and dtype)."""
+    g = torch.Generator().manual_seed(seed)
+    d = 2 if c["bidirectional"] else 1
+    shape = (c["batch"], c["steps"], c["input"]) if c["batch_first"] else (c["steps"], c["batch"], c["input"])
+    x = torch.randn(shape, generator=g, dtype=torch.float64)
+    hx = None
+    if c["hx"]:
+        s = (c["layers"] * d, c["batch"], c["hidden"])
+        hx = (0.5 * torch.randn(s, generator=g, dtype=torch.float64),
+              0.5 * torch.randn(s, generator=g, dtype=torch.float64)) if c["kind"] == "LSTM" else \
+            0.5 * torch.randn(s, generator=g, dtype=torch.float64)
+    head = torch.randn(shape[:2] + (c["hidden"] * d,), generator=g, dtype=torch.float64)
+
+    def put(t):
+        return t.to(device=device, dtype=dtype)
+    x = put(x).requires_grad_(True)
+    if hx is not None:
+        hx = tuple(put(s).requires_grad_(True) for s in hx) if isinstance(hx, tuple) else put(hx).requires_grad_(True)
+    return x, hx, put(head)
+
+
+def _everything(module, c, device, dtype):
+    x, hx, head = _data(c, device, dtype)
+    out, h, grads = run(module, x, hx, head)
+    return [out] + list(h) + list(grads)
+
+
+@pytest.mark.parametrize("c", _configs(), ids=_id)
+def test_matches_torch_on_cuda(c):
+    """Outputs, final states and every gradient: bppsa on CUDA against torch.nn in float64 (the
+    oracle) within 1e-4 relative per tensor, against cuDNN in fp32 and against bppsa's CPU engine."""
+    ref64, _ = _build(c, "cuda", torch.float64)
+    ref32, ours = _build(c, "cuda", torch.float32)
+    _, ours_cpu = _build(c, "cpu", torch.float32)
+    want = _everything(ref64, c, "cuda", torch.float64)
+    got = _everything(ours, c, "cuda", torch.float32)
+    cudnn = _everything(ref32, c, "cuda", torch.float32)
+    cpu = _everything(ours_cpu, c, "cpu", torch.float32)
+    assert len(got) == len(want) == len(cudnn) == len(cpu)
+    for i, (g, w, r, p) in enumerate(zip(got, want, cudnn, cpu)):
+        assert g.is_cuda and g.dtype == torch.float32 and g.shape == w.shape, i
+        assert torch.isfinite(g).all(), i
+        err = rel_err(g, w)
+        # The float error of the record itself: cuDNN's fp32 against the same oracle.
+        assert err <= max(1e-4, 4 * rel_err(r, w)), f"tensor {i}: {err:.3g} vs float64 (cuDNN fp32 {rel_err(r, w):.3g})"
+        assert rel_err(g, p.to("cuda")) <= max(1e-4, 4 * rel_err(p.to("cuda"), w)), f"tensor {i} vs the CPU engine"
+
+
+@pytest.mark.parametrize("kind", ["RNN", "GRU", "LSTM"])
+@pytest.mark.parametrize("method", ["auto", "bp", "blelloch"])
+def test_float64_on_cuda_is_tight(kind, method):
+    c = dict(kind=kind, layers=2, bidirectional=True, batch_first=False, bias=True, hx=True, steps=50, batch=5,
+             input=3, hidden=8, method=method, relu=False)
+    ref, ours = _build(c, "cuda", torch.float64)
+    for g, w in zip(_everything(ours, c, "cuda", torch.float64), _everything(ref, c, "cuda", torch.float64)):
+        assert g.dtype == torch.float64 and rel_err(g, w) < 1e-10
+
+
+def _step(module, x):
+    out, h = module(x)
+    (out.square().sum() + flat_state(h)[0].sum()).backward()
+
+
+def test_runs_on_the_current_stream_without_waiting():
+    """Forward and backward queue their work on PyTorch's current stream: behind a long sleep
+    kernel queued there first, both return while the stream is still busy (neither waits for
+    the device), and the results equal those of the default stream."""
+    torch.manual_seed(3)
+    m = bppsa.nn.GRU(4, 20, num_layers=2).cuda()
+    x = torch.randn(300, 16, 4, device="cuda")
+    _step(m, x)  # plans and buffers for this shape (allocation may synchronise; it happens once)
+    m.zero_grad()
+    _step(m, x)
+    expected = [p.grad.clone() for p in m.parameters()]
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        m.zero_grad()
+        torch.cuda._sleep(2_000_000_000)  # about a second of GPU clock cycles
+        _step(m, x)
+        busy = not s.query()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    assert busy, "forward/backward waited for the device"
+    for p, e in zip(m.parameters(), expected):
+        assert rel_err(p.grad, e) < 1e-6
+
+
+def test_training_on_cuda_follows_torch():
+    """Ten Adam steps of a GRU classifier on CUDA: bppsa's losses follow cuDNN's."""
+    torch.manual_seed(5)
+    ref = torch.nn.GRU(3, 16, num_layers=2, batch_first=True).cuda()
+    ours = bppsa.nn.GRU(3, 16, num_layers=2, batch_first=True).cuda()
+    ours.load_state_dict(ref.state_dict())
+    head_r, head_o = torch.nn.Linear(16, 4).cuda(), torch.nn.Linear(16, 4).cuda()
+    head_o.load_state_dict(head_r.state_dict())
+    x = torch.randn(32, 200, 3, device="cuda")
+    y = torch.randint(0, 4, (32,), device="cuda")
+    losses = []
+    for rnn, head in ((ref, head_r), (ours, head_o)):
+        opt = torch.optim.Adam(list(rnn.parameters()) + list(head.parameters()), lr=1e-2)
+        seq = []
+        for _ in range(10):
+            opt.zero_grad()
+            out, _ = rnn(x)
+            loss = torch.nn.functional.cross_entropy(head(out[:, -1]), y)
+            loss.backward()
+            opt.step()
+            seq.append(loss.item())
+        losses.append(seq)
+    assert losses[1][-1] < losses[1][0]
+    for a, b in zip(*losses):
+        assert abs(a - b) <= 1e-4 * max(1.0, abs(a)), losses
+
+
+def test_compiled_on_cuda_matches_eager():
+    """torch.compile(fullgraph=True) records bppsa's custom operators with CUDA tensors."""
+    import torch._dynamo
+    torch._dynamo.config.allow_rnn = True
+    torch.manual_seed(7)
+    m = bppsa.nn.LSTM(3, 8, num_layers=2).cuda()
+    x = torch.randn(40, 4, 3, device="cuda", requires_grad=True)
+
+    def loss(x):
+        out, (h, c) = m(x)
+        return out.square().sum() + h.sum() + c.sum()
+    eager = loss(x)
+    ge = torch.autograd.grad(eager, [x] + list(m.parameters()))
+    compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")(x)
+    gc = torch.autograd.grad(compiled, [x] + list(m.parameters()))
+    assert rel_err(compiled, eager) < 1e-5
+    for a, b in zip(gc, ge):
+        assert a.is_cuda and rel_err(a, b) < 1e-5
+
+
+def test_check_finite_on_cuda():
+    m = bppsa.nn.RNN(3, 4, check_finite=True).cuda()
+    x = torch.randn(6, 2, 3, device="cuda")
+    x[2, 1, 0] = float("nan")
+    out, _ = m(x)
+    with pytest.raises(FloatingPointError, match="not finite"):
+        out.sum().backward()
+
+
+def test_what_cuda_does_not_run_is_refused_clearly():
+    m = bppsa.nn.GRU(3, 4).cuda()
+    with pytest.raises(RuntimeError, match="input is on cpu but the parameters are on cuda:0"):
+        m(torch.randn(5, 2, 3))
+    with pytest.raises(RuntimeError, match="hx is on cpu but input is on cuda:0"):
+        m(torch.randn(5, 2, 3, device="cuda"), torch.zeros(1, 2, 4))
+    packed = pack_padded_sequence(torch.randn(5, 2, 3, device="cuda"), torch.tensor([5, 3]))
+    with pytest.raises(NotImplementedError, match="PackedSequence"):
+        m(packed)
+    with pytest.raises(NotImplementedError, match="proj_size"):
+        bppsa.nn.LSTM(3, 4, proj_size=2).cuda()(torch.randn(5, 2, 3, device="cuda"))
+    # The engine itself: a weight on another device than the input.
+    engine = _native.layer_engine(torch.float32, torch.device("cuda", 0), "gru", 3, 4, "tanh")
+    r = _native.ref
+    x = torch.randn(5, 2, 3, device="cuda")
+    w_ih, w_hh = torch.randn(12, 3), torch.randn(12, 4, device="cuda")
+    out, h = torch.empty(5, 2, 4, device="cuda"), torch.empty(2, 4, device="cuda")
+    with pytest.raises(ValueError, match="weight_ih is on cpu but this call runs on cuda:0"):
+        engine.forward(r(x), None, None, r(w_ih), r(w_hh), None, None, None, [], r(out), r(h), None,
+                       _native.stream_of(x))
