@@ -26,7 +26,7 @@ import time
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+sys.path.append(os.path.join(HERE, "..", "..", "python"))  # torch_models; bppsa itself from PYTHONPATH (a build)
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 import bppsa  # noqa: E402

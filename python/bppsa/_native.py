@@ -66,9 +66,10 @@ def in_dispatch_mode():
     return _get_current_dispatch_mode() is not None
 
 
-def layer_engine(dtype, device, cell, input_size, hidden_size, nonlinearity, proj_size=0):
-    """A layer engine for tensors of `dtype` on `device` (the CPU or one CUDA device)."""
+def layer_engine(dtype, cell, input_size, hidden_size, nonlinearity, proj_size=0, device=None):
+    """A layer engine for tensors of `dtype` on `device` (None: the CPU; or one CUDA device)."""
     cls = _C.LayerEngineF32 if dtype == torch.float32 else _C.LayerEngineF64
+    device = torch.device("cpu") if device is None else torch.device(device)
     index = -1 if device.index is None else device.index
     if device.type == "cuda" and index < 0:
         index = torch.cuda.current_device()

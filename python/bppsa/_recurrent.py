@@ -38,8 +38,8 @@ class LayerSpec:
             idle = self._idle.get(key)
             engine = idle.pop() if idle else None
         if engine is None:
-            engine = _native.layer_engine(dtype, device, self.cell, self.input_size, self.hidden_size,
-                                          self.nonlinearity, self.proj_size)
+            engine = _native.layer_engine(dtype, self.cell, self.input_size, self.hidden_size, self.nonlinearity,
+                                          self.proj_size, device)
         return engine
 
     def release(self, key, engine):

@@ -72,6 +72,42 @@ def _reverse(x, lengths):
     return x.gather(0, index.to(x.device).unsqueeze(2).expand_as(x))
 
 
+def _outside_dynamo(fn):
+    """fn run eagerly under torch.compile (a graph break): the packed-sequence kernels read their
+    batch sizes' data, which fake tensors do not have (PyTorch 2.11's dynamo raises on them)."""
+    compiler = getattr(torch, "compiler", None)
+    disable = getattr(compiler, "disable", None)
+    if disable is None:
+        return fn
+    wrapped = []
+
+    def call(*args):
+        if not wrapped:  # decorated at the first call: importing bppsa does not import torch._dynamo
+            wrapped.append(disable(fn))
+        return wrapped[0](*args)
+    return call
+
+
+@_outside_dynamo
+def _unpack(packed, states, check_states):
+    """A PackedSequence as a padded time-major batch sorted longest first, its lengths (a list) and
+    the initial states in that order (check_states(states, batch) first)."""
+    input, lengths_t = torch.nn.utils.rnn.pad_packed_sequence(packed)  # the caller's order
+    check_states(states, input.shape[1])
+    if packed.sorted_indices is not None:
+        input = input.index_select(1, packed.sorted_indices)
+        lengths_t = lengths_t.index_select(0, packed.sorted_indices.cpu())
+        states = [None if s is None else s.index_select(1, packed.sorted_indices) for s in states]
+    return input, [int(n) for n in lengths_t], states
+
+
+@_outside_dynamo
+def _repack(output, lengths, packed):
+    """The padded output (sorted as _unpack's) as a PackedSequence with packed's batch sizes and order."""
+    out = torch.nn.utils.rnn.pack_padded_sequence(output, torch.tensor(lengths), enforce_sorted=True)
+    return PackedSequence(out.data, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices)
+
+
 def _check_factory(name, dtype, device):
     """Refuses a dtype or device the engine cannot run (None: not given)."""
     if dtype is not None and dtype not in _native.SUPPORTED_FLOATS:
@@ -218,13 +254,7 @@ class _Bppsa:
         packed, lengths = None, None
         if isinstance(input, PackedSequence):
             packed = input
-            input, lengths_t = torch.nn.utils.rnn.pad_packed_sequence(packed)  # the caller's order
-            self._check_states(states, input.shape[1])
-            if packed.sorted_indices is not None:
-                input = input.index_select(1, packed.sorted_indices)
-                lengths_t = lengths_t.index_select(0, packed.sorted_indices.cpu())
-                states = [None if s is None else s.index_select(1, packed.sorted_indices) for s in states]
-            lengths = [int(n) for n in lengths_t]
+            input, lengths, states = _unpack(packed, states, self._check_states)
         batched = packed is not None or input.dim() == 3
         if not batched:
             input = input.unsqueeze(0 if self.batch_first else 1)
@@ -284,8 +314,7 @@ class _Bppsa:
         h_n = torch.stack(h_n)
         c_n = torch.stack(c_n) if lstm else None
         if packed is not None:
-            out = torch.nn.utils.rnn.pack_padded_sequence(layer_input, torch.tensor(lengths), enforce_sorted=True)
-            output = PackedSequence(out.data, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices)
+            output = _repack(layer_input, lengths, packed)
             if packed.unsorted_indices is not None:
                 h_n = h_n.index_select(1, packed.unsorted_indices)
                 c_n = c_n.index_select(1, packed.unsorted_indices) if lstm else None

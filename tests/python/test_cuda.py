@@ -229,7 +229,7 @@ def test_what_cuda_does_not_run_is_refused_clearly():
     with pytest.raises(NotImplementedError, match="proj_size"):
         bppsa.nn.LSTM(3, 4, proj_size=2).cuda()(torch.randn(5, 2, 3, device="cuda"))
     # The engine itself: a weight on another device than the input.
-    engine = _native.layer_engine(torch.float32, torch.device("cuda", 0), "gru", 3, 4, "tanh")
+    engine = _native.layer_engine(torch.float32, "gru", 3, 4, "tanh", device="cuda:0")
     r = _native.ref
     x = torch.randn(5, 2, 3, device="cuda")
     w_ih, w_hh = torch.randn(12, 3), torch.randn(12, 4, device="cuda")
@@ -237,3 +237,20 @@ def test_what_cuda_does_not_run_is_refused_clearly():
     with pytest.raises(ValueError, match="weight_ih is on cpu but this call runs on cuda:0"):
         engine.forward(r(x), None, None, r(w_ih), r(w_hh), None, None, None, [], r(out), r(h), None,
                        _native.stream_of(x))
+
+
+@pytest.mark.parametrize("kind", ["RNN", "GRU", "LSTM"])
+def test_data_parallel_on_cuda_runs_the_module_like_torch(kind):
+    """nn.DataParallel on the GPUs there are (one replica per device): outputs and gradients are
+    torch.nn's (cuDNN, TF32 off) on the same devices."""
+    torch.manual_seed(11)
+    ref = TORCH[kind](3, 4, num_layers=2, batch_first=True).cuda()
+    ours = BPPSA[kind](3, 4, num_layers=2, batch_first=True).cuda()
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(2 * max(1, torch.cuda.device_count()), 6, 3, device="cuda")
+    got, want = torch.nn.DataParallel(ours)(x)[0], torch.nn.DataParallel(ref)(x)[0]
+    assert got.is_cuda and rel_err(got, want) < 1e-5
+    got.square().sum().backward()
+    want.square().sum().backward()
+    for (name, p), q in zip(ref.named_parameters(), ours.parameters()):
+        assert rel_err(q.grad, p.grad) < 1e-4, name

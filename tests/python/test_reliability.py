@@ -365,9 +365,11 @@ def test_expanded_shared_jacobian_runs_shared():
 
 
 def test_expanded_per_sample_jacobian_too_large_raises_memory_error():
-    # Shared over the steps but one matrix per sample: 256 · 1024 · 128² doubles must be copied
-    # into the scan: refused before anything is allocated.
-    N, B, dim = 256, 1024, 128
+    # Shared over the steps but one matrix per sample: N · 1024 · 128² doubles, twice this
+    # machine's memory, must be copied into the scan: refused before anything is allocated.
+    B, dim = 1024, 128
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    N = max(256, int(2 * total / (B * dim * dim * 8)) + 1)
     P = torch.randn(B, dim, dim, dtype=torch.float64)
     g = torch.randn(B, dim, dtype=torch.float64)
     t0 = time.monotonic()

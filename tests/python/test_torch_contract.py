@@ -364,6 +364,8 @@ def test_gradgradcheck_is_refused_with_the_reason():
         torch.autograd.gradgradcheck(lambda a, g: bppsa.scan(a, g), (a, g))
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU, DataParallel runs the module on it (tested in "
+                    "test_cuda.py)")
 @pytest.mark.parametrize("kind", KINDS)
 def test_data_parallel_on_the_cpu_runs_the_module_like_torch(kind):
     # nn.DataParallel without GPUs calls the module itself: outputs and gradients are torch.nn's.
