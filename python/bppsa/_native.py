@@ -89,7 +89,10 @@ def cuda_available():
     return _C.cuda_built() and _C.cuda_device_count() > 0
 
 
-def affine_scan(dtype):
+def affine_scan(dtype, cuda=False):
+    """The native scan for `dtype`: the CPU engine's, or with cuda=True the resident GPU scan's."""
+    if cuda:
+        return _C.affine_scan_cuda_f32 if dtype == torch.float32 else _C.affine_scan_cuda_f64
     return _C.affine_scan_f32 if dtype == torch.float32 else _C.affine_scan_f64
 
 

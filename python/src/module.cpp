@@ -111,4 +111,6 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("affine_scan_f32", &affine_scan<float>, py::call_guard<py::gil_scoped_release>());
   m.def("affine_scan_f64", &affine_scan<double>, py::call_guard<py::gil_scoped_release>());
+  m.def("affine_scan_cuda_f32", &affine_scan_gpu<float>, py::call_guard<py::gil_scoped_release>());
+  m.def("affine_scan_cuda_f64", &affine_scan_gpu<double>, py::call_guard<py::gil_scoped_release>());
 }

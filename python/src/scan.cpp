@@ -11,25 +11,25 @@
 
 namespace bppsa::python {
 
-namespace {
-constexpr const char* kOp = "bppsa.scan";
-
-std::vector<std::int32_t> to_int32(const TensorRef& t, Index n, const std::string& what) {
+std::vector<std::int32_t> csr_indices(const TensorRef& t, Index n, const char* op, const std::string& what) {
   std::vector<std::int32_t> v(static_cast<std::size_t>(n));
   if (t.dtype == "int32") {
-    const auto* p = checked_data<std::int32_t>(t, {n}, kOp, what);
+    const auto* p = checked_data<std::int32_t>(t, {n}, op, what);
     std::copy(p, p + n, v.begin());
     return v;
   }
-  const auto* p = checked_data<std::int64_t>(t, {n}, kOp, what);
+  const auto* p = checked_data<std::int64_t>(t, {n}, op, what);
   for (Index i = 0; i < n; ++i) {
     if (p[i] < 0 || p[i] > std::numeric_limits<std::int32_t>::max())
-      detail::raise<InvalidArgument>(kOp, what + " entry " + std::to_string(i) + " = " + std::to_string(p[i]) +
-                                              " is out of range (indices must fit in int32)");
+      detail::raise<InvalidArgument>(op, what + " entry " + std::to_string(i) + " = " + std::to_string(p[i]) +
+                                             " is out of range (indices must fit in int32)");
     v[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(p[i]);
   }
   return v;
 }
+
+namespace {
+constexpr const char* kOp = "bppsa.scan";
 
 /// Element i of the scan array as a Jacobian of the engine: A (rows × cols) or A^T.
 template <class T>
@@ -53,12 +53,12 @@ Jacobian<T> make_element(const ElementRef& e, Index i, bool transpose, Index bat
   }
   if (e.kind != "csr") detail::raise<InvalidArgument>(kOp, what + ": unknown element kind '" + e.kind + "'");
   if (e.count != 1) detail::raise<InvalidArgument>(kOp, what + ": CSR elements are shared by the batch");
-  std::vector<std::int32_t> crow = to_int32(e.crow, r + 1, what + " crow_indices");
+  std::vector<std::int32_t> crow = csr_indices(e.crow, r + 1, kOp, what + " crow_indices");
   const Index nnz = crow.back();
   if (crow.front() != 0 || nnz < 0 || (e.values.shape.size() == 1 && e.values.shape[0] != nnz))
     detail::raise<InvalidArgument>(
         kOp, what + ": crow_indices must start at 0 and end at nnz (" + std::to_string(e.values.numel()) + ")");
-  std::vector<std::int32_t> col = to_int32(e.col, nnz, what + " col_indices");
+  std::vector<std::int32_t> col = csr_indices(e.col, nnz, kOp, what + " col_indices");
   const T* v = checked_data<T>(e.values, {nnz}, kOp, what + " values");
   auto pattern = std::make_shared<CsrPattern>(r, c, crow, col);
   pattern->require_valid(std::string(kOp) + ": " + what);

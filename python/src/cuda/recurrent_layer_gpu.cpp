@@ -2,10 +2,8 @@
 // direction) reading and writing PyTorch's device memory directly, every call queued on the
 // caller's stream (PyTorch's current stream): no host copy and no device synchronisation, except
 // for the gradients' finiteness check when asked for (check_finite).
-#include <cuda_runtime_api.h>
-
 #include "bppsa/core/error.hpp"
-#include "core/cuda/check.hpp"
+#include "cuda/device_scope.hpp"
 #include "layer_half.hpp"
 #include "nn/cuda/gpu_model.hpp"
 
@@ -13,27 +11,6 @@ namespace bppsa::python {
 namespace {
 
 constexpr const char* kOp = "bppsa.nn";
-
-/// Makes CUDA device `index` current for the scope and restores the caller's after (PyTorch
-/// reads the same runtime's current device).
-class DeviceScope {
- public:
-  explicit DeviceScope(int index) {
-    BPPSA_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != index)
-      BPPSA_CUDA_CHECK(cudaSetDevice(index));
-    else
-      previous_ = -1;
-  }
-  ~DeviceScope() {
-    if (previous_ >= 0) detail::cuda::discard(cudaSetDevice(previous_));
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = -1;
-};
 
 template <class T>
 class LayerGpu final : public LayerHalf<T> {

@@ -9,7 +9,7 @@ std::unique_ptr<LayerHalf<T>> make_layer_gpu(const RecurrentConfig&, int) {
   detail::raise<UnsupportedError>(
       "bppsa.nn",
       "this build of bppsa has no CUDA backend (it was built without nvcc): move the module and its "
-      "inputs to the CPU with .cpu(), or reinstall bppsa where the CUDA toolkit is on PATH");
+      "inputs to the CPU with .cpu(), or reinstall bppsa with its CUDA backend (docs/pytorch.md)");
 }
 template std::unique_ptr<LayerHalf<float>> make_layer_gpu(const RecurrentConfig&, int);
 template std::unique_ptr<LayerHalf<double>> make_layer_gpu(const RecurrentConfig&, int);
