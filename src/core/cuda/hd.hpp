@@ -13,3 +13,13 @@
 #define BPPSA_HD
 #define BPPSA_HD_FORCEINLINE inline
 #endif
+
+/// A hint that the global-memory line holding *p will be read soon: PTX prefetch.global.L1 in
+/// device code (non-blocking; the later load hits L1), nothing on the host.
+BPPSA_HD_FORCEINLINE void hd_prefetch_l1(const void* p) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+#else
+  (void)p;
+#endif
+}

@@ -25,8 +25,10 @@ __global__ void __launch_bounds__(kPersistentThreads) forward_kernel(LayerArgs<T
   T* sm = persistent_smem<T>();
   const Idx block = blockIdx.x, thread = threadIdx.x, n = blockDim.x;
   forward_load(a, sm, block, thread, n);
+  forward_prefetch(a, block, thread, n, 1);
   __syncthreads();
   for (Idx t = 1; t <= a.steps; ++t) {
+    forward_prefetch(a, block, thread, n, t + 1);  // the next step's ax, behind this step's work
     forward_matvec(a, sm, block, thread, n, t);
     __syncthreads();
     forward_cell(a, sm, block, thread, n, t);
@@ -39,8 +41,10 @@ __global__ void __launch_bounds__(kPersistentThreads) backward_kernel(LayerArgs<
   T* sm = persistent_smem<T>();
   const Idx block = blockIdx.x, thread = threadIdx.x, n = blockDim.x;
   backward_load(a, sm, block, thread, n);
+  backward_prefetch(a, block, thread, n, a.steps);
   __syncthreads();
   for (Idx t = a.steps; t >= 1; --t) {
+    backward_prefetch(a, block, thread, n, t - 1);  // the next step's record, behind this step's work
     backward_preact(a, sm, block, thread, n, t);
     __syncthreads();
     backward_transpose(a, sm, block, thread, n, t);

@@ -136,20 +136,50 @@ BPPSA_HD inline void forward_load(const LayerArgs<T>& a, T* sm, Idx block, Idx t
   load_phase(a, forward_smem(a), a.h, a.H, sm, block, thread, nthreads);
 }
 
+/// L1 prefetch hints for the n values from p (a block's slice of a record at one step), one per
+/// 128-byte line, spread over the block's threads: issued a step ahead, so that the loads of the
+/// next step, which sit between two barriers, hit L1. Nothing on the host; null p: nothing.
+template <class T>
+BPPSA_HD inline void prefetch_range(const T* p, Idx n, Idx thread, Idx nthreads) {
+  if (p == nullptr || n <= 0) return;
+  constexpr Idx kLine = static_cast<Idx>(128 / sizeof(T));
+  for (Idx i = thread * kLine; i < n + kLine - 1; i += nthreads * kLine) hd_prefetch_l1(p + (i < n ? i : n - 1));
+}
+
+/// What the cell phase of step t reads from global memory, for this block (ax), prefetched.
+template <class T>
+BPPSA_HD inline void forward_prefetch(const LayerArgs<T>& a, Idx block, Idx thread, Idx nthreads, Idx t) {
+  if (t < 1 || t > a.steps) return;
+  const Idx s0 = block_first(block, a.spb), ns = block_samples(block, a.spb, a.B);
+  prefetch_range(a.ax + ((t - 1) * a.B + s0) * a.GH, ns * a.GH, thread, nthreads);
+}
+
+/// rows of out (GH × ns, o-strided over (row, sample), row fastest) = W h for the column-major
+/// W (GH × H) at w: one loop for W in shared memory and one for W in global memory, so that each
+/// is compiled for its own address space (a pointer that may be either is read by generic loads).
+template <class T>
+BPPSA_HD_FORCEINLINE void matvec_rows(const T* w, const T* hp, T* out, Idx GH, Idx H, Idx ns, Idx thread,
+                                      Idx nthreads) {
+  for (Idx o = thread; o < GH * ns; o += nthreads) {
+    const Idx s = o / GH, r = o - s * GH;
+    const T* h = hp + s * H;
+    T acc = T(0);
+    for (Idx k = 0; k < H; ++k) acc += w[k * GH + r] * h[k];
+    out[s * GH + r] = acc;
+  }
+}
+
 /// Phase 1 of step t: vec = W_hh h_{t−1} (GH × ns). Thread o-stride over (row, sample), row
 /// fastest: consecutive threads read consecutive values of the column-major W.
 template <class T>
 BPPSA_HD inline void forward_matvec(const LayerArgs<T>& a, T* sm, Idx block, Idx thread, Idx nthreads, Idx t) {
   const SmemLayout L = forward_smem(a);
-  const T* w = a.w_shared ? sm + L.w : a.w;
   const T* hp = sm + state_buffer(L, t - 1, 0);
   const Idx ns = block_samples(block, a.spb, a.B);
-  for (Idx o = thread; o < a.GH * ns; o += nthreads) {
-    const Idx s = o / a.GH, r = o - s * a.GH;
-    T acc = T(0);
-    for (Idx k = 0; k < a.H; ++k) acc += w[k * a.GH + r] * hp[s * a.H + k];
-    sm[L.vec + s * a.GH + r] = acc;
-  }
+  if (a.w_shared)
+    matvec_rows(sm + L.w, hp, sm + L.vec, a.GH, a.H, ns, thread, nthreads);
+  else
+    matvec_rows(a.w, hp, sm + L.vec, a.GH, a.H, ns, thread, nthreads);
 }
 
 /// The cell of unit j of sample b at step t from W_hh h_{t−1} (wh, GH values of this sample),
@@ -214,12 +244,15 @@ template <class T>
 BPPSA_HD inline void preact_item(const LayerArgs<T>& a, Idx item) {
   const Idx j = item % a.H, col = item / a.H, t = col / a.B + 1, b = col % a.B;
   const T* gt = a.g + (t * a.B + b) * a.S;
-  T dx[4], dh[3];
+  T dx[4] = {}, dh[4] = {};
   preact_unit(a, t, b, j, gt[j], a.cell == kLstm ? gt[a.H + j] : T(0), dx, dh);
   const Idx G = cell_gates(a.cell);
-  for (Idx q = 0; q < G; ++q) a.dx[col * a.GH + q * a.H + j] = dx[q];
-  if (a.cell == kGru)
-    for (Idx q = 0; q < G; ++q) a.dh[col * a.GH + q * a.H + j] = dh[q];
+  // A loop of constant length (unrolled) with the gate count as a guard: dx and dh stay registers.
+  for (int q = 0; q < 4; ++q) {
+    if (q >= G) break;
+    a.dx[col * a.GH + q * a.H + j] = dx[q];
+    if (a.cell == kGru) a.dh[col * a.GH + q * a.H + j] = dh[q];
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -252,9 +285,10 @@ BPPSA_HD inline void backward_preact(const LayerArgs<T>& a, T* sm, Idx block, Id
   const Idx G = cell_gates(a.cell);
   for (Idx o = thread; o < a.H * ns; o += nthreads) {
     const Idx s = o / a.H, j = o - s * a.H, b = s0 + s, col = (t - 1) * a.B + b;
-    T dx[4], dh[3];
+    T dx[4] = {}, dh[4] = {};
     preact_unit(a, t, b, j, gc[s * a.S + j], a.cell == kLstm ? gc[s * a.S + a.H + j] : T(0), dx, dh);
-    for (Idx q = 0; q < G; ++q) {
+    for (int q = 0; q < 4; ++q) {  // constant length (unrolled), guarded: dx and dh stay registers
+      if (q >= G) break;
       a.dx[col * a.GH + q * a.H + j] = dx[q];
       if (a.cell == kGru) a.dh[col * a.GH + q * a.H + j] = dh[q];
       sm[L.vec + s * a.GH + q * a.H + j] = a.cell == kGru ? dh[q] : dx[q];
@@ -267,9 +301,30 @@ BPPSA_HD inline void backward_preact(const LayerArgs<T>& a, T* sm, Idx block, Id
 /// Threads stride over (row k, sample), k fastest: consecutive threads read consecutive values
 /// of the row-major W_hh.
 template <class T>
+BPPSA_HD_FORCEINLINE T transpose_dot(const T* w, const T* d, Idx k, Idx H, Idx GH) {
+  T acc = T(0);
+  for (Idx r = 0; r < GH; ++r) acc += w[r * H + k] * d[r];
+  return acc;
+}
+
+/// What steps t's two phases read from global memory, for this block (h_t and h_{t−1}, c_t and
+/// c_{t−1}, the gates and aux of step t, the layer above's gradient on h_{t−1}), prefetched.
+template <class T>
+BPPSA_HD inline void backward_prefetch(const LayerArgs<T>& a, Idx block, Idx thread, Idx nthreads, Idx t) {
+  if (t < 1 || t > a.steps) return;
+  const Idx s0 = block_first(block, a.spb), ns = block_samples(block, a.spb, a.B), H = a.H;
+  for (Idx u = t - 1; u <= t; ++u) {
+    prefetch_range(a.h + (u * a.B + s0) * H, ns * H, thread, nthreads);
+    if (a.c != nullptr) prefetch_range(a.c + (u * a.B + s0) * H, ns * H, thread, nthreads);
+  }
+  if (a.gates != nullptr) prefetch_range(a.gates + ((t - 1) * a.B + s0) * a.GH, ns * a.GH, thread, nthreads);
+  if (a.aux != nullptr) prefetch_range(a.aux + ((t - 1) * a.B + s0) * H, ns * H, thread, nthreads);
+  if (a.above != nullptr && t >= 2) prefetch_range(a.above + ((t - 2) * a.B + s0) * H, ns * H, thread, nthreads);
+}
+
+template <class T>
 BPPSA_HD inline void backward_transpose(const LayerArgs<T>& a, T* sm, Idx block, Idx thread, Idx nthreads, Idx t) {
   const SmemLayout L = backward_smem(a);
-  const T* w = a.w_shared ? sm + L.w : a.w;
   const T* gc = sm + state_buffer(L, a.steps - t, 0);
   T* gn = sm + state_buffer(L, a.steps - t, 1);
   const Idx s0 = block_first(block, a.spb), ns = block_samples(block, a.spb, a.B);
@@ -279,8 +334,8 @@ BPPSA_HD inline void backward_transpose(const LayerArgs<T>& a, T* sm, Idx block,
     const T* d = sm + L.vec + s * a.GH;
     T v;
     if (k < H) {
-      T acc = T(0);
-      for (Idx r = 0; r < a.GH; ++r) acc += w[r * H + k] * d[r];
+      // W in shared or in global memory: each call compiled for its address space.
+      const T acc = a.w_shared ? transpose_dot(sm + L.w, d, k, H, a.GH) : transpose_dot(a.w, d, k, H, a.GH);
       v = (a.above != nullptr && t >= 2) ? a.above[((t - 2) * a.B + b) * H + k] : T(0);
       v = v + acc;
       if (a.cell == kGru) v += a.gates[col * a.GH + H + k] * gc[s * a.S + k];
