@@ -18,11 +18,17 @@ Sides:
 
 Compile time is reported apart (the first call), never in the medians.
 
+Then one bppsa.nn.GRU layer (F 12, H 20, T 1034, batch 16) alone, forward (no grad) and forward +
+backward (bp and blelloch) on a PackedSequence against the same batch padded, for several length
+distributions: the time against the share of real steps (what the packed path saves).
+
     scripts/python.sh bench/pytorch_packed.py --out DIR [--threads 2] [--reps 9] [--warmup 3] [--quick]
 
-Writes DIR/packed.jsonl and DIR/packed.md (the table) and prints the table."""
+Writes DIR/packed.jsonl and DIR/packed.md (the tables) and prints them."""
 import json
 import os
+import statistics
+import time
 
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence
@@ -117,6 +123,62 @@ def main():
                 f.flush()
     os.replace(jsonl + ".tmp", jsonl)
     write_table(records, machine, os.path.join(args.out, "packed.md"), args)
+    scaling = "\n" + "\n".join(layer_scaling(args)) + "\n"
+    with open(os.path.join(args.out, "packed.md"), "a") as f:
+        f.write(scaling)
+    print(scaling)
+
+
+def layer_scaling(args):
+    """One GRU layer: packed against padded, medians (ms) per length distribution."""
+    T, B, F, H = 1034, args.batch, 12, 20
+    gen = torch.Generator().manual_seed(4203)
+    x = torch.randn(B, T, F, generator=gen)
+    rest = torch.randint(T // 10, T + 1, (B - 1,), generator=gen).tolist()
+    dists = [("every sample T", [T] * B), ("uniform in [T/10, T]", [T] + rest),
+             ("one at T, the rest at T/4", [T] + [T // 4] * (B - 1)), ("every sample T/4", [T // 4] * B)]
+
+    def med(f):
+        ts = []
+        for i in range(args.warmup + args.reps):
+            t0 = time.perf_counter()
+            f()
+            if i >= args.warmup:
+                ts.append(time.perf_counter() - t0)
+        return statistics.median(ts) * 1e3
+
+    lines = ["## One layer: the packed path against the share of real steps", "",
+             f"bppsa.nn.GRU(12, 20), T {T}, batch {B}, {args.threads} threads; medians of {args.reps} (ms); "
+             "forward without grad; step = forward + backward of h_n's sum; in brackets packed / padded, to "
+             "compare with the share of real steps.", "",
+             "| lengths | real / padded steps | forward padded | forward packed | step padded, bp | step packed, bp | "
+             "step padded, blelloch | step packed, blelloch |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for name, lengths in dists:
+        lengths = sorted(lengths, reverse=True)
+        xs = x.clone()
+        for b, n in enumerate(lengths):
+            xs[b, n:] = 0
+        cells = []
+        for backward in ("bp", "blelloch"):
+            torch.manual_seed(4203)
+            m = bppsa.nn.GRU(F, H, batch_first=True, backward=backward, threads=args.threads)
+
+            def run(packed, grad):
+                inp = pack_padded_sequence(xs, torch.tensor(lengths), batch_first=True) if packed else xs
+                if not grad:
+                    with torch.no_grad():
+                        m(inp)
+                    return
+                _, h = m(inp)
+                h.sum().backward()
+            if backward == "bp":
+                fw = [med(lambda: run(False, False)), med(lambda: run(True, False))]
+                cells.append(f"{fw[0]:.2f} | {fw[1]:.2f} ({fw[1] / fw[0]:.2f})")
+            st = [med(lambda: run(False, True)), med(lambda: run(True, True))]
+            cells.append(f"{st[0]:.2f} | {st[1]:.2f} ({st[1] / st[0]:.2f})")
+        real = sum(lengths)
+        lines.append(f"| {name} | {real} / {T * B} ({real / (T * B):.2f}) | " + " | ".join(cells) + " |")
+    return lines
 
 
 def write_table(records, machine, path, args):
