@@ -36,6 +36,9 @@ struct LayerRecord {
 template <class T>
 struct PreactGrads {
   Matrix<T> dx, dh;
+  /// LSTM: δc (the whole gradient on c_t, H × B, the step's width used) left by a preact over
+  /// one step, which direct() for that step reads instead of computing it again.
+  Matrix<T> dc;
 };
 
 /// Where one J_t^T goes: record column `col` = (t − 1)·B + b (sample b at step t) into sample
@@ -63,9 +66,10 @@ struct CellOps {
   void (*preact)(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out,
                  Index t0, Index t1);
   /// The part of g_{t−1} that does not pass through W_hh (GRU: z ⊙ g; LSTM: c-row f ⊙ δc),
-  /// added into `prev` (S × the first prev.cols() samples); rnn: nothing.
-  void (*direct)(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, const Matrix<T>& g, Index t,
-                 Eigen::Ref<Matrix<T>> prev);
+  /// added into `prev` (S × the first prev.cols() samples); rnn: nothing. Called right after
+  /// preact(…, pg, t, t + 1) (BP through time): the LSTM reads that step's δc from pg.dc.
+  void (*direct)(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, const Matrix<T>& g,
+                 const PreactGrads<T>& pg, Index t, Eigen::Ref<Matrix<T>> prev);
 };
 
 /// The padded chain of a layer: J_t^T for t = 1..T, every one of B samples.

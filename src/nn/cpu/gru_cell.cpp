@@ -79,8 +79,8 @@ void preact(const RecurrentLayerParams<T>&, const LayerRecord<T>& rec, const Mat
 }
 
 template <class T>
-void direct(const RecurrentLayerParams<T>&, const LayerRecord<T>& rec, const Matrix<T>& g, Index t,
-            Eigen::Ref<Matrix<T>> prev) {
+void direct(const RecurrentLayerParams<T>&, const LayerRecord<T>& rec, const Matrix<T>& g, const PreactGrads<T>&,
+            Index t, Eigen::Ref<Matrix<T>> prev) {
   const Index B = rec.batch, H = rec.hidden, w = prev.cols();
   prev.array() += rec.gates.middleCols((t - 1) * B, w).middleRows(H, H).array() * g.middleCols(t * B, w).array();
 }

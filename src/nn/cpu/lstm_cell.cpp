@@ -107,6 +107,12 @@ void preact(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, const M
   const Index B = rec.batch, H = rec.hidden, P = out_rows(p, H);
   const bool proj = p.w_hr.size() != 0;
   Matrix<T> gm_proj;  // W_hr^T ∂ℓ/∂h_t, the gradient on m_t, with a projection
+  // δc (the total gradient on c_t): in out.dc for a call over one step (BP, whose direct() reads
+  // it); a call over several steps (the scan path, which runs several at once on one `out`) keeps
+  // it in a buffer of its own.
+  Matrix<T> own;
+  Matrix<T>& dcm = t1 - t0 == 1 ? out.dc : own;
+  dcm.resize(H, B);
   for (Index t = t0; t < t1; ++t) {
     const Index w = rec.width(t);
     const auto gates = rec.gates.middleCols((t - 1) * B, w);
@@ -120,32 +126,21 @@ void preact(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, const M
     const auto gh = gm.array();
     const auto gc = g.middleCols(t * B, w).bottomRows(H).array();
     auto dx = out.dx.middleCols((t - 1) * B, w);
-    // δc (total gradient on c_t) is kept in the f rows' place until they are overwritten last:
-    // no temporary on this per-step path.
-    auto dc = dx.middleRows(H, H).array();
+    auto dc = dcm.leftCols(w).array();
     dc = gc + o * (T(1) - tc.square()) * gh;
     dx.topRows(H) = gg * i * (T(1) - i) * dc;
+    dx.middleRows(H, H) = cp * f * (T(1) - f) * dc;
     dx.middleRows(2 * H, H) = i * (T(1) - gg.square()) * dc;
     dx.bottomRows(H) = tc * o * (T(1) - o) * gh;
-    dc *= cp * f * (T(1) - f);
   }
 }
 
 template <class T>
-void direct(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, const Matrix<T>& g, Index t,
-            Eigen::Ref<Matrix<T>> prev) {
-  const Index B = rec.batch, H = rec.hidden, P = out_rows(p, H), w = prev.cols();
-  const bool proj = p.w_hr.size() != 0;
-  const auto gates = rec.gates.middleCols((t - 1) * B, w);
-  const auto f = gates.middleRows(H, H).array(), o = gates.bottomRows(H).array();
-  const auto tc = rec.aux.middleCols((t - 1) * B, w).array();
-  Matrix<T> gm_proj;
-  if (proj) gm_proj.noalias() = p.w_hr.transpose() * g.middleCols(t * B, w).topRows(P);
-  const Eigen::Ref<const Matrix<T>> gm =
-      proj ? Eigen::Ref<const Matrix<T>>(gm_proj) : Eigen::Ref<const Matrix<T>>(g.middleCols(t * B, w).topRows(H));
-  const auto gh = gm.array();
-  const auto gc = g.middleCols(t * B, w).bottomRows(H).array();
-  prev.bottomRows(H).array() += f * (gc + o * (T(1) - tc.square()) * gh);
+void direct(const RecurrentLayerParams<T>&, const LayerRecord<T>& rec, const Matrix<T>&, const PreactGrads<T>& pg,
+            Index t, Eigen::Ref<Matrix<T>> prev) {
+  const Index B = rec.batch, H = rec.hidden, w = prev.cols();
+  const auto f = rec.gates.middleCols((t - 1) * B, w).middleRows(H, H).array();
+  prev.bottomRows(H).array() += f * pg.dc.leftCols(w).array();  // δc of step t, left by preact
 }
 
 }  // namespace

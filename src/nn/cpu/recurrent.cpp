@@ -104,7 +104,7 @@ void bp_recurrence(const CellOps<T>& ops, CellType cell, const RecurrentLayerPar
     // W_hh^T · dh_t: a GEMM per step, shared among the threads for large states (gated cells).
     parallel_product(threads, carried.leftCols(w), p.w_hh.transpose(), dh.middleCols((t - 1) * B, w));
     gprev.topRows(P) += carried.leftCols(w);
-    ops.direct(p, rec, g, t, gprev);
+    ops.direct(p, rec, g, pg, t, gprev);
   }
 }
 

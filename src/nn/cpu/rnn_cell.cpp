@@ -76,7 +76,8 @@ void preact(const RecurrentLayerParams<T>&, const LayerRecord<T>& rec, const Mat
 }
 
 template <class T>
-void direct(const RecurrentLayerParams<T>&, const LayerRecord<T>&, const Matrix<T>&, Index, Eigen::Ref<Matrix<T>>) {}
+void direct(const RecurrentLayerParams<T>&, const LayerRecord<T>&, const Matrix<T>&, const PreactGrads<T>&, Index,
+            Eigen::Ref<Matrix<T>>) {}
 
 template <class T, Nonlinearity N>
 const CellOps<T>& ops_for() {
