@@ -490,7 +490,11 @@ if [ "$mode" != bench ]; then
     for s in host_tests gpu_tests cli_gpu memcheck racecheck; do skip $s "not built"; done
   fi
   if [ $configured = 1 ]; then
-    step python 300 gc_python && step torch_step 200 gc_torch_step 150
+    if step python 300 gc_python; then
+      step torch_step 200 gc_torch_step 150
+    else
+      skip torch_step "the Python step did not pass"
+    fi
   else
     skip python "not configured"
     skip torch_step "not configured"

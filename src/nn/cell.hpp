@@ -36,9 +36,12 @@ struct LayerRecord {
 template <class T>
 struct PreactGrads {
   Matrix<T> dx, dh;
-  /// LSTM: δc (the whole gradient on c_t, H × B, the step's width used) left by a preact over
-  /// one step, which direct() for that step reads instead of computing it again.
+  /// LSTM, when keep_dc: δc (the whole gradient on c_t, H × B, the step's width used) of the step
+  /// preact ran last, which direct() for that step reads instead of computing it again. Only BP
+  /// through time sets keep_dc (one step per preact call, then direct); the scan path runs preact
+  /// over several ranges at once on one PreactGrads and leaves it false.
   Matrix<T> dc;
+  bool keep_dc = false;
 };
 
 /// Where one J_t^T goes: record column `col` = (t − 1)·B + b (sample b at step t) into sample
@@ -67,7 +70,8 @@ struct CellOps {
                  Index t0, Index t1);
   /// The part of g_{t−1} that does not pass through W_hh (GRU: z ⊙ g; LSTM: c-row f ⊙ δc),
   /// added into `prev` (S × the first prev.cols() samples); rnn: nothing. Called right after
-  /// preact(…, pg, t, t + 1) (BP through time): the LSTM reads that step's δc from pg.dc.
+  /// preact(…, pg, t, t + 1) with pg.keep_dc set (BP through time): the LSTM reads that step's δc
+  /// from pg.dc.
   void (*direct)(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, const Matrix<T>& g,
                  const PreactGrads<T>& pg, Index t, Eigen::Ref<Matrix<T>> prev);
 };

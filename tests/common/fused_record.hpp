@@ -179,6 +179,7 @@ Matrix<T> bp_through(const FusedLayer<T>& L) {
   Matrix<T> g = Matrix<T>::Zero(L.S, (T_ + 1) * B);
   g.middleCols(T_ * B, B) = L.g_last;
   detail::PreactGrads<T> pg;
+  pg.keep_dc = true;  // BP through time: preact then direct, one step at a time
   pg.dx.resize(GH, T_ * B);
   if (L.code == gpu::kGru) pg.dh.resize(GH, T_ * B);
   auto& dh = L.code == gpu::kGru ? pg.dh : pg.dx;
@@ -187,7 +188,7 @@ Matrix<T> bp_through(const FusedLayer<T>& L) {
     auto gprev = g.middleCols((t - 1) * B, B);
     if (L.inject && t >= 2) gprev.topRows(H) = L.above.middleCols((t - 2) * B, B);
     gprev.topRows(H).noalias() += L.p.w_hh.transpose() * dh.middleCols((t - 1) * B, B);
-    ops.direct(L.p, L.rec, g, t, gprev);
+    ops.direct(L.p, L.rec, g, pg, t, gprev);
   }
   return g;
 }

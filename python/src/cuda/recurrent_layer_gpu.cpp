@@ -69,6 +69,16 @@ class LayerGpu final : public LayerHalf<T> {
     return st.state_grads_method(0);
   }
 
+  ~LayerGpu() override {
+    try {
+      DeviceScope scope(index_);  // the stack's buffers, streams and handles belong to its device
+      stack_.reset();
+    } catch (...) {  // a destructor never throws; the stack frees what it can on the current device
+    }
+  }
+  LayerGpu(const LayerGpu&) = delete;
+  LayerGpu& operator=(const LayerGpu&) = delete;
+
   Index steps() const override { return stack_->steps(); }
   Index batch() const override { return stack_->batch(); }
 

@@ -22,6 +22,18 @@ constexpr std::size_t kPlansKept = 16;
 
 template <class T>
 struct Plan {
+  explicit Plan(int device) : device(device) {}
+  ~Plan() {
+    try {
+      DeviceScope scope(device);  // freed on its own device (an eviction runs under another's)
+      scanner.reset();
+    } catch (...) {
+    }
+  }
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+
+  int device;
   std::vector<Layout<T>> layouts;  ///< J_1^T … J_N^T
   std::unique_ptr<ResidentScanner<T>> scanner;
   std::mutex queueing;  ///< one caller queues its copies, run and reads at a time
@@ -127,8 +139,8 @@ void affine_scan_gpu(const std::vector<ElementRef>& elements, const TensorRef& g
       const Index nnz = crow.back();
       if (crow.front() != 0 || nnz < 0)
         detail::raise<InvalidArgument>(kOp, what + ": crow_indices must start at 0 and end at nnz");
+      checked_data<T>(e.values, {nnz}, kOp, what + " values", place);  // before nnz sizes anything
       std::vector<std::int32_t> col = csr_indices(e.col, nnz, kOp, what + " col_indices");
-      checked_data<T>(e.values, {nnz}, kOp, what + " values", place);
       hash = fnv(fnv(hash, crow), col);
       auto pattern = std::make_shared<CsrPattern>(e.rows, e.cols, std::move(crow), std::move(col));
       pattern->require_valid(std::string(kOp) + ": " + what);
@@ -167,7 +179,7 @@ void affine_scan_gpu(const std::vector<ElementRef>& elements, const TensorRef& g
   Plans<T>& plans = Plans<T>::instance();
   std::shared_ptr<Plan<T>> plan = plans.find(key);
   if (!plan || !same_layouts(plan->layouts, layouts)) {
-    auto fresh = std::make_shared<Plan<T>>();
+    auto fresh = std::make_shared<Plan<T>>(place.index);
     fresh->layouts = std::move(layouts);
     ResidentChain<T> chain;
     chain.batch = batch;

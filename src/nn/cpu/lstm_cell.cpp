@@ -107,11 +107,10 @@ void preact(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, const M
   const Index B = rec.batch, H = rec.hidden, P = out_rows(p, H);
   const bool proj = p.w_hr.size() != 0;
   Matrix<T> gm_proj;  // W_hr^T ∂ℓ/∂h_t, the gradient on m_t, with a projection
-  // δc (the total gradient on c_t): in out.dc for a call over one step (BP, whose direct() reads
-  // it); a call over several steps (the scan path, which runs several at once on one `out`) keeps
-  // it in a buffer of its own.
+  // δc (the total gradient on c_t): in out.dc when BP asks for it (keep_dc: direct() reads it);
+  // otherwise (the scan path, which runs several ranges at once on one `out`) in a buffer of its own.
   Matrix<T> own;
-  Matrix<T>& dcm = t1 - t0 == 1 ? out.dc : own;
+  Matrix<T>& dcm = out.keep_dc ? out.dc : own;
   dcm.resize(H, B);
   for (Index t = t0; t < t1; ++t) {
     const Index w = rec.width(t);

@@ -95,6 +95,13 @@ void bp_recurrence(const CellOps<T>& ops, CellType cell, const RecurrentLayerPar
   const Index T_ = rec.steps, B = rec.batch, P = p.w_hh.cols();  // P: rows of h
   auto& dh = cell == CellType::gru ? pg.dh : pg.dx;
   Matrix<T> carried(P, B);
+  // preact leaves each step's δc for direct (LSTM); reset on the way out, exceptions included,
+  // since the scan path shares pg and runs preact concurrently.
+  struct KeepDc {
+    PreactGrads<T>& pg;
+    explicit KeepDc(PreactGrads<T>& g) : pg(g) { pg.keep_dc = true; }
+    ~KeepDc() { pg.keep_dc = false; }
+  } keep(pg);
   for (Index t = T_; t >= 1; --t) {
     const Index w = rec.width(t);  // the samples still running at step t (a prefix)
     if (w == 0) continue;

@@ -84,7 +84,8 @@ class RecurrentGpu {
 
   virtual CUstream_st* stream() const = 0;
   /// Every later call queues its work on `stream` (null: the legacy default stream) instead of
-  /// the stack's own non-blocking stream; the cuBLAS handle follows.
+  /// the stack's own non-blocking stream; the cuBLAS handle follows, and `stream` waits (on the
+  /// device) for what was queued on the previous one.
   virtual void use_stream(CUstream_st* stream) = 0;
   /// The device status this stack (and the model built on it) reports into.
   virtual DeviceStatus* status() = 0;

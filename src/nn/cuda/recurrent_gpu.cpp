@@ -219,6 +219,7 @@ class RecurrentStack final : public RecurrentGpu<T> {
   Idx H_, GH_, S_;
   cuda::Stream stream_;
   cudaStream_t run_stream_ = stream_.get();  ///< stream_, or the caller's (use_stream)
+  cuda::Event switch_event_{false};          ///< orders a new stream after the old one (use_stream)
   std::unique_ptr<BlasHandle> blas_;
   int sms_, smem_optin_;
   DeviceBuffer<T> params_, grads_;
@@ -486,6 +487,10 @@ void RecurrentStack<T>::copy(T* dst, const T* src, Idx n) {
 template <class T>
 void RecurrentStack<T>::use_stream(CUstream_st* stream) {
   if (stream == run_stream_) return;
+  // What is queued on the old stream still reads and writes this stack's buffers: the new stream
+  // waits for it on the device (the host does not).
+  BPPSA_CUDA_CHECK(cudaEventRecord(switch_event_, run_stream_));
+  BPPSA_CUDA_CHECK(cudaStreamWaitEvent(stream, switch_event_, 0));
   blas_->set_stream(stream);
   run_stream_ = stream;
 }
