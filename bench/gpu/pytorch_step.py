@@ -41,7 +41,7 @@ SIDES = [("torch.nn (cuDNN)", None), ("bppsa.nn auto", "auto"), ("bppsa.nn bp", 
 
 def configs(quick):
     rnn = [1000, 30000] if quick else [1000, 3000, 10000, 30000]
-    gru = [1000] if quick else [100, 1000, 3000, 10000]
+    gru = [1000, 10000] if quick else [100, 1000, 3000, 10000]
     return ([dict(cell="rnn", features=1, hidden=20, batch=16, steps=t, classes=10) for t in rnn] +
             [dict(cell="gru", features=12, hidden=20, batch=16, steps=t, classes=20) for t in gru])
 

@@ -124,7 +124,8 @@ struct HostLayer {
 };
 
 /// Replays forward_kernel: each block in turn (blocks share nothing), each phase over all
-/// threads (forward or reverse order) between the barriers.
+/// threads (forward or reverse order) between the barriers, on the path the kernel takes (a
+/// unit per thread, or the general one).
 template <class T>
 void replay_forward(const gpu::LayerArgs<T>& a, unsigned threads, bool reverse) {
   const gpu::SmemLayout L = gpu::forward_smem(a);
@@ -134,10 +135,15 @@ void replay_forward(const gpu::LayerArgs<T>& a, unsigned threads, bool reverse) 
       for (unsigned i = 0; i < threads; ++i) phase(static_cast<Idx>(reverse ? threads - 1 - i : i));
     };
     each([&](Idx th) { gpu::forward_load(a, sm.data(), block, th, threads); });
-    for (Idx t = 1; t <= a.steps; ++t) {
-      each([&](Idx th) { gpu::forward_matvec(a, sm.data(), block, th, threads, t); });
-      each([&](Idx th) { gpu::forward_cell(a, sm.data(), block, th, threads, t); });
+    if (gpu::forward_unit_per_thread(a, block, threads)) {  // the kernel's path: a unit per thread
+      gpu::visit_forward_unit(a, [&](auto unit) {
+        std::vector<decltype(unit)> u(threads);
+        each([&](Idx th) { u[static_cast<std::size_t>(th)].init(a, block, th); });
+        for (Idx t = 1; t <= a.steps; ++t) each([&](Idx th) { u[static_cast<std::size_t>(th)].step(a, sm.data(), t); });
+      });
+      continue;
     }
+    for (Idx t = 1; t <= a.steps; ++t) each([&](Idx th) { gpu::forward_step(a, sm.data(), block, th, threads, t); });
   }
 }
 
@@ -362,6 +368,14 @@ TEST(CudaRecurrentLaunch, PersistentLaunchFillsTheMultiprocessorsAndKeepsWOnChip
       EXPECT_GE(gpu::persistent_blocks(B, p.spb) * p.spb, B);
       EXPECT_EQ(p.threads % 32, 0u);
     }
+}
+
+TEST(CudaRecurrentLaunch, ForwardThreadsAreOnePerUnitRoundedToWarps) {
+  EXPECT_EQ(gpu::forward_threads(20, 1, 512), 32u);  // the paper's RNN: one warp
+  EXPECT_EQ(gpu::forward_threads(20, 3, 512), 64u);  // 60 units
+  EXPECT_EQ(gpu::forward_threads(64, 2, 512), 128u);
+  EXPECT_EQ(gpu::forward_threads(128, 10, 512), 512u);  // capped: the step's loop strides beyond
+  EXPECT_EQ(gpu::forward_threads(1, 1, 512), 32u);
 }
 
 TEST(CudaRecurrentLaunch, BlocksPartitionTheBatch) {

@@ -8,17 +8,18 @@
 namespace bppsa::detail::gpu {
 
 struct GruCell {
-  /// h_t[j] of sample b from W_hh h_{t−1} (wh: this sample's 3H values) and h_{t−1}[j] (hp),
-  /// writing the gates r, z, n and M = W_hn h + b_hn. CPU: ah = W_hh h + b_hh;
-  /// r = σ(ax_r + ah_r) with ax = W_ih x + b_ih; …
+  static constexpr int kGates = 3;
+  static constexpr bool kCellState = false;
+  /// h_t[j] of sample b from (W_hh h_{t−1}) of unit j's gates (wh[q]), its record values (in)
+  /// and h_{t−1}[j] (hp), writing the gates r, z, n and M = W_hn h + b_hn. CPU: ah = W_hh h +
+  /// b_hh; r = σ(ax_r + ah_r) with ax = W_ih x + b_ih; …
   template <class T>
-  BPPSA_HD static T forward(const LayerArgs<T>& a, const T* wh, T hp, Idx t, Idx b, Idx j) {
+  BPPSA_HD static T forward(const LayerArgs<T>& a, UnitInput<T>& in, const T* wh, T hp, Idx t, Idx b, Idx j) {
     const Idx H = a.H, col = (t - 1) * a.B + b;
-    const T* ax = a.ax + col * a.GH;
-    const T ahr = wh[j] + a.b_hh[j], ahz = wh[H + j] + a.b_hh[H + j], ahn = wh[2 * H + j] + a.b_hh[2 * H + j];
-    const T r = hd_sigmoid((ax[j] + a.b_ih[j]) + ahr);
-    const T z = hd_sigmoid((ax[H + j] + a.b_ih[H + j]) + ahz);
-    const T n = hd_tanh((ax[2 * H + j] + a.b_ih[2 * H + j]) + r * ahn);
+    const T ahr = wh[0] + in.bh[0], ahz = wh[1] + in.bh[1], ahn = wh[2] + in.bh[2];
+    const T r = hd_sigmoid(in.xb[0] + ahr);
+    const T z = hd_sigmoid(in.xb[1] + ahz);
+    const T n = hd_tanh(in.xb[2] + r * ahn);
     T* g = a.gates + col * a.GH;
     g[j] = r;
     g[H + j] = z;

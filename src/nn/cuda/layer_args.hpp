@@ -66,6 +66,14 @@ struct LayerArgs {
   T* dh = nullptr;           ///< GRU: on the recurrent side (W_hh, b_hh); others use dx
 };
 
+/// What one unit's forward step reads of the record besides W_hh h_{t−1} (gate q at [q]): the
+/// input projection plus b_ih (xb), b_hh (bh) and, LSTM, c_{t−1} (cp; the cell leaves c_t there).
+template <class T>
+struct UnitInput {
+  T xb[4] = {}, bh[4] = {};
+  T cp = T(0);
+};
+
 /// What the fused scan reads of the record at (step t, sample b): up to three spans of a cell's
 /// choosing (unit k's values at [k], gates at [q·H + k]) and their lengths, for the prefetch.
 template <class T>

@@ -8,17 +8,19 @@
 namespace bppsa::detail::gpu {
 
 struct LstmCell {
-  /// h_t[j] of sample b from W_hh h_{t−1} (wh: this sample's 4H values), writing the gates
-  /// i, f, g, o, c_t and tanh c_t. CPU: a = W_hh h; a += ax; a += b_hh.
+  static constexpr int kGates = 4;
+  static constexpr bool kCellState = true;
+  /// h_t[j] of sample b from (W_hh h_{t−1}) of unit j's gates (wh[q]) and its record values (in,
+  /// with c_{t−1}[j], left there as c_t), writing the gates i, f, g, o, c_t and tanh(c_t). CPU:
+  /// v = (W_hh h + (W_ih x + b_ih)) + b_hh per gate; c = f c_{t−1} + i g; h = o tanh(c).
   template <class T>
-  BPPSA_HD static T forward(const LayerArgs<T>& a, const T* wh, Idx t, Idx b, Idx j) {
+  BPPSA_HD static T forward(const LayerArgs<T>& a, UnitInput<T>& in, const T* wh, T hp, Idx t, Idx b, Idx j) {
+    (void)hp;
     const Idx H = a.H, col = (t - 1) * a.B + b;
-    const T* ax = a.ax + col * a.GH;
     T v[4];
-    for (Idx q = 0; q < 4; ++q) v[q] = (wh[q * H + j] + (ax[q * H + j] + a.b_ih[q * H + j])) + a.b_hh[q * H + j];
+    for (int q = 0; q < 4; ++q) v[q] = (wh[q] + in.xb[q]) + in.bh[q];
     const T i = hd_sigmoid(v[0]), f = hd_sigmoid(v[1]), gg = hd_tanh(v[2]), o = hd_sigmoid(v[3]);
-    const T cp = a.c[((t - 1) * a.B + b) * H + j];
-    const T c = f * cp + i * gg;
+    const T c = f * in.cp + i * gg;
     const T tc = hd_tanh(c);
     T* g = a.gates + col * a.GH;
     g[j] = i;
@@ -27,6 +29,7 @@ struct LstmCell {
     g[3 * H + j] = o;
     a.c[(t * a.B + b) * H + j] = c;
     a.aux[col * H + j] = tc;
+    in.cp = c;
     return o * tc;
   }
 

@@ -473,7 +473,7 @@ void RecurrentStack<T>::forward_from(Init&& init) {
     const PersistentLaunch p = launch_for(H_);
     a.spb = p.spb;
     a.w_shared = p.w_shared;
-    launch_forward(a, p.threads, p.smem_bytes, s);
+    launch_forward(a, forward_threads(H_, p.spb, kPersistentThreads), p.smem_bytes, s);
   }
 }
 

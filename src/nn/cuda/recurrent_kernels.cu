@@ -1,5 +1,6 @@
 // The recurrent layer kernels: persistent forward and BP-through-time kernels (one block per
-// group of samples for all T steps, two __syncthreads() per step, W_hh on chip when it fits),
+// group of samples for all T steps, one __syncthreads() per forward step and two per BP step,
+// W_hh on chip when it fits),
 // and flat grid-stride kernels (pre-activation gradients, Jacobian generation, copies). Bodies
 // are the __host__ __device__ phases of recurrent_math.hpp, tested on the host.
 #include "core/cuda/check.hpp"
@@ -25,13 +26,23 @@ __global__ void __launch_bounds__(kPersistentThreads) forward_kernel(LayerArgs<T
   T* sm = persistent_smem<T>();
   const Idx block = blockIdx.x, thread = threadIdx.x, n = blockDim.x;
   forward_load(a, sm, block, thread, n);
+  if (forward_unit_per_thread(a, block, n)) {
+    // One unit per thread, its invariants and the next step's input in registers.
+    visit_forward_unit(a, [&](auto unit) {
+      unit.init(a, block, thread);
+      __syncthreads();
+      for (Idx t = 1; t <= a.steps; ++t) {
+        unit.step(a, sm, t);
+        __syncthreads();
+      }
+    });
+    return;
+  }
   forward_prefetch(a, block, thread, n, 1);
   __syncthreads();
   for (Idx t = 1; t <= a.steps; ++t) {
     forward_prefetch(a, block, thread, n, t + 1);  // the next step's ax, behind this step's work
-    forward_matvec(a, sm, block, thread, n, t);
-    __syncthreads();
-    forward_cell(a, sm, block, thread, n, t);
+    forward_step(a, sm, block, thread, n, t);
     __syncthreads();
   }
 }

@@ -9,7 +9,8 @@
 //
 // The persistent kernels (forward, BP) give each block a fixed group of samples for all T
 // steps: samples are independent in the recurrence, so blocks never wait for each other and
-// the only barriers are __syncthreads() between the phases of a step (two per step). W_hh sits
+// the only barriers are __syncthreads() between the phases of a step (forward one per step, BP
+// two). W_hh sits
 // in shared memory when it fits, otherwise it is read from global memory (L2). Every formula
 // follows the CPU cell's association order (src/nn/cpu/<cell>_cell.cpp), so the two engines
 // differ only by fused multiply-adds and the order inside dot products.
@@ -18,6 +19,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/cuda/grid.hpp"
 #include "core/cuda/hd.hpp"
@@ -114,7 +116,7 @@ BPPSA_HD inline Idx state_buffer(const SmemLayout& s, Idx it, int which) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Forward: load, then per step t = 1..T a mat-vec phase and a cell phase, a barrier after each
+// Forward: load, then per step t = 1..T one phase (dot products and cell per unit), a barrier after it
 
 /// The load phase of both directions: a.w into shared memory (when w_shared) and, into buf0, the
 /// block's samples of `state` (`width` values a sample, sample after sample).
@@ -154,66 +156,157 @@ BPPSA_HD inline void forward_prefetch(const LayerArgs<T>& a, Idx block, Idx thre
   prefetch_range(a.ax + ((t - 1) * a.B + s0) * a.GH, ns * a.GH, thread, nthreads);
 }
 
-/// rows of out (GH × ns, o-strided over (row, sample), row fastest) = W h for the column-major
-/// W (GH × H) at w: one loop for W in shared memory and one for W in global memory, so that each
-/// is compiled for its own address space (a pointer that may be either is read by generic loads).
-template <class T>
-BPPSA_HD_FORCEINLINE void matvec_rows(const T* w, const T* hp, T* out, Idx GH, Idx H, Idx ns, Idx thread,
-                                      Idx nthreads) {
-  for (Idx o = thread; o < GH * ns; o += nthreads) {
-    const Idx s = o / GH, r = o - s * GH;
-    const T* h = hp + s * H;
-    T acc = T(0);
-    for (Idx k = 0; k < H; ++k) acc += w[k * GH + r] * h[k];
-    out[s * GH + r] = acc;
+/// wh[q] = (W_hh h)[q·H + j], q < G: unit j's G rows of the column-major W (GH × H) at w times h
+/// (H values), each dot in k order. Inlined into one loop per address space of w (a pointer that
+/// may be either is read by generic loads).
+template <int G, class T>
+BPPSA_HD_FORCEINLINE void unit_dots(const T* w, const T* h, Idx GH, Idx H, Idx j, T* wh) {
+  for (int q = 0; q < G; ++q) wh[q] = T(0);
+  for (Idx k = 0; k < H; ++k) {
+    const T hk = h[k];
+    const T* wk = w + k * GH + j;
+    for (int q = 0; q < G; ++q) wh[q] += wk[q * H] * hk;
   }
 }
 
-/// Phase 1 of step t: vec = W_hh h_{t−1} (GH × ns). Thread o-stride over (row, sample), row
-/// fastest: consecutive threads read consecutive values of the column-major W.
-template <class T>
-BPPSA_HD inline void forward_matvec(const LayerArgs<T>& a, T* sm, Idx block, Idx thread, Idx nthreads, Idx t) {
-  const SmemLayout L = forward_smem(a);
-  const T* hp = sm + state_buffer(L, t - 1, 0);
-  const Idx ns = block_samples(block, a.spb, a.B);
-  if (a.w_shared)
-    matvec_rows(sm + L.w, hp, sm + L.vec, a.GH, a.H, ns, thread, nthreads);
-  else
-    matvec_rows(a.w, hp, sm + L.vec, a.GH, a.H, ns, thread, nthreads);
-}
-
-/// The cell of unit j of sample b at step t from W_hh h_{t−1} (wh, GH values of this sample),
-/// writing the record (h_t, gates, aux, c_t) and returning h_t[j]. hp = h_{t−1}[j].
-template <class T>
-BPPSA_HD inline T cell_unit(const LayerArgs<T>& a, const T* wh, T hp, Idx t, Idx b, Idx j) {
-  T h;
-  switch (a.cell) {
-    case kGru:
-      h = GruCell::forward(a, wh, hp, t, b, j);
-      break;
-    case kLstm:
-      h = LstmCell::forward(a, wh, t, b, j);
-      break;
-    default:
-      h = RnnCell::forward(a, wh, t, b, j);
-      break;
-  }
-  a.h[(t * a.B + b) * a.H + j] = h;
-  return h;
-}
-
-/// Phase 2 of step t: the cell for every (unit, sample) of the block; h_t into the record and
-/// into the other state buffer for the next step.
-template <class T>
-BPPSA_HD inline void forward_cell(const LayerArgs<T>& a, T* sm, Idx block, Idx thread, Idx nthreads, Idx t) {
+/// Step t of the block's samples for one cell: each thread takes units (unit, sample), unit
+/// fastest; a unit reads its record values (the input projection, b_ih, b_hh; LSTM c_{t−1}),
+/// forms its G dot products with h_{t−1} (one state buffer), evaluates the cell, and writes h_t
+/// to the record and to the other buffer. Units share
+/// nothing within a step, so one barrier after it is the step's only one.
+template <class Cell, class T>
+BPPSA_HD inline void forward_step_cell(const LayerArgs<T>& a, T* sm, Idx block, Idx thread, Idx nthreads, Idx t) {
+  constexpr int G = Cell::kGates;
   const SmemLayout L = forward_smem(a);
   const T* hp = sm + state_buffer(L, t - 1, 0);
   T* hn = sm + state_buffer(L, t - 1, 1);
-  const Idx s0 = block_first(block, a.spb), ns = block_samples(block, a.spb, a.B);
-  for (Idx o = thread; o < a.H * ns; o += nthreads) {
-    const Idx s = o / a.H, j = o - s * a.H;
-    hn[s * a.H + j] = cell_unit(a, sm + L.vec + s * a.GH, hp[s * a.H + j], t, s0 + s, j);
+  const Idx H = a.H, s0 = block_first(block, a.spb), ns = block_samples(block, a.spb, a.B);
+  for (Idx o = thread; o < H * ns; o += nthreads) {
+    const Idx s = o / H, j = o - s * H, b = s0 + s;
+    // The record's values first, used after the dot products: their latency hides behind them.
+    const T* ax = a.ax + ((t - 1) * a.B + b) * a.GH + j;
+    T axq[G], bi[G];
+    UnitInput<T> in;
+    for (int q = 0; q < G; ++q) {
+      axq[q] = ax[q * H];
+      bi[q] = a.b_ih[q * H + j];
+      in.bh[q] = a.b_hh[q * H + j];
+    }
+    if (Cell::kCellState) in.cp = a.c[((t - 1) * a.B + b) * H + j];
+    T wh[G];
+    if (a.w_shared)
+      unit_dots<G>(sm + L.w, hp + s * H, a.GH, H, j, wh);
+    else
+      unit_dots<G>(a.w, hp + s * H, a.GH, H, j, wh);
+    for (int q = 0; q < G; ++q) in.xb[q] = axq[q] + bi[q];
+    const T h = Cell::forward(a, in, wh, hp[s * H + j], t, b, j);
+    a.h[(t * a.B + b) * H + j] = h;
+    hn[s * H + j] = h;
   }
+}
+
+/// f(Cell{}) for the layer's cell type (RnnCell for both plain RNNs).
+template <class F>
+BPPSA_HD_FORCEINLINE void visit_cell(std::int32_t cell, F&& f) {
+  switch (cell) {
+    case kGru:
+      f(GruCell{});
+      break;
+    case kLstm:
+      f(LstmCell{});
+      break;
+    default:
+      f(RnnCell{});
+      break;
+  }
+}
+
+/// Step t of the forward recurrence (the one phase between barriers), for the layer's cell:
+/// the general path, any number of units per thread.
+template <class T>
+BPPSA_HD inline void forward_step(const LayerArgs<T>& a, T* sm, Idx block, Idx thread, Idx nthreads, Idx t) {
+  visit_cell(a.cell, [&](auto cell) { forward_step_cell<decltype(cell)>(a, sm, block, thread, nthreads, t); });
+}
+
+/// Whether the forward kernel's block takes the one-unit-per-thread path (ForwardUnit): every
+/// (unit, sample) of the block has a thread of its own.
+template <class T>
+BPPSA_HD inline bool forward_unit_per_thread(const LayerArgs<T>& a, Idx block, Idx nthreads) {
+  return a.H * block_samples(block, a.spb, a.B) <= nthreads;
+}
+
+/// The forward kernel's path when every unit has a thread of its own: thread `thread` owns unit
+/// j of the block's sample s for all T steps, and keeps in registers what does not change
+/// (b_ih, b_hh), c_{t−1} (LSTM) and the next step's input projection, loaded a step ahead so
+/// that its latency passes behind a whole step. WShared: W_hh in shared memory (a.w_shared).
+/// Same arithmetic, in the same order, as forward_step_cell.
+template <class Cell, bool WShared, class T>
+struct ForwardUnit {
+  static constexpr int G = Cell::kGates;
+  bool active = false;
+  Idx s = 0, j = 0, b = 0;
+  T bi[G] = {}, bh[G] = {}, next[G] = {}, c = T(0);
+
+  BPPSA_HD void init(const LayerArgs<T>& a, Idx block, Idx thread) {
+    active = thread < a.H * block_samples(block, a.spb, a.B);
+    if (!active) return;
+    s = thread / a.H;
+    j = thread - s * a.H;
+    b = block_first(block, a.spb) + s;
+    for (int q = 0; q < G; ++q) {
+      bi[q] = a.b_ih[q * a.H + j];
+      bh[q] = a.b_hh[q * a.H + j];
+    }
+    if (Cell::kCellState) c = a.c[b * a.H + j];
+    load(a, 1);
+  }
+  /// The input projection of step t (nothing past T).
+  BPPSA_HD void load(const LayerArgs<T>& a, Idx t) {
+    if (t > a.steps) return;
+    const T* ax = a.ax + ((t - 1) * a.B + b) * a.GH + j;
+    for (int q = 0; q < G; ++q) next[q] = ax[q * a.H];
+  }
+  BPPSA_HD void step(const LayerArgs<T>& a, T* sm, Idx t) {
+    if (!active) return;
+    const SmemLayout L = forward_smem(a);
+    const T* hp = sm + state_buffer(L, t - 1, 0) + s * a.H;
+    T* hn = sm + state_buffer(L, t - 1, 1) + s * a.H;
+    T ax[G];
+    for (int q = 0; q < G; ++q) ax[q] = next[q];
+    load(a, t + 1);  // in flight during this step's dot products, cell and barrier
+    T wh[G];
+    unit_dots<G>(WShared ? sm + L.w : a.w, hp, a.GH, a.H, j, wh);
+    UnitInput<T> in;
+    for (int q = 0; q < G; ++q) {
+      in.xb[q] = ax[q] + bi[q];
+      in.bh[q] = bh[q];
+    }
+    in.cp = c;
+    const T h = Cell::forward(a, in, wh, hp[j], t, b, j);
+    c = in.cp;
+    a.h[(t * a.B + b) * a.H + j] = h;
+    hn[j] = h;
+  }
+};
+
+/// f(ForwardUnit<Cell, WShared, T>{}) for the layer's cell and W_hh's place.
+template <class T, class F>
+BPPSA_HD_FORCEINLINE void visit_forward_unit(const LayerArgs<T>& a, F&& f) {
+  visit_cell(a.cell, [&](auto cell) {
+    using Cell = decltype(cell);
+    if (a.w_shared)
+      f(ForwardUnit<Cell, true, T>{});
+    else
+      f(ForwardUnit<Cell, false, T>{});
+  });
+}
+
+/// Threads of the forward kernel: one per (unit, sample) of a block, rounded to warps, at most
+/// max_threads (the step's loop strides beyond).
+BPPSA_HD inline unsigned forward_threads(Idx H, Idx spb, Idx max_threads) {
+  Idx threads = (H * spb + 31) / 32 * 32;
+  if (threads > max_threads) threads = max_threads;
+  return static_cast<unsigned>(threads < 32 ? 32 : threads);
 }
 
 // ---------------------------------------------------------------------------------------------

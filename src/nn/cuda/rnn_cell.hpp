@@ -8,12 +8,14 @@
 namespace bppsa::detail::gpu {
 
 struct RnnCell {
-  /// h_t[j] of sample b from W_hh h_{t−1} (wh: this sample's H values). CPU: h = W_hh h_{t−1};
-  /// h += ax; h += b_hh; act.
+  static constexpr int kGates = 1;
+  static constexpr bool kCellState = false;
+  /// h_t[j] of sample b from (W_hh h_{t−1})[j] (wh[0]) and its record values (in). CPU:
+  /// h = W_hh h_{t−1}; h += ax (with b_ih); h += b_hh; act.
   template <class T>
-  BPPSA_HD static T forward(const LayerArgs<T>& a, const T* wh, Idx t, Idx b, Idx j) {
-    const T* ax = a.ax + ((t - 1) * a.B + b) * a.GH;
-    const T pre = (wh[j] + (ax[j] + a.b_ih[j])) + a.b_hh[j];
+  BPPSA_HD static T forward(const LayerArgs<T>& a, UnitInput<T>& in, const T* wh, T hp, Idx t, Idx b, Idx j) {
+    (void)hp, (void)t, (void)b, (void)j;
+    const T pre = (wh[0] + in.xb[0]) + in.bh[0];
     return a.cell == kRnnRelu ? (pre > T(0) ? pre : T(0)) : hd_tanh(pre);
   }
 
