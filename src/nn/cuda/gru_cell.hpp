@@ -31,7 +31,8 @@ struct GruCell {
   /// dx[q] (input side) and dh[q] (recurrent side, differing in the n gate) of unit j from the
   /// gradient gh on h_t[j].
   template <class T>
-  BPPSA_HD static void preact(const LayerArgs<T>& a, Idx t, Idx b, Idx j, T gh, T* dx, T* dh) {
+  BPPSA_HD static void preact(const LayerArgs<T>& a, Idx t, Idx b, Idx j, T gh, T gc, T* dx, T* dh) {
+    (void)gc;
     const Idx H = a.H, col = (t - 1) * a.B + b;
     const T* g = a.gates + col * a.GH;
     const T r = g[j], z = g[H + j], n = g[2 * H + j];

@@ -35,7 +35,8 @@ struct LstmCell {
 
   /// dx[q] of unit j from the gradients gh on h_t[j] and gc on c_t[j].
   template <class T>
-  BPPSA_HD static void preact(const LayerArgs<T>& a, Idx t, Idx b, Idx j, T gh, T gc, T* dx) {
+  BPPSA_HD static void preact(const LayerArgs<T>& a, Idx t, Idx b, Idx j, T gh, T gc, T* dx, T* dh) {
+    (void)dh;
     const Idx H = a.H, col = (t - 1) * a.B + b;
     const T* g = a.gates + col * a.GH;
     const T i = g[j], f = g[H + j], gg = g[2 * H + j], o = g[3 * H + j];

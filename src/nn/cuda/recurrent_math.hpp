@@ -30,6 +30,23 @@
 
 namespace bppsa::detail::gpu {
 
+/// f(Cell{}) for the layer's cell type (RnnCell for both plain RNNs): the one place the kernels
+/// turn a CellCode into a cell (forward, pre-activation gradients, Jacobian values).
+template <class F>
+BPPSA_HD_FORCEINLINE void visit_cell(std::int32_t cell, F&& f) {
+  switch (cell) {
+    case kGru:
+      f(GruCell{});
+      break;
+    case kLstm:
+      f(LstmCell{});
+      break;
+    default:
+      f(RnnCell{});
+      break;
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Persistent kernels: geometry and shared memory
 
@@ -205,22 +222,6 @@ BPPSA_HD inline void forward_step_cell(const LayerArgs<T>& a, T* sm, Idx block, 
   }
 }
 
-/// f(Cell{}) for the layer's cell type (RnnCell for both plain RNNs).
-template <class F>
-BPPSA_HD_FORCEINLINE void visit_cell(std::int32_t cell, F&& f) {
-  switch (cell) {
-    case kGru:
-      f(GruCell{});
-      break;
-    case kLstm:
-      f(LstmCell{});
-      break;
-    default:
-      f(RnnCell{});
-      break;
-  }
-}
-
 /// Step t of the forward recurrence (the one phase between barriers), for the layer's cell:
 /// the general path, any number of units per thread.
 template <class T>
@@ -317,17 +318,7 @@ BPPSA_HD inline unsigned forward_threads(Idx H, Idx spb, Idx max_threads) {
 /// only differs, in its n gate). Formulas and association as src/nn/cpu/<cell>_cell.cpp.
 template <class T>
 BPPSA_HD inline void preact_unit(const LayerArgs<T>& a, Idx t, Idx b, Idx j, T gh, T gc, T* dx, T* dh) {
-  switch (a.cell) {
-    case kGru:
-      GruCell::preact(a, t, b, j, gh, dx, dh);
-      break;
-    case kLstm:
-      LstmCell::preact(a, t, b, j, gh, gc, dx);
-      break;
-    default:
-      RnnCell::preact(a, t, b, j, gh, dx);
-      break;
-  }
+  visit_cell(a.cell, [&](auto cell) { decltype(cell)::preact(a, t, b, j, gh, gc, dx, dh); });
 }
 
 /// The pre-activation gradients of unit j, sample b, step t written to dx (and dh), reading the
@@ -457,14 +448,9 @@ BPPSA_HD inline Idx jacobian_values(std::int32_t cell, Idx H) {
 /// Value `item` of J_t^T for sample b. W_hh is row-major (a.w as the backward reads it).
 template <class T>
 BPPSA_HD inline T jacobian_value(const LayerArgs<T>& a, Idx t, Idx b, Idx item) {
-  switch (a.cell) {
-    case kGru:
-      return GruCell::jacobian_value(a, t, b, item);
-    case kLstm:
-      return LstmCell::jacobian_value(a, t, b, item);
-    default:
-      return RnnCell::jacobian_value(a, t, b, item);
-  }
+  T v = T(0);
+  visit_cell(a.cell, [&](auto cell) { v = decltype(cell)::jacobian_value(a, t, b, item); });
+  return v;
 }
 
 /// Row `row` of sample b of the generic scan's affine part e_k (1 ≤ k ≤ T − 1): the gradient

@@ -21,7 +21,8 @@ struct RnnCell {
 
   /// dx[0] of unit j from the gradient gh on h_t[j].
   template <class T>
-  BPPSA_HD static void preact(const LayerArgs<T>& a, Idx t, Idx b, Idx j, T gh, T* dx) {
+  BPPSA_HD static void preact(const LayerArgs<T>& a, Idx t, Idx b, Idx j, T gh, T gc, T* dx, T* dh) {
+    (void)gc, (void)dh;
     const T h = a.h[(t * a.B + b) * a.H + j];
     dx[0] = a.cell == kRnnRelu ? (h > T(0) ? T(1) : T(0)) * gh : (T(1) - h * h) * gh;
   }
