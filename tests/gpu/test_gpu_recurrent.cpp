@@ -151,10 +151,10 @@ std::vector<CellType> cells() {
 // Small cases (also under compute-sanitizer)
 
 TEST(GpuSmall, ModelStepMatchesTheCpuEveryCellLayersHeadAndBackward) {
-  const std::vector<BackwardMethod> methods = pick<std::vector<BackwardMethod>>(
-      {BackwardMethod::bp, BackwardMethod::fused, BackwardMethod::blelloch, BackwardMethod::hybrid,
-       BackwardMethod::linear},
-      {BackwardMethod::bp, BackwardMethod::fused, BackwardMethod::hybrid});
+  const std::vector<BackwardMethod> methods =
+      pick<std::vector<BackwardMethod>>({BackwardMethod::bp, BackwardMethod::fused, BackwardMethod::blelloch,
+                                         BackwardMethod::hybrid, BackwardMethod::linear},
+                                        {BackwardMethod::bp, BackwardMethod::fused, BackwardMethod::hybrid});
   for (const CellType cell : cells())
     for (const Index layers : pick<std::vector<Index>>({1, 2}, {2}))
       for (const HeadMode head : pick<std::vector<HeadMode>>({HeadMode::last, HeadMode::every}, {HeadMode::every}))
@@ -455,11 +455,23 @@ TEST(GpuRecurrent, IssueSizesMatchTheCpuEngine) {
     c.batch = s.batch;
     c.classes = 10;
     c.head = s.steps == 1000 ? HeadMode::last : HeadMode::every;
-    for (const BackwardMethod m : {BackwardMethod::bp, BackwardMethod::fused})
-      gpu_step_matches_cpu<float>(c, m, false);
+    for (const BackwardMethod m : {BackwardMethod::bp, BackwardMethod::fused}) gpu_step_matches_cpu<float>(c, m, false);
     // The generic scan stores T·B Jacobians of S²: only where they are small.
     const double jac = static_cast<double>(s.steps * s.batch) * std::pow(state_size(s.cell, s.hidden), 2);
     if (jac < 2e8) gpu_step_matches_cpu<float>(c, BackwardMethod::hybrid, false);
+  }
+  // More units per block than threads (H 600 > 512): the forward kernel's general path, where a
+  // thread takes several units a step (the sizes above all take the one-unit-per-thread path).
+  for (const CellType cell : {CellType::gru, CellType::lstm}) {
+    Case c;
+    c.cell = cell;
+    c.input = 3;
+    c.hidden = 600;
+    c.steps = 4;
+    c.batch = 3;
+    c.classes = 10;
+    c.head = HeadMode::every;
+    gpu_step_matches_cpu<float>(c, BackwardMethod::bp, false);
   }
 }
 
