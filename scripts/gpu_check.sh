@@ -7,7 +7,9 @@
 # writes OUT_DIR/summary.{txt,json} and, at the end, the archive OUT_DIR.tgz beside OUT_DIR (every
 # log, XML, JSON and figure of the run, no .safetensors).
 #   --checks  configure, build, host-side tests, GPU tests, the CLI on the GPU, compute-sanitizer
-#             memcheck and racecheck on the small cases, the Python package: no benchmarks
+#             memcheck and racecheck on the small cases, the Python package, a PyTorch training step
+#             against cuDNN (bench/gpu/pytorch_step.py) and the persistent kernels' profile
+#             (bench/gpu/kernel_profile.py, Nsight Compute): not the C++ benchmarks
 #   --bench   configure with the benchmark programs, build them, then scripts/bench_gpu.sh and
 #             scripts/bench_gpu_cpu_scaling.sh (each given the time the run has left): no tests
 #   (none)    everything: the checks, the Python package, then the two benchmarks with the time left
@@ -142,7 +144,7 @@ record() {  # record NAME STATUS SECONDS
 }
 skip() {  # skip NAME WHY
   record "$1" "skipped: $2" 0
-  printf '%-12s %s\n' "$1" "${result[$1]}"
+  printf '%-14s %s\n' "$1" "${result[$1]}"
 }
 
 session_pids() {  # the processes of session $1, from /proc (procps may be missing)
@@ -207,7 +209,7 @@ step() {
   over=$(limit_override "$name")
   [ -n "$over" ] && { limit=$over; cut=0; }
   local log=$out/$name.log t0=$SECONDS rc=0 why
-  printf '%-12s running (limit %ss) → %s\n' "$name" "$limit" "$log"
+  printf '%-14s running (limit %ss) → %s\n' "$name" "$limit" "$log"
   local deadline=$((SECONDS + limit))
   setsid bash -c '"$@"' "$name" "$@" >"$log" 2>&1 </dev/null &
   local sid=$!
@@ -247,7 +249,7 @@ step() {
   esac
   [ "$rc" = 0 ] || failed=1
   record "$name" "$why" $((SECONDS - t0))
-  printf '%-12s %s (%ss)\n' "$name" "$why" "${seconds[$name]}"
+  printf '%-14s %s (%ss)\n' "$name" "$why" "${seconds[$name]}"
   [ "$rc" = 0 ]
 }
 
@@ -329,6 +331,11 @@ gc_torch_step() {  # gc_torch_step BUDGET
   PYTHONPATH="$GC_BUILD/python" "$BPPSA_PYTHON" "$GC_ROOT/bench/gpu/pytorch_step.py" --out "$GC_OUT/torch_step" \
     --budget "$1"
 }
+# Where the persistent kernels' time goes (Nsight Compute, one launch each): bench/gpu/kernel_profile.py.
+gc_kernel_profile() {
+  PYTHONPATH="$GC_BUILD/python" "$BPPSA_PYTHON" "$GC_ROOT/bench/gpu/kernel_profile.py" --out "$GC_OUT/kernel_profile" \
+    --timeout 60
+}
 gc_benchmark() {  # gc_benchmark BUDGET
   BPPSA_BUILD_DIR="$GC_BUILD" BPPSA_BENCH_PREBUILT=1 BPPSA_GPU_BENCH_BUDGET=$1 \
     bash "$GC_ROOT/scripts/bench_gpu.sh" "$GC_OUT/benchmark"
@@ -338,7 +345,7 @@ gc_cpu_scaling() {  # gc_cpu_scaling BUDGET
     bash "$GC_ROOT/scripts/bench_gpu_cpu_scaling.sh" "$GC_OUT/cpu_scaling"
 }
 export -f gc_configure gc_build gc_bench_build gc_host_tests gc_gpu_tests gc_cli_gpu gc_sanitizer gc_python gc_torch_step \
-  gc_benchmark gc_cpu_scaling
+  gc_kernel_profile gc_benchmark gc_cpu_scaling
 
 # compute-sanitizer: on PATH or in the toolkit.
 sanitizer=$(command -v compute-sanitizer || true)
@@ -358,7 +365,7 @@ finish() {
     echo "== summary, mode $mode ($((SECONDS - start))s of a ${budget}s budget; logs in $out, archive $archive)"
     sed -n '2p' "$out/header.txt"
     grep -E '^(commit|tree): ' "$out/header.txt"
-    for n in "${names[@]}"; do printf '%-12s %-70s %5ss\n' "$n" "${result[$n]}" "${seconds[$n]}"; done
+    for n in "${names[@]}"; do printf '%-14s %-68s %5ss\n' "$n" "${result[$n]}" "${seconds[$n]}"; done
     if [ -f "$out/gpu_tests.xml" ]; then
       "$BPPSA_PYTHON" - "$out/gpu_tests.xml" <<'PY' 2>/dev/null || true
 import sys, xml.etree.ElementTree as ET
@@ -381,6 +388,8 @@ for case in s.iter("testcase"):
 PY
     fi
     [ -f "$out/torch_step/pytorch_step.md" ] && grep '^|' "$out/torch_step/pytorch_step.md" | sed 's/^/torch_step: /'
+    [ -f "$out/kernel_profile/kernel_profile.md" ] &&
+      grep -E '^\| (kernel|[a-z_]+_kernel) \|' "$out/kernel_profile/kernel_profile.md" | sed 's/^/kernel_profile: /'
     for s in memcheck racecheck; do
       [ -f "$out/$s.log" ] && grep -E "ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY" "$out/$s.log" | sed "s/^/$s: /" | head -n 3
     done
@@ -492,12 +501,15 @@ if [ "$mode" != bench ]; then
   if [ $configured = 1 ]; then
     if step python 300 gc_python; then
       step torch_step 200 gc_torch_step 150
+      step kernel_profile 150 gc_kernel_profile
     else
       skip torch_step "the Python step did not pass"
+      skip kernel_profile "the Python step did not pass"
     fi
   else
     skip python "not configured"
     skip torch_step "not configured"
+    skip kernel_profile "not configured"
   fi
 fi
 
