@@ -174,15 +174,33 @@ BPPSA_HD inline void forward_prefetch(const LayerArgs<T>& a, Idx block, Idx thre
 }
 
 /// wh[q] = (W_hh h)[q·H + j], q < G: unit j's G rows of the column-major W (GH × H) at w times h
-/// (H values), each dot in k order. Inlined into one loop per address space of w (a pointer that
-/// may be either is read by generic loads).
+/// (H values). Each dot is P partial sums, over k ≡ p (mod P), added pairwise at the end (P = 4
+/// for one gate, 2 for several): independent multiply-add chains, so that a step waits on fewer
+/// dependent ones. Inlined into one loop per address space of w (a pointer that may be either is
+/// read by generic loads).
 template <int G, class T>
 BPPSA_HD_FORCEINLINE void unit_dots(const T* w, const T* h, Idx GH, Idx H, Idx j, T* wh) {
-  for (int q = 0; q < G; ++q) wh[q] = T(0);
-  for (Idx k = 0; k < H; ++k) {
+  constexpr int P = G == 1 ? 4 : 2;
+  T acc[G][P];
+  for (int q = 0; q < G; ++q)
+    for (int p = 0; p < P; ++p) acc[q][p] = T(0);
+  const T* wj = w + j;
+  Idx k = 0;
+  for (; k + P <= H; k += P)
+    for (int p = 0; p < P; ++p) {
+      const T hk = h[k + p];
+      const T* wk = wj + (k + p) * GH;
+      for (int q = 0; q < G; ++q) acc[q][p] += wk[q * H] * hk;
+    }
+  for (; k < H; ++k) {
     const T hk = h[k];
-    const T* wk = w + k * GH + j;
-    for (int q = 0; q < G; ++q) wh[q] += wk[q * H] * hk;
+    const T* wk = wj + k * GH;
+    for (int q = 0; q < G; ++q) acc[q][0] += wk[q * H] * hk;
+  }
+  for (int q = 0; q < G; ++q) {
+    T sum = acc[q][0] + acc[q][1];
+    if (P == 4) sum = sum + (acc[q][P - 2] + acc[q][P - 1]);
+    wh[q] = sum;
   }
 }
 
@@ -247,6 +265,8 @@ struct ForwardUnit {
   bool active = false;
   Idx s = 0, j = 0, b = 0;
   T bi[G] = {}, bh[G] = {}, next[G] = {}, c = T(0);
+  const T* ax_next = nullptr;  ///< unit j's input projection of the step load() reads next
+  T* h_out = nullptr;          ///< h_t[j] of sample b in the record, for the step step() runs next
 
   BPPSA_HD void init(const LayerArgs<T>& a, Idx block, Idx thread) {
     active = thread < a.H * block_samples(block, a.spb, a.B);
@@ -259,13 +279,15 @@ struct ForwardUnit {
       bh[q] = a.b_hh[q * a.H + j];
     }
     if (Cell::kCellState) c = a.c[b * a.H + j];
+    ax_next = a.ax + b * a.GH + j;
+    h_out = a.h + (a.B + b) * a.H + j;
     load(a, 1);
   }
-  /// The input projection of step t (nothing past T).
+  /// The input projection of step t (nothing past T); the next call reads step t + 1's.
   BPPSA_HD void load(const LayerArgs<T>& a, Idx t) {
     if (t > a.steps) return;
-    const T* ax = a.ax + ((t - 1) * a.B + b) * a.GH + j;
-    for (int q = 0; q < G; ++q) next[q] = ax[q * a.H];
+    for (int q = 0; q < G; ++q) next[q] = ax_next[q * a.H];
+    ax_next += a.B * a.GH;
   }
   BPPSA_HD void step(const LayerArgs<T>& a, T* sm, Idx t) {
     if (!active) return;
@@ -285,7 +307,8 @@ struct ForwardUnit {
     in.cp = c;
     const T h = Cell::forward(a, in, wh, hp[j], t, b, j);
     c = in.cp;
-    a.h[(t * a.B + b) * a.H + j] = h;
+    *h_out = h;
+    h_out += a.B * a.H;
     hn[j] = h;
   }
 };
