@@ -1,22 +1,32 @@
 #!/usr/bin/env python3
-"""A whole PyTorch training step on one CUDA GPU: bppsa.nn's recurrent layer (its CUDA half,
-on PyTorch's tensors and stream) against torch.nn's (cuDNN), in one process, same weights, same
-data, same Linear head on the last step, mean cross-entropy and Adam.
+"""A whole training step on one CUDA GPU: bppsa.nn's recurrent layer (its CUDA half, on PyTorch's
+tensors and stream) against what a user would pick instead: torch.nn's (cuDNN), eager and under
+torch.compile, and JAX (jitted BPTT through lax.scan, and a BPPSA built on lax.associative_scan,
+bench/peers/jax_peers.py). One process, same weights, same data, same Linear head on the last step,
+mean cross-entropy and Adam.
 
   PYTHONPATH=<build>/python python3 bench/gpu/pytorch_step.py --out DIR [--reps 10] [--warmup 3]
-                                                             [--budget SECONDS] [--quick]
+                  [--budget SECONDS] [--quick] [--max-steps T] [--no-jax] [--no-compile] [--device cuda|cpu]
 
-Sides: torch.nn (cuDNN; TF32 off, so that both sides compute in FP32 and the first losses must
-agree to 1e-4), bppsa.nn with backward 'auto' (the fused chunked scan when its plan has several
-chunks, else BP) and bppsa.nn with backward 'bp'. Definitions as bench/torch_step.py's
-time_iterations: forward = zero_grad + model(x) + loss up to its value on the host, backward =
-loss.backward(), optimizer = Adam's step, iteration = the three; CUDA events; `--warmup` untimed
-iterations (the first allocates and plans), then `--reps` timed: medians. (×) = torch.nn's median
-over the side's, same run. Configurations: the paper's RNN (bitstream input, H 20, batch 16) at
-T 1000 … 30000 and a GRU of IRMAS's shape (12 features, H 20, batch 16) at T 100 … 10000.
+Sides: torch.nn (cuDNN; TF32 off, so that every side computes in FP32 and the first losses must
+agree to 1e-4), torch.nn under torch.compile (default mode; dynamo leaves the cuDNN call as it is
+and compiles the rest), bppsa.nn with backward 'auto' (the fused chunked scan when its plan has
+several chunks, else BP) and 'bp', and, when JAX is installed, "jax scan" and "jax assoc-scan
+BPPSA" (float32 matmuls at 'highest' precision, no preallocation of the GPU's memory). Torch
+sides, as bench/torch_step.py's time_iterations: forward = zero_grad + model(x) + loss up to its
+value on the host, backward = loss.backward(), iteration = forward, backward and Adam's step; CUDA
+events. JAX sides, as JAX users write them, wall clock after block_until_ready: forward = the
+jitted forward (for the BPPSA side also the head's gradients), backward = the jitted pullback,
+iteration = one jitted training step (value_and_grad and Adam). `--warmup` untimed iterations (the
+first allocates, plans, compiles), then `--reps` timed: medians. (×) = torch.nn's median over the
+side's, same run. A side that fails is listed with its error; the run goes on. Configurations: the
+paper's RNN (bitstream input, H 20, batch 16) at T 1000 … 30000 and a GRU of IRMAS's shape (12
+features, H 20, batch 16) at T 100 … 10000. `--device cpu` runs the same on the CPU (wall clock):
+a check of this script on a machine without a GPU, not a GPU figure.
 
 Writes DIR/pytorch_step.jsonl (one record per configuration and side, appended as measured) and
-DIR/pytorch_step.md (the table), and prints the table."""
+DIR/pytorch_step.md (the table, rewritten after each configuration), and prints the table. Exit 1 when a side's first loss disagrees
+with torch.nn's."""
 import argparse
 import json
 import os
@@ -29,14 +39,19 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.append(os.path.join(HERE, "..", "..", "python"))  # torch_models; bppsa itself from PYTHONPATH (a build)
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
+sys.path.append(os.path.join(HERE, "..", "peers"))  # jax_peers (after this folder: no name of its may shadow ours)
 import bppsa  # noqa: E402
 import bppsa.nn  # noqa: E402
 from machine import machine, write_text  # noqa: E402
 from precision import set_tf32  # noqa: E402
 from torch_models import Model  # noqa: E402
-from torch_step import Timer, time_iterations  # noqa: E402
+from torch_step import Timer, stats, time_iterations  # noqa: E402
 
-SIDES = [("torch.nn (cuDNN)", None), ("bppsa.nn auto", "auto"), ("bppsa.nn bp", "bp")]
+TORCH = "torch.nn (cuDNN)"
+# (name, kind, argument): kind torch (argument: None = torch.nn, "compile", or a bppsa backward) or jax.
+SIDES = [(TORCH, "torch", None), ("torch.nn compiled", "torch", "compile"), ("bppsa.nn auto", "torch", "auto"),
+         ("bppsa.nn bp", "torch", "bp"), ("jax scan", "jax", "jax scan"),
+         ("jax assoc-scan BPPSA", "jax", "jax assoc-scan BPPSA")]
 
 
 def configs(quick):
@@ -46,7 +61,7 @@ def configs(quick):
             [dict(cell="gru", features=12, hidden=20, batch=16, steps=t, classes=20) for t in gru])
 
 
-def data(c, seed=0):
+def data(c, device, seed=0):
     g = torch.Generator().manual_seed(seed)
     if c["cell"] == "rnn":  # the paper's bitstream: label p, bits ~ Bernoulli(0.05 + 0.1 p)
         y = torch.randint(0, c["classes"], (c["batch"],), generator=g)
@@ -55,28 +70,82 @@ def data(c, seed=0):
     else:  # standardised features
         x = torch.randn(c["batch"], c["steps"], c["features"], generator=g)
         y = torch.randint(0, c["classes"], (c["batch"],), generator=g)
-    return x.cuda(), y.cuda()
+    return x.to(device), y.to(device)
 
 
-def model(c, backward):
+def model(c, backward, device):
     torch.manual_seed(1)
     m = Model(c["cell"], c["features"], c["hidden"], 1, c["classes"])
-    if backward is not None:  # the same weights in bppsa.nn's layer
+    if backward not in (None, "compile"):  # the same weights in bppsa.nn's layer
         layer = {"rnn": bppsa.nn.RNN, "gru": bppsa.nn.GRU}[c["cell"]](
             c["features"], c["hidden"], 1, batch_first=True, backward=backward)
         layer.load_state_dict(m.rnn.state_dict())
         m.rnn = layer
-    return m.cuda()
+    return m.to(device)
 
 
-def measure(c, backward, args):
-    m = model(c, backward)
-    x, y = data(c)
+def measure_torch(c, backward, args):
+    m = model(c, backward, args.device)
+    x, y = data(c, args.device)
     opt = torch.optim.Adam(m.parameters(), lr=1e-3)
     first = torch.nn.functional.cross_entropy(m(x), y).item()  # before any step: the sides must agree
-    timer = Timer(torch.device("cuda"))
+    if backward == "compile":
+        m = torch.compile(m)
+    timer = Timer(torch.device(args.device))
     r = time_iterations(m, opt, x, y, timer, args.warmup, args.reps)
     return first, r
+
+
+class Weights:
+    """The torch model's weights and the data as bench/peers/jax_peers.py reads its .npz."""
+
+    def __init__(self, c, device):
+        m = model(c, None, "cpu")
+        x, y = data(c, "cpu")
+        self.arrays = {"x": x.numpy(), "y": y.numpy(),
+                       **{"w." + k: v.detach().numpy() for k, v in m.state_dict().items()}}
+        self.files = list(self.arrays)
+
+    def __getitem__(self, k):
+        return self.arrays[k]
+
+
+def wall(fn, warmup, reps, before=None):
+    """Medians of fn()'s wall time (fn waits for its results); `before` (untimed) ahead of each call."""
+    samples = []
+    for r in range(warmup + reps):
+        if before:
+            before()
+        t0 = time.perf_counter()
+        fn()
+        if r >= warmup:
+            samples.append(time.perf_counter() - t0)
+    return stats(samples)
+
+
+def measure_jax(c, peer, args):
+    import jax_peers
+    p = jax_peers.JaxPeer(peer, {"cell": c["cell"].upper(), "hidden": c["hidden"]}, Weights(c, args.device))
+    first = p.first_loss()
+    r = {"forward": wall(p.forward, args.warmup, args.reps),
+         "backward": wall(p.backward, args.warmup, args.reps, before=p.forward),
+         "total": wall(p.step, args.warmup, args.reps)}
+    r["versions"] = p.info["versions"]
+    return first, r
+
+
+def import_jax(device):
+    """JAX on the device asked for, float32 matmuls at full precision, the GPU's memory not taken up
+    front (PyTorch shares it); None with the reason when JAX is not there."""
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    os.environ.setdefault("JAX_PLATFORMS", "cuda" if device == "cuda" else "cpu")
+    try:
+        import jax
+        jax.config.update("jax_default_matmul_precision", "highest")
+        jax.devices()
+    except Exception as e:  # noqa: BLE001 - listed in the table, the torch sides still run
+        return None, f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+    return jax, None
 
 
 def main():
@@ -86,46 +155,76 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--budget", type=float, default=300, help="seconds; configurations past it are skipped")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--max-steps", type=int, default=0, help="leave out configurations longer than this")
+    ap.add_argument("--no-jax", action="store_true", help="leave out the JAX sides")
+    ap.add_argument("--no-compile", action="store_true", help="leave out torch.compile")
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     args = ap.parse_args()
-    if not torch.cuda.is_available():
+    if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("pytorch_step: no CUDA device")
     if args.reps < 1 or args.warmup < 1:
         sys.exit("pytorch_step: --reps and --warmup must be ≥ 1")
     os.makedirs(args.out, exist_ok=True)
     set_tf32(False)
-    info = machine(extra={"bppsa_cuda": bppsa._native._C.cuda_summary(), "tf32": False})
+    sides = [s for s in SIDES if not (args.no_compile and s[2] == "compile")]
+    jax_error = "left out (--no-jax)" if args.no_jax else None
+    if not args.no_jax:
+        jax, jax_error = import_jax(args.device)
+    extra = {"tf32": False, "device": args.device}
+    if args.device == "cuda":
+        extra["bppsa_cuda"] = bppsa._native._C.cuda_summary()
+    if jax_error is None:
+        extra["jax"] = jax.__version__
+        extra["jax_devices"] = [str(d) for d in jax.devices()]
+    info = machine(extra=extra)
     start = time.monotonic()
     rows = []
     jsonl = os.path.join(args.out, "pytorch_step.jsonl")
     with open(jsonl, "a") as f:
         for c in configs(args.quick):
+            if args.max_steps and c["steps"] > args.max_steps:
+                continue
             if time.monotonic() - start > args.budget:
                 rows.append((c, None))
                 continue
             results = {}
-            for name, backward in SIDES:
-                first, r = measure(c, backward, args)
+            for name, kind, arg in sides:
+                if kind == "jax" and jax_error is not None:
+                    results[name] = (None, {"error": f"JAX: {jax_error}"})
+                    continue
+                try:
+                    first, r = measure_torch(c, arg, args) if kind == "torch" else measure_jax(c, arg, args)
+                except Exception as e:  # noqa: BLE001 - listed with its error; the other sides go on
+                    first, r = None, {"error": f"{type(e).__name__}: "
+                                               f"{(str(e).strip().splitlines() or [''])[0][:200]}"}
                 results[name] = (first, r)
                 f.write(json.dumps({"config": c, "side": name, "first_loss": first, **r, "machine": info}) + "\n")
                 f.flush()
             rows.append((c, results))
+            write_text(os.path.join(args.out, "pytorch_step.md"), table(rows, info, args))  # kept if killed later
     text = table(rows, info, args)
     write_text(os.path.join(args.out, "pytorch_step.md"), text)
     print(text)
-    bad = [c for c, res in rows if res and any(abs(v[0] - res[SIDES[0][0]][0]) > 1e-4 * max(1, abs(v[0]))
-                                               for v in res.values())]
+    bad = [(c["cell"], c["steps"], side) for c, res in rows if res for side, v in res.items()
+           if v[0] is not None and res[TORCH][0] is not None and
+           abs(v[0] - res[TORCH][0]) > 1e-4 * max(1, abs(v[0]))]
     if bad:
-        sys.exit(f"pytorch_step: first losses disagree for {bad}")
+        sys.exit(f"pytorch_step: first losses disagree with torch.nn's for {bad}")
 
 
 def table(rows, info, args):
     gpu = info["gpus"][0] if info.get("gpus") else {}
-    lines = ["# A whole PyTorch training step on the GPU: bppsa.nn against torch.nn (cuDNN)", "",
-             f"- GPU: {gpu.get('name', '?')} (driver {gpu.get('driver', '?')}); bppsa: {info['bppsa_cuda']}",
+    where = (f"- GPU: {gpu.get('name', '?')} (driver {gpu.get('driver', '?')}); bppsa: {info.get('bppsa_cuda')}"
+             if args.device == "cuda" else "- on the CPU (--device cpu): a check of the script, not a GPU figure")
+    jax = f"JAX {info['jax']} on {', '.join(info['jax_devices'])}, float32 matmuls at 'highest'" if info.get(
+        "jax") else "JAX: not run"
+    timing = "CUDA events (torch), wall clock after block_until_ready (JAX)" if args.device == "cuda" else \
+        "wall clock"
+    lines = ["# A whole training step: bppsa.nn against torch.nn (cuDNN), torch.compile and JAX", "", where,
              f"- PyTorch {info.get('torch')} (CUDA {info.get('torch_cuda')}, cuDNN {info.get('cudnn')}); TF32 off; "
-             f"{info['cpu']}, {info['cores']} cores",
+             f"{jax}; {info['cpu']}, {info['cores']} cores",
              f"- bppsa commit {info['bppsa_commit']}; {info['date']}",
-             f"- medians of {args.reps} timed iterations after {args.warmup} untimed ones, CUDA events; "
+             f"- medians of {args.reps} timed iterations after {args.warmup} untimed ones, {timing}; "
              "(×) = torch.nn's time / the side's, same run", "",
              "| model | T | side | forward ms | backward ms | iteration ms | first loss |",
              "|---|---:|---|---:|---:|---:|---:|"]
@@ -134,13 +233,19 @@ def table(rows, info, args):
         if res is None:
             lines.append(f"| {name} | {c['steps']} | skipped: budget spent | | | | |")
             continue
-        base = res[SIDES[0][0]][1]
+        base = res[TORCH][1]
         for side, (first, r) in res.items():
+            if "error" in r:
+                lines.append(f"| {name} | {c['steps']} | {side} | error: {r['error']} | | | |")
+                continue
             cells = []
             for part in ("forward", "backward", "total"):
+                if r.get(part) is None:
+                    cells.append("—")
+                    continue
                 v = r[part]["median"] * 1e3
-                ratio = base[part]["median"] / r[part]["median"]
-                cells.append(f"{v:.3f}" if side == SIDES[0][0] else f"{v:.3f} ({ratio:.2f}×)")
+                ok = side != TORCH and "error" not in base and base.get(part)
+                cells.append(f"{v:.3f} ({base[part]['median'] / r[part]['median']:.2f}×)" if ok else f"{v:.3f}")
             lines.append(f"| {name} | {c['steps']} | {side} | {' | '.join(cells)} | {first:.6f} |")
     return "\n".join(lines) + "\n"
 
