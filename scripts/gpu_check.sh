@@ -502,11 +502,14 @@ if [ "$mode" != bench ]; then
   if [ $configured = 1 ]; then
     if step python 300 gc_python; then
       step kernel_profile 150 gc_kernel_profile
-      # The training step measures until its budget (what is left, less a margin), then writes its table.
-      room=$(($(left) - 40))
+      # The training step measures until its budget (what is left, less a margin for one side's run
+      # past it: checked before each side), then writes its table; in the full run, the benchmarks after
+      # it keep most of the time.
+      room=$(($(left) - 90))
       [ $room -gt 200 ] && room=200
+      [ "$mode" = full ] && [ $room -gt 100 ] && room=100
       if [ $room -ge 60 ]; then
-        step torch_step $((room + 40)) gc_torch_step $room
+        step torch_step $((room + 80)) gc_torch_step $room
       else
         skip torch_step "time budget spent ($(left)s left)"
       fi

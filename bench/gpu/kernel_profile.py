@@ -60,9 +60,15 @@ def number(text):
         return None
 
 
+# ncu prints each metric in a unit it scales to the value (us, ms, s; Mhz, Ghz): factors to µs and GHz.
+TIME_US = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3, "s": 1e6,
+           "second": 1e6}
+FREQ_GHZ = {"hz": 1e-9, "khz": 1e-6, "mhz": 1e-3, "ghz": 1.0, "cycle/nsecond": 1.0, "cycle/usecond": 1e-3}
+
+
 def parse_details(text):
     """From `ncu --import R --print-details all`: the launch geometry of the header line and every
-    'name  unit  value' row of its tables (the first value of a name wins)."""
+    'name  unit  value' row of its tables as (value, unit) (the first row of a name wins)."""
     out = {"metrics": {}}
     m = re.search(r"\((\d+), (\d+), (\d+)\)x\((\d+), (\d+), (\d+)\)", text)
     if m:
@@ -75,8 +81,17 @@ def parse_details(text):
             continue
         value = number(parts[-1])
         if value is not None and parts[0] not in out["metrics"]:
-            out["metrics"][parts[0]] = value
+            out["metrics"][parts[0]] = (value, parts[1] if len(parts) == 3 else "")
     return out
+
+
+def scaled(metric, table):
+    """A (value, unit) metric in the table's unit; None when absent or in a unit not in the table."""
+    if metric is None:
+        return None
+    value, unit = metric
+    factor = table.get(unit.lower())
+    return None if factor is None else value * factor
 
 
 def parse_sass(path, top=8):
@@ -100,15 +115,17 @@ def parse_sass(path, top=8):
 def summarize(kernel, details, sass, steps):
     """The per-step figures of one profiled launch."""
     m = details["metrics"]
+    value = lambda name: m[name][0] if name in m else None  # noqa: E731 - unitless or cycles
     warps = details.get("grid", 0) * -(-details.get("block", 0) // 32)
-    cycles = m.get("Elapsed Cycles")
-    stalls = {k[len("Stall "):]: v for k, v in m.items() if k.startswith("Stall ") and v}
+    cycles = value("Elapsed Cycles")
+    stalls = {k[len("Stall "):]: v for k, (v, _) in m.items() if k.startswith("Stall ") and v}
     return {
         "kernel": kernel, "steps": steps, "grid": details.get("grid"), "block": details.get("block"),
-        "elapsed_cycles": cycles, "duration_us": m.get("Duration"), "sm_ghz": m.get("SM Frequency"),
+        "elapsed_cycles": cycles, "duration_us": scaled(m.get("Duration"), TIME_US),
+        "sm_ghz": scaled(m.get("SM Frequency"), FREQ_GHZ),
         "cycles_per_step": cycles / steps if cycles else None,
         "instructions_per_warp_step": sass["executed"] / (warps * steps) if warps and sass["executed"] else None,
-        "cycles_per_issued_instruction": m.get("Warp Cycles Per Issued Instruction"),
+        "cycles_per_issued_instruction": value("Warp Cycles Per Issued Instruction"),
         "stalls_per_instruction": dict(sorted(stalls.items(), key=lambda kv: -kv[1])),
         "stall_samples": sass["samples"],
         "top": sass["top"],
@@ -152,14 +169,18 @@ def profile(args, ncu, kernel):
         return None, f"{type(e).__name__}: {e}"
     if run.returncode != 0 or not os.path.exists(base + ".ncu-rep"):
         return None, f"ncu exit {run.returncode}: " + (run.stdout + run.stderr).strip()[-600:]
-    details = subprocess.run([ncu, "--import", base + ".ncu-rep", "--print-details", "all"], capture_output=True,
-                             text=True, timeout=60).stdout
-    with open(base + "_details.txt", "w") as f:
-        f.write(details)
-    with open(base + "_sass.csv", "w") as f:
-        f.write(subprocess.run([ncu, "--import", base + ".ncu-rep", "--page", "source", "--csv", "--print-source",
-                                "sass"], capture_output=True, text=True, timeout=120).stdout)
-    return summarize(kernel, parse_details(details), parse_sass(base + "_sass.csv"), args.steps), None
+    try:
+        details = subprocess.run([ncu, "--import", base + ".ncu-rep", "--print-details", "all"],
+                                 capture_output=True, text=True, timeout=args.timeout).stdout
+        with open(base + "_details.txt", "w") as f:
+            f.write(details)
+        with open(base + "_sass.csv", "w") as f:
+            f.write(subprocess.run([ncu, "--import", base + ".ncu-rep", "--page", "source", "--csv",
+                                    "--print-source", "sass"], capture_output=True, text=True,
+                                   timeout=args.timeout).stdout)
+        return summarize(kernel, parse_details(details), parse_sass(base + "_sass.csv"), args.steps), None
+    except (OSError, subprocess.TimeoutExpired, StopIteration, ValueError) as e:
+        return None, f"reading the report: {type(e).__name__}: {e}"
 
 
 def main():
@@ -196,12 +217,12 @@ def main():
             failed = 1
         else:
             rows.append(r)
-    with open(os.path.join(args.out, "kernel_profile.json"), "w") as f:
-        json.dump({"shape": shape, "ncu": ncu, "kernels": rows}, f, indent=1)
-    md = table(rows, shape)
-    with open(os.path.join(args.out, "kernel_profile.md"), "w") as f:
-        f.write(md)
-    print(md)
+        # Written after each kernel: a run stopped later keeps what it measured.
+        with open(os.path.join(args.out, "kernel_profile.json"), "w") as f:
+            json.dump({"shape": shape, "ncu": ncu, "kernels": rows}, f, indent=1)
+        with open(os.path.join(args.out, "kernel_profile.md"), "w") as f:
+            f.write(table(rows, shape))
+    print(table(rows, shape))
     return failed
 
 

@@ -51,10 +51,22 @@ def test_details():
     d = kernel_profile.parse_details(DETAILS)
     assert d["grid"] == 16 and d["block"] == 32, d
     m = d["metrics"]
-    assert m["Elapsed Cycles"] == 940875 and m["Duration"] == 475.2 and m["SM Frequency"] == 1.98, m
-    assert m["Warp Cycles Per Issued Instruction"] == 3.78
-    assert m["Stall Wait"] == 1.72 and m["Stall GMMA"] == 0
+    assert m["Elapsed Cycles"] == (940875, "cycle") and m["Duration"] == (475.2, "us"), m
+    assert m["SM Frequency"] == (1.98, "Ghz") and m["Waves Per SM"] == (0.01, "")
+    assert m["Warp Cycles Per Issued Instruction"] == (3.78, "cycle")
+    assert m["Stall Wait"] == (1.72, "inst") and m["Stall GMMA"] == (0, "inst")
     assert "Metric Name" not in m and not any(k.startswith("---") for k in m)
+
+
+def test_units():
+    # ncu scales a launch of a millisecond or more to ms (and clocks to Mhz): the figures stay in µs and GHz.
+    text = DETAILS.replace("Duration                         us       475.20",
+                           "Duration                         ms         2.46").replace(
+        "SM Frequency                    Ghz         1.98", "SM Frequency                    Mhz       1,755.00")
+    r = kernel_profile.summarize("backward_kernel", kernel_profile.parse_details(text),
+                                 {"executed": 0, "samples": 0, "top": []}, steps=1000)
+    assert abs(r["duration_us"] - 2460.0) < 1e-9 and abs(r["sm_ghz"] - 1.755) < 1e-12, r
+    assert kernel_profile.scaled((3.0, "furlong"), kernel_profile.TIME_US) is None
 
 
 def test_sass_and_summary():
@@ -78,5 +90,6 @@ def test_sass_and_summary():
 
 if __name__ == "__main__":
     test_details()
+    test_units()
     test_sass_and_summary()
-    print("kernel_profile: 2 checks passed")
+    print("kernel_profile: 3 checks passed")
