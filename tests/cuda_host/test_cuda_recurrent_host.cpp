@@ -123,27 +123,40 @@ struct HostLayer {
   std::vector<T> ax, h, c, gates, aux, w_col, g, dx, dh, gx, g_last;
 };
 
-/// Replays forward_kernel: each block in turn (blocks share nothing), each phase over all
-/// threads (forward or reverse order) between the barriers, on the path the kernel takes (a
-/// unit per thread, or the general one).
+/// forward_program's context in the replay: each() queues a phase for every thread, barrier()
+/// runs the queued phases thread after thread (threads in forward or reverse order), so that
+/// a thread runs ahead of the others up to the next barrier, as it may on a GPU.
+struct ReplayBlock {
+  unsigned threads;
+  bool reverse;
+  std::vector<std::function<void(Idx)>> queued;
+  template <class U>
+  struct PerThread {
+    std::shared_ptr<std::vector<U>> u;
+    U& operator()(Idx th) { return (*u)[static_cast<std::size_t>(th)]; }
+  };
+  void each(std::function<void(Idx)> f) { queued.push_back(std::move(f)); }
+  void barrier() {
+    for (unsigned i = 0; i < threads; ++i)
+      for (auto& f : queued) f(static_cast<Idx>(reverse ? threads - 1 - i : i));
+    queued.clear();
+  }
+  template <class U>
+  PerThread<U> per_thread() {
+    return {std::make_shared<std::vector<U>>(threads)};
+  }
+};
+
+/// Replays forward_kernel: each block in turn (blocks share nothing), its program
+/// (forward_program, the kernel's own code) with ReplayBlock's barriers.
 template <class T>
 void replay_forward(const gpu::LayerArgs<T>& a, unsigned threads, bool reverse) {
   const gpu::SmemLayout L = gpu::forward_smem(a);
   for (Idx block = 0; block < gpu::persistent_blocks(a.B, a.spb); ++block) {
     std::vector<T> sm(static_cast<std::size_t>(L.total), kPoison<T>);
-    auto each = [&](auto&& phase) {
-      for (unsigned i = 0; i < threads; ++i) phase(static_cast<Idx>(reverse ? threads - 1 - i : i));
-    };
-    each([&](Idx th) { gpu::forward_load(a, sm.data(), block, th, threads); });
-    if (gpu::forward_unit_per_thread(a, block, threads)) {  // the kernel's path: a unit per thread
-      gpu::visit_forward_unit(a, [&](auto unit) {
-        std::vector<decltype(unit)> u(threads);
-        each([&](Idx th) { u[static_cast<std::size_t>(th)].init(a, block, th); });
-        for (Idx t = 1; t <= a.steps; ++t) each([&](Idx th) { u[static_cast<std::size_t>(th)].step(a, sm.data(), t); });
-      });
-      continue;
-    }
-    for (Idx t = 1; t <= a.steps; ++t) each([&](Idx th) { gpu::forward_step(a, sm.data(), block, th, threads, t); });
+    ReplayBlock ctx{threads, reverse, {}};
+    gpu::forward_program(a, sm.data(), block, static_cast<Idx>(threads), ctx);
+    ctx.barrier();  // the kernel's end: whatever the program queued after its last barrier
   }
 }
 
@@ -353,6 +366,11 @@ TEST(CudaRecurrentLaunch, PersistentLaunchFillsTheMultiprocessorsAndKeepsWOnChip
   p = gpu::persistent_launch(384, 128, 128, 2640, 4, 132, smem, 512);
   EXPECT_TRUE(p.w_shared);
   EXPECT_EQ(p.spb, 10);
+  // The forward keeps no gate vector: (384·128 + 2·128·20)·4 = 217,088 bytes hold W_hh and 20 samples.
+  p = gpu::persistent_launch(384, 128, 128, 2640, 4, 132, smem, 512, false);
+  EXPECT_TRUE(p.w_shared);
+  EXPECT_EQ(p.spb, 20);
+  EXPECT_EQ(p.smem_bytes, static_cast<std::size_t>(217088));
   // Double precision halves what fits.
   p = gpu::persistent_launch(384, 128, 128, 16, 8, 132, smem, 512);
   EXPECT_FALSE(p.w_shared);
@@ -423,7 +441,10 @@ template <class T>
 void forward_record_matches_cpu() {
   std::mt19937_64 rng(11);
   for (const CellCase& c : every_cell())
-    for (const auto& [H, B, steps] : std::vector<std::array<Idx, 3>>{{1, 1, 1}, {3, 3, 2}, {5, 4, 7}, {20, 2, 5}})
+    // {20, 4, 3} with 3 samples a block and 32 threads: one launch, both forward paths (the first
+    // block has more units than threads, the second, one sample, a thread per unit).
+    for (const auto& [H, B, steps] :
+         std::vector<std::array<Idx, 3>>{{1, 1, 1}, {3, 3, 2}, {5, 4, 7}, {20, 2, 5}, {20, 4, 3}})
       for (const Launch& l : launches()) {
         SCOPED_TRACE(std::string(c.name) + " H " + std::to_string(H) + " B " + std::to_string(B) + " T " +
                      std::to_string(steps) + " spb " + std::to_string(l.spb) + (l.w_shared ? " smem" : " global"));

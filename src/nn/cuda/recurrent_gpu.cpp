@@ -194,8 +194,9 @@ class RecurrentStack final : public RecurrentGpu<T> {
   void backward_from(Index layer, const BackwardOptions& options, bool final_grad, int slot);
   /// Queued device-to-device copy of n values (nothing when dst is null).
   void copy(T* dst, const T* src, Idx n);
-  /// The persistent kernels' launch for `rows` state rows per sample (forward H, backward S).
-  PersistentLaunch launch_for(Idx rows) const;
+  /// The persistent kernels' launch for `rows` state rows per sample: forward H without the gate
+  /// vector, backward S with it.
+  PersistentLaunch launch_for(Idx rows, bool gate_vector) const;
   void download(const T* src, T* dst, Idx n);
   /// Layer l's fused-scan plan for the current shape (planned once, kept with the layer).
   FusedPlan<T>& fused_plan(Index l, bool inject);
@@ -470,7 +471,7 @@ void RecurrentStack<T>::forward_from(Init&& init) {
     launch_transpose(params_.data() + L.w_hh, GH_, H_, L.w_col.data(), s);
     LayerArgs<T> a = args(l);
     a.w = L.w_col.data();
-    const PersistentLaunch p = launch_for(H_);
+    const PersistentLaunch p = launch_for(H_, false);
     a.spb = p.spb;
     a.w_shared = p.w_shared;
     launch_forward(a, forward_threads(H_, p.spb, kPersistentThreads), p.smem_bytes, s);
@@ -537,9 +538,9 @@ void RecurrentStack<T>::copy_state(Index l, Index t, const DeviceStateOut<T>& st
 }
 
 template <class T>
-PersistentLaunch RecurrentStack<T>::launch_for(Idx rows) const {
+PersistentLaunch RecurrentStack<T>::launch_for(Idx rows, bool gate_vector) const {
   const PersistentLaunch p = persistent_launch(GH_, H_, rows, batch_, sizeof(T), sms_,
-                                               static_cast<std::size_t>(smem_optin_), kPersistentThreads);
+                                               static_cast<std::size_t>(smem_optin_), kPersistentThreads, gate_vector);
   if (!p.fits)
     raise<UnsupportedError>(
         "Recurrent", "hidden size " + std::to_string(H_) + " needs " + format_bytes(static_cast<double>(p.smem_bytes)) +
@@ -765,7 +766,7 @@ void RecurrentStack<T>::backward_from(Index l, const BackwardOptions& options, b
   switch (how) {
     case StateGrads::bp: {
       BPPSA_CUDA_CHECK(cudaEventRecord(ev.e[1], s));
-      const PersistentLaunch p = launch_for(S_);
+      const PersistentLaunch p = launch_for(S_, true);
       a.spb = p.spb;
       a.w_shared = p.w_shared;
       launch_backward_bp(a, p.threads, p.smem_bytes, s);  // g_{T−1} … g_0, dx (and dh)

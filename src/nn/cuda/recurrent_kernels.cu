@@ -21,30 +21,29 @@ __device__ T* persistent_smem() {
   return reinterpret_cast<T*>(smem_raw);
 }
 
+/// forward_program's context in the kernel: this thread, __syncthreads(), registers.
+struct ThisThread {
+  Idx thread;
+  template <class U>
+  struct Local {
+    U u;
+    __device__ U& operator()(Idx) { return u; }
+  };
+  template <class F>
+  __device__ void each(F&& f) {
+    f(thread);
+  }
+  __device__ void barrier() { __syncthreads(); }
+  template <class U>
+  __device__ Local<U> per_thread() {
+    return {};
+  }
+};
+
 template <class T>
 __global__ void __launch_bounds__(kPersistentThreads) forward_kernel(LayerArgs<T> a) {
-  T* sm = persistent_smem<T>();
-  const Idx block = blockIdx.x, thread = threadIdx.x, n = blockDim.x;
-  forward_load(a, sm, block, thread, n);
-  if (forward_unit_per_thread(a, block, n)) {
-    // One unit per thread, its invariants and the next step's input in registers.
-    visit_forward_unit(a, [&](auto unit) {
-      unit.init(a, block, thread);
-      __syncthreads();
-      for (Idx t = 1; t <= a.steps; ++t) {
-        unit.step(a, sm, t);
-        __syncthreads();
-      }
-    });
-    return;
-  }
-  forward_prefetch(a, block, thread, n, 1);
-  __syncthreads();
-  for (Idx t = 1; t <= a.steps; ++t) {
-    forward_prefetch(a, block, thread, n, t + 1);  // the next step's ax, behind this step's work
-    forward_step(a, sm, block, thread, n, t);
-    __syncthreads();
-  }
+  ThisThread ctx{threadIdx.x};
+  forward_program(a, persistent_smem<T>(), blockIdx.x, blockDim.x, ctx);
 }
 
 template <class T>

@@ -70,30 +70,32 @@ struct PersistentLaunch {
 };
 
 /// Shared-memory layout of a persistent kernel, offsets in values of T: [W_hh (GH·H, when in
-/// shared memory)][state buffer 0][state buffer 1][gate vector]. Forward: the buffers hold
-/// h_{t−1} and h_t (H × spb), the vector W_hh h_{t−1} (GH × spb). Backward: g_t and g_{t−1}
-/// (S × spb), the vector the recurrent-side pre-activation gradients (GH × spb).
+/// shared memory)][state buffer 0][state buffer 1][gate vector (gate_vector)]. Forward: the
+/// buffers hold h_{t−1} and h_t (H × spb), no gate vector (a unit's dot products stay in its
+/// thread). Backward: g_t and g_{t−1} (S × spb), the vector the recurrent-side pre-activation
+/// gradients (GH × spb).
 struct SmemLayout {
   Idx w = 0, buf0 = 0, buf1 = 0, vec = 0, total = 0;
 };
-BPPSA_HD inline SmemLayout smem_layout(Idx GH, Idx H, Idx rows, Idx spb, bool w_shared) {
+BPPSA_HD inline SmemLayout smem_layout(Idx GH, Idx H, Idx rows, Idx spb, bool w_shared, bool gate_vector = true) {
   SmemLayout s;
   s.buf0 = w_shared ? GH * H : 0;
   s.buf1 = s.buf0 + rows * spb;
   s.vec = s.buf1 + rows * spb;
-  s.total = s.vec + GH * spb;
+  s.total = s.vec + (gate_vector ? GH * spb : 0);
   return s;
 }
 /// The launch for GH gate rows, hidden H, `rows` state rows per sample (forward H, backward
 /// S), `batch` samples, on a GPU with `sms` multiprocessors and `smem_limit` bytes of shared
 /// memory per block. Samples per block: enough blocks for every multiprocessor (spb =
 /// ⌈batch / sms⌉); W_hh goes on chip when it fits, with fewer samples per block if need be,
-/// otherwise it is read from global memory (L2). Threads: one per gate row of the block's
-/// samples, rounded to warps, at most max_threads (the loops stride beyond).
+/// otherwise it is read from global memory (L2). gate_vector: the layout's gate vector (BP; the
+/// forward has none). Threads: one per gate row of the block's samples, rounded to warps, at most
+/// max_threads (the loops stride beyond; the forward launches forward_threads instead).
 inline PersistentLaunch persistent_launch(Idx GH, Idx H, Idx rows, Idx batch, std::size_t scalar, Idx sms,
-                                          std::size_t smem_limit, Idx max_threads) {
+                                          std::size_t smem_limit, Idx max_threads, bool gate_vector = true) {
   auto bytes = [&](Idx spb, bool shared) {
-    return static_cast<std::size_t>(smem_layout(GH, H, rows, spb, shared).total) * scalar;
+    return static_cast<std::size_t>(smem_layout(GH, H, rows, spb, shared, gate_vector).total) * scalar;
   };
   PersistentLaunch p;
   const Idx spb0 = sms > 0 ? (batch + sms - 1) / sms : batch;
@@ -120,7 +122,7 @@ inline PersistentLaunch persistent_launch(Idx GH, Idx H, Idx rows, Idx batch, st
 
 template <class T>
 BPPSA_HD inline SmemLayout forward_smem(const LayerArgs<T>& a) {
-  return smem_layout(a.GH, a.H, a.H, a.spb, a.w_shared);
+  return smem_layout(a.GH, a.H, a.H, a.spb, a.w_shared, false);
 }
 template <class T>
 BPPSA_HD inline SmemLayout backward_smem(const LayerArgs<T>& a) {
@@ -323,6 +325,38 @@ BPPSA_HD_FORCEINLINE void visit_forward_unit(const LayerArgs<T>& a, F&& f) {
     else
       f(ForwardUnit<Cell, false, T>{});
   });
+}
+
+/// The forward kernel's program for one block, written once for the kernel and its host replay.
+/// `ctx.each(f)` runs f(thread) for the calling thread (kernel) or, in the replay, queues it for
+/// every thread; `ctx.barrier()` is __syncthreads() (kernel) or, in the replay, runs what was
+/// queued thread after thread, so that a barrier missing here lets one thread run ahead of the
+/// others and the replay's result change. `ctx.template per_thread<U>()` is what each thread keeps
+/// in registers across the steps (`units(thread)`: the kernel's one U, the replay's U per thread).
+template <class T, class Ctx>
+BPPSA_HD inline void forward_program(const LayerArgs<T>& a, T* sm, Idx block, Idx nthreads, Ctx& ctx) {
+  ctx.each([=](Idx th) { forward_load(a, sm, block, th, nthreads); });
+  if (forward_unit_per_thread(a, block, nthreads)) {
+    visit_forward_unit(a, [&](auto proto) {
+      auto units = ctx.template per_thread<decltype(proto)>();
+      ctx.each([=, &units](Idx th) { units(th).init(a, block, th); });
+      ctx.barrier();
+      for (Idx t = 1; t <= a.steps; ++t) {
+        ctx.each([=, &units](Idx th) { units(th).step(a, sm, t); });
+        ctx.barrier();
+      }
+    });
+    return;
+  }
+  ctx.each([=](Idx th) { forward_prefetch(a, block, th, nthreads, 1); });
+  ctx.barrier();
+  for (Idx t = 1; t <= a.steps; ++t) {
+    ctx.each([=](Idx th) {
+      forward_prefetch(a, block, th, nthreads, t + 1);  // the next step's ax, behind this step's work
+      forward_step(a, sm, block, th, nthreads, t);
+    });
+    ctx.barrier();
+  }
 }
 
 /// Threads of the forward kernel: one per (unit, sample) of a block, rounded to warps, at most
