@@ -160,20 +160,15 @@ void replay_forward(const gpu::LayerArgs<T>& a, unsigned threads, bool reverse) 
   }
 }
 
-/// Replays backward_kernel (BP through time) the same way.
+/// Replays backward_kernel (BP through time) the same way: its program, backward_program.
 template <class T>
 void replay_backward(const gpu::LayerArgs<T>& a, unsigned threads, bool reverse) {
   const gpu::SmemLayout L = gpu::backward_smem(a);
   for (Idx block = 0; block < gpu::persistent_blocks(a.B, a.spb); ++block) {
     std::vector<T> sm(static_cast<std::size_t>(L.total), kPoison<T>);
-    auto each = [&](auto&& phase) {
-      for (unsigned i = 0; i < threads; ++i) phase(static_cast<Idx>(reverse ? threads - 1 - i : i));
-    };
-    each([&](Idx th) { gpu::backward_load(a, sm.data(), block, th, threads); });
-    for (Idx t = a.steps; t >= 1; --t) {
-      each([&](Idx th) { gpu::backward_preact(a, sm.data(), block, th, threads, t); });
-      each([&](Idx th) { gpu::backward_transpose(a, sm.data(), block, th, threads, t); });
-    }
+    ReplayBlock ctx{threads, reverse, {}};
+    gpu::backward_program(a, sm.data(), block, static_cast<Idx>(threads), ctx);
+    ctx.barrier();
   }
 }
 

@@ -21,7 +21,8 @@ __device__ T* persistent_smem() {
   return reinterpret_cast<T*>(smem_raw);
 }
 
-/// forward_program's context in the kernel: this thread, __syncthreads(), registers.
+/// The persistent programs' context in the kernel (forward_program, backward_program): this
+/// thread, __syncthreads(), registers.
 struct ThisThread {
   Idx thread;
   template <class U>
@@ -48,18 +49,8 @@ __global__ void __launch_bounds__(kPersistentThreads) forward_kernel(LayerArgs<T
 
 template <class T>
 __global__ void __launch_bounds__(kPersistentThreads) backward_kernel(LayerArgs<T> a) {
-  T* sm = persistent_smem<T>();
-  const Idx block = blockIdx.x, thread = threadIdx.x, n = blockDim.x;
-  backward_load(a, sm, block, thread, n);
-  backward_prefetch(a, block, thread, n, a.steps);
-  __syncthreads();
-  for (Idx t = a.steps; t >= 1; --t) {
-    backward_prefetch(a, block, thread, n, t - 1);  // the next step's record, behind this step's work
-    backward_preact(a, sm, block, thread, n, t);
-    __syncthreads();
-    backward_transpose(a, sm, block, thread, n, t);
-    __syncthreads();
-  }
+  ThisThread ctx{threadIdx.x};
+  backward_program(a, persistent_smem<T>(), blockIdx.x, blockDim.x, ctx);
 }
 
 template <class T>

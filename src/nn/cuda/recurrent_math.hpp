@@ -491,6 +491,26 @@ BPPSA_HD inline void backward_transpose(const LayerArgs<T>& a, T* sm, Idx block,
   }
 }
 
+/// The BP kernel's program for one block (steps T … 1, two phases a step), written once for the
+/// kernel and its host replay: ctx as forward_program's.
+template <class T, class Ctx>
+BPPSA_HD inline void backward_program(const LayerArgs<T>& a, T* sm, Idx block, Idx nthreads, Ctx& ctx) {
+  ctx.each([=](Idx th) {
+    backward_load(a, sm, block, th, nthreads);
+    backward_prefetch(a, block, th, nthreads, a.steps);
+  });
+  ctx.barrier();
+  for (Idx t = a.steps; t >= 1; --t) {
+    ctx.each([=](Idx th) {
+      backward_prefetch(a, block, th, nthreads, t - 1);  // the next step's record, behind this step's work
+      backward_preact(a, sm, block, th, nthreads, t);
+    });
+    ctx.barrier();
+    ctx.each([=](Idx th) { backward_transpose(a, sm, block, th, nthreads, t); });
+    ctx.barrier();
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Jacobian generation for the generic GPU scan (src/scan/cuda/device_scan.hpp): J_t^T of sample
 // b in the chain's layout (RNN: the per-sample diagonal of W_hh^T·diag(d); GRU, LSTM: dense
