@@ -51,7 +51,8 @@ SequenceDataset subset(const SequenceDataset& data, std::span<const Index> indic
                       .x = {},
                       .y = {},
                       .class_names = data.class_names,
-                      .name = data.name};
+                      .name = data.name,
+                      .lengths = {}};  // the subset's, gathered below
   out = detail::gather_samples(data, std::move(out), indices, static_cast<std::size_t>(data.steps * data.features));
   if (!data.lengths.empty())
     for (Index i : indices) out.lengths.push_back(data.lengths[static_cast<std::size_t>(i)]);
