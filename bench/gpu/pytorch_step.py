@@ -49,7 +49,7 @@ import bppsa.nn  # noqa: E402
 from machine import machine, write_text  # noqa: E402
 from precision import set_tf32  # noqa: E402
 from torch_models import Model  # noqa: E402
-from torch_step import Timer, stats, time_iterations  # noqa: E402
+from torch_step import Timer, time_iterations  # noqa: E402
 
 TORCH = "torch.nn (cuDNN)"
 # (name, kind, argument): kind torch (argument: None = torch.nn, "compile", or a bppsa backward) or jax.
@@ -120,26 +120,14 @@ class Weights:
         return self.arrays[k]
 
 
-def wall(fn, warmup, reps, before=None):
-    """Medians of fn()'s wall time (fn waits for its results); `before` (untimed) ahead of each call."""
-    samples = []
-    for r in range(warmup + reps):
-        if before:
-            before()
-        t0 = time.perf_counter()
-        fn()
-        if r >= warmup:
-            samples.append(time.perf_counter() - t0)
-    return stats(samples)
-
-
 def measure_jax(c, peer, args):
     import jax_peers
+    from common import timed  # bench/peers/common.py: the peers' medians after warm-ups
     p = jax_peers.JaxPeer(peer, {"cell": c["cell"].upper(), "hidden": c["hidden"]}, Weights(c, args.device))
     first = p.first_loss()
-    r = {"forward": wall(p.forward, args.warmup, args.reps),
-         "backward": wall(p.backward, args.warmup, args.reps, before=p.forward),
-         "total": wall(p.step, args.warmup, args.reps)}
+    r = {"forward": timed(p.forward, args.reps, args.warmup),
+         "backward": timed(p.backward, args.reps, args.warmup, before=p.forward),
+         "total": timed(p.step, args.reps, args.warmup)}
     r["versions"] = p.info["versions"]
     return first, r
 
