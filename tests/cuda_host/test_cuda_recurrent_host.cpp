@@ -18,6 +18,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bppsa/nn/model.hpp"
@@ -147,28 +148,16 @@ struct ReplayBlock {
   }
 };
 
-/// Replays forward_kernel: each block in turn (blocks share nothing), its program
-/// (forward_program, the kernel's own code) with ReplayBlock's barriers.
-template <class T>
-void replay_forward(const gpu::LayerArgs<T>& a, unsigned threads, bool reverse) {
-  const gpu::SmemLayout L = gpu::forward_smem(a);
+/// Replays a persistent kernel: each block in turn (blocks share nothing) on shared memory of
+/// layout L (poisoned), its program (forward_program, backward_program: the kernel's own code)
+/// with ReplayBlock's barriers.
+template <class T, class Program>
+void replay(const gpu::LayerArgs<T>& a, const gpu::SmemLayout& L, unsigned threads, bool reverse, Program program) {
   for (Idx block = 0; block < gpu::persistent_blocks(a.B, a.spb); ++block) {
     std::vector<T> sm(static_cast<std::size_t>(L.total), kPoison<T>);
     ReplayBlock ctx{threads, reverse, {}};
-    gpu::forward_program(a, sm.data(), block, static_cast<Idx>(threads), ctx);
+    program(a, sm.data(), block, static_cast<Idx>(threads), ctx);
     ctx.barrier();  // the kernel's end: whatever the program queued after its last barrier
-  }
-}
-
-/// Replays backward_kernel (BP through time) the same way: its program, backward_program.
-template <class T>
-void replay_backward(const gpu::LayerArgs<T>& a, unsigned threads, bool reverse) {
-  const gpu::SmemLayout L = gpu::backward_smem(a);
-  for (Idx block = 0; block < gpu::persistent_blocks(a.B, a.spb); ++block) {
-    std::vector<T> sm(static_cast<std::size_t>(L.total), kPoison<T>);
-    ReplayBlock ctx{threads, reverse, {}};
-    gpu::backward_program(a, sm.data(), block, static_cast<Idx>(threads), ctx);
-    ctx.barrier();
   }
 }
 
@@ -249,7 +238,8 @@ struct LayerSim {
       a.w_col[static_cast<std::size_t>(i)] = p->w_hh.data()[gpu::transpose_source(GH, H, i)];
     gpu::LayerArgs<T> r = args(l);
     r.w = a.w_col.data();
-    replay_forward(r, l.threads, reverse);
+    replay(r, gpu::forward_smem(r), l.threads, reverse,
+           [](auto&&... p) { gpu::forward_program(std::forward<decltype(p)>(p)...); });
   }
 
   /// g_T from `last` (H × B or null) and `extra` (S × B or empty) into `dst` (S × B).
@@ -264,7 +254,8 @@ struct LayerSim {
     gpu::LayerArgs<T> r = args(l);
     r.w = p->w_hh.data();
     r.above = inject ? above : nullptr;
-    replay_backward(r, l.threads, reverse);
+    replay(r, gpu::backward_smem(r), l.threads, reverse,
+           [](auto&&... p) { gpu::backward_program(std::forward<decltype(p)>(p)...); });
   }
 
   /// The scan path: every g_t from the generic GPU scan's program (Jacobians, injections and
