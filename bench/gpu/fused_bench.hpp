@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "nn/cuda/fused_options.hpp"
+#include "scan/cuda/fused/options.hpp"
 
 namespace bppsa::detail::gpu {
 

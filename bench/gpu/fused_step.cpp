@@ -5,7 +5,7 @@
 //
 //   bench_fused_scan --plan PLAN.json --out RECORDS.jsonl [--reps 10] [--budget SECONDS] [--sweep]
 //
-// --sweep (calibrating the cost model of src/nn/cuda/fused_plan.hpp on a real GPU): per configuration,
+// --sweep (calibrating the cost model of src/scan/cuda/fused/plan.hpp on a real GPU): per configuration,
 // the model's own plan, then every chunk length of a geometric ladder, every compiled reduce
 // (tile × columns) and push tile at the model's chunk length, and W_hh forced to global memory; one
 // record each, with the forced options under "forced" (a plan the kernels refuse gives a record
@@ -30,8 +30,8 @@
 #include "bppsa/bppsa.hpp"
 #include "device_peak.hpp"
 #include "fused_bench.hpp"
-#include "nn/cuda/fused_math.hpp"
 #include "nn/cuda/recurrent_math.hpp"
+#include "scan/cuda/fused/math.hpp"
 
 namespace {
 

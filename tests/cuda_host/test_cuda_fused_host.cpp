@@ -13,8 +13,7 @@
 #include <numeric>
 
 #include "fused_record.hpp"
-#include "nn/cuda/fused_math.hpp"
-#include "nn/cuda/fused_plan.hpp"
+#include "nn/cuda/fused_cells.hpp"
 #include "tolerance.hpp"
 
 namespace {
@@ -67,7 +66,6 @@ struct Replayed {
 template <class T>
 void replay_columns(const FusedArgs<T>& a, const DeviceVector<T>& wp, Order order, std::mt19937_64& rng) {
   const FusedLaunch& l = a.launch;
-  const std::int32_t fam = gpu::fused_family(a.shape.cell);
   for (Idx block = 0; block < l.blocks; ++block) {
     DeviceVector<T> sm(static_cast<std::size_t>(l.smem), kNaN<T>);
     std::vector<gpu::FusedGroup> gr;
@@ -83,16 +81,14 @@ void replay_columns(const FusedArgs<T>& a, const DeviceVector<T>& wp, Order orde
     const T* w = l.w_shared ? sm.data() : wp.data();
     const Idx ldw = l.w_shared ? gpu::launch_hpad(l) : a.shape.ldw;
     auto step = [&](Idx t, Idx j) {
-      auto with_family = [&](auto famc) {
-        constexpr std::int32_t FAM = decltype(famc)::value;
-        return gpu::fused_with_combo<T, FAM>(l.tile, l.nc, [&](auto tw, auto nc) {
+      bool ok = false;  // the layer's cell code is the plan's variant
+      gpu::visit_cell(a.shape.variant, [&](auto cell) {
+        using Step = decltype(cell);
+        ok = gpu::fused_with_combo<T, Step>(l.tile, l.nc, [&](auto tw, auto nc) {
           constexpr int TW = decltype(tw)::value, NC = decltype(nc)::value;
-          gpu::fused_step<T, FAM, TW, NC>(a, sm.data(), w, ldw, gr[static_cast<std::size_t>(t)], j);
+          gpu::fused_step<T, Step, TW, NC>(a, sm.data(), w, ldw, gr[static_cast<std::size_t>(t)], j);
         });
-      };
-      const bool ok = fam == gpu::kFamGru    ? with_family(std::integral_constant<std::int32_t, gpu::kFamGru>{})
-                      : fam == gpu::kFamLstm ? with_family(std::integral_constant<std::int32_t, gpu::kFamLstm>{})
-                                             : with_family(std::integral_constant<std::int32_t, gpu::kFamRnn>{});
+      });
       ASSERT_TRUE(ok) << "tile " << l.tile << " × " << l.nc << " not compiled";
     };
     if (order == Order::thread_major) {
@@ -139,10 +135,10 @@ Replayed<T> replay(const FusedLayer<T>& L, const FusedChoice& plan, Order order 
   a.carry = plan.carry;
   a.w = L.p.w_hh.data();
   a.wp = r.wp.data();
-  a.h = L.rec.h.data();
-  a.c = L.rec.c.size() ? L.rec.c.data() : nullptr;
-  a.gates = L.rec.gates.size() ? L.rec.gates.data() : nullptr;
-  a.aux = L.rec.aux.size() ? L.rec.aux.data() : nullptr;
+  a.record[gpu::kRecordH] = L.rec.h.data();
+  a.record[gpu::kRecordC] = L.rec.c.size() ? L.rec.c.data() : nullptr;
+  a.record[gpu::kRecordGates] = L.rec.gates.size() ? L.rec.gates.data() : nullptr;
+  a.record[gpu::kRecordAux] = L.rec.aux.size() ? L.rec.aux.data() : nullptr;
   a.g_last = L.g_last.data();
   a.above = L.inject ? L.above.data() : nullptr;
   a.g = r.g.data();
@@ -160,16 +156,15 @@ Replayed<T> replay(const FusedLayer<T>& L, const FusedChoice& plan, Order order 
   return r;
 }
 
+/// The request's Step and variant for a cell code (an unknown code: no Step).
+void set_cell(FusedRequest& q, std::int32_t cell) {
+  q.step = gpu::fused_cell_info(cell);
+  q.variant = cell;
+}
+
 template <class T>
 FusedRequest request(const FusedLayer<T>& L) {
-  FusedRequest q;
-  q.cell = L.code;
-  q.H = L.H;
-  q.steps = L.steps;
-  q.B = L.B;
-  q.inject = L.inject;
-  q.scalar = sizeof(T);
-  return q;
+  return gpu::fused_cell_request(L.code, L.H, L.steps, L.B, L.inject, sizeof(T));
 }
 
 /// A plan for the layer (the cost model's, or with overrides); fails the test when refused.
@@ -207,7 +202,7 @@ constexpr double kFloor = 1e-6;
 TEST(FusedChunks, EveryStepIsInOneChunkAndEveryGradientIsWrittenOnce) {
   for (Idx T_ = 1; T_ <= 130; T_ += (T_ < 20 ? 1 : 7))
     for (Idx L = 1; L <= T_ + 2; L += (L < 10 ? 1 : 5)) {
-      const FusedShape s = gpu::fused_shape(gpu::kGru, 3, T_, 2, true, L);
+      const FusedShape s = gpu::fused_cell_shape(gpu::kGru, 3, T_, 2, true, L);
       ASSERT_GE(s.len0, 1);
       ASSERT_LE(s.len0, s.L);
       ASSERT_EQ(gpu::chunk_begin(s, 0), 0);
@@ -237,11 +232,11 @@ TEST(FusedChunks, EveryColumnOfEveryProblemHasOneThreadPerTile) {
     for (const Idx H : {1, 3, 20, 33})
       for (const Idx B : {1, 3})
         for (const bool inject : {false, true}) {
-          FusedShape s = gpu::fused_shape(cell, H, 23, B, inject, 5);
+          FusedShape s = gpu::fused_cell_shape(cell, H, 23, B, inject, 5);
           for (int ti = 0; ti < gpu::kFusedTileCount; ++ti)
             for (const Idx nc : {1, 4}) {
               const Idx tile = gpu::kFusedTiles[ti];
-              if (!gpu::fused_combo_compiled(tile, nc, 4, gpu::fused_family(cell))) continue;
+              if (!gpu::fused_combo_compiled(tile, nc, 4, gpu::fused_cell_info(cell).max_tile4)) continue;
               for (const std::int32_t mode : {gpu::kFusedReduce, gpu::kFusedPush}) {
                 if (mode == gpu::kFusedPush && nc != 1) continue;
                 FusedLaunch l;
@@ -283,7 +278,7 @@ TEST(FusedChoice, TheIssueSizesGetValidPlansThatFitTheDevice) {
         for (const Idx B : {1, 16, 64, 256})
           for (const Idx scalar : {4, 8}) {
             FusedRequest q;
-            q.cell = cell;
+            set_cell(q, cell);
             q.H = H;
             q.steps = T_;
             q.B = B;
@@ -298,7 +293,8 @@ TEST(FusedChoice, TheIssueSizesGetValidPlansThatFitTheDevice) {
             ASSERT_EQ((s.C - 1) * s.L + s.len0, T_) << what;
             ASSERT_GT(p.cycles, 0) << what;
             for (const FusedLaunch* l : {&p.push, s.C > 1 ? &p.reduce : &p.push}) {
-              ASSERT_TRUE(gpu::fused_combo_compiled(l->tile, l->nc, scalar, gpu::fused_family(cell))) << what;
+              ASSERT_TRUE(gpu::fused_combo_compiled(l->tile, l->nc, scalar, gpu::fused_cell_info(cell).max_tile4))
+                  << what;
               ASSERT_GE(l->ntile * l->tile, H) << what;
               ASSERT_LE(l->ntile * l->tile, s.ldw) << what;
               ASSERT_EQ(s.ldw % 4, 0) << what;
@@ -325,7 +321,7 @@ TEST(FusedChoice, TheIssueSizesGetValidPlansThatFitTheDevice) {
 TEST(FusedChoice, ThePapersRnnIsScannedInChunksAndTinySequencesArePushedOnly) {
   for (const Idx T_ : {1000, 30000}) {
     FusedRequest q;
-    q.cell = gpu::kRnnTanh;
+    set_cell(q, gpu::kRnnTanh);
     q.H = 20;
     q.steps = T_;
     q.B = 16;
@@ -342,7 +338,7 @@ TEST(FusedChoice, ThePapersRnnIsScannedInChunksAndTinySequencesArePushedOnly) {
     EXPECT_LT(us, T_ == 1000 ? 200.0 : 2000.0) << plan_string(p);
   }
   FusedRequest one;
-  one.cell = gpu::kLstm;
+  set_cell(one, gpu::kLstm);
   one.H = 20;
   one.steps = 1;
   one.B = 16;
@@ -351,7 +347,7 @@ TEST(FusedChoice, ThePapersRnnIsScannedInChunksAndTinySequencesArePushedOnly) {
 
 TEST(FusedChoice, OverridesAreFollowedAndInvalidOnesRefused) {
   FusedRequest q;
-  q.cell = gpu::kGru;
+  set_cell(q, gpu::kGru);
   q.H = 20;
   q.steps = 100;
   q.B = 3;
@@ -370,7 +366,7 @@ TEST(FusedChoice, OverridesAreFollowedAndInvalidOnesRefused) {
   EXPECT_EQ(p.push.tile, 4);
   EXPECT_EQ(p.push.ntile, 5);
   q = FusedRequest{};
-  q.cell = gpu::kRnnTanh;
+  set_cell(q, gpu::kRnnTanh);
   q.H = 20;
   q.steps = 50;
   q.B = 2;
@@ -382,7 +378,7 @@ TEST(FusedChoice, OverridesAreFollowedAndInvalidOnesRefused) {
 
   auto error = [](auto edit) {
     FusedRequest r;
-    r.cell = gpu::kLstm;
+    set_cell(r, gpu::kLstm);
     r.H = 5;
     r.steps = 9;
     r.B = 2;
@@ -393,7 +389,7 @@ TEST(FusedChoice, OverridesAreFollowedAndInvalidOnesRefused) {
   EXPECT_EQ(error([](FusedRequest& r) { r.steps = 0; }), gpu::kPlanBadSize);
   EXPECT_EQ(error([](FusedRequest& r) { r.B = -1; }), gpu::kPlanBadSize);
   EXPECT_EQ(error([](FusedRequest& r) { r.chunk_length = -2; }), gpu::kPlanBadSize);
-  EXPECT_EQ(error([](FusedRequest& r) { r.cell = 7; }), gpu::kPlanBadCell);
+  EXPECT_EQ(error([](FusedRequest& r) { set_cell(r, 7); }), gpu::kPlanBadStep);
   EXPECT_EQ(error([](FusedRequest& r) { r.reduce_tile = 12; }), gpu::kPlanBadTile);
   EXPECT_EQ(error([](FusedRequest& r) { r.push_tile = 128; }), gpu::kPlanBadTile);
   EXPECT_EQ(error([](FusedRequest& r) { r.scalar = 8, r.push_tile = 64; }), gpu::kPlanBadTile);
@@ -401,15 +397,16 @@ TEST(FusedChoice, OverridesAreFollowedAndInvalidOnesRefused) {
   EXPECT_EQ(error([](FusedRequest& r) { r.scalar = 8, r.reduce_nc = 4; }), gpu::kPlanBadColumns);
   EXPECT_EQ(error([](FusedRequest& r) { r.reduce_tile = 64, r.reduce_nc = 4; }), gpu::kPlanBadColumns);
   // 32 × 4 exists for the RNN only (the GRU's and LSTM's spill registers: not compiled).
-  EXPECT_EQ(error([](FusedRequest& r) { r.cell = gpu::kRnnTanh, r.reduce_tile = 32, r.reduce_nc = 4; }), gpu::kPlanOk);
-  EXPECT_EQ(error([](FusedRequest& r) { r.cell = gpu::kGru, r.reduce_tile = 32, r.reduce_nc = 4; }),
+  EXPECT_EQ(error([](FusedRequest& r) { set_cell(r, gpu::kRnnTanh), r.reduce_tile = 32, r.reduce_nc = 4; }),
+            gpu::kPlanOk);
+  EXPECT_EQ(error([](FusedRequest& r) { set_cell(r, gpu::kGru), r.reduce_tile = 32, r.reduce_nc = 4; }),
             gpu::kPlanBadColumns);
-  EXPECT_EQ(error([](FusedRequest& r) { r.cell = gpu::kLstm, r.reduce_tile = 32, r.reduce_nc = 4; }),
+  EXPECT_EQ(error([](FusedRequest& r) { set_cell(r, gpu::kLstm), r.reduce_tile = 32, r.reduce_nc = 4; }),
             gpu::kPlanBadColumns);
-  EXPECT_EQ(error([](FusedRequest& r) { r.cell = gpu::kLstm, r.reduce_tile = 20, r.reduce_nc = 4; }), gpu::kPlanOk);
+  EXPECT_EQ(error([](FusedRequest& r) { set_cell(r, gpu::kLstm), r.reduce_tile = 20, r.reduce_nc = 4; }), gpu::kPlanOk);
   // A device without the shared memory for W_hh on chip: forced on chip, nothing fits.
   FusedRequest big;
-  big.cell = gpu::kLstm;
+  set_cell(big, gpu::kLstm);
   big.H = 256;
   big.steps = 10;
   big.B = 1;
@@ -420,7 +417,7 @@ TEST(FusedChoice, OverridesAreFollowedAndInvalidOnesRefused) {
 TEST(FusedChoice, LargeHiddenSizesReadWhhFromGlobalMemoryAndStayWithinLimits) {
   for (const Idx H : {512, 4096, 16384}) {
     FusedRequest q;
-    q.cell = gpu::kRnnTanh;
+    set_cell(q, gpu::kRnnTanh);
     q.H = H;
     q.steps = 4;
     q.B = 2;
@@ -430,7 +427,7 @@ TEST(FusedChoice, LargeHiddenSizesReadWhhFromGlobalMemoryAndStayWithinLimits) {
     EXPECT_LE(p.push.threads, gpu::kFusedMaxThreads);
   }
   FusedRequest q;
-  q.cell = gpu::kRnnTanh;
+  set_cell(q, gpu::kRnnTanh);
   q.H = 64 * 256 + 1;  // more row tiles than threads in a block
   q.steps = 2;
   q.B = 1;
@@ -450,7 +447,7 @@ TEST(FusedChoice, AForcedChunkLengthIsKeptWhateverItsTotalsTake) {
   // LSTM H 64, T 1023, B 16 at L = 9: 118 MB of chunk totals against BP's 8.4 MB, beyond what
   // the model would choose, but the caller asked for it (the device's limit alone applies).
   FusedRequest q;
-  q.cell = gpu::kLstm;
+  set_cell(q, gpu::kLstm);
   q.H = 64;
   q.steps = 1023;
   q.B = 16;
@@ -536,12 +533,12 @@ TEST(FusedHost, EveryCompiledTileAndColumnCountMatchesTheEnginesBp) {
         const Idx tile = gpu::kFusedTiles[ti];
         const auto Lf = make_layer<float>(cell, 37, 12, 2, true, true, 9);
         const auto Ld = make_layer<double>(cell, 37, 12, 2, true, true, 9);
-        if (gpu::fused_combo_compiled(tile, nc, 4, gpu::fused_family(cell))) {
+        if (gpu::fused_combo_compiled(tile, nc, 4, gpu::fused_cell_info(cell).max_tile4)) {
           const FusedChoice p = plan_for(Lf, 5, tile, nc, tile);
           ASSERT_TRUE(close_to_oracle(replay(Lf, p).g.data(), oracle_bp(Lf), 2, kTol<float>, kFloor))
               << Lf.describe() << plan_string(p);
         }
-        if (gpu::fused_combo_compiled(tile, nc, 8, gpu::fused_family(cell))) {
+        if (gpu::fused_combo_compiled(tile, nc, 8, gpu::fused_cell_info(cell).max_tile4)) {
           const FusedChoice p = plan_for(Ld, 5, tile, nc, tile);
           ASSERT_TRUE(close_to_oracle(replay(Ld, p).g.data(), oracle_bp(Ld), 2, kTol<double>))
               << Ld.describe() << plan_string(p);
@@ -605,7 +602,9 @@ TEST(FusedHost, PrefetchAddressesStayInsideTheirArraysAndStartEverySpan) {
           for (Idx j = 0; j < l->steps + 3; ++j) {
             Idx lines = 0;
             for (Idx which = 0;; ++which) {
-              const float* q = gpu::fused_prefetch_line(r.a, g, j, which);
+              const float* q = nullptr;
+              gpu::visit_cell(cell,
+                              [&](auto c) { q = gpu::fused_prefetch_line<float, decltype(c)>(r.a, g, j, which); });
               if (!q) break;
               ++lines;
               const bool ok = inside(q, L.rec.h.data(), L.rec.h.size()) ||

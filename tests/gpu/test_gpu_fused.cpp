@@ -1,16 +1,16 @@
-// The fused chunked scan (src/nn/cuda/fused_scan.hpp) on the GPU against the CPU engine's BP
-// (tests/common/fused_record.hpp): every cell, every compiled kernel (tile × columns, W_hh on chip or
-// not), exact operand order on small integers, CUDA Graph replays and pointer changes, errors,
-// and a covering set of the sizes (T up to 30000, H 1…256, batch 1…64).
-// GpuSmall.* stays small for compute-sanitizer (memcheck, racecheck); GpuFused.* is the rest.
+// The fused chunked scan (src/scan/cuda/fused/, a layer through src/nn/cuda/fused_scan.hpp) on the GPU against the CPU
+// engine's BP (tests/common/fused_record.hpp): every cell, every compiled kernel (tile × columns, W_hh on chip or not),
+// exact operand order on small integers, CUDA Graph replays and pointer changes, errors, and a covering set of the
+// issue's sizes (T up to 30000, H 1…256, batch 1…64). GpuSmall.* stays small for compute-sanitizer (memcheck,
+// racecheck); GpuFused.* is the rest.
 #include <cstdlib>
 
+#include "bench/gpu/fused_bench.hpp"
 #include "compare.hpp"
 #include "core/cuda/buffer.hpp"
 #include "expect_error.hpp"
 #include "fused_record.hpp"
-#include "bench/gpu/fused_bench.hpp"
-#include "nn/cuda/fused_math.hpp"
+#include "nn/cuda/fused_cells.hpp"
 #include "nn/cuda/fused_scan.hpp"
 
 namespace {
@@ -160,11 +160,13 @@ TEST(GpuSmall, FusedScanEveryCompiledKernelMatchesBp) {
           const int tile = gpu::kFusedTiles[ti];
           if (gpu_test::reduced() && tile != 4 && tile != 20 && tile != 64 && tile != 8) continue;
           const auto Lf = make_layer<float>(cell, 37, 11, 2, true, true, 3);
-          if (gpu::fused_combo_compiled(tile, nc, 4, gpu::fused_family(cell)) && (!gpu_test::reduced() || tile != 8)) {
+          if (gpu::fused_combo_compiled(tile, nc, 4, gpu::fused_cell_info(cell).max_tile4) &&
+              (!gpu_test::reduced() || tile != 8)) {
             ASSERT_TRUE(matches_bp(Lf, options(true, 4, tile, nc, tile, w_shared)));
           }
           const auto Ld = make_layer<double>(cell, 37, 11, 2, true, true, 3);
-          if (gpu::fused_combo_compiled(tile, nc, 8, gpu::fused_family(cell)) && (!gpu_test::reduced() || tile == 8)) {
+          if (gpu::fused_combo_compiled(tile, nc, 8, gpu::fused_cell_info(cell).max_tile4) &&
+              (!gpu_test::reduced() || tile == 8)) {
             ASSERT_TRUE(matches_bp(Ld, options(true, 4, tile, nc, tile, w_shared)));
           }
         }

@@ -21,7 +21,7 @@ namespace bppsa {
 ///                             (BP over explicit Jacobians; for testing the generators).
 ///  - fused:                   Device::cuda only: the fused chunked scan of a recurrent layer
 ///                             (Jacobians formed on the fly, never stored:
-///                             src/nn/cuda/fused_scan.hpp). The CPU engines refuse it.
+///                             src/scan/cuda/fused/). The CPU engines refuse it.
 /// On Device::cuda (RecurrentConfig::device): bp is a persistent BP-through-time kernel;
 /// automatic is the fused scan when its plan splits the sequence into chunks, else the bp
 /// kernel; blelloch, hybrid and linear generate the Jacobians on the GPU and run the generic GPU

@@ -27,9 +27,10 @@ namespace bppsa {
 ///              push prefixes through each chunk (mv). Chunk sizes are balanced by the cost
 ///              model (chunk 0 only does matrix-vector work, so it is longer).
 /// - automatic: picks one of the above by the cost model (see docs/cost_model.md).
-/// - fused:     not a schedule of this engine: the recurrent layers' chunked scan on the GPU
-///              (Jacobians formed on the fly; src/nn/cuda/fused_scan.hpp), named so that a
-///              backward reports what ran. Scanner refuses it; parse_algorithm rejects it.
+/// - fused:     not a schedule of Scanner: the GPU's chunked scan of chains whose Jacobians are
+///              applied on the fly, never stored (src/scan/cuda/fused/; the recurrent layers'
+///              backward), named so that a backward reports what ran. Scanner refuses it;
+///              parse_algorithm rejects it.
 enum class Algorithm { linear, blelloch, hybrid, automatic, fused };
 
 const char* to_string(Algorithm a);

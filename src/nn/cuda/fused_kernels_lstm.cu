@@ -1,10 +1,11 @@
-// The fused scan's column kernels for the lstm cell (every compiled tile × columns pair, float and
-// double); one family per file so that the three compile in parallel.
-#include "nn/cuda/fused_kernels.cuh"
+// The fused scan's column kernels for the lstm cell's Step (every compiled tile × columns pair,
+// float and double); one cell per file so that the three compile in parallel.
+#include "nn/cuda/lstm_cell.hpp"
+#include "scan/cuda/fused/kernels.cuh"
 
 namespace bppsa::detail::gpu {
 
-template void fused_columns_family<float, kFamLstm>(const FusedArgs<float>&, cudaStream_t, int);
-template void fused_columns_family<double, kFamLstm>(const FusedArgs<double>&, cudaStream_t, int);
+template FusedStep<float> fused_step<float, LstmCell>();
+template FusedStep<double> fused_step<double, LstmCell>();
 
 }  // namespace bppsa::detail::gpu

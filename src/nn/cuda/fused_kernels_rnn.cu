@@ -1,10 +1,11 @@
-// The fused scan's column kernels for the rnn cell (every compiled tile × columns pair, float and
-// double); one family per file so that the three compile in parallel.
-#include "nn/cuda/fused_kernels.cuh"
+// The fused scan's column kernels for the rnn cell's Step (every compiled tile × columns pair,
+// float and double); one cell per file so that the three compile in parallel.
+#include "nn/cuda/rnn_cell.hpp"
+#include "scan/cuda/fused/kernels.cuh"
 
 namespace bppsa::detail::gpu {
 
-template void fused_columns_family<float, kFamRnn>(const FusedArgs<float>&, cudaStream_t, int);
-template void fused_columns_family<double, kFamRnn>(const FusedArgs<double>&, cudaStream_t, int);
+template FusedStep<float> fused_step<float, RnnCell>();
+template FusedStep<double> fused_step<double, RnnCell>();
 
 }  // namespace bppsa::detail::gpu

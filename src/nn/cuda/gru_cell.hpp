@@ -9,7 +9,7 @@ namespace bppsa::detail::gpu {
 
 struct GruCell {
   static constexpr int kGates = 3;
-  static constexpr bool kCellState = false;
+  static constexpr int kStateParts = 1;  ///< S = parts·H (LSTM: h rows over c rows)
   /// h_t[j] of sample b from (W_hh h_{t−1}) of unit j's gates (wh[q]), its record values (in)
   /// and h_{t−1}[j] (hp), writing the gates r, z, n and M = W_hn h + b_hn. CPU: ah = W_hh h +
   /// b_hh; r = σ(ax_r + ah_r) with ax = W_ih x + b_ih; …
@@ -67,24 +67,30 @@ struct GruCell {
     return v;
   }
 
-  // The fused scan (fused_math.hpp): J_t^T x = W_hh^T y + z ⊙ x, y the (α, γ, β)-scaled x.
+  // The fused scan's Step (scan/cuda/fused/step.hpp): J_t^T x = W_hh^T y + z ⊙ x, y the
+  // (α, γ, β)-scaled x.
   static constexpr int kFusedCoefficients = 4;
+  static constexpr int kFusedMaxTile4 = 20;  // its 32 × 4 kernels spill registers (docs/gpu_first_run.md)
+  static constexpr const char* kFusedName = "gru";
+  static constexpr unsigned kFusedRecordNeeded = 1u << kRecordH | 1u << kRecordGates | 1u << kRecordAux;
+  static constexpr double kFusedRecordPerUnit = 5;  // the 3 gates, M, h_{t−1}
+  static constexpr FusedStepCost kFusedCost{12, 4, 1, 1};
   /// The record it reads at (t, b): the gates, M and h_{t−1}. `a`: FusedArgs.
   template <class T, class Args>
   BPPSA_HD static FusedStepRecord<T> fused_record(const Args& a, Idx t, Idx b) {
     const Idx col = (t - 1) * a.shape.B + b;  // per-step arrays; also block t − 1 of h
     FusedStepRecord<T> r;
-    r.p0 = a.gates + col * a.shape.GH;
-    r.p1 = a.aux + col * a.shape.H;
-    r.p2 = a.h + col * a.shape.H;
+    r.p0 = a.record[kRecordGates] + col * a.shape.GH;
+    r.p1 = a.record[kRecordAux] + col * a.shape.H;
+    r.p2 = a.record[kRecordH] + col * a.shape.H;
     r.n0 = a.shape.GH;
     r.n1 = r.n2 = a.shape.H;
     return r;
   }
   /// Unit k's coefficients (1−n²)(1−z), r(1−r)·M, z(1−z)(h_{t−1} − n), r.
   template <class T>
-  BPPSA_HD static void fused_unit(const FusedStepRecord<T>& r, Idx H, bool relu, Idx k, T* q) {
-    (void)relu;
+  BPPSA_HD static void fused_unit(const FusedStepRecord<T>& r, Idx H, std::int32_t variant, Idx k, T* q) {
+    (void)variant;
     const T rg = r.p0[k], z = r.p0[H + k], n = r.p0[2 * H + k];
     const T m = r.p1[k], hp = r.p2[k];
     q[0] = (T(1) - n * n) * (T(1) - z);
@@ -105,8 +111,14 @@ struct GruCell {
   template <class T>
   BPPSA_HD static FusedDirect<T> fused_direct(const FusedStepRecord<T>& r, Idx H, Idx i) {
     FusedDirect<T> d;
-    d.z = r.p0[H + i];
+    d.d[0] = r.p0[H + i];
     return d;
+  }
+  /// vh += z ⊙ x_h.
+  template <class T>
+  BPPSA_HD static void fused_rows(const FusedDirect<T>& d, T xh, T xc, T& vh, T& vc) {
+    (void)xc, (void)vc;
+    vh += d.d[0] * xh;
   }
 };
 

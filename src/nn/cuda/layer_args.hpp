@@ -1,7 +1,7 @@
 // What the recurrent layer kernels share: the cell codes, the __host__ __device__ math helpers
 // and LayerArgs, the device arrays of one layer (the CPU's LayerRecord layout, src/nn/cell.hpp).
 // Each cell's own arithmetic is in its file (rnn_cell.hpp, gru_cell.hpp, lstm_cell.hpp), for the
-// layer kernels (recurrent_math.hpp) and the fused scan (fused_math.hpp) alike.
+// layer kernels (recurrent_math.hpp) and the fused scan (a Step of scan/cuda/fused/step.hpp) alike.
 #pragma once
 
 #include <cmath>
@@ -10,6 +10,7 @@
 
 #include "core/cuda/grid.hpp"
 #include "core/cuda/hd.hpp"
+#include "scan/cuda/fused/step.hpp"
 
 namespace bppsa::detail::gpu {
 
@@ -74,21 +75,8 @@ struct UnitInput {
   T cp = T(0);
 };
 
-/// What the fused scan reads of the record at (step t, sample b): up to three spans of a cell's
-/// choosing (unit k's values at [k], gates at [q·H + k]) and their lengths, for the prefetch.
-template <class T>
-struct FusedStepRecord {
-  const T* p0 = nullptr;
-  const T* p1 = nullptr;
-  const T* p2 = nullptr;
-  Idx n0 = 0, n1 = 0, n2 = 0;
-};
-
-/// The part of J_t^T x's row i that does not pass through W_hh: GRU z_t[i] x_i; LSTM, for the
-/// c row, f ⊙ (x_c + κ x_h) with κ = o(1 − tanh²c). Zero for what a cell does not use.
-template <class T>
-struct FusedDirect {
-  T z = T(0), f = T(0), kappa = T(0);
-};
+/// Where a layer's record sits in the fused scan's record arrays (FusedArgs::record): h, LSTM's
+/// c, the gates and aux, as LayerArgs holds them.
+enum LayerRecordSlot : int { kRecordH = 0, kRecordC = 1, kRecordGates = 2, kRecordAux = 3 };
 
 }  // namespace bppsa::detail::gpu

@@ -9,7 +9,7 @@ namespace bppsa::detail::gpu {
 
 struct LstmCell {
   static constexpr int kGates = 4;
-  static constexpr bool kCellState = true;
+  static constexpr int kStateParts = 2;  ///< S = parts·H (LSTM: h rows over c rows)
   /// h_t[j] of sample b from (W_hh h_{t−1}) of unit j's gates (wh[q]) and its record values (in,
   /// with c_{t−1}[j], left there as c_t), writing the gates i, f, g, o, c_t and tanh(c_t). CPU:
   /// v = (W_hh h + (W_ih x + b_ih)) + b_hh per gate; c = f c_{t−1} + i g; h = o tanh(c).
@@ -74,24 +74,30 @@ struct LstmCell {
     return tl;  // (∂h'/∂h)^T
   }
 
-  // The fused scan (fused_math.hpp): y from δc = x_c + o(1 − tanh²c) x_h; the c rows f ⊙ δc.
+  // The fused scan's Step (scan/cuda/fused/step.hpp): y from δc = x_c + o(1 − tanh²c) x_h; the
+  // c rows f ⊙ δc.
   static constexpr int kFusedCoefficients = 5;
+  static constexpr int kFusedMaxTile4 = 20;  // its 32 × 4 kernels spill registers (docs/gpu_first_run.md)
+  static constexpr const char* kFusedName = "lstm";
+  static constexpr unsigned kFusedRecordNeeded = 1u << kRecordC | 1u << kRecordGates | 1u << kRecordAux;
+  static constexpr double kFusedRecordPerUnit = 6;  // the 4 gates, tanh c_t, c_{t−1}
+  static constexpr FusedStepCost kFusedCost{14, 5, 4, 4};
   /// The record it reads at (t, b): the gates, tanh c_t and c_{t−1}. `a`: FusedArgs.
   template <class T, class Args>
   BPPSA_HD static FusedStepRecord<T> fused_record(const Args& a, Idx t, Idx b) {
     const Idx col = (t - 1) * a.shape.B + b;  // per-step arrays; also block t − 1 of c
     FusedStepRecord<T> r;
-    r.p0 = a.gates + col * a.shape.GH;
-    r.p1 = a.aux + col * a.shape.H;
-    r.p2 = a.c + col * a.shape.H;
+    r.p0 = a.record[kRecordGates] + col * a.shape.GH;
+    r.p1 = a.record[kRecordAux] + col * a.shape.H;
+    r.p2 = a.record[kRecordC] + col * a.shape.H;
     r.n0 = a.shape.GH;
     r.n1 = r.n2 = a.shape.H;
     return r;
   }
   /// Unit k's coefficients o(1 − tanh²c), g·i(1−i), c_{t−1}·f(1−f), i(1−g²), tanh c·o(1−o).
   template <class T>
-  BPPSA_HD static void fused_unit(const FusedStepRecord<T>& r, Idx H, bool relu, Idx k, T* q) {
-    (void)relu;
+  BPPSA_HD static void fused_unit(const FusedStepRecord<T>& r, Idx H, std::int32_t variant, Idx k, T* q) {
+    (void)variant;
     const T i = r.p0[k], f = r.p0[H + k], gg = r.p0[2 * H + k], o = r.p0[3 * H + k];
     const T tc = r.p1[k], cp = r.p2[k];
     q[0] = o * (T(1) - tc * tc);
@@ -113,10 +119,16 @@ struct LstmCell {
   template <class T>
   BPPSA_HD static FusedDirect<T> fused_direct(const FusedStepRecord<T>& r, Idx H, Idx i) {
     FusedDirect<T> d;
-    d.f = r.p0[H + i];
+    d.d[0] = r.p0[H + i];
     const T o = r.p0[3 * H + i], tc = r.p1[i];
-    d.kappa = o * (T(1) - tc * tc);
+    d.d[1] = o * (T(1) - tc * tc);
     return d;
+  }
+  /// The c row: f ⊙ (x_c + κ x_h).
+  template <class T>
+  BPPSA_HD static void fused_rows(const FusedDirect<T>& d, T xh, T xc, T& vh, T& vc) {
+    (void)vh;
+    vc = d.d[0] * (xc + d.d[1] * xh);
   }
 };
 

@@ -229,7 +229,7 @@ BPPSA_HD inline void forward_step_cell(const LayerArgs<T>& a, T* sm, Idx block, 
       bi[q] = a.b_ih[q * H + j];
       in.bh[q] = a.b_hh[q * H + j];
     }
-    if (Cell::kCellState) in.cp = a.c[((t - 1) * a.B + b) * H + j];
+    if (Cell::kStateParts == 2) in.cp = a.c[((t - 1) * a.B + b) * H + j];
     T wh[G];
     if (a.w_shared)
       unit_dots<G>(sm + L.w, hp + s * H, a.GH, H, j, wh);
@@ -280,7 +280,7 @@ struct ForwardUnit {
       bi[q] = a.b_ih[q * a.H + j];
       bh[q] = a.b_hh[q * a.H + j];
     }
-    if (Cell::kCellState) c = a.c[b * a.H + j];
+    if (Cell::kStateParts == 2) c = a.c[b * a.H + j];
     ax_next = a.ax + b * a.GH + j;
     h_out = a.h + (a.B + b) * a.H + j;
     load(a, 1);

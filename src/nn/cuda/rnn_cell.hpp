@@ -9,7 +9,7 @@ namespace bppsa::detail::gpu {
 
 struct RnnCell {
   static constexpr int kGates = 1;
-  static constexpr bool kCellState = false;
+  static constexpr int kStateParts = 1;  ///< S = parts·H (LSTM: h rows over c rows)
   /// h_t[j] of sample b from (W_hh h_{t−1})[j] (wh[0]) and its record values (in). CPU:
   /// h = W_hh h_{t−1}; h += ax (with b_ih); h += b_hh; act.
   template <class T>
@@ -34,22 +34,27 @@ struct RnnCell {
     return a.cell == kRnnRelu ? (h > T(0) ? T(1) : T(0)) : T(1) - h * h;
   }
 
-  // The fused scan (fused_math.hpp): J_t^T x = W_hh^T y with y = d ⊙ x.
+  // The fused scan's Step (scan/cuda/fused/step.hpp): J_t^T x = W_hh^T y with y = d ⊙ x.
   static constexpr int kFusedCoefficients = 1;
+  static constexpr int kFusedMaxTile4 = 32;
+  static constexpr const char* kFusedName = "rnn";
+  static constexpr unsigned kFusedRecordNeeded = 1u << kRecordH;
+  static constexpr double kFusedRecordPerUnit = 1;  // h_t
+  static constexpr FusedStepCost kFusedCost{3, 1, 0, 0};
   /// The record it reads at (t, b): h_t. `a`: the fused scan's arguments (FusedArgs).
   template <class T, class Args>
   BPPSA_HD static FusedStepRecord<T> fused_record(const Args& a, Idx t, Idx b) {
     FusedStepRecord<T> r;
-    r.p0 = a.h + (t * a.shape.B + b) * a.shape.H;
+    r.p0 = a.record[kRecordH] + (t * a.shape.B + b) * a.shape.H;
     r.n0 = a.shape.H;
     return r;
   }
-  /// Unit k's coefficient d = 1 − h² (relu: 1[h > 0]).
+  /// Unit k's coefficient d = 1 − h² (variant kRnnRelu: 1[h > 0]).
   template <class T>
-  BPPSA_HD static void fused_unit(const FusedStepRecord<T>& r, Idx H, bool relu, Idx k, T* q) {
+  BPPSA_HD static void fused_unit(const FusedStepRecord<T>& r, Idx H, std::int32_t variant, Idx k, T* q) {
     (void)H;
     const T h = r.p0[k];
-    q[0] = relu ? (h > T(0) ? T(1) : T(0)) : T(1) - h * h;
+    q[0] = variant == kRnnRelu ? (h > T(0) ? T(1) : T(0)) : T(1) - h * h;
   }
   /// y of one column from its unit-k value x_h.
   template <class T>
@@ -57,12 +62,15 @@ struct RnnCell {
     (void)xc;
     y[0] = q[0] * xh;
   }
+  /// No direct part.
   template <class T>
   BPPSA_HD static FusedDirect<T> fused_direct(const FusedStepRecord<T>& r, Idx H, Idx i) {
-    (void)r;
-    (void)H;
-    (void)i;
+    (void)r, (void)H, (void)i;
     return {};
+  }
+  template <class T>
+  BPPSA_HD static void fused_rows(const FusedDirect<T>& d, T xh, T xc, T& vh, T& vc) {
+    (void)d, (void)xh, (void)xc, (void)vh, (void)vc;
   }
 };
 

@@ -1,8 +1,8 @@
-// The fused scan's small kernels (prepare: padded W_hh and g_T; the carry across chunk totals)
-// and the dispatch of the column launches to the per-cell instantiations.
+// The fused scan's kernels that do not depend on the Step: prepare (padded W and g_T) and the
+// carry across chunk totals.
 #include "core/cuda/check.hpp"
-#include "nn/cuda/fused_kernels.hpp"
-#include "nn/cuda/fused_plan.hpp"
+#include "scan/cuda/fused/kernels.hpp"
+#include "scan/cuda/fused/plan.hpp"
 
 namespace bppsa::detail::gpu {
 namespace {
@@ -41,21 +41,6 @@ void launch_fused_prepare(const FusedArgs<T>& a, cudaStream_t stream) {
 }
 
 template <class T>
-void launch_fused_columns(const FusedArgs<T>& a, cudaStream_t stream) {
-  switch (fused_family(a.shape.cell)) {
-    case kFamGru:
-      fused_columns_family<T, kFamGru>(a, stream, 0);
-      break;
-    case kFamLstm:
-      fused_columns_family<T, kFamLstm>(a, stream, 0);
-      break;
-    default:
-      fused_columns_family<T, kFamRnn>(a, stream, 0);
-      break;
-  }
-}
-
-template <class T>
 void launch_fused_carry(const FusedArgs<T>& a, cudaStream_t stream) {
   const std::size_t bytes = static_cast<std::size_t>(a.carry.smem) * sizeof(T);
   fused_carry_kernel<T>
@@ -64,26 +49,15 @@ void launch_fused_carry(const FusedArgs<T>& a, cudaStream_t stream) {
 }
 
 template <class T>
-void allow_fused_smem(const FusedArgs<T>& a, int max_bytes) {
-  switch (fused_family(a.shape.cell)) {
-    case kFamGru:
-      fused_columns_family<T, kFamGru>(a, nullptr, max_bytes);
-      break;
-    case kFamLstm:
-      fused_columns_family<T, kFamLstm>(a, nullptr, max_bytes);
-      break;
-    default:
-      fused_columns_family<T, kFamRnn>(a, nullptr, max_bytes);
-      break;
-  }
+void allow_fused_smem(const FusedStep<T>& step, const FusedArgs<T>& a, int max_bytes) {
+  step.columns(a, nullptr, max_bytes);
   BPPSA_CUDA_CHECK(cudaFuncSetAttribute(fused_carry_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_bytes));
 }
 
 #define BPPSA_INSTANTIATE(T)                                                \
   template void launch_fused_prepare<T>(const FusedArgs<T>&, cudaStream_t); \
-  template void launch_fused_columns<T>(const FusedArgs<T>&, cudaStream_t); \
   template void launch_fused_carry<T>(const FusedArgs<T>&, cudaStream_t);   \
-  template void allow_fused_smem<T>(const FusedArgs<T>&, int);
+  template void allow_fused_smem<T>(const FusedStep<T>&, const FusedArgs<T>&, int);
 BPPSA_INSTANTIATE(float)
 BPPSA_INSTANTIATE(double)
 #undef BPPSA_INSTANTIATE

@@ -25,10 +25,10 @@ struct FusedScanOptions {
   bool injections = false;
   FusedGraphs graphs = FusedGraphs::automatic;
   Idx chunk_length = 0;    ///< L (0: cost model); L ≥ T means one chunk: BP only
-  int reduce_tile = 0;     ///< rows of W_hh^T y per reduce thread: 4, 8, 16, 20, 32, 64 (float) (0: model)
-  int reduce_columns = 0;  ///< columns per reduce thread: 1, or 4 (float; tile ≤ 32 RNN, ≤ 20 GRU/LSTM) (0: model)
+  int reduce_tile = 0;     ///< rows of W^T y per reduce thread: 4, 8, 16, 20, 32, 64 (float) (0: model)
+  int reduce_columns = 0;  ///< columns per reduce thread: 1, or 4 (float; tile ≤ the Step's max_tile4) (0: model)
   int push_tile = 0;       ///< rows per push thread, as reduce_tile (0: model)
-  int w_shared = -1;       ///< 1: W_hh in shared memory; 0: read from global memory (L1/L2); −1: model
+  int w_shared = -1;       ///< 1: W in shared memory; 0: read from global memory (L1/L2); −1: model
 };
 
 /// What a plan does per run, for benchmarks and memory checks.
@@ -38,11 +38,11 @@ struct FusedScanStats {
   Idx first_chunk_length = 0;  ///< len0 = T − (C−1)·L
   int reduce_tile = 0, reduce_columns = 0, reduce_threads_per_column = 0;
   int push_tile = 0, push_threads_per_column = 0;
-  bool w_shared = true;          ///< W_hh in shared memory (reduce and push)
+  bool w_shared = true;          ///< W in shared memory (reduce and push)
   int launches = 0;              ///< kernel launches per run
   bool graph = false;            ///< the last run replayed a CUDA Graph
-  std::size_t device_bytes = 0;  ///< what the plan allocated (totals, padded W_hh)
-  double flops = 0;              ///< per run: 2·(multiply-adds of W_hh^T y and of the carry)
+  std::size_t device_bytes = 0;  ///< what the plan allocated (totals, padded W)
+  double flops = 0;              ///< per run: 2·(multiply-adds of W^T y and of the carry)
   double bytes = 0;              ///< per run: DRAM traffic estimate (record read by reduce and push, g, totals)
   double estimate_us = 0;        ///< the cost model's run time (H100-class constants)
 };

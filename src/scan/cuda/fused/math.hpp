@@ -1,24 +1,23 @@
 // Per-thread arithmetic and indexing of the fused chunked scan (fused_scan.hpp): the chunking,
 // the mapping of threads to columns and row tiles, and the __host__ __device__ phase functions
-// the kernels of fused_kernels_*.cu run between barriers. tests/cuda_host/test_cuda_fused_host.cpp replays
-// them over every (block, thread) against the CPU engine's BP. The cost model choosing the chunk
-// length and the mapping is fused_plan.hpp. No CUDA headers, no Eigen.
+// the kernels of kernels.cuh run between barriers, over a Step (step.hpp).
+// tests/cuda_host/test_cuda_fused_host.cpp replays them over every (block, thread) against the CPU
+// engine's BP. The cost model choosing the chunk length and the mapping is plan.hpp. No CUDA
+// headers, no Eigen.
 //
 // The column recurrence. A "column" is a vector x that runs the BP recurrence backwards through
 // the steps of one chunk of one sample: x ← J_t^T x (+ e_{t−1}). The reduce runs the S + 1
 // columns [I | 0] of a (chunk, sample) and stores [M_c | v_c]; the push runs one column from the
-// chunk's boundary gradient and stores every g_t. J_t^T x = W_hh^T y + direct, with y (G·H) the
-// recurrent-side pre-activation gradients of x (the CPU cells' formulas and association order,
-// src/nn/cpu/*_cell.cpp), computed by each cell's file (FusedCell: rnn_cell.hpp, gru_cell.hpp,
-// lstm_cell.hpp): rnn y = d ⊙ x (d = 1 − h_t² or 1[h_t > 0]); gru y = (α, γ, β)-scaled x and
-// direct = z ⊙ x; lstm y from δc = x_c + o(1 − tanh²c) x_h, and the c rows f ⊙ δc.
+// chunk's boundary gradient and stores every g_t. J_t^T x = W^T y + direct, with y (G·H) from the
+// Step's coefficients (for the recurrent cells: the CPU cells' formulas and association order,
+// src/nn/cpu/*_cell.cpp, in nn/cuda/*_cell.hpp).
 //
 // Threads: a thread owns `nc` columns of one (chunk, sample) and a tile of `tile` rows of the
-// product W_hh^T y, accumulated in registers; `ntile` threads (one per tile) share a column
+// product W^T y, accumulated in registers; `ntile` threads (one per tile) share a column
 // group, whose x lives in shared memory (double-buffered when ntile > 1: one barrier per step).
-// W_hh sits in shared memory (zero-padded to ntile·tile columns) or, for large H, is read from a
+// W sits in shared memory (zero-padded to ntile·tile columns) or, for large H, is read from a
 // padded copy in global memory (L1/L2). Thread tid of a block: tile tid / gpb, group tid % gpb,
-// so a warp's threads share a tile and read W_hh's row pieces as broadcasts.
+// so a warp's threads share a tile and read W's row pieces as broadcasts.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +26,7 @@
 
 #include "core/cuda/grid.hpp"
 #include "core/cuda/hd.hpp"
-#include "nn/cuda/recurrent_math.hpp"
+#include "scan/cuda/fused/step.hpp"
 
 namespace bppsa::detail::gpu {
 
@@ -57,39 +56,27 @@ BPPSA_HD inline FusedQuad<T> load_quad(const T* p) {
 // ---------------------------------------------------------------------------------------------
 // Cells, tiles and the problem's shape
 
-/// The kernels' cell families (the plain RNN's two activations share one, relu is a flag).
-enum FusedFamily : std::int32_t { kFamRnn = 0, kFamGru = 1, kFamLstm = 2 };
-BPPSA_HD inline std::int32_t fused_family(std::int32_t cell) {
-  return cell == kGru ? kFamGru : cell == kLstm ? kFamLstm : kFamRnn;
-}
-template <std::int32_t FAM>
-inline constexpr int kFamGates = FAM == kFamGru    ? 3
-                                 : FAM == kFamLstm ? 4
-                                                   : 1;
-
 /// Row tiles the column kernels are compiled for (registers per column per thread).
 inline constexpr int kFusedTiles[] = {4, 8, 16, 20, 32, 64};
 inline constexpr int kFusedTileCount = 6;
 /// The largest tile of precision `scalar` (bytes): float 64, double 32 (its 64 would spill).
 BPPSA_HD constexpr Idx fused_max_tile(Idx scalar) { return scalar == 4 ? 64 : 32; }
-/// The largest tile with 4 columns per thread (float only) of cell family `fam`: 32 for the RNN;
-/// 20 for the GRU and LSTM, whose 32 × 4 kernels spill registers (docs/gpu_first_run.md).
-BPPSA_HD constexpr Idx fused_max_tile4(std::int32_t fam) { return fam == kFamRnn ? 32 : 20; }
 /// Whether the kernels exist for `tile` rows × `nc` columns per thread in precision `scalar`
-/// (bytes) and cell family `fam`: every tile up to fused_max_tile with 1 column; 4 columns for
-/// float up to fused_max_tile4. Each reads W_hh from shared or global memory.
-BPPSA_HD inline bool fused_combo_compiled(Idx tile, Idx nc, Idx scalar, std::int32_t fam) {
+/// (bytes) and a Step whose largest 4-column tile is `max_tile4` (FusedStepInfo::max_tile4): every
+/// tile up to fused_max_tile with 1 column; 4 columns for float up to max_tile4. Each reads W
+/// from shared or global memory.
+BPPSA_HD inline bool fused_combo_compiled(Idx tile, Idx nc, Idx scalar, Idx max_tile4) {
   bool known = false;
   for (int i = 0; i < kFusedTileCount; ++i) known = known || kFusedTiles[i] == tile;
   if (!known || tile > fused_max_tile(scalar)) return false;
   if (nc == 1) return true;
-  return nc == 4 && scalar == 4 && tile <= fused_max_tile4(fam);
+  return nc == 4 && scalar == 4 && tile <= max_tile4;
 }
 
 /// Calls f(std::integral_constant<int, tile>, std::integral_constant<int, nc>) for a compiled
 /// pair (host code: picks the kernel, or the phase functions the host tests replay); false when
 /// the pair is not compiled for T.
-template <class T, std::int32_t FAM, class F>
+template <class T, class Step, class F>
 bool fused_with_combo(Idx tile, Idx nc, F&& f) {
   bool done = false;
   auto one = [&](auto tw) {
@@ -99,7 +86,7 @@ bool fused_with_combo(Idx tile, Idx nc, F&& f) {
         f(tw, std::integral_constant<int, 1>{});
         done = true;
       }
-      if constexpr (sizeof(T) == 4 && TW <= fused_max_tile4(FAM)) {
+      if constexpr (sizeof(T) == 4 && TW <= Step::kFusedMaxTile4) {
         if (tile == TW && nc == 4) {
           f(tw, std::integral_constant<int, 4>{});
           done = true;
@@ -121,22 +108,24 @@ enum FusedMode : std::int32_t { kFusedReduce = 0, kFusedPush = 1 };
 /// The problem and its chunks: steps 1..T in C chunks; chunk c ≥ 1 covers the L steps
 /// (chunk_begin(c), chunk_end(c)], chunk 0 the first len0 = T − (C−1)·L ∈ [1, L] steps.
 struct FusedShape {
-  std::int32_t cell = kRnnTanh;
+  std::int32_t variant = 0;  ///< the Step's variant (FusedStep… fused_unit)
   Idx H = 0, G = 1, GH = 0, S = 0, B = 0, steps = 0;
   bool inject = false;  ///< per-step injections on h_1 … h_{T−1}
   Idx L = 1, C = 1, len0 = 0;
   Idx ncols = 0;  ///< columns of a reduce problem: S (M_c), + 1 (v_c) with injections
-  Idx ldw = 0;    ///< row length of the padded W_hh copy (≥ every launch's ntile·tile)
+  Idx ldw = 0;    ///< row length of the padded W copy (≥ every launch's ntile·tile)
 };
 
-/// Shape of (cell, H, T, B) with chunk length L (clamped to [1, T]); ldw left to the planner.
-BPPSA_HD inline FusedShape fused_shape(std::int32_t cell, Idx H, Idx steps, Idx B, bool inject, Idx L) {
+/// Shape of a Step with `gates` and `parts` (step.hpp) and `variant`, H, T, B, with chunk length L
+/// (clamped to [1, T]); ldw left to the planner.
+BPPSA_HD inline FusedShape fused_shape(Idx gates, Idx parts, std::int32_t variant, Idx H, Idx steps, Idx B, bool inject,
+                                       Idx L) {
   FusedShape s;
-  s.cell = cell;
+  s.variant = variant;
   s.H = H;
-  s.G = cell_gates(cell);
+  s.G = gates;
   s.GH = s.G * H;
-  s.S = cell_state(cell, H);
+  s.S = parts * H;
   s.B = B;
   s.steps = steps;
   s.inject = inject;
@@ -181,7 +170,7 @@ BPPSA_HD inline Idx launch_groups(const FusedShape& s, std::int32_t mode, Idx nc
   return mode == kFusedReduce ? (s.C - 1) * s.B * reduce_groups_per_problem(s, nc) : s.C * s.B;
 }
 
-/// Shared memory of a column launch, in values: [W_hh: GH × hpad, when shared][x: nbuf × S ×
+/// Shared memory of a column launch, in values: [W: GH × hpad, when shared][x: nbuf × S ×
 /// (gpb·nc)], x row r of buffer b at ((b·S + r)·gpb + group)·nc + column.
 BPPSA_HD inline Idx x_offset(const FusedShape& s, const FusedLaunch& l) {
   return l.w_shared ? s.GH * launch_hpad(l) : 0;
@@ -235,12 +224,10 @@ struct FusedArgs {
   FusedShape shape;
   FusedLaunch launch;  ///< the column launch these arguments are for
   FusedCarry carry;
-  const T* w = nullptr;       ///< W_hh, GH × H row-major
-  T* wp = nullptr;            ///< padded copy, GH × ldw, zeros in columns ≥ H
-  const T* h = nullptr;       ///< H × (T+1)B
-  const T* c = nullptr;       ///< LSTM: H × (T+1)B
-  const T* gates = nullptr;   ///< GH × TB
-  const T* aux = nullptr;     ///< H × TB
+  const T* w = nullptr;  ///< W, GH × H row-major
+  T* wp = nullptr;       ///< padded copy, GH × ldw, zeros in columns ≥ H
+  /// The forward record, as the Step reads it (for the recurrent cells: layer_args.hpp's slots).
+  const T* record[kFusedRecordArrays] = {};
   const T* g_last = nullptr;  ///< S × B
   const T* above = nullptr;   ///< H × TB injections (block t − 1: gradient on h_t); null without
   T* g = nullptr;             ///< out: S × (T+1)B
@@ -251,7 +238,7 @@ struct FusedArgs {
 BPPSA_HD inline Idx total_offset(const FusedShape& s, Idx c, Idx b) { return ((c - 1) * s.B + b) * s.S * s.ncols; }
 
 // ---------------------------------------------------------------------------------------------
-// Prepare (flat launch): the padded W_hh copy and g_T into block T of g
+// Prepare (flat launch): the padded W copy and g_T into block T of g
 
 BPPSA_HD inline Idx prepare_items(const FusedShape& s) { return s.GH * s.ldw + s.S * s.B; }
 template <class T>
@@ -268,43 +255,18 @@ BPPSA_HD inline void prepare_item(const FusedArgs<T>& a, Idx item) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Per-unit coefficients: y (the recurrent-side pre-activation gradients) of unit k at step t for
-// a vector x, as the CPU cells' preact (same association), split into what depends on the record
-// only (shared by a thread's columns) and the per-column products.
+// Per-unit coefficients: a Step's values of unit k at step t, shared by a thread's columns
 
-/// The cell of a family, whose file holds its fused math (rnn_cell.hpp, gru_cell.hpp, lstm_cell.hpp).
-template <std::int32_t FAM>
-using FusedCell = std::conditional_t<FAM == kFamRnn, RnnCell, std::conditional_t<FAM == kFamGru, GruCell, LstmCell>>;
-
-/// The record columns of (step t, sample b), as the family's cell chooses them.
-template <class T, std::int32_t FAM>
-BPPSA_HD inline FusedStepRecord<T> fused_step_record(const FusedArgs<T>& a, Idx t, Idx b) {
-  return FusedCell<FAM>::template fused_record<T>(a, t, b);
-}
-
-template <class T, std::int32_t FAM>
+template <class T, class Step>
 struct FusedUnit {
-  T q[FusedCell<FAM>::kFusedCoefficients];
+  T q[Step::kFusedCoefficients];
 };
 
-/// Coefficients of unit k (the cell's fused_unit).
-template <class T, std::int32_t FAM>
-BPPSA_HD inline FusedUnit<T, FAM> fused_unit(const FusedStepRecord<T>& r, Idx H, bool relu, Idx k) {
-  FusedUnit<T, FAM> u;
-  FusedCell<FAM>::fused_unit(r, H, relu, k, u.q);
+template <class T, class Step>
+BPPSA_HD inline FusedUnit<T, Step> fused_unit(const FusedStepRecord<T>& r, Idx H, std::int32_t variant, Idx k) {
+  FusedUnit<T, Step> u;
+  Step::fused_unit(r, H, variant, k, u.q);
   return u;
-}
-
-/// y (G values) of one column from its unit k values x_h (and LSTM x_c).
-template <class T, std::int32_t FAM>
-BPPSA_HD inline void fused_y(const FusedUnit<T, FAM>& u, T xh, T xc, T* y) {
-  FusedCell<FAM>::fused_y(u.q, xh, xc, y);
-}
-
-/// The direct part of row i (the cell's fused_direct).
-template <class T, std::int32_t FAM>
-BPPSA_HD inline FusedDirect<T> fused_direct(const FusedStepRecord<T>& r, Idx H, Idx i) {
-  return FusedCell<FAM>::fused_direct(r, H, i);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -312,7 +274,7 @@ BPPSA_HD inline FusedDirect<T> fused_direct(const FusedStepRecord<T>& r, Idx H, 
 // after each (skipped by the kernel when ntile == 1: a thread's columns are then its own). The
 // kernel computes each thread's FusedGroup once (fused_group) and passes it to every phase.
 
-/// Phase 0: W_hh into shared memory (when w_shared), each thread's rows of its initial columns:
+/// Phase 0: W into shared memory (when w_shared), each thread's rows of its initial columns:
 /// reduce [I | 0] (padding columns 0), push g at the chunk's end (written by prepare or carry).
 template <class T>
 BPPSA_HD inline void fused_load(const FusedArgs<T>& a, T* sm, const FusedGroup& gr, Idx thread) {
@@ -327,7 +289,7 @@ BPPSA_HD inline void fused_load(const FusedArgs<T>& a, T* sm, const FusedGroup& 
   }
   if (!gr.valid) return;
   T* x = sm + x_offset(s, l) + gr.slot * l.nc;
-  const Idx xs = x_stride(l), parts = s.S / s.H;  // 1, or 2 for LSTM (h rows, c rows)
+  const Idx xs = x_stride(l), parts = s.S / s.H;  // 1, or 2 (h rows, c rows)
   const T* from = a.g + (chunk_end(s, gr.chunk) * s.B + gr.sample) * s.S;
   for (Idx ii = 0; ii < l.tile; ++ii) {
     const Idx i = gr.tile * l.tile + ii;
@@ -342,32 +304,32 @@ BPPSA_HD inline void fused_load(const FusedArgs<T>& a, T* sm, const FusedGroup& 
 
 /// Phase 1, step j of the thread's columns: t = chunk_end − j; x ← J_t^T x, plus the injection
 /// e_{t−1} on the columns that take it (push; the reduce's v column). Push stores g_{t−1}; the
-/// reduce's last step stores its columns of [M_c | v_c]. `w` is the padded W_hh with row
+/// reduce's last step stores its columns of [M_c | v_c]. `w` is the padded W with row
 /// stride `ldw` (shared memory or the global copy).
-template <class T, std::int32_t FAM, int TW, int NC>
+template <class T, class Step, int TW, int NC>
 BPPSA_HD inline void fused_step(const FusedArgs<T>& a, T* sm, const T* w, Idx ldw, const FusedGroup& gr, Idx j) {
-  constexpr int G = kFamGates<FAM>;
+  constexpr int G = Step::kGates;
+  constexpr bool two = Step::kStateParts == 2;
   if (!gr.valid || j >= gr.steps) return;
   const FusedShape& s = a.shape;
   const FusedLaunch& l = a.launch;
   const Idx H = s.H, t = chunk_end(s, gr.chunk) - j, b = gr.sample, xs = x_stride(l);
   const T* xc = sm + x_offset(s, l) + (j % l.nbuf) * s.S * xs + gr.slot * NC;
   T* xn = sm + x_offset(s, l) + ((j + 1) % l.nbuf) * s.S * xs + gr.slot * NC;
-  const FusedStepRecord<T> rec = fused_step_record<T, FAM>(a, t, b);
-  const bool relu = s.cell == kRnnRelu;
-  const Idx gate_stride = H * ldw;  // from W_hh's rows of gate q to those of gate q + 1
+  const FusedStepRecord<T> rec = Step::template fused_record<T>(a, t, b);
+  const Idx gate_stride = H * ldw;  // from W's rows of gate q to those of gate q + 1
 
   T acc[NC][TW];
   fused_unroll<NC>(
       [&](auto nn) { fused_unroll<TW>([&](auto ii) { acc[decltype(nn)::value][decltype(ii)::value] = T(0); }); });
-  const T* wk = w + gr.tile * TW;  // row k of W_hh's gate 0, this thread's tile
+  const T* wk = w + gr.tile * TW;  // row k of W's gate 0, this thread's tile
   const T* xk = xc;                // row k of the columns
   for (Idx k = 0; k < H; ++k, wk += ldw, xk += xs) {
-    const FusedUnit<T, FAM> u = fused_unit<T, FAM>(rec, H, relu, k);
+    const FusedUnit<T, Step> u = fused_unit<T, Step>(rec, H, s.variant, k);
     T y[NC][G];
     fused_unroll<NC>([&](auto nn) {
       constexpr int n = decltype(nn)::value;
-      fused_y<T, FAM>(u, xk[n], FAM == kFamLstm ? xk[H * xs + n] : T(0), y[n]);
+      Step::fused_y(u.q, xk[n], two ? xk[H * xs + n] : T(0), y[n]);
     });
     fused_unroll<G>([&](auto gg) {
       constexpr int q = decltype(gg)::value;
@@ -386,7 +348,7 @@ BPPSA_HD inline void fused_step(const FusedArgs<T>& a, T* sm, const T* w, Idx ld
     });
   }
 
-  // The thread's rows of the new columns: injection, W_hh^T y, direct terms; then the stores.
+  // The thread's rows of the new columns: injection, W^T y, direct terms; then the stores.
   const bool push = l.mode == kFusedPush;
   const bool last = !push && j == gr.steps - 1;
   const T* e = (s.inject && a.above != nullptr && t >= 2) ? a.above + ((t - 2) * s.B + b) * H : nullptr;
@@ -395,16 +357,16 @@ BPPSA_HD inline void fused_step(const FusedArgs<T>& a, T* sm, const T* w, Idx ld
     constexpr int ii = decltype(iic)::value;
     const Idx i = gr.tile * TW + ii;
     if (i >= H) return;
-    const FusedDirect<T> d = fused_direct<T, FAM>(rec, H, i);
+    const FusedDirect<T> d = Step::fused_direct(rec, H, i);
     fused_unroll<NC>([&](auto nn) {
       constexpr int n = decltype(nn)::value;
       const Idx col = gr.col0 + n;  // reduce: column of [M_c | v_c] (≥ ncols: padding)
       const bool takes_e = e != nullptr && (push || col == s.S);
       T vh = takes_e ? e[i] : T(0);
       vh += acc[n][ii];
-      if constexpr (FAM == kFamGru) vh += d.z * xc[i * xs + n];
-      if constexpr (FAM == kFamLstm) {  // c row: f ⊙ δc, from the old x (read before the writes)
-        const T vc = d.f * (xc[(H + i) * xs + n] + d.kappa * xc[i * xs + n]);
+      T vc = T(0);  // the old rows of x are read before this thread writes them (nbuf may be 1)
+      Step::fused_rows(d, xc[i * xs + n], two ? xc[(H + i) * xs + n] : T(0), vh, vc);
+      if constexpr (two) {
         xn[(H + i) * xs + n] = vc;
         if (out != nullptr && (push || col < s.ncols)) (push ? out : out + col * s.S)[H + i] = vc;
       }
@@ -432,14 +394,14 @@ BPPSA_HD inline const T* fused_line(const T* p, Idx n, Idx which) {
 
 /// The record lines step j of a thread's group reads, for the kernel's prefetch some steps ahead:
 /// line `which` (the thread takes which = tile, tile + ntile, …) of the step's spans, or null
-/// past the last. Spans: the cell's record (fused_record: rnn h_t; gru gates, M, h_{t−1}; lstm
-/// gates, tanh c, c_{t−1}), then the injection. Lines are 128 bytes; every address returned lies inside its array.
-template <class T, std::int32_t FAM>
+/// past the last. Spans: the Step's record (fused_record), then the injection. Lines are 128
+/// bytes; every address returned lies inside its array.
+template <class T, class Step>
 BPPSA_HD inline const T* fused_prefetch_line(const FusedArgs<T>& a, const FusedGroup& gr, Idx j, Idx which) {
   const FusedShape& s = a.shape;
   if (!gr.valid || j >= gr.steps) return nullptr;
   const Idx t = chunk_end(s, gr.chunk) - j, b = gr.sample;
-  const FusedStepRecord<T> rec = fused_step_record<T, FAM>(a, t, b);
+  const FusedStepRecord<T> rec = Step::template fused_record<T>(a, t, b);
   const T* span[4] = {rec.p0, rec.p1, rec.p2, nullptr};
   Idx len[4] = {rec.n0, rec.n1, rec.n2, 0};
   if (s.inject && a.above != nullptr && t >= 2) {
@@ -453,14 +415,6 @@ BPPSA_HD inline const T* fused_prefetch_line(const FusedArgs<T>& a, const FusedG
     which -= fused_lines(span[q], len[q]);
   }
   return nullptr;
-}
-/// The same for the family of a.shape.cell (host replays).
-template <class T>
-BPPSA_HD inline const T* fused_prefetch_line(const FusedArgs<T>& a, const FusedGroup& gr, Idx j, Idx which) {
-  const std::int32_t fam = fused_family(a.shape.cell);
-  return fam == kFamGru    ? fused_prefetch_line<T, kFamGru>(a, gr, j, which)
-         : fam == kFamLstm ? fused_prefetch_line<T, kFamLstm>(a, gr, j, which)
-                           : fused_prefetch_line<T, kFamRnn>(a, gr, j, which);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,12 +1,13 @@
 // The fused scan's cost model: chooses the chunk length L and each launch's mapping (row tile,
-// columns per thread, groups per block, W_hh on chip or not) from H, T, B and the device's SM
-// count and shared memory, by estimating every candidate's cycles. __host__ __device__ plain
-// arithmetic, tested by g++ (tests/cuda_host/test_cuda_fused_host.cpp). The constants are H100-class
-// guesses from the instruction mix, not yet fitted: docs/gpu_first_run.md compares them with an
-// H100 (`bench_fused_scan --sweep`).
+// columns per thread, groups per block, W on chip or not) from the Step's constants
+// (FusedStepInfo), H, T, B and the device's SM count and shared memory, by estimating every
+// candidate's cycles. __host__ __device__ plain arithmetic, tested by g++
+// (tests/cuda_host/test_cuda_fused_host.cpp). The constants are H100-class guesses from the
+// instruction mix, not yet fitted: docs/gpu_first_run.md compares them with an H100
+// (`bench_fused_scan --sweep`).
 #pragma once
 
-#include "nn/cuda/fused_math.hpp"
+#include "scan/cuda/fused/math.hpp"
 
 namespace bppsa::detail::gpu {
 
@@ -36,7 +37,8 @@ struct FusedLimits {
 
 /// A planning request: the problem and the overrides (0 / −1: the model chooses).
 struct FusedRequest {
-  std::int32_t cell = kRnnTanh;
+  FusedStepInfo step;        ///< the Step's constants (fused_step_info)
+  std::int32_t variant = 0;  ///< passed to the Step as it is
   Idx H = 0, steps = 0, B = 0;
   bool inject = false;
   Idx scalar = 4;  ///< sizeof(T)
@@ -47,7 +49,7 @@ struct FusedRequest {
 enum FusedPlanError : std::int32_t {
   kPlanOk = 0,
   kPlanBadSize,     ///< H, T or B < 1, or a chunk length < 0
-  kPlanBadCell,     ///< not a CellCode
+  kPlanBadStep,     ///< no Step (gates < 1), or parts not 1 or 2
   kPlanBadTile,     ///< a forced tile the kernels are not compiled for
   kPlanBadColumns,  ///< forced columns per thread not compiled (with that tile and precision)
   kPlanTooLarge,    ///< no mapping fits the shared memory or the thread limit
@@ -72,7 +74,7 @@ BPPSA_HD inline Idx fused_max(Idx a, Idx b) { return a > b ? a : b; }
 
 /// Maps one column launch of `s` with `tile` rows × `nc` columns per thread: threads per group,
 /// groups per block (enough blocks for every SM when the groups allow, ≤ kFusedMaxThreads
-/// threads, within shared memory), W_hh shared or global (w_pref −1: shared when it fits).
+/// threads, within shared memory), W shared or global (w_pref −1: shared when it fits).
 /// False when nothing fits.
 BPPSA_HD inline bool fused_configure(FusedLaunch& l, const FusedShape& s, std::int32_t mode, Idx tile, Idx nc,
                                      int w_pref, const FusedLimits& lim, Idx scalar) {
@@ -112,22 +114,15 @@ BPPSA_HD inline bool fused_configure(FusedLaunch& l, const FusedShape& s, std::i
 
 /// Estimated cycles of a configured column launch: the largest of the issue-rate bound (all the
 /// warps' instructions over the schedulers in use), the latency bound (one warp's steps one
-/// after the other, per wave of resident blocks) and, with W_hh in global memory, its L2 traffic.
-BPPSA_HD inline double fused_launch_cycles(const FusedLaunch& l, const FusedShape& s, const FusedLimits& lim,
-                                           Idx scalar) {
-  const std::int32_t fam = fused_family(s.cell);
+/// after the other, per wave of resident blocks) and, with W in global memory, its L2 traffic.
+BPPSA_HD inline double fused_launch_cycles(const FusedLaunch& l, const FusedShape& s, const FusedStepCost& cost,
+                                           const FusedLimits& lim, Idx scalar) {
   const double G = static_cast<double>(s.G), tile = static_cast<double>(l.tile), nc = static_cast<double>(l.nc);
-  const bool lstm = fam == kFamLstm, gru = fam == kFamGru;
+  const double parts = static_cast<double>(s.S / s.H);
   const double fma = scalar == 8 ? 2 : 1;  // FP64 at half the FP32 rate (sm_90)
-  const double per_k = nc * (lstm ? 2 : 1) +
-                       (lstm  ? 14
-                        : gru ? 12
-                              : 3) +
-                       nc * (lstm  ? 5
-                             : gru ? 4
-                                   : 1) +
-                       G * (tile / 4 * (scalar == 8 ? 2 : 1) + nc * tile * fma);
-  const double post = tile * (3 + nc * (4 + (lstm ? 4 : 0) + (gru ? 1 : 0)) + (gru ? 1 : 0) + (lstm ? 4 : 0));
+  const double per_k =
+      nc * parts + cost.unit + nc * cost.column + G * (tile / 4 * (scalar == 8 ? 2 : 1) + nc * tile * fma);
+  const double post = tile * (3 + nc * (4 + cost.row_column) + cost.row);
   const double step = static_cast<double>(s.H) * per_k + post + 30 + (l.ntile > 1 ? 20 : 0);
   const double lat = 120 + (l.ntile > 1 ? 40 : 0);
   const Idx warps = fused_ceil_div(l.threads, 32);
@@ -145,7 +140,7 @@ BPPSA_HD inline double fused_launch_cycles(const FusedLaunch& l, const FusedShap
   const double throughput = static_cast<double>(per_sm * warps) * steps * step / issue;
   const double latency = static_cast<double>(waves) * steps * (step + lat);
   const double w_load = l.w_shared ? static_cast<double>(waves) * (600 + G * s.H * l.ntile * l.tile / l.threads) : 0;
-  // W_hh from global memory: every group reads all of it every step, through L2 at ≈ 48 bytes per
+  // W from global memory: every group reads all of it every step, through L2 at ≈ 48 bytes per
   // cycle and multiprocessor (L1 keeps little of it: it is what did not fit in shared memory).
   const double l2 = l.w_shared ? 0
                                : static_cast<double>(per_sm * l.gpb) * steps * G * static_cast<double>(s.H) *
@@ -163,8 +158,9 @@ BPPSA_HD inline double fused_carry_cycles(const FusedShape& s, const FusedCarry&
 }
 
 /// The best launch of one mode over the compiled (tile, columns) pairs (or the forced ones).
-BPPSA_HD inline bool fused_best_launch(FusedLaunch& best, double& best_cycles, const FusedShape& s, std::int32_t mode,
-                                       Idx force_tile, Idx force_nc, int w_pref, const FusedLimits& lim, Idx scalar) {
+BPPSA_HD inline bool fused_best_launch(FusedLaunch& best, double& best_cycles, const FusedShape& s,
+                                       const FusedStepInfo& step, std::int32_t mode, Idx force_tile, Idx force_nc,
+                                       int w_pref, const FusedLimits& lim, Idx scalar) {
   bool found = false;
   for (int ti = 0; ti < kFusedTileCount; ++ti) {
     const Idx tile = kFusedTiles[ti];
@@ -172,10 +168,10 @@ BPPSA_HD inline bool fused_best_launch(FusedLaunch& best, double& best_cycles, c
     for (Idx nc = 1; nc <= 4; nc += 3) {
       if (mode == kFusedPush && nc != 1) continue;
       if (force_nc != 0 && nc != force_nc) continue;
-      if (!fused_combo_compiled(tile, nc, scalar, fused_family(s.cell))) continue;
+      if (!fused_combo_compiled(tile, nc, scalar, step.max_tile4)) continue;
       FusedLaunch l;
       if (!fused_configure(l, s, mode, tile, nc, w_pref, lim, scalar)) continue;
-      const double cycles = fused_launch_cycles(l, s, lim, scalar);
+      const double cycles = fused_launch_cycles(l, s, step.cost, lim, scalar);
       if (!found || cycles < best_cycles) {
         best = l;
         best_cycles = cycles;
@@ -194,8 +190,8 @@ BPPSA_HD inline FusedChoice fused_plan(const FusedRequest& q, const FusedLimits&
     best.error = kPlanBadSize;
     return best;
   }
-  if (q.cell != kRnnTanh && q.cell != kRnnRelu && q.cell != kGru && q.cell != kLstm) {
-    best.error = kPlanBadCell;
+  if (q.step.gates < 1 || (q.step.parts != 1 && q.step.parts != 2)) {
+    best.error = kPlanBadStep;
     return best;
   }
   bool known_r = q.reduce_tile == 0, known_p = q.push_tile == 0;
@@ -208,13 +204,14 @@ BPPSA_HD inline FusedChoice fused_plan(const FusedRequest& q, const FusedLimits&
     best.error = kPlanBadTile;
     return best;
   }
-  if (q.reduce_nc != 0 && !fused_combo_compiled(q.reduce_tile != 0 ? q.reduce_tile : 4, q.reduce_nc, q.scalar, fused_family(q.cell))) {
+  if (q.reduce_nc != 0 &&
+      !fused_combo_compiled(q.reduce_tile != 0 ? q.reduce_tile : 4, q.reduce_nc, q.scalar, q.step.max_tile4)) {
     best.error = kPlanBadColumns;
     return best;
   }
   bool found = false;
   Idx L = q.chunk_length > 0 ? q.chunk_length : 1;
-  const double gradient_bytes = static_cast<double>(cell_state(q.cell, q.H)) * static_cast<double>(q.steps + 1) *
+  const double gradient_bytes = static_cast<double>(q.step.parts * q.H) * static_cast<double>(q.steps + 1) *
                                 static_cast<double>(q.B) * static_cast<double>(q.scalar);
   double max_totals = lim.totals_bytes;
   if (q.chunk_length == 0) {
@@ -223,15 +220,15 @@ BPPSA_HD inline FusedChoice fused_plan(const FusedRequest& q, const FusedLimits&
     if (budget < max_totals) max_totals = budget;
   }
   while (true) {
-    const FusedShape s = fused_shape(q.cell, q.H, q.steps, q.B, q.inject, L);
+    const FusedShape s = fused_shape(q.step.gates, q.step.parts, q.variant, q.H, q.steps, q.B, q.inject, L);
     FusedChoice p;
     p.shape = s;
     const double totals = fused_totals_bytes(s, q.scalar);
-    bool ok = totals <= max_totals &&
-              fused_best_launch(p.push, p.push_cycles, s, kFusedPush, q.push_tile, 0, q.w_shared, lim, q.scalar);
+    bool ok = totals <= max_totals && fused_best_launch(p.push, p.push_cycles, s, q.step, kFusedPush, q.push_tile, 0,
+                                                        q.w_shared, lim, q.scalar);
     if (ok && s.C > 1) {
-      ok = fused_best_launch(p.reduce, p.reduce_cycles, s, kFusedReduce, q.reduce_tile, q.reduce_nc, q.w_shared, lim,
-                             q.scalar);
+      ok = fused_best_launch(p.reduce, p.reduce_cycles, s, q.step, kFusedReduce, q.reduce_tile, q.reduce_nc, q.w_shared,
+                             lim, q.scalar);
       p.carry.threads = fused_min(fused_ceil_div(s.S, 32) * 32, kFusedCarryThreads);
       p.carry.blocks = s.B;
       p.carry.smem = 2 * s.S;
