@@ -4,12 +4,17 @@
 // (bench/gpu/device_peak.hpp). bench/gpu/bench_gpu.py runs it; report.py computes the ratios.
 //
 //   bench_fused_scan --plan PLAN.json --out RECORDS.jsonl [--reps 10] [--budget SECONDS] [--sweep]
+//                    [--model FIT.json]
 //
 // --sweep (calibrating the cost model of src/scan/cuda/fused/plan.hpp on a real GPU): per configuration,
 // the model's own plan, then every chunk length of a geometric ladder, every compiled reduce
 // (tile × columns) and push tile at the model's chunk length, and W_hh forced to global memory; one
 // record each, with the forced options under "forced" (a plan the kernels refuse gives a record
 // with "error").
+//
+// --model: the cost model's constants for every plan (bench/gpu/fit_fused_model.py --json writes
+// them; bench/gpu/fused_json.hpp reads them), recorded under "model_constants"; without it
+// the defaults (src/scan/cuda/fused/options.hpp, FusedModel).
 //
 // Per configuration (cell, H, T, B; the features of the input do not enter the scan): bench_fused
 // plans, fills a random record in a real forward's ranges, warms up twice (capturing its CUDA
@@ -30,6 +35,7 @@
 #include "bppsa/bppsa.hpp"
 #include "device_peak.hpp"
 #include "fused_bench.hpp"
+#include "fused_json.hpp"
 #include "nn/cuda/recurrent_math.hpp"
 #include "scan/cuda/fused/math.hpp"
 
@@ -37,13 +43,6 @@ namespace {
 
 using json = nlohmann::json;
 using namespace bppsa::detail::gpu;
-
-std::int32_t cell_code(const std::string& cell) {
-  if (cell == "rnn") return kRnnTanh;  // the benchmark's RNN is nn.RNN's default tanh
-  if (cell == "gru") return kGru;
-  if (cell == "lstm") return kLstm;
-  throw bppsa::InvalidArgument("[bench_fused_scan] unknown cell '" + cell + "' in the plan (rnn, gru, lstm)");
-}
 
 json device_json(const bppsa_bench::DevicePeak& d) {
   return {{"name", d.name},
@@ -114,7 +113,22 @@ json timed_json(const FusedBenchResult& r) {
   return j;
 }
 
-int run(const std::string& plan_path, const std::string& out_path, int reps, double budget, bool sweep) {
+int run(const std::string& plan_path, const std::string& out_path, int reps, double budget, bool sweep,
+        const std::string& model_path) {
+  FusedScanOptions base;  // every plan's options start here: the cost model's constants
+  json constants = "defaults";
+  if (!model_path.empty()) {
+    std::ifstream m(model_path);
+    if (!m) throw bppsa::IoError("[bench_fused_scan] cannot read the model constants " + model_path);
+    json j;
+    try {
+      j = json::parse(m);
+    } catch (const json::exception& e) {
+      throw bppsa::FormatError("[bench_fused_scan] " + model_path + " is not JSON: " + e.what());
+    }
+    base.model = bppsa_bench::fused_model_from_json(j, "bench_fused_scan --model " + model_path);
+    constants = j.contains("fitted") ? j.at("fitted") : j;
+  }
   std::ifstream in(plan_path);
   if (!in) throw bppsa::IoError("[bench_fused_scan] cannot read the plan " + plan_path);
   const json plan = json::parse(in);
@@ -131,6 +145,7 @@ int run(const std::string& plan_path, const std::string& out_path, int reps, dou
     if (!done.insert({cell, hidden, steps, batch}).second) continue;  // same scan as an earlier configuration
     json rec = {{"impl", "fused"}, {"id", c.at("id")}, {"cell", cell}, {"hidden", hidden},
                 {"steps", steps},  {"batch", batch},   {"reps", reps}, {"device", device}};
+    rec["model_constants"] = constants;
     if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > budget) {
       std::cout << "bench_fused_scan: skipped " << c.at("id").get<std::string>() << ": time budget spent" << std::endl;
       continue;
@@ -138,17 +153,19 @@ int run(const std::string& plan_path, const std::string& out_path, int reps, dou
     if (sweep) {
       FusedScanStats model;
       bool first = true;
-      std::vector<std::pair<json, FusedScanOptions>> sets{{json::object(), FusedScanOptions{}}};
+      std::vector<std::pair<json, FusedScanOptions>> sets{{json::object(), base}};
       for (std::size_t i = 0; i < sets.size(); ++i) {
         if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > budget) break;
         json r2 = rec;
         r2["forced"] = sets[i].first;
         try {
-          const FusedBenchResult r = bench_fused<float>(cell_code(cell), hidden, steps, batch, reps, sets[i].second);
+          const FusedBenchResult r = bench_fused<float>(bppsa_bench::fused_cell_code(cell, "bench_fused_scan"), hidden,
+                                                        steps, batch, reps, sets[i].second);
           r2.update(timed_json(r));
           if (first) {
             model = r.stats;
-            const auto more = sweep_options(steps, model);
+            auto more = sweep_options(steps, model);
+            for (auto& m : more) m.second.model = base.model;
             sets.insert(sets.end(), more.begin() + 1, more.end());
           }
         } catch (const std::exception& e) {
@@ -162,7 +179,8 @@ int run(const std::string& plan_path, const std::string& out_path, int reps, dou
       continue;
     }
     try {
-      const FusedBenchResult r = bench_fused<float>(cell_code(cell), hidden, steps, batch, reps);
+      const FusedBenchResult r =
+          bench_fused<float>(bppsa_bench::fused_cell_code(cell, "bench_fused_scan"), hidden, steps, batch, reps, base);
       const FusedScanStats& s = r.stats;
       rec.update(timed_json(r));
       rec["device_summary"] = r.device;
@@ -186,18 +204,20 @@ int main(int argc, char** argv) {
   int reps = 10;
   double budget = 1e9;
   bool sweep = false;
+  std::string model;
   app.add_option("--plan", plan, "the configurations (JSON, bench/gpu/bench_gpu.py writes it)")->required();
   app.add_option("--out", out, "JSON lines, appended: one record per distinct (cell, H, T, B)")->required();
   app.add_option("--reps", reps, "timed runs per configuration")->check(CLI::Range(1, 10000));
   app.add_option("--budget", budget, "seconds; configurations after it are skipped")->check(CLI::PositiveNumber);
   app.add_flag("--sweep", sweep, "time the model's plan and forced alternatives (calibration), one record each");
+  app.add_option("--model", model, "the cost model's constants (JSON: fit_fused_model.py --json), default: built in");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   try {
-    return run(plan, out, reps, budget, sweep);
+    return run(plan, out, reps, budget, sweep, model);
   } catch (const std::exception& e) {
     std::cerr << "bench_fused_scan: error: " << e.what() << "\n";
     return 1;

@@ -55,7 +55,9 @@ FusedChoice plan_or_raise(const FusedStepInfo& step, std::int32_t variant, const
   q.reduce_nc = o.reduce_columns;
   q.push_tile = o.push_tile;
   q.w_shared = o.w_shared;
-  const FusedChoice p = fused_plan(q, lim);
+  FusedLimits with = lim;
+  with.model = o.model;
+  const FusedChoice p = fused_plan(q, with);
   const std::string what = sizes(label, H, T_, B);
   switch (p.error) {
     case kPlanOk:

@@ -18,6 +18,25 @@ enum class FusedGraphs { automatic, always, never };
 /// automatic graphs below this estimated run time (µs): above it, ≤ 4 launches cost < 2 %.
 inline constexpr double kFusedGraphMaxMicros = 1000.0;
 
+/// The cost model's timing constants (plan.hpp's fused_launch_cycles), in cycles at
+/// plan.hpp's kFusedCyclesPerMicro. The defaults are guesses made without a GPU: on the H100 sweep their
+/// estimates are 4.6× too low (median) while their ranking holds (docs/gpu_first_run.md). A fit
+/// (bench/gpu/fit_fused_model.py) predicts the times within 1.2× but chooses plans the sweep did
+/// not time; `bench_fused_scan --model FIT.json` times them on a GPU before it replaces these.
+struct FusedModel {
+  double launch = 2500;      ///< one kernel launch inside a stream or graph
+  double issue = 0.7;        ///< instructions issued per cycle by each scheduler in use
+  double step = 30;          ///< a column step's fixed instructions
+  double step_sync = 20;     ///< … and more with a barrier (ntile > 1)
+  double latency = 120;      ///< a step's latency beyond its instructions
+  double latency_sync = 40;  ///< … and more with a barrier
+  double unit = 1;           ///< scale of the instructions per unit k of W^T y
+  double row = 1;            ///< scale of the instructions per row of a thread's tile
+  double w_load = 600;       ///< W into shared memory, per wave of blocks (plus its values)
+  double l2_bytes = 48;      ///< L2 bytes per cycle and multiprocessor (W in global memory)
+  double carry_step = 150;   ///< a carry step's fixed cycles
+};
+
 /// Plan options. The overrides replace the cost model's choice (tests, tuning); a value the
 /// kernels were not compiled for is refused with InvalidArgument naming the choices.
 struct FusedScanOptions {
@@ -29,6 +48,7 @@ struct FusedScanOptions {
   int reduce_columns = 0;  ///< columns per reduce thread: 1, or 4 (float; tile ≤ the Step's max_tile4) (0: model)
   int push_tile = 0;       ///< rows per push thread, as reduce_tile (0: model)
   int w_shared = -1;       ///< 1: W in shared memory; 0: read from global memory (L1/L2); −1: model
+  FusedModel model;        ///< the cost model's constants
 };
 
 /// What a plan does per run, for benchmarks and memory checks.

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "scan/cuda/fused/math.hpp"
+#include "scan/cuda/fused/options.hpp"
 
 namespace bppsa::detail::gpu {
 
@@ -15,8 +16,6 @@ namespace bppsa::detail::gpu {
 inline constexpr Idx kFusedMaxThreads = 256;
 /// Threads per block of the carry at most.
 inline constexpr Idx kFusedCarryThreads = 256;
-/// Cycles of one kernel launch inside a stream or graph (≈ 1.4 µs at 1.75 GHz).
-inline constexpr double kFusedLaunchCycles = 2500;
 /// Clock the estimates are reported at (cycles per µs).
 inline constexpr double kFusedCyclesPerMicro = 1755;
 /// Memory of BP's order: a chunk length the model chooses keeps the chunk totals ((C − 1)·B·S·(S+1)
@@ -33,6 +32,7 @@ struct FusedLimits {
   Idx smem_block = 227 * 1024;  ///< dynamic shared memory a block may opt in to, bytes
   Idx smem_sm = 228 * 1024;     ///< shared memory per multiprocessor, bytes
   double totals_bytes = 1e18;   ///< most device memory the chunk totals may take (plans beyond are skipped)
+  FusedModel model;             ///< its timing constants
 };
 
 /// A planning request: the problem and the overrides (0 / −1: the model chooses).
@@ -120,11 +120,12 @@ BPPSA_HD inline double fused_launch_cycles(const FusedLaunch& l, const FusedShap
   const double G = static_cast<double>(s.G), tile = static_cast<double>(l.tile), nc = static_cast<double>(l.nc);
   const double parts = static_cast<double>(s.S / s.H);
   const double fma = scalar == 8 ? 2 : 1;  // FP64 at half the FP32 rate (sm_90)
+  const FusedModel& m = lim.model;
   const double per_k =
-      nc * parts + cost.unit + nc * cost.column + G * (tile / 4 * (scalar == 8 ? 2 : 1) + nc * tile * fma);
-  const double post = tile * (3 + nc * (4 + cost.row_column) + cost.row);
-  const double step = static_cast<double>(s.H) * per_k + post + 30 + (l.ntile > 1 ? 20 : 0);
-  const double lat = 120 + (l.ntile > 1 ? 40 : 0);
+      m.unit * (nc * parts + cost.unit + nc * cost.column + G * (tile / 4 * (scalar == 8 ? 2 : 1) + nc * tile * fma));
+  const double post = m.row * tile * (3 + nc * (4 + cost.row_column) + cost.row);
+  const double step = static_cast<double>(s.H) * per_k + post + m.step + (l.ntile > 1 ? m.step_sync : 0);
+  const double lat = m.latency + (l.ntile > 1 ? m.latency_sync : 0);
   const Idx warps = fused_ceil_div(l.threads, 32);
   const Idx regs = l.threads * (l.nc * l.tile * (scalar / 4) + 40);
   Idx res = fused_min(2048 / l.threads, 32);
@@ -135,25 +136,26 @@ BPPSA_HD inline double fused_launch_cycles(const FusedLaunch& l, const FusedShap
   const Idx per_sm = fused_ceil_div(l.blocks, active);
   const Idx waves = fused_ceil_div(per_sm, res);
   const double resident_warps = static_cast<double>(fused_min(per_sm, res) * warps);
-  const double issue = (resident_warps < 4 ? resident_warps : 4) * 0.7;
+  const double issue = (resident_warps < 4 ? resident_warps : 4) * m.issue;
   const double steps = static_cast<double>(l.steps);
   const double throughput = static_cast<double>(per_sm * warps) * steps * step / issue;
   const double latency = static_cast<double>(waves) * steps * (step + lat);
-  const double w_load = l.w_shared ? static_cast<double>(waves) * (600 + G * s.H * l.ntile * l.tile / l.threads) : 0;
-  // W from global memory: every group reads all of it every step, through L2 at ≈ 48 bytes per
+  const double w_load =
+      l.w_shared ? static_cast<double>(waves) * (m.w_load + G * s.H * l.ntile * l.tile / l.threads) : 0;
+  // W from global memory: every group reads all of it every step, through L2 at m.l2_bytes per
   // cycle and multiprocessor (L1 keeps little of it: it is what did not fit in shared memory).
   const double l2 = l.w_shared ? 0
                                : static_cast<double>(per_sm * l.gpb) * steps * G * static_cast<double>(s.H) *
-                                     static_cast<double>(launch_hpad(l) * scalar) / 48;
+                                     static_cast<double>(launch_hpad(l) * scalar) / m.l2_bytes;
   double cycles = throughput > latency ? throughput : latency;
   if (l2 > cycles) cycles = l2;
   return cycles + w_load;
 }
 
 /// The carry's cycles: C − 1 sequential mat-vecs of S × S per sample (one block each).
-BPPSA_HD inline double fused_carry_cycles(const FusedShape& s, const FusedCarry& c, Idx scalar) {
+BPPSA_HD inline double fused_carry_cycles(const FusedShape& s, const FusedCarry& c, const FusedModel& m, Idx scalar) {
   const double rows = static_cast<double>(fused_ceil_div(s.S, c.threads));
-  const double step = rows * static_cast<double>(s.S) * (scalar == 8 ? 3 : 2) + 150;
+  const double step = rows * static_cast<double>(s.S) * (scalar == 8 ? 3 : 2) + m.carry_step;
   return static_cast<double>(s.C - 1) * step;
 }
 
@@ -232,12 +234,12 @@ BPPSA_HD inline FusedChoice fused_plan(const FusedRequest& q, const FusedLimits&
       p.carry.threads = fused_min(fused_ceil_div(s.S, 32) * 32, kFusedCarryThreads);
       p.carry.blocks = s.B;
       p.carry.smem = 2 * s.S;
-      p.carry_cycles = fused_carry_cycles(s, p.carry, q.scalar);
+      p.carry_cycles = fused_carry_cycles(s, p.carry, lim.model, q.scalar);
       ok = ok && p.carry.smem * q.scalar <= lim.smem_block;
     }
     if (ok) {
       const Idx launches = s.C > 1 ? 4 : 2;
-      p.cycles = p.reduce_cycles + p.carry_cycles + p.push_cycles + static_cast<double>(launches) * kFusedLaunchCycles;
+      p.cycles = p.reduce_cycles + p.carry_cycles + p.push_cycles + static_cast<double>(launches) * lim.model.launch;
       p.shape.ldw = fused_max(launch_hpad(p.push), s.C > 1 ? launch_hpad(p.reduce) : 0);
       if (!found || p.cycles < best.cycles) {
         best = p;
