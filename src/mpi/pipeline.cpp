@@ -256,13 +256,23 @@ std::vector<std::pair<Index, Index>> micro_ranges(Index batch, int replicas, int
   for (int m = 0; m < micro; ++m) out.push_back({r0 + (r1 - r0) * m / micro, r0 + (r1 - r0) * (m + 1) / micro});
   return out;
 }
+
+/// The mean of the lengths over the whole batch (0 without lengths: see detail::Micro).
+double mean_length(std::span<const Index> lengths) {
+  double sum = 0;
+  for (const Index n : lengths) sum += static_cast<double>(n);
+  return lengths.empty() ? 0.0 : sum / static_cast<double>(lengths.size());
+}
 }  // namespace
 
 template <class T>
-T ModelParallel<T>::forward_loss(std::span<const float> x, Index batch, std::span<const std::int64_t> labels) {
+T ModelParallel<T>::forward_loss(std::span<const float> x, Index batch, std::span<const std::int64_t> labels,
+                                 std::span<const Index> lengths) {
   if (batch < 1 || static_cast<Index>(labels.size()) != batch || x.size() % static_cast<std::size_t>(batch) != 0)
     throw ShapeError("[model-parallel] " + std::to_string(x.size()) + " input values and " +
                      std::to_string(labels.size()) + " labels do not make a batch of " + std::to_string(batch));
+  impl_->check_lengths(lengths, batch);
+  const double mean = mean_length(lengths);
   const Index per_sample = static_cast<Index>(x.size()) / batch;
   const auto ranges = micro_ranges(batch, replicas_, replica_, options_.micro_batches);
   impl_->ensure_slots(options_.micro_batches);
@@ -270,7 +280,8 @@ T ModelParallel<T>::forward_loss(std::span<const float> x, Index batch, std::spa
   Index correct = 0;
   for (int m = 0; m < options_.micro_batches; ++m) {
     const auto [s0, s1] = ranges[static_cast<std::size_t>(m)];
-    const detail::Micro mb{x.data() + s0 * per_sample, labels.data() + s0, s1 - s0};
+    const detail::Micro mb{x.data() + s0 * per_sample, labels.data() + s0, s1 - s0,
+                           lengths.empty() ? nullptr : lengths.data() + s0, mean};
     Matrix<T> in;
     if (stage_ > 0)
       in = decode_matrix<T>(pipe_.recv(stage_ - 1, kForwardTag + m, "the activations of micro-batch " + std::to_string(m)));
@@ -351,9 +362,9 @@ void ModelParallel<T>::reduce_gradients() {
 
 template <class T>
 T ModelParallel<T>::loss_and_grad(std::span<const float> x, Index batch, std::span<const std::int64_t> labels,
-                                  PipelineStats* stats) {
+                                  PipelineStats* stats, std::span<const Index> lengths) {
   const double t0 = Comm::now();
-  const T l = forward_loss(x, batch, labels);
+  const T l = forward_loss(x, batch, labels, lengths);
   const double t1 = Comm::now();
   PipelineStats st;
   backward(&st);
@@ -367,16 +378,19 @@ T ModelParallel<T>::loss_and_grad(std::span<const float> x, Index batch, std::sp
 
 template <class T>
 std::pair<double, Index> ModelParallel<T>::evaluate(std::span<const float> x, Index batch,
-                                                    std::span<const std::int64_t> labels) {
+                                                    std::span<const std::int64_t> labels,
+                                                    std::span<const Index> lengths) {
   if (batch < 1 || static_cast<Index>(labels.size()) != batch || x.size() % static_cast<std::size_t>(batch) != 0)
     throw ShapeError("[model-parallel] evaluation input does not make a batch of " + std::to_string(batch));
+  impl_->check_lengths(lengths, batch);
   const Index per_sample = static_cast<Index>(x.size()) / batch;
   // Replicas split the batch; no micro-batching (nothing to overlap with a backward).
   const Index r0 = batch * replica_ / replicas_, r1 = batch * (replica_ + 1) / replicas_;
   double loss_sum = 0;
   Index correct = 0;
   if (r1 > r0) {
-    const detail::Micro mb{x.data() + r0 * per_sample, labels.data() + r0, r1 - r0};
+    const detail::Micro mb{x.data() + r0 * per_sample, labels.data() + r0, r1 - r0,
+                           lengths.empty() ? nullptr : lengths.data() + r0, mean_length(lengths)};
     Matrix<T> in;
     if (stage_ > 0) in = decode_matrix<T>(pipe_.recv(stage_ - 1, kForwardTag, "evaluation activations"));
     Matrix<T> out = impl_->forward(0, mb, stage_ > 0 ? &in : nullptr, false, static_cast<double>(r1 - r0), &loss_sum,

@@ -3,11 +3,21 @@
 // states (every layer's, stacked); backward gradients travel on the same boundary. The
 // cross-rank scan runs once per layer, top down: a layer's injections come from the layer
 // above, which must be finished first.
+//
+// Samples of different lengths: every stage sorts a micro-batch longest first (stably, so all
+// of them agree on the boundary's columns). Sample k runs ℓ_k = clamp(L_k − first, 0, n) of
+// this stage's n steps: those with ℓ_k > 0 (a prefix) run through the Recurrent with lengths
+// ℓ (it stops each at its length: nothing past it is computed); the others ended on an earlier
+// stage and pass their state on unchanged, and their gradient back (an identity block in the
+// stage's transfer). The head `last` reads every sample's final state on the last stage.
+#include <algorithm>
+#include <numeric>
 #include <string>
 
 #include "bppsa/core/error.hpp"
 #include "bppsa/nn/loss.hpp"
 #include "mpi/stage.hpp"
+#include "nn/head_columns.hpp"
 
 namespace bppsa::mpi::detail {
 namespace {
@@ -28,84 +38,183 @@ class RnnStage final : public Stage<T> {
   void load_state_dict(const TensorFile& file) override { slots_.load_state_dict(file); }
   TensorFile state_dict() override { return slots_.state_dict(); }
 
-  std::vector<NamedParam<T>> params(int slot, Index, Index) override { return slots_[slot].net.parameters(); }
+  std::vector<NamedParam<T>> params(int slot, Index, Index) override {
+    Slot& s = slots_[slot];
+    std::vector<NamedParam<T>> ps = s.net.parameters();
+    // No sample of the slot's last forward ran a step here (each ended on an earlier stage):
+    // the Recurrent did not run, and its gradients from this micro-batch are zeros.
+    if (s.batch > 0 && s.active == 0) {
+      Index largest = 0;
+      for (const auto& p : ps) largest = std::max(largest, p.size);
+      if (static_cast<Index>(s.zeros.size()) < largest) s.zeros.assign(static_cast<std::size_t>(largest), T(0));
+      for (auto& p : ps)
+        if (p.name.rfind("head.", 0) != 0) p.grad = s.zeros.data();
+    }
+    return ps;
+  }
   bool shared_weights() const override { return true; }
+
+  void check_lengths(std::span<const Index> lengths, Index batch) const override {
+    if (lengths.empty()) return;
+    if (static_cast<Index>(lengths.size()) != batch)
+      throw ShapeError("[model-parallel] " + std::to_string(lengths.size()) + " lengths for a batch of " +
+                       std::to_string(batch) + " (one per sample, or none)");
+    for (std::size_t b = 0; b < lengths.size(); ++b)
+      if (lengths[b] < 1 || lengths[b] > steps_)
+        throw InvalidArgument("[model-parallel] length " + std::to_string(lengths[b]) + " of sample " +
+                              std::to_string(b) + " is outside 1.." + std::to_string(steps_) +
+                              " (the steps of the batch)");
+  }
 
   Matrix<T> forward(int m, const Micro& mb, const Matrix<T>* in, bool train, double weight, double* loss_sum,
                     Index* correct) override {
     Slot& s = slot(m);
     Recurrent<T>& rnn = s.net.rnn();
     const Index I = config_.rnn.input, n = last_ - first_, B = mb.batch;
-    const Index S = state_size(config_.rnn);
-    s.x.resize(I, n * B);
-    for (Index b = 0; b < B; ++b)
-      for (Index t = 0; t < n; ++t)
-        for (Index i = 0; i < I; ++i) s.x(i, t * B + b) = static_cast<T>(mb.x[(b * steps_ + first_ + t) * I + i]);
-    for (Index l = 0; l < config_.rnn.layers; ++l)
-      rnn.set_initial_state(l, in ? Matrix<T>(in->middleRows(l * S, S)) : Matrix<T>());
-    rnn.forward(s.x, n, B);
+    const Index S = state_size(config_.rnn), P = output_size(config_.rnn), top = config_.rnn.layers - 1;
+    // The micro-batch longest first, and each sample's steps on this stage.
+    s.order.resize(static_cast<std::size_t>(B));
+    std::iota(s.order.begin(), s.order.end(), Index{0});
+    if (mb.lengths)
+      std::stable_sort(s.order.begin(), s.order.end(), [&](Index a, Index b) { return mb.lengths[a] > mb.lengths[b]; });
+    s.len.resize(static_cast<std::size_t>(B));
+    s.labels.resize(static_cast<std::size_t>(B));
+    s.active = 0;
+    for (Index k = 0; k < B; ++k) {
+      const Index b = s.order[static_cast<std::size_t>(k)], L = mb.lengths ? mb.lengths[b] : steps_;
+      s.len[static_cast<std::size_t>(k)] = std::clamp<Index>(L - first_, 0, n);
+      s.labels[static_cast<std::size_t>(k)] = mb.labels[b];
+      s.active += s.len[static_cast<std::size_t>(k)] > 0;
+    }
+    const Index A = s.active;
     s.batch = B;
-    s.has_head = is_last_ || every();
-    if (s.has_head) {
-      // head=every: this stage's steps' terms of the mean over all steps (its share n / steps).
-      const double w = every() ? weight * static_cast<double>(n) / static_cast<double>(steps_) : weight;
-      s.labels.clear();
-      if (every()) {
-        s.net.head().forward(rnn.output(), s.logits);
-        for (Index t = 0; t < n; ++t) s.labels.insert(s.labels.end(), mb.labels, mb.labels + B);
-      } else {
-        s.net.head().forward(rnn.output().rightCols(B), s.logits);
-        s.labels.assign(mb.labels, mb.labels + B);
+    if (A > 0) {
+      s.x.setZero(I, n * A);  // the steps past a sample's length are never read
+      for (Index k = 0; k < A; ++k) {
+        const Index b = s.order[static_cast<std::size_t>(k)];
+        for (Index t = 0; t < s.len[static_cast<std::size_t>(k)]; ++t)
+          for (Index i = 0; i < I; ++i) s.x(i, t * A + k) = static_cast<T>(mb.x[(b * steps_ + first_ + t) * I + i]);
       }
-      const T l = loss<T>(config_.loss, s.logits, s.labels, train ? &s.dlogits : nullptr);
+      for (Index l = 0; l < config_.rnn.layers; ++l)
+        rnn.set_initial_state(l, in ? Matrix<T>(in->block(l * S, 0, S, A)) : Matrix<T>());
+      const bool ragged = s.len[static_cast<std::size_t>(A - 1)] < n;
+      rnn.forward(
+          s.x, n, A,
+          ragged ? std::span<const Index>(s.len.data(), static_cast<std::size_t>(A)) : std::span<const Index>());
+    }
+    // Every layer's final state: s at ℓ_k for the samples that ran, the incoming one otherwise.
+    const auto final_states = [&](Index l) {
+      Matrix<T> f(S, B);
+      if (A > 0) f.leftCols(A) = rnn.final_state(l);
+      if (A < B) {
+        if (in)
+          f.rightCols(B - A) = in->block(l * S, A, S, B - A);
+        else
+          f.rightCols(B - A).setZero();  // not reached: on stage 0 every sample runs
+      }
+      return f;
+    };
+    Matrix<T> final_top;  // the top layer's h at each sample's last real step (last stage)
+    if (is_last_) final_top = final_states(top).topRows(P);
+
+    s.has_head = false;
+    double w = weight;
+    if (every()) {  // this stage's real steps; their share of the mean over the batch's real steps
+      if (A > 0)
+        bppsa::detail::head_columns(true, std::span<const Index>(s.len.data(), static_cast<std::size_t>(A)),
+                                    std::span<const std::int64_t>(s.labels.data(), static_cast<std::size_t>(A)),
+                                    s.head_cols, s.col_labels);
+      else
+        s.head_cols.clear();
+      if (!s.head_cols.empty()) {
+        s.has_head = true;
+        const double mean = mb.lengths ? mb.mean_length : static_cast<double>(steps_);
+        w = weight * static_cast<double>(s.head_cols.size()) / (static_cast<double>(B) * mean);
+        s.head_in.resize(P, static_cast<Index>(s.head_cols.size()));
+        for (std::size_t j = 0; j < s.head_cols.size(); ++j)
+          s.head_in.col(static_cast<Index>(j)) = rnn.output().col(s.head_cols[j]);
+      }
+    } else if (is_last_) {
+      s.has_head = true;
+      s.head_in = final_top;
+      s.col_labels = s.labels;
+    }
+    if (s.has_head) {
+      s.net.head().forward(s.head_in, s.logits);
+      const T l = loss<T>(config_.loss, s.logits, s.col_labels, train ? &s.dlogits : nullptr);
       *loss_sum += w * static_cast<double>(l);
       if (train) s.dlogits *= static_cast<T>(w);
-      if (is_last_)
-        for (Index b = 0; b < B; ++b) {
-          Index best = 0;
-          s.logits.col(s.logits.cols() - B + b).maxCoeff(&best);
-          *correct += best == mb.labels[b];
-        }
     }
-    if (is_last_) return {};
+    if (is_last_) {  // each sample's prediction: the head at its last real step
+      Matrix<T> predicted;
+      if (every()) s.net.head().forward(final_top, predicted);
+      const Matrix<T>& logits = every() ? predicted : s.logits;
+      for (Index k = 0; k < B; ++k) {
+        Index best = 0;
+        logits.col(k).maxCoeff(&best);
+        *correct += best == s.labels[static_cast<std::size_t>(k)];
+      }
+      return {};
+    }
     Matrix<T> out(config_.rnn.layers * S, B);
-    for (Index l = 0; l < config_.rnn.layers; ++l) out.middleRows(l * S, S) = rnn.state(l, n);
+    for (Index l = 0; l < config_.rnn.layers; ++l) out.middleRows(l * S, S) = final_states(l);
     return out;
   }
 
   Matrix<T> backward_bp(int m, const Matrix<T>* g_out) override {
     Slot& s = slot(m);
     head_backward(s);
-    set_final(s, g_out);
-    s.net.rnn().backward(s.dout, every(), bp_options());
-    return first_ > 0 ? initial_grads(s) : Matrix<T>();
+    if (s.active > 0) {
+      set_final(s, g_out);
+      s.net.rnn().backward(s.dout, every(), bp_options());
+    }
+    if (first_ == 0) return {};
+    const Index S = state_size(config_.rnn);
+    Matrix<T> g(config_.rnn.layers * S, s.batch);
+    for (Index l = 0; l < config_.rnn.layers; ++l) g.middleRows(l * S, S) = boundary_grad(s, l, g_out);
+    return g;
   }
 
   Transfer<T> transfer(int m, int pass) override {
     Slot& s = slot(m);
     Recurrent<T>& rnn = s.net.rnn();
-    const Index l = layer_of(pass);
+    const Index l = layer_of(pass), A = s.active, B = s.batch, S = state_size(config_.rnn);
     if (pass == 0) {
       head_backward(s);
-      set_final(s, nullptr);  // the previous step's (maybe of another batch size) must not linger
-      rnn.backward_begin(s.dout, every());
+      if (A > 0) {
+        set_final(s, nullptr);  // the previous step's (maybe of another batch size) must not linger
+        rnn.backward_begin(s.dout, every());
+      }
     }
-    rnn.set_final_state_grad(l, Matrix<T>());
+    if (A > 0) rnn.set_final_state_grad(l, Matrix<T>());
     if (is_last_) {  // nothing arrives after the last step: finish the layer now
-      rnn.backward_layer(l, bp_options());
-      return Transfer<T>::vector(rnn.state0_grad(l));
+      if (A > 0) rnn.backward_layer(l, bp_options());
+      return Transfer<T>::vector(boundary_grad(s, l, nullptr));
     }
-    if (first_ == 0) return {};  // no rank needs stage 0's transfer
+    if (first_ == 0 || A == 0) return {};  // no rank needs stage 0's; every sample passes: the identity
     auto [mt, v] = rnn.layer_transfer(l, bp_options());
+    if (A < B) {  // the samples that ended before this stage: an identity block, nothing injected
+      Jacobian<T> full = Jacobian<T>::dense(S, S, B);
+      for (Index k = 0; k < B; ++k)
+        if (k < A)
+          full.dense_map(k) = mt.to_dense(k);
+        else
+          full.dense_map(k).setIdentity();
+      Matrix<T> fv = Matrix<T>::Zero(S, B);
+      fv.leftCols(A) = v;
+      mt = std::move(full);
+      v = std::move(fv);
+    }
     if (v.isZero(0)) return Transfer<T>::linear(std::move(mt));
     return Transfer<T>::affine(std::move(mt), std::move(v));
   }
 
   void push(int m, int pass, const Matrix<T>& g_out) override {
-    if (is_last_) return;
-    Recurrent<T>& rnn = slot(m).net.rnn();
+    Slot& s = slot(m);
+    if (is_last_ || s.active == 0) return;
+    Recurrent<T>& rnn = s.net.rnn();
     const Index l = layer_of(pass);
-    rnn.set_final_state_grad(l, g_out);
+    rnn.set_final_state_grad(l, Matrix<T>(g_out.leftCols(s.active)));
     rnn.backward_layer(l, bp_options());
   }
 
@@ -113,9 +222,13 @@ class RnnStage final : public Stage<T> {
   struct Slot {
     explicit Slot(const ModelConfig& c) : net(c) {}
     SequenceClassifier<T> net;
-    Matrix<T> x, logits, dlogits, dout;
-    std::vector<std::int64_t> labels;
-    Index batch = 0;
+    Matrix<T> x, head_in, logits, dlogits, dh, dout, dpass;
+    std::vector<std::int64_t> labels, col_labels;  ///< labels: per sample, in the sorted order
+    std::vector<Index> order;      ///< the micro-batch's samples, longest first (its own order without lengths)
+    std::vector<Index> len;        ///< each sample's steps on this stage, 0..n (sorted order)
+    std::vector<Index> head_cols;  ///< head every: the output columns of this stage's real steps
+    std::vector<T> zeros;          ///< the recurrent gradients of a slot where no sample ran
+    Index batch = 0, active = 0;   ///< samples, and those that run a step here (a prefix)
     bool has_head = false;
   };
   bool every() const { return config_.head == HeadMode::every; }
@@ -123,30 +236,53 @@ class RnnStage final : public Stage<T> {
   Slot& slot(int m) { return slots_[m]; }
   BackwardOptions bp_options() const { return {BackwardMethod::bp, threads_, 0}; }
 
-  /// The gradient on the top layer's outputs from this stage's head (zero without one); the
-  /// head's parameter gradients (zero on stages without a head).
+  /// The gradient on the top layer's outputs from this stage's head, into s.dout (zero
+  /// without one; output_size × n·active); the head's gradient on the final states of the
+  /// samples that passed through (head last, last stage) into s.dpass; the head's parameter
+  /// gradients (zero on stages without a head).
   void head_backward(Slot& s) {
-    Recurrent<T>& rnn = s.net.rnn();
     Linear<T>& head = s.net.head();
+    const Index P = output_size(config_.rnn), n = last_ - first_, A = s.active;
+    s.dout.setZero(P, n * A);
+    s.dpass.setZero(P, s.batch - A);
     if (!s.has_head) {
-      s.dout.setZero(output_size(config_.rnn), rnn.output().cols());
       head.grad_weight.setZero(head.weight.rows(), head.weight.cols());
       head.grad_bias.setZero(head.bias.size());
+      return;
+    }
+    head.backward(s.head_in, s.dlogits, s.dh);
+    if (every()) {
+      for (std::size_t j = 0; j < s.head_cols.size(); ++j) s.dout.col(s.head_cols[j]) = s.dh.col(static_cast<Index>(j));
     } else {
-      s.net.head_backward(s.dlogits, s.dout);
+      for (Index k = 0; k < s.batch; ++k)
+        if (k < A)
+          s.dout.col((s.len[static_cast<std::size_t>(k)] - 1) * A + k) = s.dh.col(k);
+        else
+          s.dpass.col(k - A) = s.dh.col(k);
     }
   }
 
+  /// Each layer's gradient from the next stage on the running samples' final states.
   void set_final(Slot& s, const Matrix<T>* g_out) {
     const Index S = state_size(config_.rnn);
     for (Index l = 0; l < config_.rnn.layers; ++l)
-      s.net.rnn().set_final_state_grad(l, g_out ? Matrix<T>(g_out->middleRows(l * S, S)) : Matrix<T>());
+      s.net.rnn().set_final_state_grad(l, g_out ? Matrix<T>(g_out->block(l * S, 0, S, s.active)) : Matrix<T>());
   }
 
-  Matrix<T> initial_grads(Slot& s) {
-    const Index S = state_size(config_.rnn);
-    Matrix<T> g(config_.rnn.layers * S, s.batch);
-    for (Index l = 0; l < config_.rnn.layers; ++l) g.middleRows(l * S, S) = s.net.rnn().state0_grad(l);
+  /// Layer l's gradient on this stage's initial states (S × batch): the running samples'
+  /// state0_grad; for the others, what came from the next stage (g_out: every layer's,
+  /// stacked, or none) and the head's gradient on their final h.
+  Matrix<T> boundary_grad(Slot& s, Index l, const Matrix<T>* g_out) {
+    const Index S = state_size(config_.rnn), A = s.active, B = s.batch;
+    Matrix<T> g(S, B);
+    if (A > 0) g.leftCols(A) = s.net.rnn().state0_grad(l);
+    if (A < B) {
+      if (g_out)
+        g.rightCols(B - A) = g_out->block(l * S, A, S, B - A);
+      else
+        g.rightCols(B - A).setZero();
+      if (l == config_.rnn.layers - 1) g.rightCols(B - A).topRows(output_size(config_.rnn)) += s.dpass;
+    }
     return g;
   }
 

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <vector>
 
+#include "bppsa/core/error.hpp"
 #include "bppsa/mpi/pipeline.hpp"
 
 namespace bppsa::mpi::detail {
@@ -15,6 +17,12 @@ struct Micro {
   const float* x = nullptr;  ///< [batch, …] (cnn: C·H·W per sample; rnn: steps·input)
   const std::int64_t* labels = nullptr;
   Index batch = 0;
+  /// rnn: each sample's length (1..steps, any order), or nullptr: every sample has every step.
+  const Index* lengths = nullptr;
+  /// With lengths: their mean over the whole batch (every replica's and micro-batch's samples),
+  /// which weighs a stage's per-step losses as single-process training does (the mean over the
+  /// real steps of the batch).
+  double mean_length = 0;
 };
 
 /// Micro-batch m of a step lives in slot m: a full copy of the model (its layers record the
@@ -33,6 +41,13 @@ class Stage {
   virtual std::vector<NamedParam<T>> params(int slot, Index first, Index last) = 0;
   /// True when every stage owns every parameter (a recurrent model's steps share weights).
   virtual bool shared_weights() const = 0;
+  /// Checks per-sample lengths (empty: none) for a batch of `batch` before any message is
+  /// sent: every rank raises the same error. Only recurrent stages take lengths.
+  virtual void check_lengths(std::span<const Index> lengths, Index) const {
+    if (!lengths.empty())
+      throw InvalidArgument(
+          "[model-parallel] per-sample lengths are for recurrent models (rnn, gru, lstm), not this one; remove them");
+  }
 
   /// Forward of micro-batch m from the previous stage's output (nullptr on stage 0). Returns
   /// this stage's output (empty on the last stage). Adds `weight` × this stage's mean loss

@@ -402,10 +402,6 @@ void Recurrent<T>::backward_layer(Index l, const BackwardOptions& options, Backw
 template <class T>
 std::pair<Jacobian<T>, Matrix<T>> Recurrent<T>::layer_transfer(Index l, const BackwardOptions& options) {
   impl_->check_order(l, "Recurrent::layer_transfer");
-  if (!impl_->lengths.empty())
-    detail::raise<UnsupportedError>("Recurrent::layer_transfer",
-                                    "a batch with per-sample lengths has no single transfer map; run the stage "
-                                    "on a padded batch");
   return impl_->half->layer_transfer(l, options, params_);
 }
 

@@ -117,7 +117,7 @@ def main():
         ev = json.loads(r.stdout)
         check(ev["samples"] > 0 and 0 <= ev["accuracy"] <= 1, "eval reports accuracy")
     # Samples of different lengths (--min-steps): trained, checked against BP, saved, evaluated;
-    # refused where they do not run, with the flag named.
+    # refused where they do not run, with the flag named (--model-parallel runs them: tests/mpi).
     var = ["train", "--model", "lstm", "--proj", "2", "--hidden", "4", "--data", "bitstream", "--steps", "15",
            "--min-steps", "3", "--samples", "120", "--epochs", "1", "--batch", "8", "--no-progress"]
     r = run(var + ["--check", "--save", path("var.safetensors")], label="train --min-steps --proj --check")
@@ -125,14 +125,10 @@ def main():
     run(["eval", "--checkpoint", path("var.safetensors"), "--data", "bitstream", "--steps", "15", "--min-steps", "3",
          "--samples", "120"], label="eval --min-steps")
     run([a if a != "3" else "16" for a in var], 1, "--min-steps 16", "--min-steps above --steps")
-    run(var + ["--model-parallel"], 1, "--min-steps", "--min-steps with --model-parallel")
     st.save(path("lx.safetensors"), {"x": np.zeros((2, 15, 1), np.float32), "y": np.zeros(2, np.int64),
                                      "lengths": np.array([15, 16], np.int64)})
     run(["grad", "--model", "lstm", "--weights", path("var.safetensors"), "--batch", path("lx.safetensors"),
          "--out", path("lg.safetensors")], 1, "outside 1..15", "grad with a length past the batch's steps")
-    run(["grad", "--model", "lstm", "--weights", path("var.safetensors"), "--batch", path("lx.safetensors"),
-         "--out", path("lg.safetensors"), "--model-parallel"], 1, "drop --model-parallel",
-        "grad --model-parallel refuses a batch with lengths")
     run(["train", "--model", "gru", "--data", "mnist-rows", "--data-dir", path("nowhere"), "--min-steps", "5",
          "--epochs", "1"], 1, "bitstream only", "--min-steps on other data")
     idx = fake_mnist(path("idx"))  # an MNIST-format set of IDX files: 96 train + 24 test images

@@ -3,17 +3,21 @@ independent references:
 
 1. gradients: `mpirun -np K bppsa grad --model-parallel` (bp pipeline, bppsa with doubling
    and Blelloch, micro-batches, replicas) equals single-process `bppsa grad --backward bp`
-   for K in {1, 2, 3, 4, 8}, on a stacked GRU, an LSTM with per-step losses and a CNN with
-   every operator kind (relative 1e-4, float32);
+   for K in {1, 2, 3, 4, 8}, on a stacked GRU, an LSTM, a stacked LSTM with a projection and
+   a CNN with every operator kind (relative 1e-4, float32); and on a batch whose samples have
+   different lengths (a `lengths` tensor), for the recurrent models, where samples end on
+   every rank, at a stage boundary, and a whole micro-batch ends before the later ranks;
 2. training: a model-parallel epoch leaves the same weights as a single-process epoch from the
-   same seed (same batches, same optimizer), its checkpoint loads into a 1-rank run, and a
-   1-rank checkpoint continues in a K-rank run with --check;
+   same seed (same batches, same optimizer), also on samples of different lengths (--min-steps)
+   with the head on the last step and on every step, its checkpoint loads into a 1-rank run,
+   and a 1-rank checkpoint continues in a K-rank run with --check;
 3. failures end the job instead of hanging: a rank killed mid-run, a rank that stops
    answering (SIGSTOP; the others time out), and ranks started with different flags.
 
 usage: check_mpi.py BPPSA_BINARY WORKDIR
 """
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -137,6 +141,64 @@ for model, w, b, label in MODELS:
         check(f"{label}: K={k} {backward}" + (f" {scan}" if backward == "bppsa" else "") +
               f", {k // replicas} stages × {replicas}, {micro} micro", worst(out, ref))
 
+# --- 1b. samples of different lengths ---------------------------------------------------
+# T = 16, 7 samples, lengths in no order (each micro-batch sorts its own). Every K ≥ 2 gives
+# each rank at least 2 of the 16 steps, so the samples of length 1 and 2 (samples 2 and 3: the
+# whole second micro-batch of 3) end on rank 0 and pass through every later rank with no step
+# there; length 8 ends exactly at the K = 2 boundary; 5, 9 and 12 end inside later ranks.
+LENGTHS = np.array([5, 16, 2, 1, 8, 16, 12], np.int64)
+LEN_X, LEN_Y = rng.standard_normal((7, 16, 3)).astype(np.float32), rng.integers(0, 4, (7,)).astype(np.int64)
+st.save(path("seq_len.safetensors"), {"x": LEN_X, "y": LEN_Y, "lengths": LENGTHS})
+st.save(path("seq_len_padded.safetensors"), {"x": LEN_X, "y": LEN_Y})  # the same batch, every sample 16 steps
+LEN_VARIANTS = [  # (ranks, backward, scan, replicas, micro-batches)
+    (2, "bp", "doubling", 1, 1), (2, "bppsa", "doubling", 1, 1), (2, "bppsa", "blelloch", 1, 3),
+    (3, "bp", "doubling", 1, 3), (3, "bppsa", "doubling", 1, 2), (3, "bppsa", "blelloch", 1, 3),
+    (4, "bppsa", "doubling", 1, 3), (4, "bppsa", "blelloch", 2, 1), (8, "bp", "doubling", 1, 3),
+    (8, "bppsa", "doubling", 1, 3), (8, "bppsa", "blelloch", 1, 1)]
+for model, w, _, label in MODELS:
+    if model == "cnn":
+        continue
+    tag = w.split(".")[0]
+    ref = path(f"ref_len_{tag}.safetensors")
+    run([BIN, "grad", "--model", model, "--weights", path(w), "--batch", path("seq_len.safetensors"), "--out", ref,
+         "--backward", "bp"])
+    # The lengths must matter: the same batch without them (steps past a length hold random
+    # inputs) gives other gradients, so a run that ignored them would fail the checks below.
+    padded = path(f"ref_padded_{tag}.safetensors")
+    run([BIN, "grad", "--model", model, "--weights", path(w), "--batch", path("seq_len_padded.safetensors"), "--out",
+         padded, "--backward", "bp"])
+    differ, _ = worst(padded, ref)
+    print("%-62s %s  largest relative difference %.2e" % (f"{label}: lengths change the gradients",
+                                                          "ok  " if differ > 1e-2 else "FAIL", differ))
+    if not differ > 1e-2:
+        failures.append(label + " lengths ignored")
+    for k, backward, scan, replicas, micro in LEN_VARIANTS:
+        out = path(f"g_len_{tag}_{k}_{backward}_{scan}_{replicas}_{micro}.safetensors")
+        mpi(k, ["grad", "--model", model, "--weights", path(w), "--batch", path("seq_len.safetensors"), "--out", out,
+                "--mp-backward", backward, "--mp-scan", scan, "--replicas", str(replicas),
+                "--micro-batches", str(micro)])
+        check(f"{label}, lengths 1..16: K={k} {backward}" + (f" {scan}" if backward == "bppsa" else "") +
+              f", {k // replicas} stages × {replicas}, {micro} micro", worst(out, ref))
+# Invalid lengths are refused, naming the file and the fix; a CNN takes none.
+st.save(path("bad_len.safetensors"), {"x": np.zeros((2, 16, 3), np.float32), "y": np.zeros(2, np.int64),
+                                      "lengths": np.array([16, 17], np.int64)})
+r = mpi(2, ["grad", "--model", "gru", "--weights", path("gru2.safetensors"), "--batch", path("bad_len.safetensors"),
+            "--out", path("bad.safetensors")], expect=1)
+ok = "outside 1..16" in r.stderr and "bad_len.safetensors" in r.stderr
+print("%-62s %s" % ("a length past the batch's steps is refused (2 ranks)", "ok" if ok else "FAIL"))
+if not ok:
+    print(r.stderr[-2000:])
+    failures.append("bad lengths")
+st.save(path("img_len.safetensors"), {"x": np.zeros((2, 2, 8, 8), np.float32), "y": np.zeros(2, np.int64),
+                                      "lengths": np.array([1, 1], np.int64)})
+r = run([BIN, "grad", "--model", "cnn", "--weights", path("cnn.safetensors"), "--batch", path("img_len.safetensors"),
+         "--out", path("bad.safetensors"), "--model-parallel"], expect=1)
+ok = "does not take" in r.stderr
+print("%-62s %s" % ("a CNN batch with lengths is refused", "ok" if ok else "FAIL"))
+if not ok:
+    print(r.stderr[-2000:])
+    failures.append("cnn lengths")
+
 # --- 2. training, checkpoints across rank counts ----------------------------------------
 MNIST = fake_mnist(path("idx"))  # a small MNIST-format set of IDX files
 SEQ = ["--model", "gru", "--hidden", "6", "--layers", "2", "--data", "bitstream", "--steps", "12", "--samples", "96",
@@ -164,6 +226,26 @@ for name, args, k in [("gru", SEQ, 3), ("cnn", CNN, 4)]:
     print("%-62s %s" % (f"{name}: 1-rank checkpoint continues in a 2-rank run with --check", "ok" if ok else "FAIL"))
     if not ok:
         failures.append(name + " --check")
+
+# Samples of different lengths (--min-steps 2: lengths 2..12 over 3 ranks of 4 steps), the head
+# on the last step and on every step: a 3-rank epoch (each mode) ends with the single-process
+# epoch's weights, and --check compares one batch's gradients with single-process BP.
+for head in ["last", "every"]:
+    args = SEQ + ["--min-steps", "2", "--head", head]
+    single = path(f"single_len_{head}.safetensors")
+    r = run([BIN, "train"] + args + ["--backward", "bp", "--save", single])
+    lengths_named = "data: bitstream" in r.stderr and "(lengths " in r.stderr
+    for backward, scan in [("bp", "doubling"), ("bppsa", "doubling"), ("bppsa", "blelloch")]:
+        multi = path(f"mp_len_{head}_{backward}_{scan}.safetensors")
+        r = mpi(3, ["train"] + args + ["--save", multi, "--micro-batches", "2", "--mp-backward", backward,
+                    "--mp-scan", scan, "--check"])
+        # Adam divides by √v: a gradient entry near zero turns float rounding into ~1e-6 of the
+        # weights (single-process blelloch against bp differs as much); the bound stays 1e-4.
+        check(f"gru, lengths, head {head}: 3-rank {backward} {scan} epoch vs single-process (weights)",
+              worst(multi, single))
+        m = re.search(r"gradient check .* largest relative error (\S+) \((\S+)\)", r.stdout)
+        check(f"gru, lengths, head {head}: 3-rank {backward} --check (one batch's gradients vs bp)",
+              (float(m.group(1)), m.group(2)) if m and lengths_named else (float("inf"), "no check, or no lengths"))
 
 
 # --- 3. failures end the job --------------------------------------------------------------

@@ -570,9 +570,37 @@ TEST(RecurrentErrors, Lengths) {
         rnn.forward(x, 4, 3, std::vector<Index>{2, 4, 1});
       },
       {"sorted longest first", "sample 1 has 4 after 2"});
-  rnn.forward(x, 4, 3, std::vector<Index>{4, 2, 1});
-  rnn.backward_begin(random_matrix(3, 12, rng), false);
-  expect_error<UnsupportedError>([&] { rnn.layer_transfer(0, {}); }, {"per-sample lengths"});
+}
+
+// With lengths, layer_transfer's affine map (what a model-parallel stage sends) is each
+// sample's own: g_0 = M_b · g_in + v_b, g_in applied at the sample's length, for every method.
+TEST(RecurrentLengths, LayerTransferPerSample) {
+  for (CellType cell : {CellType::rnn, CellType::gru, CellType::lstm}) {
+    SCOPED_TRACE(to_string(cell));
+    Recurrent<double> rnn({cell, 2, 3, 1});
+    rnn.reset_parameters(4);
+    Rng rng(6);
+    const Index S = state_size(cell, 3);
+    const std::vector<Index> lengths{4, 2, 1};
+    rnn.forward(random_matrix(2, 4 * 3, rng), 4, 3, lengths);
+    Md grad_out = random_matrix(3, 12, rng);  // head last: each sample's last real step only
+    for (Index t = 0; t < 4; ++t)
+      for (Index b = 0; b < 3; ++b)
+        if (t + 1 != lengths[static_cast<std::size_t>(b)]) grad_out.col(t * 3 + b).setZero();
+    rnn.backward_begin(grad_out, false);
+    auto [m, v] = rnn.layer_transfer(0, {});
+    ASSERT_EQ(m.count(), 3);
+    for (BackwardMethod method : {BackwardMethod::bp, BackwardMethod::linear, BackwardMethod::blelloch}) {
+      const Md g_in = random_matrix(S, 3, rng);
+      rnn.set_final_state_grad(0, g_in);
+      rnn.backward(grad_out, false, {method});
+      for (Index b = 0; b < 3; ++b) {
+        const Md want = m.to_dense(b) * g_in.col(b) + v.col(b);
+        EXPECT_LT((rnn.state0_grad(0).col(b) - want).norm(), 1e-10 * (1 + want.norm()))
+            << to_string(method) << ", sample " << b;
+      }
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -148,11 +148,11 @@ int run_grad(const GradArgs& a) {
                                              "would replace it: give --out another name");
   }
   if (a.mp.enabled || a.model == "cnn") {
-    // Samples of different lengths run in one process and through recurrent layers only.
-    if (read_safetensors(a.batch).contains("lengths"))
-      detail::raise<InvalidArgument>(op, "--batch " + a.batch + " holds 'lengths' (samples of different lengths), " +
-                                             (a.mp.enabled ? "which run in one process; drop --model-parallel"
-                                                           : "which --model cnn does not take; remove the tensor"));
+    // Samples of different lengths run through recurrent layers only.
+    if (a.model == "cnn" && read_safetensors(a.batch).contains("lengths"))
+      detail::raise<InvalidArgument>(op, "--batch " + a.batch +
+                                             " holds 'lengths' (samples of different lengths), which --model cnn "
+                                             "does not take; remove the tensor");
     return a.mp.enabled ? run_grad_model_parallel(a) : run_grad_cnn(a);
   }
   if (!a.arch.empty()) detail::raise<InvalidArgument>(op, "--arch is for --model cnn");
@@ -177,22 +177,27 @@ int run_grad(const GradArgs& a) {
   const std::vector<std::int64_t> y = xb.at("y", op).to_i64("y");
   require_finite(x, a);
   require_labels(y, config.classes, a);
-  std::vector<Index> lengths;  // optional: each sample's length, 1..steps (the rest is padding)
-  if (xb.contains("lengths")) {
-    xb.require("lengths", {B}, op);
-    for (const std::int64_t n : xb.at("lengths", op).to_i64("lengths")) {
-      if (n < 1 || n > T)
-        detail::raise<FormatError>(op, "tensor 'lengths' in " + a.batch + " holds " + std::to_string(n) +
-                                           ", outside 1.." + std::to_string(T) + " (the steps of 'x')");
-      lengths.push_back(static_cast<Index>(n));
-    }
-  }
+  const std::vector<Index> lengths = batch_lengths(xb, B, T, a.batch);  // optional (the rest is padding)
   const float loss = model.loss_and_grad(x, B, T, y, to_options(a.backward), nullptr, nullptr, lengths);
   write_grads(a, model, loss, describe(config));
   return 0;
 }
 
 }  // namespace
+
+std::vector<Index> batch_lengths(const TensorFile& batch, Index B, Index T, const std::string& file) {
+  const char* op = "grad";
+  std::vector<Index> lengths;
+  if (!batch.contains("lengths")) return lengths;
+  batch.require("lengths", {B}, op);
+  for (const std::int64_t n : batch.at("lengths", op).to_i64("lengths")) {
+    if (n < 1 || n > T)
+      detail::raise<FormatError>(op, "tensor 'lengths' in " + file + " holds " + std::to_string(n) + ", outside 1.." +
+                                         std::to_string(T) + " (the steps of 'x')");
+    lengths.push_back(static_cast<Index>(n));
+  }
+  return lengths;
+}
 
 Command add_eval(CLI::App& app) {
   auto a = std::make_shared<EvalArgs>();

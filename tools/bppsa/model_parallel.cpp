@@ -10,8 +10,11 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <sstream>
+#include <type_traits>
 #include <variant>
+#include <vector>
 
 #include "bppsa/bppsa.hpp"
 #include "bppsa/io/file.hpp"
@@ -59,11 +62,22 @@ int as_rank(double timeout, F&& body) {
 /// how it steps (compared in the handshake).
 std::string job_string(const TrainArgs& a) {
   std::ostringstream s;
-  s << "data=" << a.data.data << ":" << a.data.dir << ":" << a.data.steps << ":" << a.data.samples << ":"
-    << a.data.limit_train << ":" << a.data.limit_test << ":" << a.data.data_seed << " epochs=" << a.epochs
-    << " batch=" << a.batch << " lr=" << a.lr << " optimizer=" << a.optimizer << " momentum=" << a.momentum
-    << " wd=" << a.weight_decay << " seed=" << a.seed << " init=" << a.init;
+  s << "data=" << a.data.data << ":" << a.data.dir << ":" << a.data.steps << ":" << a.data.min_steps << ":"
+    << a.data.samples << ":" << a.data.limit_train << ":" << a.data.limit_test << ":" << a.data.data_seed
+    << " epochs=" << a.epochs << " batch=" << a.batch << " lr=" << a.lr << " optimizer=" << a.optimizer
+    << " momentum=" << a.momentum << " wd=" << a.weight_decay << " seed=" << a.seed << " init=" << a.init;
   return s.str();
+}
+
+/// The lengths of samples idx of a recurrent data set that has them (else empty: every
+/// sample has every step, as for images).
+template <class Data>
+std::vector<Index> lengths_of(const Data& d, std::span<const Index> idx) {
+  std::vector<Index> lengths;
+  if constexpr (std::is_same_v<Data, SequenceDataset>)
+    if (!d.lengths.empty())
+      for (const Index i : idx) lengths.push_back(d.length(i));
+  return lengths;
 }
 
 /// A model-parallel model for either family, plus what the loop needs to know about it.
@@ -103,10 +117,6 @@ int train_rank(const TrainArgs& a, Comm& world) {
     job.test = std::move(test);
   } else {
     auto [train, test] = load_data(a.data, !root);
-    if (!train.lengths.empty() || !test.lengths.empty())
-      detail::raise<InvalidArgument>("train", "data set '" + train.name +
-                                                  "' has samples of different lengths, which run in one process; "
-                                                  "drop --model-parallel");
     const ModelConfig config = recurrent_train_config(a, train, test, a.init.empty() ? nullptr : &init);
     job.model = std::make_unique<ModelParallel<float>>(world, config, train.steps, po);
     job.description = describe(config);
@@ -175,8 +185,9 @@ int train_rank(const TrainArgs& a, Comm& world) {
       const Index s0 = b * a.batch, s1 = std::min(n, s0 + a.batch);
       const std::span<const Index> idx(order.data() + s0, static_cast<std::size_t>(s1 - s0));
       std::visit([&](const auto& d) { gather_batch(d, idx, x, y); }, job.train);
+      const std::vector<Index> lengths = std::visit([&](const auto& d) { return lengths_of(d, idx); }, job.train);
       mpi::PipelineStats st;
-      const float loss = mp.loss_and_grad(x, s1 - s0, y, &st);
+      const float loss = mp.loss_and_grad(x, s1 - s0, y, &st, lengths);
       if (!std::isfinite(loss))
         detail::raise<NonFiniteError>("train", "the loss became " + std::to_string(loss) + " at epoch " +
                                                    std::to_string(epoch) + ", batch " + std::to_string(b + 1) +
@@ -200,7 +211,8 @@ int train_rank(const TrainArgs& a, Comm& world) {
       std::vector<Index> idx(static_cast<std::size_t>(s1 - s0));
       for (Index i = s0; i < s1; ++i) idx[static_cast<std::size_t>(i - s0)] = i;
       std::visit([&](const auto& d) { gather_batch(d, idx, x, y); }, job.test);
-      const auto [l, c] = mp.evaluate(x, s1 - s0, y);
+      const std::vector<Index> lengths = std::visit([&](const auto& d) { return lengths_of(d, idx); }, job.test);
+      const auto [l, c] = mp.evaluate(x, s1 - s0, y, lengths);
       test_loss += l;
       correct += c;
     }
@@ -248,8 +260,9 @@ int train_rank(const TrainArgs& a, Comm& world) {
     std::vector<Index> idx(static_cast<std::size_t>(n));
     for (Index i = 0; i < n; ++i) idx[static_cast<std::size_t>(i)] = i;
     std::visit([&](const auto& d) { gather_batch(d, idx, x, y); }, job.train);
+    const std::vector<Index> lengths = std::visit([&](const auto& d) { return lengths_of(d, idx); }, job.train);
     const TensorFile weights = mp.state_dict();
-    mp.loss_and_grad(x, n, y);
+    mp.loss_and_grad(x, n, y, nullptr, lengths);
     const TensorFile got = mp.gradients();
     int failed = 0;
     if (root) {
@@ -266,7 +279,7 @@ int train_rank(const TrainArgs& a, Comm& world) {
         SequenceClassifier<float> single(checkpoint_config(weights, a.model.model));
         single.load_state_dict(weights);
         const auto& d = std::get<SequenceDataset>(job.train);
-        single.loss_and_grad(x, n, d.steps, y, bp);
+        single.loss_and_grad(x, n, d.steps, y, bp, nullptr, nullptr, lengths);
         for (const auto& p : single.parameters())
           ref.tensors[p.name] =
               Tensor::from_f32(std::span<const float>(p.grad, static_cast<std::size_t>(p.size)), p.shape);
@@ -311,6 +324,7 @@ int grad_rank(const GradArgs& a, Comm& world) {
   const PipelineOptions po = pipeline_options(a.mp, a.backward.threads, "weights=" + a.weights + " batch=" + a.batch);
   std::unique_ptr<ModelParallel<float>> mp;
   std::string description;
+  std::vector<Index> lengths;  // recurrent: optional, each sample's length (the rest is padding)
   if (cnn) {
     if (xt.shape.size() != 4)
       detail::raise<ShapeError>(op, "tensor 'x' in " + a.batch + " has shape " + shape_list(xt.shape) +
@@ -328,12 +342,13 @@ int grad_rank(const GradArgs& a, Comm& world) {
       detail::raise<ShapeError>(op, "tensor 'x' in " + a.batch + " has shape " + shape_list(xt.shape) +
                                         ", expected [batch, steps, " + std::to_string(config.rnn.input) + "]");
     xb.require("x", {-1, -1, config.rnn.input}, op);
+    lengths = batch_lengths(xb, B, xt.shape[1], a.batch);
     mp = std::make_unique<ModelParallel<float>>(world, config, xt.shape[1], po);
     description = describe(config);
   }
   mp->load_state_dict(w);
   mpi::PipelineStats st;
-  const float loss = mp->loss_and_grad(x, B, y, &st);
+  const float loss = mp->loss_and_grad(x, B, y, &st, lengths);
   TensorFile g = mp->gradients();
   if (world.rank() == 0) {
     g.tensors["loss"] = Tensor::from_f32(std::vector<float>{loss}, {});

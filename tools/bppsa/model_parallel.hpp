@@ -81,6 +81,11 @@ ConvNetConfig cnn_train_config(const TrainArgs& a, const ImageDataset& train, co
 double max_relative_error(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b,
                           const std::vector<std::string>& names, std::string* where);
 
+/// `bppsa grad`'s optional 'lengths' tensor of its --batch file (`file`): each sample's length,
+/// I64 [B], each in 1..T (the steps of 'x'); empty when the file has none. ShapeError or
+/// FormatError naming the file otherwise. Shared by single-process and model-parallel grad.
+std::vector<Index> batch_lengths(const TensorFile& batch, Index B, Index T, const std::string& file);
+
 /// `bppsa train --model-parallel`: one rank of the job.
 int run_train_model_parallel(const TrainArgs& a);
 /// `bppsa grad --model-parallel`: the batch's loss and gradients, written by rank 0.

@@ -416,10 +416,6 @@ int run(const Args& a) {
                                      "on the CPU");
   }
   if (a.data.min_steps > 0 && a.data.min_steps < a.data.steps) {
-    if (a.mp.enabled)
-      detail::raise<InvalidArgument>("train",
-                                     "--min-steps (samples of different lengths) runs in one process; "
-                                     "drop --model-parallel or --min-steps");
     if (require_device(a.device) == Device::cuda)
       detail::raise<InvalidArgument>("train",
                                      "--min-steps (samples of different lengths) runs on the CPU; "

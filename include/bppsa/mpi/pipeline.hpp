@@ -73,7 +73,7 @@ class ModelParallel {
  public:
   /// A CNN split by layers (balanced by each layer's multiply-adds).
   ModelParallel(const Comm& world, ConvNetConfig config, PipelineOptions options);
-  /// A recurrent classifier split by time steps (sequences of exactly `steps`).
+  /// A recurrent classifier split by time steps (sequences of `steps`, or shorter with lengths).
   ModelParallel(const Comm& world, ModelConfig config, Index steps, PipelineOptions options);
   ~ModelParallel();
   ModelParallel(const ModelParallel&) = delete;
@@ -103,15 +103,24 @@ class ModelParallel {
   /// One step's forward, loss and gradients for the full batch (every rank passes the same
   /// batch; replica r takes its share). Returns the batch's mean loss on every rank.
   /// Afterwards parameters() carries the complete gradients of the parameters this rank owns.
+  ///
+  /// lengths (recurrent models; empty = every sample has every step): each sample's length,
+  /// 1..steps, in any order, with SequenceClassifier's semantics (the same loss and gradients).
+  /// Sample b runs steps 1..lengths[b] only: the stage where it ends stops it there, and the
+  /// stages after it pass its final state on unchanged (and its gradient back), computing
+  /// nothing for it. A CNN refuses lengths (InvalidArgument).
   T loss_and_grad(std::span<const float> x, Index batch, std::span<const std::int64_t> labels,
-                  PipelineStats* stats = nullptr);
+                  PipelineStats* stats = nullptr, std::span<const Index> lengths = {});
   /// The three parts of loss_and_grad, for measuring them apart (bench/).
-  T forward_loss(std::span<const float> x, Index batch, std::span<const std::int64_t> labels);
+  T forward_loss(std::span<const float> x, Index batch, std::span<const std::int64_t> labels,
+                 std::span<const Index> lengths = {});
   void backward(PipelineStats* stats = nullptr);
   void reduce_gradients();
 
-  /// Loss sum and correct predictions of a batch, forward only (every rank gets the totals).
-  std::pair<double, Index> evaluate(std::span<const float> x, Index batch, std::span<const std::int64_t> labels);
+  /// Loss sum and correct predictions of a batch, forward only (every rank gets the totals);
+  /// lengths as loss_and_grad's.
+  std::pair<double, Index> evaluate(std::span<const float> x, Index batch, std::span<const std::int64_t> labels,
+                                    std::span<const Index> lengths = {});
 
   /// The parameters this rank updates, with their complete gradients after loss_and_grad.
   std::vector<NamedParam<T>> parameters();

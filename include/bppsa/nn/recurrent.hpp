@@ -170,7 +170,10 @@ class Recurrent {
   /// head or the layer above at every step, the last one included). Same ordering rule as
   /// backward_layer(layer) — the layer above must have had its backward_layer() — but it does
   /// not advance it: backward_layer(layer) comes next and gives exactly what it gives
-  /// without this call. Fills chain(layer) (so checks memory like a scan backward).
+  /// without this call. Fills chain(layer) (so checks memory like a scan backward). With
+  /// lengths, sample b's M is that of its own steps 1..lengths[b] (a dense M, one block per
+  /// sample; no Jacobian past a length) and g_in applies at its length, as
+  /// set_final_state_grad does.
   std::pair<Jacobian<T>, Matrix<T>> layer_transfer(Index layer, const BackwardOptions& options);
 
   /// Throws ResourceError (bppsa/core/memory.hpp), with the numbers, when a training step of

@@ -7,6 +7,7 @@
 
 #include "bppsa/core/error.hpp"
 #include "nn/classifier_half.hpp"
+#include "nn/head_columns.hpp"
 
 namespace bppsa::detail {
 namespace {
@@ -64,16 +65,7 @@ class ClassifierCpu final : public ClassifierHalf<T> {
     head_cols_.clear();
     col_labels_.clear();
     if (!lengths_.empty()) {
-      if (config_.head == HeadMode::every)
-        for (Index t = 0; t + 1 < steps; ++t)
-          for (Index k = 0; k < batch && t + 1 < lengths_[static_cast<std::size_t>(k)]; ++k) {
-            head_cols_.push_back(t * batch + k);
-            col_labels_.push_back(labels_[static_cast<std::size_t>(k)]);
-          }
-      for (Index k = 0; k < batch; ++k) {
-        head_cols_.push_back((lengths_[static_cast<std::size_t>(k)] - 1) * batch + k);
-        col_labels_.push_back(labels_[static_cast<std::size_t>(k)]);
-      }
+      head_columns(config_.head == HeadMode::every, lengths_, labels_, head_cols_, col_labels_);
       head_in_.resize(rnn_.output().rows(), static_cast<Index>(head_cols_.size()));
       for (std::size_t j = 0; j < head_cols_.size(); ++j)
         head_in_.col(static_cast<Index>(j)) = rnn_.output().col(head_cols_[j]);

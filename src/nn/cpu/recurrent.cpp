@@ -224,9 +224,12 @@ class RecurrentCpu final : public RecurrentHalf<T> {
   /// The layer's chain generated for the current forward (rebuilt when the shape changed),
   /// values filled for every step.
   void fill_chain(Layer& L, const RecurrentLayerParams<T>& p, int threads, const char* op);
-  /// With lengths: the scan of one layer over its samples' chains, each at its own length,
-  /// joined into one chain of batch 1 (docs/method.md §4.6); L.g holds each sample's top
-  /// (its last state's gradient) and receives every running step's.
+  /// With lengths: the layer's samples' chains, each at its own length, joined into one chain
+  /// of batch 1 (docs/method.md §4.6; rebuilt when the lengths changed), values filled for
+  /// every running step. Returns each sample's base: its J_t^T is element base_b + t.
+  std::vector<Index> fill_chain_by_length(Layer& L, const RecurrentLayerParams<T>& p, int threads, const char* op);
+  /// With lengths: the scan of one layer over that chain; L.g holds each sample's top (its
+  /// last state's gradient) and receives every running step's.
   void scan_by_length(Layer& L, const RecurrentLayerParams<T>& p, const Matrix<T>& above, bool inject,
                       const BackwardOptions& options, int threads, BackwardTimes& local, const char* op);
   /// Record column of sample b's last step's state (block lengths[b]).
@@ -363,10 +366,9 @@ void RecurrentCpu<T>::fill_chain(Layer& L, const RecurrentLayerParams<T>& p, int
 // samples a zero diagonal element (base_{b+1} = base_b + L_b + 1) cuts the products, and the
 // upper sample's top gradient enters as its injection. Work and memory follow Σ L_b, not T·B.
 template <class T>
-void RecurrentCpu<T>::scan_by_length(Layer& L, const RecurrentLayerParams<T>& p, const Matrix<T>& above, bool inject,
-                                     const BackwardOptions& options, int threads, BackwardTimes& local,
-                                     const char* op) {
-  const Index B = batch_, P = output_size(config_), S = state_size(config_);
+std::vector<Index> RecurrentCpu<T>::fill_chain_by_length(Layer& L, const RecurrentLayerParams<T>& p, int threads,
+                                                         const char* op) {
+  const Index B = batch_, S = state_size(config_);
   const auto& ops = cell_ops<T>(config_.cell, config_.nonlinearity);
   const auto len = [&](Index b) { return lengths_[static_cast<std::size_t>(b)]; };
   std::vector<Index> base(static_cast<std::size_t>(B));
@@ -375,12 +377,12 @@ void RecurrentCpu<T>::scan_by_length(Layer& L, const RecurrentLayerParams<T>& p,
   const auto at = [&](Index b) { return base[static_cast<std::size_t>(b)]; };
   const Index total = at(B - 1) + len(B - 1);  // chain elements
 
-  double t0 = omp_get_wtime();
   *L.w_hh_t = p.w_hh.transpose();  // in place: the chain's shared S keeps its identity
   if (L.chain_lengths != lengths_ || L.chain_steps != steps_) {
     L.chain = Chain<T>(1);
     L.chain_steps = L.chain_batch = -1;  // rebuilt below; not a valid chain if that throws
     L.chain_lengths.clear();
+    check_step_memory(config_, steps_, B, sizeof(T), BackwardMethod::linear, op);  // Σ L_b ≤ T·B elements
     for (Index b = 0; b < B; ++b) {
       for (Index t = 1; t <= len(b); ++t) L.chain.push_back(ops.element(p, L.rec, L.w_hh_t, 1));
       if (b + 1 < B) {
@@ -402,6 +404,18 @@ void RecurrentCpu<T>::scan_by_length(Layer& L, const RecurrentLayerParams<T>& p,
              std::span<const JacobianSlot<T>>(slots).subspan(static_cast<std::size_t>(i0 - 1),
                                                              static_cast<std::size_t>(i1 - i0)));
   });
+  return base;
+}
+
+template <class T>
+void RecurrentCpu<T>::scan_by_length(Layer& L, const RecurrentLayerParams<T>& p, const Matrix<T>& above, bool inject,
+                                     const BackwardOptions& options, int threads, BackwardTimes& local,
+                                     const char* op) {
+  const Index B = batch_, P = output_size(config_);
+  const auto len = [&](Index b) { return lengths_[static_cast<std::size_t>(b)]; };
+  double t0 = omp_get_wtime();
+  const std::vector<Index> base = fill_chain_by_length(L, p, threads, op);
+  const auto at = [&](Index b) { return base[static_cast<std::size_t>(b)]; };
   // Injections: the outputs' gradients inside each chain (every_step or a layer above), and
   // each lower sample's top, which the zero element above it cuts off from the products.
   for (Index b = 0; b < B; ++b) {
@@ -535,11 +549,24 @@ std::pair<Jacobian<T>, Matrix<T>> RecurrentCpu<T>::layer_transfer(Index l, const
 
   // M: the layer's Jacobian chain, generated as the scan path does (same chain, so a scan
   // backward_layer after this reuses it), folded from J_1^T: acc = J_1^T · … · J_t^T. The
-  // fold is sequential (T − 1 products of S × S per sample); a stage is short.
+  // fold is sequential (T − 1 products of S × S per sample); a stage is short. With lengths,
+  // sample b's own chain (its L_b running steps only) folds into its block of a dense M.
   const int threads = resolve_threads(options.threads);
-  fill_chain(L, p, threads, op);
-  Jacobian<T> m = L.chain.jacobian(1);
-  for (Index t = 2; t <= T_; ++t) m = multiply(m, L.chain.jacobian(t));
+  Jacobian<T> m;
+  if (lengths_.empty()) {
+    fill_chain(L, p, threads, op);
+    m = L.chain.jacobian(1);
+    for (Index t = 2; t <= T_; ++t) m = multiply(m, L.chain.jacobian(t));
+  } else {
+    const std::vector<Index> base = fill_chain_by_length(L, p, threads, op);
+    m = Jacobian<T>::dense(S, S, B);
+    for (Index b = 0; b < B; ++b) {
+      const Index at = base[static_cast<std::size_t>(b)];
+      Jacobian<T> mb = L.chain.jacobian(at + 1);
+      for (Index t = 2; t <= lengths_[static_cast<std::size_t>(b)]; ++t) mb = multiply(mb, L.chain.jacobian(at + t));
+      m.dense_map(b) = mb.to_dense(0);
+    }
+  }
 
   // v: g_0 by sequential BP with g_T from the head or the layer above only (no final-state
   // gradient), into locals so that grads(), state0_grad() and the next backward_layer are
@@ -548,7 +575,7 @@ std::pair<Jacobian<T>, Matrix<T>> RecurrentCpu<T>::layer_transfer(Index l, const
   const bool inject = every_step_ || l < config_.layers - 1;
   const Index G = gate_count(config_.cell) * H;
   Matrix<T> g = Matrix<T>::Zero(S, (T_ + 1) * B);
-  g.middleCols(T_ * B, B).topRows(P) = above.middleCols((T_ - 1) * B, B);
+  for (Index b = 0; b < B; ++b) g.col(last_col(b)).head(P) = above.col(last_col(b) - B);  // as backward_layer's
   PreactGrads<T> pg;
   pg.dx.resize(G, T_ * B);
   if (config_.cell == CellType::gru) pg.dh.resize(G, T_ * B);
