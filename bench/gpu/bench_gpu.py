@@ -11,7 +11,9 @@ cuDNN on the same GPU, in the same run, with the same weights and data. Run by s
 4. bench_gpu_step (when built; bench/gpu/CMakeLists.txt builds it once the GPU training API is in
    the headers): bppsa with --backward bp, fused (the fused scan) and hybrid (the generic scan).
 5. bench_fused_scan (when built): the fused scan alone, its FLOPs and bytes against the GPU's FP32
-   and memory roofline.
+   and memory roofline; then again with the cost model's constants fitted to the H100 sweep
+   (FIT below, bench/gpu/fit_fused_model.py), its plans timed against the defaults' in the same
+   run (OUT/fused_fit.md).
 6. OUT/gpu_bench.json (the machine, every record, the ratios to PyTorch from this run, what was
    skipped and why) and OUT/gpu_bench.md, rewritten after every phase; the raw records (JSON lines,
    appended by each program as it goes) and the plan stay in OUT/records/. The figures are
@@ -37,6 +39,8 @@ from budget import BudgetDriver  # noqa: E402
 import report  # noqa: E402
 
 NO_DEVICE = 77
+# The cost model's constants fitted to the H100's sweep (not the defaults until a GPU times its plans).
+FIT = os.path.join(HERE, "..", "results", "gpu", "nvidia-h100-80gb-hbm3", "fused_fit.json")
 GRU_SHAPES = {"s": (259, 38), "m": (517, 24), "l": (1034, 12)}  # (T, F) of the IRMAS presets
 LOSS_TOLERANCE = 1e-4
 
@@ -156,7 +160,7 @@ def drive(a, drv, work):
     plan_path = os.path.join(a.out, "records", "plan.json")
     mach.write_json(plan_path, pl)
     # Every program appends its records here as they finish (a fresh run starts them empty).
-    out = {k: os.path.join(a.out, "records", k + ".jsonl") for k in ("pytorch", "bppsa", "fused")}
+    out = {k: os.path.join(a.out, "records", k + ".jsonl") for k in ("pytorch", "bppsa", "fused", "fused_fit")}
     for path in out.values():
         mach.write_text(path, "")
 
@@ -208,6 +212,14 @@ def drive(a, drv, work):
         share = max(10, drv.left() - 5)
         drv.run([fused, "--plan", plan_path, "--out", out["fused"], "--reps", str(max(a.reps, 10)), "--budget",
                  str(inner_budget(share))], "fused scan", OWN_TIMEOUT["fused scan"], share)
+        if os.path.exists(FIT) and drv.left() > 15:
+            share = max(10, drv.left() - 5)
+            drv.run([fused, "--plan", plan_path, "--out", out["fused_fit"], "--reps", str(max(a.reps, 10)),
+                     "--budget", str(inner_budget(share)), "--model", FIT], "fused scan, fitted model",
+                    OWN_TIMEOUT["fused scan"], share)
+            lines = report.fit_table(read_jsonl(out["fused"]), read_jsonl(out["fused_fit"]))
+            if lines:
+                mach.write_text(os.path.join(a.out, "fused_fit.md"), "\n".join(lines[1:]) + "\n")
     else:
         drv.skip("the fused scan alone", f"{fused} was not built: the fused scan's timing entry point "
                  "(bench/gpu/fused_bench.hpp) is not in this tree, or CUDA is off", failed=True)

@@ -302,3 +302,27 @@ def goals(doc):
     else:
         out.append("| the fused scan within 3× of the roofline | not measured | – |")
     return out
+
+
+def fit_table(defaults, fitted):
+    """The fused scan alone with the cost model's default constants against a fit's
+    (bench_fused_scan --model), per configuration of the same run: each side's plan, median time,
+    and fitted / default (below 1: the fit's plan is faster). Markdown lines; [] without fitted records."""
+    def plan_of(r):
+        text = f"L {r.get('chunk')} (C {r.get('chunks')})"
+        if r.get("chunks", 1) > 1:
+            text += f", reduce {r.get('reduce_tile')}×{r.get('reduce_columns')}"
+        return text + f", push {r.get('push_tile')}" + ("" if r.get("w_shared", True) else ", W global")
+
+    timed = {r["id"]: r for r in defaults if "time" in r}
+    rows = [r for r in fitted if "time" in r and r["id"] in timed]
+    if not rows:
+        return []
+    out = ["", "### The fused scan's cost model: default constants against the fit (same run)", "",
+           "| configuration | default plan | ms | fitted plan | ms | fitted / default |", "|---|---|---:|---|---:|---:|"]
+    for r in rows:
+        d = timed[r["id"]]
+        a, b = d["time"]["median"], r["time"]["median"]
+        out.append(f"| {r['id']} | {plan_of(d)} | {ms(a)} | {plan_of(r)} | {ms(b)} | {b / a:.2f} |")
+    return out
+

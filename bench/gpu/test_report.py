@@ -86,6 +86,20 @@ def test_sweep_summary():
         == row, row
 
 
+def test_fit_table():
+    def rec(cid, ms, chunk, chunks, tile, constants):
+        return {"id": cid, "chunk": chunk, "chunks": chunks, "reduce_tile": tile, "reduce_columns": 4, "push_tile": 4,
+                "w_shared": True, "model_constants": constants, "time": {"median": ms * 1e-3}}
+    defaults = [rec("a", 2.0, 72, 417, 20, "defaults"), rec("b", 1.0, 15, 67, 20, "defaults")]
+    fitted = [rec("a", 1.5, 112, 268, 20, {"launch": 1}), {"id": "b", "error": "refused"}]
+    lines = report.fit_table(defaults, fitted)
+    # Only configurations both sides timed; the ratio is fitted over default (1.5 / 2.0).
+    assert lines[-1] == "| a | L 72 (C 417), reduce 20×4, push 4 | 2.000 | L 112 (C 268), reduce 20×4, push 4 | 1.500 | 0.75 |", \
+        lines[-1]
+    assert len([x for x in lines if x.startswith("| a") or x.startswith("| b")]) == 1, lines
+    assert report.fit_table(defaults, []) == []
+
+
 if __name__ == "__main__":
     for name, fn in list(globals().items()):
         if name.startswith("test_"):
