@@ -16,6 +16,9 @@ within bounds. Reported, for the defaults and for the fit:
   (what to expect on a shape the sweep did not hold);
 - the plan the planner chooses on its own with each set of constants, and its measured time when
   the sweep timed that plan (`bench_fused_scan --plan PLAN --model FIT.json` times the fit's).
+First it checks that every record is planned again faithfully: the tool's estimate with the
+constants the record was planned with equals the one recorded (exit 1 otherwise). scipy comes with
+jax in the project's environment.
 
 Usage:
   fit_fused_model.py --tool build/bench_fused_model --sweep SWEEP.jsonl [--out REPORT.md] [--json FIT.json]
@@ -48,8 +51,12 @@ class Model:
     """bench_fused_model as a function: constants → estimates (µs) per record."""
 
     def __init__(self, tool, sweep):
-        self.proc = subprocess.Popen([tool, "--sweep", sweep], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True)
+        try:
+            self.proc = subprocess.Popen([tool, "--sweep", sweep], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         text=True)
+        except OSError as e:
+            sys.exit(f"fit_fused_model: cannot run the model tool {tool} ({e.strerror}); build it "
+                     "(cmake --build build --target bench_fused_model) or pass --tool")
         first = self.proc.stdout.readline()
         if not first:
             sys.exit(f"fit_fused_model: {tool} --sweep {sweep} printed nothing (see its error above)")
@@ -74,7 +81,7 @@ def used(records, ids=None):
     return [i for i, r in enumerate(records) if r["used"] and (ids is None or r["id"] in ids)]
 
 
-def log_errors(model, records, est, rows):
+def log_errors(records, est, rows):
     return [math.log(records[i]["measured_us"] / est[i]) for i in rows]
 
 
@@ -83,7 +90,7 @@ def loss(x, model, rows):
     configuration's mean (a constant factor per configuration does not change its ranking)."""
     c = {p: float(math.exp(v)) for p, v in zip(PARAMS, x)}
     est = model.estimates(c)
-    e = log_errors(model, model.records, est, rows)
+    e = log_errors(model.records, est, rows)
     by = {}
     for i, v in zip(rows, e):
         by.setdefault(model.records[i]["id"], []).append(v)
@@ -101,7 +108,7 @@ def fit(model, rows, start):
 
 
 def error_summary(model, est, rows):
-    r = sorted(math.exp(v) for v in log_errors(model, model.records, est, rows))
+    r = sorted(math.exp(v) for v in log_errors(model.records, est, rows))
     absr = sorted(max(v, 1 / v) for v in r)
     return {"median_ratio": statistics.median(r), "median_abs": statistics.median(absr),
             "p90_abs": absr[min(len(absr) - 1, int(0.9 * len(absr)))], "worst_abs": absr[-1]}
@@ -116,6 +123,24 @@ def picks(model, est, rows):
         fastest = min(model.records[i]["measured_us"] for i in mine)
         out[cid] = model.records[first]["measured_us"] / fastest
     return out
+
+
+def check_recorded(model, rows):
+    """The tool must give every used record the estimate bench_fused_scan recorded for it, with
+    the constants it was planned with (the plan is rebuilt faithfully); exits 1 otherwise."""
+    groups = {}
+    for i in rows:
+        c = model.records[i]["constants"]
+        groups.setdefault(json.dumps({} if c == "defaults" else c, sort_keys=True), []).append(i)
+    worst = 0.0
+    for key, members in groups.items():
+        est = model.estimates(json.loads(key))
+        worst = max([worst] + [abs(est[i] / model.records[i]["recorded_us"] - 1) for i in members])
+    if worst > 1e-9:
+        sys.exit(f"fit_fused_model: the replanned records' estimates differ from those recorded by up to "
+                 f"{worst:.3g} (relative): today's planner or its defaults are not those the sweep ran with "
+                 "(records without model_constants were planned with the defaults of their time)")
+    return worst
 
 
 def free_picks(model, rows):
@@ -166,6 +191,7 @@ def main():
     if not rows:
         sys.exit(f"fit_fused_model: no record of {a.sweep} can be planned again")
     defaults = plan_defaults()
+    check_recorded(model, rows)
     est0 = model.estimates({})
     s0, p0, f0 = error_summary(model, est0, rows), picks(model, est0, rows), free_picks(model, rows)
     fitted = fit(model, rows, defaults)
@@ -186,7 +212,8 @@ def main():
         "# The fused scan's cost model fitted to a sweep",
         "",
         f"Sweep: `{a.sweep}`, {len(rows)} timed plans used of {len(recs)} "
-        f"({len(recs) - len(rows)} no longer planned: {', '.join(skipped) or '-'}). "
+        f"({len(recs) - len(rows)} left out: {', '.join(skipped) or '-'}); every used one replanned with the "
+        "estimate recorded for it. "
         "Command: `bench/gpu/fit_fused_model.py --tool build/bench_fused_model --sweep SWEEP "
         "--out REPORT.md --json FIT.json`.",
         "",

@@ -5,7 +5,6 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
-#include <utility>
 
 #include "bppsa/core/error.hpp"
 #include "nn/cuda/layer_args.hpp"
@@ -25,25 +24,31 @@ inline std::int32_t fused_cell_code(const std::string& cell, const std::string& 
 
 /// The constants in `in` over FusedModel's defaults; missing ones keep their defaults, an unknown
 /// or non-positive one is a FormatError naming `where`.
+/// FusedModel's fields by name, for reading and writing them.
+template <class M, class F>
+void fused_model_fields(M& m, F&& f) {
+  f("launch", m.launch);
+  f("issue", m.issue);
+  f("step", m.step);
+  f("step_sync", m.step_sync);
+  f("latency", m.latency);
+  f("latency_sync", m.latency_sync);
+  f("unit", m.unit);
+  f("row", m.row);
+  f("w_load", m.w_load);
+  f("l2_bytes", m.l2_bytes);
+  f("carry_step", m.carry_step);
+}
+
 inline bppsa::detail::gpu::FusedModel fused_model_from_json(const nlohmann::json& in, const std::string& where) {
   const nlohmann::json& j = in.contains("fitted") ? in.at("fitted") : in;
   if (!j.is_object()) throw bppsa::FormatError("[" + where + "] the model constants are not a JSON object");
   bppsa::detail::gpu::FusedModel m;
-  const std::pair<const char*, double*> fields[] = {{"launch", &m.launch},
-                                                    {"issue", &m.issue},
-                                                    {"step", &m.step},
-                                                    {"step_sync", &m.step_sync},
-                                                    {"latency", &m.latency},
-                                                    {"latency_sync", &m.latency_sync},
-                                                    {"unit", &m.unit},
-                                                    {"row", &m.row},
-                                                    {"w_load", &m.w_load},
-                                                    {"l2_bytes", &m.l2_bytes},
-                                                    {"carry_step", &m.carry_step}};
   for (auto it = j.begin(); it != j.end(); ++it) {
     double* field = nullptr;
-    for (const auto& [name, f] : fields)
-      if (it.key() == name) field = f;
+    fused_model_fields(m, [&](const char* name, double& f) {
+      if (it.key() == name) field = &f;
+    });
     if (field == nullptr || !it.value().is_number() || !(it.value().get<double>() > 0))
       throw bppsa::FormatError("[" + where + "] model constant '" + it.key() +
                                "': unknown or not a positive number (FusedModel's fields: launch, issue, step, "
@@ -51,6 +56,13 @@ inline bppsa::detail::gpu::FusedModel fused_model_from_json(const nlohmann::json
     *field = it.value().get<double>();
   }
   return m;
+}
+
+/// Every constant of `m`, as fused_model_from_json reads them.
+inline nlohmann::json fused_model_json(const bppsa::detail::gpu::FusedModel& m) {
+  nlohmann::json j = nlohmann::json::object();
+  fused_model_fields(m, [&](const char* name, const double& f) { j[name] = f; });
+  return j;
 }
 
 }  // namespace bppsa_bench

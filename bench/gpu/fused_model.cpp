@@ -9,9 +9,10 @@
 // count; the H100's shared memory). A record the planner no longer makes (a pair no longer
 // compiled, or a mapping that differs from the one that ran) is listed with the reason and gets
 // no estimate.
-// Output: one JSON line describing the records ({"records": [{id, cell, measured_us, model, plan,
-// used, why}]}, `model` true for the plan the defaults chose when it ran, `plan` its chunk length,
-// tiles and W placement), then, for every line
+// Output: one JSON line describing the records ({"records": [{id, cell, measured_us, recorded_us,
+// constants, model, plan, used, why}]}: `recorded_us` the estimate bench_fused_scan recorded with
+// `constants` (its model_constants, or "defaults" for records before it wrote them), `model` true
+// for the plan the cost model chose, `plan` its chunk length, tiles and W placement), then, for every line
 // of stdin holding a JSON object of FusedModel constants (missing ones: the defaults), one line
 // {"estimates": [µs per record, null for those not used], "plans": {id: the plan the cost model
 // chooses freely for that configuration: chunk, reduce_tile, reduce_columns, push_tile,
@@ -61,7 +62,8 @@ std::string rebuild(const json& r, Record& out) {
   FusedLimits lim;
   lim.sms = r.at("device").at("multiprocessors").get<Idx>();
   const FusedChoice p = fused_plan(q, lim);
-  if (p.error != kPlanOk) return "not planned any more (error " + std::to_string(p.error) + ")";
+  if (p.error == kPlanBadColumns) return "its tile × columns pair is no longer compiled";
+  if (p.error != kPlanOk) return "refused by today's planner (error " + std::to_string(p.error) + ")";
   if (p.shape.C != chunks) return "other chunk count";
   if (p.push.ntile != r.at("push_threads_per_column").get<Idx>()) return "other push mapping";
   if (chunks > 1 && p.reduce.ntile != r.at("reduce_threads_per_column").get<Idx>()) return "other reduce mapping";
@@ -88,19 +90,27 @@ int run(const std::string& sweep) {
     }
     if (r.contains("error") || !r.contains("time")) continue;  // refused plans: nothing was timed
     Record rec;
-    const std::string why = rebuild(r, rec);
-    rec.info = {{"id", r.at("id")},
-                {"cell", r.at("cell")},
-                {"measured_us", 1e6 * r.at("time").at("median").get<double>()},
-                {"model", r.at("forced").empty()},
-                {"plan",
-                 {{"chunk", r.at("chunk")},
-                  {"reduce_tile", r.at("chunks").get<Idx>() > 1 ? r.at("reduce_tile").get<Idx>() : 0},
-                  {"reduce_columns", r.at("chunks").get<Idx>() > 1 ? r.at("reduce_columns").get<Idx>() : 0},
-                  {"push_tile", r.at("push_tile")},
-                  {"w_shared", r.at("w_shared")}}},
-                {"used", why.empty()},
-                {"why", why}};
+    std::string why;
+    try {
+      why = rebuild(r, rec);
+      rec.info = {{"id", r.at("id")},
+                  {"cell", r.at("cell")},
+                  {"measured_us", 1e6 * r.at("time").at("median").get<double>()},
+                  {"recorded_us", r.at("estimate_us")},
+                  {"constants", r.contains("model_constants") ? r.at("model_constants") : json("defaults")},
+                  {"model", r.at("forced").empty()},
+                  {"plan",
+                   {{"chunk", r.at("chunk")},
+                    {"reduce_tile", r.at("chunks").get<Idx>() > 1 ? r.at("reduce_tile").get<Idx>() : 0},
+                    {"reduce_columns", r.at("chunks").get<Idx>() > 1 ? r.at("reduce_columns").get<Idx>() : 0},
+                    {"push_tile", r.at("push_tile")},
+                    {"w_shared", r.at("w_shared")}}},
+                  {"used", why.empty()},
+                  {"why", why}};
+    } catch (const std::exception& e) {  // a missing field, a wrong type, an unknown cell
+      throw bppsa::FormatError("[bench_fused_model] " + sweep + " line " + std::to_string(n) +
+                               " is not a bench_fused_scan --sweep record: " + e.what());
+    }
     described.push_back(rec.info);
     if (r.at("forced").empty()) {
       Config c{

@@ -13,8 +13,8 @@
 // with "error").
 //
 // --model: the cost model's constants for every plan (bench/gpu/fit_fused_model.py --json writes
-// them; bench/gpu/fused_json.hpp reads them), recorded under "model_constants"; without it
-// the defaults (src/scan/cuda/fused/options.hpp, FusedModel).
+// them; bench/gpu/fused_json.hpp reads them); without it the defaults (src/scan/cuda/fused/
+// options.hpp, FusedModel). Every record holds all the constants its plans used ("model_constants").
 //
 // Per configuration (cell, H, T, B; the features of the input do not enter the scan): bench_fused
 // plans, fills a random record in a real forward's ranges, warms up twice (capturing its CUDA
@@ -116,7 +116,6 @@ json timed_json(const FusedBenchResult& r) {
 int run(const std::string& plan_path, const std::string& out_path, int reps, double budget, bool sweep,
         const std::string& model_path) {
   FusedScanOptions base;  // every plan's options start here: the cost model's constants
-  json constants = "defaults";
   if (!model_path.empty()) {
     std::ifstream m(model_path);
     if (!m) throw bppsa::IoError("[bench_fused_scan] cannot read the model constants " + model_path);
@@ -127,8 +126,8 @@ int run(const std::string& plan_path, const std::string& out_path, int reps, dou
       throw bppsa::FormatError("[bench_fused_scan] " + model_path + " is not JSON: " + e.what());
     }
     base.model = bppsa_bench::fused_model_from_json(j, "bench_fused_scan --model " + model_path);
-    constants = j.contains("fitted") ? j.at("fitted") : j;
   }
+  const json constants = bppsa_bench::fused_model_json(base.model);  // every value the plans use
   std::ifstream in(plan_path);
   if (!in) throw bppsa::IoError("[bench_fused_scan] cannot read the plan " + plan_path);
   const json plan = json::parse(in);

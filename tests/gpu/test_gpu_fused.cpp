@@ -150,7 +150,7 @@ TEST(GpuSmall, FusedScanEveryCellAndChunkingMatchesBp) {
 }
 
 TEST(GpuSmall, FusedScanEveryCompiledKernelMatchesBp) {
-  // Every (cell family, tile, columns, precision) kernel, W_hh on chip and from global memory.
+  // Every (cell, tile, columns, precision) kernel, W_hh on chip and from global memory.
   // Reduced (sanitizers): tiles 4 (many threads per column: the barriers), 20 and 64, each
   // with W_hh on chip or not; double at tile 8.
   for (const std::int32_t cell : {kRnnRelu, kGru, kLstm})

@@ -5,7 +5,7 @@
 
 namespace bppsa::detail::gpu {
 
-template FusedStep<float> fused_step<float, GruCell>();
-template FusedStep<double> fused_step<double, GruCell>();
+template FusedStep<float> make_fused_step<float, GruCell>();
+template FusedStep<double> make_fused_step<double, GruCell>();
 
 }  // namespace bppsa::detail::gpu

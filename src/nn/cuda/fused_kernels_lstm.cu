@@ -5,7 +5,7 @@
 
 namespace bppsa::detail::gpu {
 
-template FusedStep<float> fused_step<float, LstmCell>();
-template FusedStep<double> fused_step<double, LstmCell>();
+template FusedStep<float> make_fused_step<float, LstmCell>();
+template FusedStep<double> make_fused_step<double, LstmCell>();
 
 }  // namespace bppsa::detail::gpu

@@ -5,7 +5,7 @@
 
 namespace bppsa::detail::gpu {
 
-template FusedStep<float> fused_step<float, RnnCell>();
-template FusedStep<double> fused_step<double, RnnCell>();
+template FusedStep<float> make_fused_step<float, RnnCell>();
+template FusedStep<double> make_fused_step<double, RnnCell>();
 
 }  // namespace bppsa::detail::gpu

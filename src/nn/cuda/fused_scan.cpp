@@ -20,7 +20,7 @@ FusedStep<T> step_of(std::int32_t cell) {
     raise<InvalidArgument>(kOp, "unknown cell code " + std::to_string(cell) +
                                     "; use kRnnTanh, kRnnRelu, kGru or kLstm (nn/cuda/layer_args.hpp)");
   FusedStep<T> step;
-  visit_cell(cell, [&](auto c) { step = fused_step<T, decltype(c)>(); });
+  visit_cell(cell, [&](auto c) { step = make_fused_step<T, decltype(c)>(); });
   return step;
 }
 

@@ -232,7 +232,8 @@ FusedScan<T> FusedScan<T>::plan(const FusedStep<T>& step, std::int32_t variant, 
                                 const FusedScanOptions& options, const std::string& label) {
   const std::string name = label.empty() ? std::string(step.info.name) : label;
   if (step.columns == nullptr)
-    raise<InvalidArgument>(kOp, "the step '" + name + "' has no column kernels; make it with fused_step<T, Step>()");
+    raise<InvalidArgument>(kOp,
+                           "the step '" + name + "' has no column kernels; make it with make_fused_step<T, Step>()");
   auto impl = std::make_unique<Impl>();
   impl->step = step;
   const FusedLimits lim = device_limits(&impl->device);

@@ -1,7 +1,7 @@
 // The column kernel of the fused scan (reduce and push), a template over the Step, the row tile
 // and the columns per thread: the phases of math.hpp between barriers, plus L1 prefetches of the
 // record a few steps ahead (the steps' loads are what a push waits on). Included by the .cu files
-// that instantiate fused_step<T, Step>() (for the recurrent cells nn/cuda/fused_kernels_<cell>.cu,
+// that instantiate make_fused_step<T, Step>() (for the recurrent cells nn/cuda/fused_kernels_<cell>.cu,
 // one cell each, so that they compile in parallel).
 #pragma once
 
@@ -73,7 +73,7 @@ void fused_columns(const FusedArgs<T>& a, cudaStream_t stream, int configure_byt
 }
 
 template <class T, class Step>
-FusedStep<T> fused_step() {
+FusedStep<T> make_fused_step() {
   FusedStep<T> s;
   s.info = fused_step_info<Step>();
   s.columns = &fused_columns<T, Step>;

@@ -1,6 +1,6 @@
 // The launches of the fused scan's kernels: the generic ones (prepare, carry: kernels.cu) and a
 // Step's column kernels (reduce and push), which kernels.cuh defines as templates and the Step's
-// owner instantiates (fused_step<T, Step>() in a .cu file of its own). Every launch is checked
+// owner instantiates (make_fused_step<T, Step>() in a .cu file of its own). Every launch is checked
 // (BPPSA_CUDA_CHECK_LAUNCH) and runs on the given stream.
 #pragma once
 
@@ -20,7 +20,7 @@ struct FusedStep {
 
 /// The FusedStep of a Step; defined in kernels.cuh, instantiated by whoever owns the Step.
 template <class T, class Step>
-FusedStep<T> fused_step();
+FusedStep<T> make_fused_step();
 
 /// The padded W copy and g_T into block T of g (flat launch).
 template <class T>

@@ -18,11 +18,12 @@ enum class FusedGraphs { automatic, always, never };
 /// automatic graphs below this estimated run time (µs): above it, ≤ 4 launches cost < 2 %.
 inline constexpr double kFusedGraphMaxMicros = 1000.0;
 
-/// The cost model's timing constants (plan.hpp's fused_launch_cycles), in cycles at
-/// plan.hpp's kFusedCyclesPerMicro. The defaults are guesses made without a GPU: on the H100 sweep their
-/// estimates are 4.6× too low (median) while their ranking holds (docs/gpu_first_run.md). A fit
-/// (bench/gpu/fit_fused_model.py) predicts the times within 1.2× but chooses plans the sweep did
-/// not time; `bench_fused_scan --model FIT.json` times them on a GPU before it replaces these.
+/// The cost model's timing constants (plan.hpp's fused_launch_cycles), in cycles at plan.hpp's
+/// kFusedCyclesPerMicro. The defaults are guesses made without a GPU: on the H100 sweep their
+/// estimates are 4.6× too low (median) and their first-ranked plan runs 1.00–1.44× the fastest
+/// (docs/gpu_first_run.md). A fit (bench/gpu/fit_fused_model.py) brings the median error to 1.17×
+/// (90th percentile 1.57×) but chooses plans the sweep did not time; scripts/bench_gpu.sh times
+/// them against the defaults' before a fit replaces these.
 struct FusedModel {
   double launch = 2500;      ///< one kernel launch inside a stream or graph
   double issue = 0.7;        ///< instructions issued per cycle by each scheduler in use
@@ -40,7 +41,7 @@ struct FusedModel {
 /// Plan options. The overrides replace the cost model's choice (tests, tuning); a value the
 /// kernels were not compiled for is refused with InvalidArgument naming the choices.
 struct FusedScanOptions {
-  /// Per-step gradients on h_1 … h_{T−1} (FusedDevicePtrs::above): stacked layers, head=every.
+  /// Per-step gradients on h_1 … h_{T−1} (FusedChainPtrs::above): stacked layers, head=every.
   bool injections = false;
   FusedGraphs graphs = FusedGraphs::automatic;
   Idx chunk_length = 0;    ///< L (0: cost model); L ≥ T means one chunk: BP only

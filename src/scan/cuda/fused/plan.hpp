@@ -2,9 +2,9 @@
 // columns per thread, groups per block, W on chip or not) from the Step's constants
 // (FusedStepInfo), H, T, B and the device's SM count and shared memory, by estimating every
 // candidate's cycles. __host__ __device__ plain arithmetic, tested by g++
-// (tests/cuda_host/test_cuda_fused_host.cpp). The constants are H100-class guesses from the
-// instruction mix, not yet fitted: docs/gpu_first_run.md compares them with an H100
-// (`bench_fused_scan --sweep`).
+// (tests/cuda_host/test_cuda_fused_host.cpp). Its timing constants (FusedModel, options.hpp) are
+// H100-class guesses from the instruction mix; a fit to an H100 sweep exists but is not adopted
+// (docs/gpu_first_run.md).
 #pragma once
 
 #include "scan/cuda/fused/math.hpp"
