@@ -54,21 +54,22 @@ FusedScanStats FusedRecurrentScan<T>::estimate(std::int32_t cell, Idx hidden, Id
 
 template <class T>
 void FusedRecurrentScan<T>::run(cudaStream_t stream, const FusedDevicePtrs<T>& p) {
-  std::string missing;
-  if (!p.w_hh) missing += " w_hh";
-  if (!p.h) missing += " h";
-  if (!p.g_last) missing += " g_last";
-  if (!p.g) missing += " g";
-  if (cell_ == kLstm && !p.c) missing += " c";
-  if ((cell_ == kGru || cell_ == kLstm) && !p.gates) missing += " gates";
-  if ((cell_ == kGru || cell_ == kLstm) && !p.aux) missing += " aux";
-  if (!missing.empty()) raise<InvalidArgument>("FusedRecurrentScan::run", "null device pointers:" + missing);
   FusedChainPtrs<T> q;
   q.w = p.w_hh;
   q.record[kRecordH] = p.h;
   q.record[kRecordC] = p.c;
   q.record[kRecordGates] = p.gates;
   q.record[kRecordAux] = p.aux;
+  // The record arrays the cell's Step reads (its kFusedRecordNeeded), by their names here.
+  const char* const names[kFusedRecordArrays] = {" h", " c", " gates", " aux"};
+  const unsigned needed = fused_cell_info(cell_).record_needed;
+  std::string missing;
+  if (!p.w_hh) missing += " w_hh";
+  for (int i = 0; i < kFusedRecordArrays; ++i)
+    if ((needed >> i & 1u) != 0 && !q.record[i]) missing += names[i];
+  if (!p.g_last) missing += " g_last";
+  if (!p.g) missing += " g";
+  if (!missing.empty()) raise<InvalidArgument>("FusedRecurrentScan::run", "null device pointers:" + missing);
   q.g_last = p.g_last;
   q.above = p.above;
   q.g = p.g;
