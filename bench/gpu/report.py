@@ -1,5 +1,6 @@
 """The GPU benchmark's comparison (bppsa against PyTorch from the same run) and its Markdown report;
 bench/gpu/bench_gpu.py writes both, plot_gpu.py and keep_results.py read the JSON."""
+import summarize_sweep  # the fused scan's plans described as the sweep's summary does
 
 METHOD_LABEL = {"bp": "bppsa BP", "fused": "bppsa fused scan", "hybrid": "bppsa generic scan",
                 "blelloch": "bppsa generic Blelloch", "linear": "bppsa generic linear", "auto": "bppsa auto", "pytorch": "PyTorch + cuDNN",
@@ -308,12 +309,6 @@ def fit_table(defaults, fitted):
     """The fused scan alone with the cost model's default constants against a fit's
     (bench_fused_scan --model), per configuration of the same run: each side's plan, median time,
     and fitted / default (below 1: the fit's plan is faster). Markdown lines; [] without fitted records."""
-    def plan_of(r):
-        text = f"L {r.get('chunk')} (C {r.get('chunks')})"
-        if r.get("chunks", 1) > 1:
-            text += f", reduce {r.get('reduce_tile')}×{r.get('reduce_columns')}"
-        return text + f", push {r.get('push_tile')}" + ("" if r.get("w_shared", True) else ", W global")
-
     timed = {r["id"]: r for r in defaults if "time" in r}
     rows = [r for r in fitted if "time" in r and r["id"] in timed]
     if not rows:
@@ -323,6 +318,6 @@ def fit_table(defaults, fitted):
     for r in rows:
         d = timed[r["id"]]
         a, b = d["time"]["median"], r["time"]["median"]
-        out.append(f"| {r['id']} | {plan_of(d)} | {ms(a)} | {plan_of(r)} | {ms(b)} | {b / a:.2f} |")
+        out.append(f"| {r['id']} | {summarize_sweep.plan_text(d)} | {ms(a)} | {summarize_sweep.plan_text(r)} | {ms(b)} | {b / a:.2f} |")
     return out
 
