@@ -21,15 +21,9 @@ inline FusedStepInfo fused_cell_info(std::int32_t cell) {
 
 /// The planning request of a recurrent layer (no overrides); the cell code is the Step's variant.
 inline FusedRequest fused_cell_request(std::int32_t cell, Idx H, Idx steps, Idx B, bool inject, Idx scalar) {
-  FusedRequest q;
-  q.step = fused_cell_info(cell);
-  q.variant = cell;
-  q.H = H;
-  q.steps = steps;
-  q.B = B;
-  q.inject = inject;
-  q.scalar = scalar;
-  return q;
+  FusedScanOptions o;
+  o.injections = inject;
+  return fused_request(fused_cell_info(cell), cell, H, steps, B, scalar, o);
 }
 
 /// The chunked shape of a recurrent layer with chunk length L.

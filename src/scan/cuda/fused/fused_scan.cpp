@@ -42,19 +42,7 @@ FusedLimits device_limits(int* device) {
 template <class T>
 FusedChoice plan_or_raise(const FusedStepInfo& step, std::int32_t variant, const std::string& label, Idx H, Idx T_,
                           Idx B, const FusedScanOptions& o, const FusedLimits& lim) {
-  FusedRequest q;
-  q.step = step;
-  q.variant = variant;
-  q.H = H;
-  q.steps = T_;
-  q.B = B;
-  q.inject = o.injections;
-  q.scalar = sizeof(T);
-  q.chunk_length = o.chunk_length;
-  q.reduce_tile = o.reduce_tile;
-  q.reduce_nc = o.reduce_columns;
-  q.push_tile = o.push_tile;
-  q.w_shared = o.w_shared;
+  const FusedRequest q = fused_request(step, variant, H, T_, B, sizeof(T), o);
   FusedLimits with = lim;
   with.model = o.model;
   const FusedChoice p = fused_plan(q, with);

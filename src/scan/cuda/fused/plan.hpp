@@ -46,6 +46,25 @@ struct FusedRequest {
   int w_shared = -1;
 };
 
+/// The request for a Step (with `variant`) and a problem, with the overrides of `options`.
+inline FusedRequest fused_request(const FusedStepInfo& step, std::int32_t variant, Idx H, Idx steps, Idx B, Idx scalar,
+                                  const FusedScanOptions& options = {}) {
+  FusedRequest q;
+  q.step = step;
+  q.variant = variant;
+  q.H = H;
+  q.steps = steps;
+  q.B = B;
+  q.inject = options.injections;
+  q.scalar = scalar;
+  q.chunk_length = options.chunk_length;
+  q.reduce_tile = options.reduce_tile;
+  q.reduce_nc = options.reduce_columns;
+  q.push_tile = options.push_tile;
+  q.w_shared = options.w_shared;
+  return q;
+}
+
 enum FusedPlanError : std::int32_t {
   kPlanOk = 0,
   kPlanBadSize,     ///< H, T or B < 1, or a chunk length < 0
