@@ -17,7 +17,7 @@
 #include "bppsa/core/error.hpp"
 #include "bppsa/nn/loss.hpp"
 #include "mpi/stage.hpp"
-#include "nn/head_columns.hpp"
+#include "nn/lengths.hpp"
 
 namespace bppsa::mpi::detail {
 namespace {
@@ -55,15 +55,7 @@ class RnnStage final : public Stage<T> {
   bool shared_weights() const override { return true; }
 
   void check_lengths(std::span<const Index> lengths, Index batch) const override {
-    if (lengths.empty()) return;
-    if (static_cast<Index>(lengths.size()) != batch)
-      throw ShapeError("[model-parallel] " + std::to_string(lengths.size()) + " lengths for a batch of " +
-                       std::to_string(batch) + " (one per sample, or none)");
-    for (std::size_t b = 0; b < lengths.size(); ++b)
-      if (lengths[b] < 1 || lengths[b] > steps_)
-        throw InvalidArgument("[model-parallel] length " + std::to_string(lengths[b]) + " of sample " +
-                              std::to_string(b) + " is outside 1.." + std::to_string(steps_) +
-                              " (the steps of the batch)");
+    bppsa::detail::check_lengths("model-parallel", lengths, batch, steps_);
   }
 
   Matrix<T> forward(int m, const Micro& mb, const Matrix<T>* in, bool train, double weight, double* loss_sum,

@@ -8,6 +8,7 @@
 #include "bppsa/core/error.hpp"
 #include "bppsa/core/memory.hpp"
 #include "core/random.hpp"
+#include "nn/lengths.hpp"
 #include "nn/recurrent_half.hpp"
 
 namespace bppsa {
@@ -282,14 +283,9 @@ void Recurrent<T>::forward(const Eigen::Ref<const Matrix<T>>& x, Index steps, In
     detail::raise<ShapeError>(op, "need at least one step and one sample (got " + std::to_string(steps) +
                                       " steps, batch " + std::to_string(batch) + ")");
   if (!lengths.empty()) {
-    if (static_cast<Index>(lengths.size()) != batch)
-      detail::raise<ShapeError>(op, std::to_string(lengths.size()) + " lengths for a batch of " +
-                                        std::to_string(batch) + " (one per sample, or none)");
-    for (std::size_t b = 0; b < lengths.size(); ++b) {
-      if (lengths[b] < 1 || lengths[b] > steps)
-        detail::raise<InvalidArgument>(op, "length " + std::to_string(lengths[b]) + " of sample " + std::to_string(b) +
-                                               " is outside 1.." + std::to_string(steps) + " (the steps of the batch)");
-      if (b > 0 && lengths[b] > lengths[b - 1])
+    detail::check_lengths(op, lengths, batch, steps);
+    for (std::size_t b = 1; b < lengths.size(); ++b) {
+      if (lengths[b] > lengths[b - 1])
         detail::raise<InvalidArgument>(op,
                                        "lengths must be sorted longest first (non-increasing, PyTorch's "
                                        "packed order): sample " +

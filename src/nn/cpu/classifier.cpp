@@ -7,7 +7,7 @@
 
 #include "bppsa/core/error.hpp"
 #include "nn/classifier_half.hpp"
-#include "nn/head_columns.hpp"
+#include "nn/lengths.hpp"
 
 namespace bppsa::detail {
 namespace {

@@ -1,15 +1,31 @@
-// Which output columns of a recurrent stack a classifier head reads when the samples have
-// lengths: one rule for the single-process classifier (src/nn/cpu/classifier.cpp) and for a
-// model-parallel stage's share of the steps (src/mpi/rnn_stage.cpp).
+// Samples of different lengths: what their lengths must be, and which output columns of a
+// recurrent stack a classifier head reads. One rule for the single-process model
+// (src/nn/recurrent.cpp, src/nn/cpu/classifier.cpp) and a model-parallel stage's share of the
+// steps (src/mpi/rnn_stage.cpp).
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
+#include "bppsa/core/error.hpp"
 #include "bppsa/core/types.hpp"
 
 namespace bppsa::detail {
+
+/// One length per sample of `batch`, each in 1..steps (in any order); ShapeError or
+/// InvalidArgument naming `op` otherwise. Empty lengths (every sample has every step) pass.
+inline void check_lengths(const std::string& op, std::span<const Index> lengths, Index batch, Index steps) {
+  if (lengths.empty()) return;
+  if (static_cast<Index>(lengths.size()) != batch)
+    raise<ShapeError>(op, std::to_string(lengths.size()) + " lengths for a batch of " + std::to_string(batch) +
+                              " (one per sample, or none)");
+  for (std::size_t b = 0; b < lengths.size(); ++b)
+    if (lengths[b] < 1 || lengths[b] > steps)
+      raise<InvalidArgument>(op, "length " + std::to_string(lengths[b]) + " of sample " + std::to_string(b) +
+                                     " is outside 1.." + std::to_string(steps) + " (the steps of the batch)");
+}
 
 /// Sample k runs steps 1..lengths[k] (lengths ≥ 1, sorted longest first; the outputs are
 /// time-major, step t of sample k in column (t − 1)·batch + k). cols receives the columns a head
