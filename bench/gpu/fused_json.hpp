@@ -44,6 +44,8 @@ inline bppsa::detail::gpu::FusedModel fused_model_from_json(const nlohmann::json
   const nlohmann::json& j = in.contains("fitted") ? in.at("fitted") : in;
   if (!j.is_object()) throw bppsa::FormatError("[" + where + "] the model constants are not a JSON object");
   bppsa::detail::gpu::FusedModel m;
+  std::string names;
+  fused_model_fields(m, [&](const char* name, double&) { names += (names.empty() ? "" : ", ") + std::string(name); });
   for (auto it = j.begin(); it != j.end(); ++it) {
     double* field = nullptr;
     fused_model_fields(m, [&](const char* name, double& f) {
@@ -51,8 +53,7 @@ inline bppsa::detail::gpu::FusedModel fused_model_from_json(const nlohmann::json
     });
     if (field == nullptr || !it.value().is_number() || !(it.value().get<double>() > 0))
       throw bppsa::FormatError("[" + where + "] model constant '" + it.key() +
-                               "': unknown or not a positive number (FusedModel's fields: launch, issue, step, "
-                               "step_sync, latency, latency_sync, unit, row, w_load, l2_bytes, carry_step)");
+                               "': unknown or not a positive number (FusedModel's fields: " + names + ")");
     *field = it.value().get<double>();
   }
   return m;
