@@ -18,7 +18,8 @@ baseline's time measured alone first (its calibration's cost depends on the mach
 values that CLI11 rejects while parsing are run on each subcommand's first baseline only
 (parsing comes before anything baseline-specific);
 under sanitizers, simulate's accepted values (each a full calibration, minutes there) are left to
-the Release sweep.
+the Release sweep; a run whose output shows Open MPI's own start-up failure (MPI_START_FAILURES) is
+run again, up to MPI_START_ATTEMPTS times in all, and fails as an environment failure if it persists.
 
 Usage: check_flag_sweep.py BPPSA_BINARY WORK_DIR [--jobs N] [--only SUBSTRING]"""
 import argparse
@@ -57,6 +58,12 @@ LONG_WORK_SECONDS = 8
 # Runs whose exit code 3 is a check doing its job (scan-check's error against BP above
 # --tolerance; Table 1's nnz against docs/method.md §4.10).
 EXIT_3_OK = {"scan-check", "jacobians-table1"}
+
+# Open MPI's own start-up failing, not bppsa: a singleton's MPI_Init (--model-parallel without
+# mpirun) forks a daemon (ORTE's orted), which under load can die before reporting back.
+# ORTE_ERR_HNP_COULD_NOT_START's text, the same in ORTE and PRRTE (their util/error_strings.c).
+MPI_START_FAILURES = ["Unable to start a daemon on the local node"]
+MPI_START_ATTEMPTS = 3
 
 FORBIDDEN = ["internal error", "bad_alloc", "std::length_error", "AddressSanitizer", "LeakSanitizer",
              "UndefinedBehaviorSanitizer", "runtime error:", "terminate called", "Segmentation fault",
@@ -148,6 +155,24 @@ def run_one(binary, label, args, env, timeout, cwd):
         out = fo.read().decode(errors="replace")
         err = fe.read().decode(errors="replace")
     return Result(label, args, p.returncode, out, err, seconds, usage.ru_maxrss * 1024, timed_out.is_set())
+
+
+def mpi_start_failure(r):
+    """The MPI_START_FAILURES message in the run's output, if any, else ''."""
+    return next((m for m in MPI_START_FAILURES if m in r.out + r.err), "")
+
+
+def run_retrying_mpi_start(binary, label, args, env, timeout, cwd):
+    """run_one, run again (MPI_START_ATTEMPTS in all, 2 s apart, each retry printed) while the output
+    shows Open MPI's own start-up failure; returns the last Result."""
+    for attempt in range(1, MPI_START_ATTEMPTS + 1):
+        r = run_one(binary, label, args, env, timeout, cwd)
+        failure = mpi_start_failure(r)
+        if not failure or attempt == MPI_START_ATTEMPTS:
+            return r
+        print(f"retry {label} (attempt {attempt + 1} of {MPI_START_ATTEMPTS}): Open MPI could not start "
+              f"(environment): '{failure}'", flush=True)
+        time.sleep(2)
 
 
 def judge(r, allow3, sanitized, long_work):
@@ -344,7 +369,11 @@ def main():
         if "--model-parallel" in args and sanitized:  # as tests/mpi: Open MPI's allocations outlive MPI_Finalize
             run_env["ASAN_OPTIONS"] += ":detect_leaks=0"
         limit = LONG_WORK_SECONDS if long_work else limits.get(job["sub"], timeout)
-        r = run_one(binary, job["label"], args, run_env, limit, work)
+        r = run_retrying_mpi_start(binary, job["label"], args, run_env, limit, work)
+        failure = mpi_start_failure(r)
+        if failure:
+            return job, r, (f"Open MPI could not start (environment): '{failure}' on all {MPI_START_ATTEMPTS} "
+                            "attempts")
         return job, r, judge(r, job["allow3"], sanitized, long_work)
 
     def record(job, r, why):
