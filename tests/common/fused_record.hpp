@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "bppsa/nn/recurrent.hpp"
 #include "nn/cell.hpp"
@@ -249,6 +251,103 @@ double float_tolerance(const FusedLayer<T>& L, const Matrix<double>& want, doubl
   } else {
     return tol;
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-sample lengths (PackedSequence): steps t > len[b] of sample b are padding
+
+/// Sample b of a layer as a layer of its own (B = 1) that runs only its first `len` steps: the
+/// record's columns of those steps (h, c: blocks 0 … len; x, ax, gates, aux, above: the blocks of
+/// steps 1 … len), its initial state and final-state gradient, and g_last = g_final + above on
+/// h_len, as make_layer forms it. The oracle of a scan with lengths, sample by sample.
+template <class T>
+FusedLayer<T> sample_layer(const FusedLayer<T>& L, Index b, Index len) {
+  auto pick = [&](const Matrix<T>& m, Index first, Index blocks) {
+    Matrix<T> out(m.rows(), m.size() ? blocks : 0);
+    for (Index k = 0; k < out.cols(); ++k) out.col(k) = m.col((first + k) * L.B + b);
+    return out;
+  };
+  FusedLayer<T> D;
+  D.code = L.code;
+  D.I = L.I;
+  D.H = L.H;
+  D.S = L.S;
+  D.steps = len;
+  D.B = 1;
+  D.inject = L.inject;
+  D.p = L.p;
+  D.x = pick(L.x, 0, len);
+  D.s0 = L.s0.col(b);
+  D.rec.steps = len;
+  D.rec.batch = 1;
+  D.rec.hidden = L.rec.hidden;
+  D.rec.x = pick(L.rec.x, 0, len);
+  D.rec.ax = pick(L.rec.ax, 0, len);
+  D.rec.h = pick(L.rec.h, 0, len + 1);
+  D.rec.c = pick(L.rec.c, 0, len + 1);
+  D.rec.gates = pick(L.rec.gates, 0, len);
+  D.rec.aux = pick(L.rec.aux, 0, len);
+  D.above = pick(L.above, 0, len);
+  D.g_final = L.g_final.col(b);
+  D.g_last = D.g_final;
+  D.g_last.topRows(L.H) += D.above.rightCols(1);
+  return D;
+}
+
+/// The layer as a scan with lengths `len` (B values, each 1 … T) sees it: g_last's column b is
+/// the gradient on s_{len[b]} (sample_layer's g_last), and every padded step t > len[b] of sample
+/// b has NaN in its record (h_t, c_t, the step's gates and aux) and in its injection (above on
+/// h_t), so that any read of padding shows in the result.
+template <class T>
+FusedLayer<T> packed_layer(const FusedLayer<T>& L, const std::vector<Index>& len) {
+  FusedLayer<T> P = L;
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  auto poison = [&](Matrix<T>& m, Index col) {
+    if (m.size()) m.col(col).setConstant(nan);
+  };
+  for (Index b = 0; b < L.B; ++b) {
+    const Index lb = len[static_cast<std::size_t>(b)];
+    for (Index t = lb + 1; t <= L.steps; ++t) {
+      poison(P.rec.h, t * L.B + b);
+      poison(P.rec.c, t * L.B + b);
+      poison(P.rec.gates, (t - 1) * L.B + b);
+      poison(P.rec.aux, (t - 1) * L.B + b);
+      poison(P.above, (t - 1) * L.B + b);
+    }
+    P.g_last.col(b) = sample_layer(L, b, lb).g_last;
+  }
+  return P;
+}
+
+/// Every sample b of `got` (S × (T+1)B, a scan of L with lengths `len`) against the oracle of its
+/// own chain (sample_layer): g_0 … g_{len[b]} within `tol` (float_tolerance), and g_t equal to
+/// g_{len[b]} (== : the padding is the identity) for len[b] < t ≤ T. `exact`: every g_t equal too.
+template <class T>
+::testing::AssertionResult matches_per_sample(const T* got, const FusedLayer<T>& L, const std::vector<Index>& len,
+                                              double tol, double floor, bool exact = false) {
+  const Index S = L.S, B = L.B;
+  auto at = [&](Index t, Index b, Index r) { return got[(t * B + b) * S + r]; };
+  for (Index b = 0; b < B; ++b) {
+    const Index lb = len[static_cast<std::size_t>(b)];
+    const FusedLayer<T> one = sample_layer(L, b, lb);
+    const Matrix<double> want = oracle_bp(one);
+    Matrix<T> mine(S, lb + 1);
+    for (Index t = 0; t <= lb; ++t)
+      for (Index r = 0; r < S; ++r) mine(r, t) = at(t, b, r);
+    const auto close = close_to_oracle(mine.data(), want, 1, float_tolerance(one, want, tol, floor), floor);
+    if (!close) return ::testing::AssertionFailure() << "sample " << b << " (length " << lb << "): " << close.message();
+    for (Index t = 0; exact && t <= lb; ++t)
+      for (Index r = 0; r < S; ++r)
+        if (!(static_cast<double>(mine(r, t)) == want(r, t)))
+          return ::testing::AssertionFailure() << "sample " << b << " (length " << lb << "): g_" << t << " row " << r
+                                               << " is " << mine(r, t) << ", BP " << want(r, t);
+    for (Index t = lb + 1; t <= L.steps; ++t)
+      for (Index r = 0; r < S; ++r)
+        if (!(at(t, b, r) == mine(r, lb)))
+          return ::testing::AssertionFailure() << "sample " << b << " (length " << lb << "): padded g_" << t << " row "
+                                               << r << " is " << at(t, b, r) << ", not g_" << lb << " " << mine(r, lb);
+  }
+  return ::testing::AssertionSuccess();
 }
 
 }  // namespace fused_test

@@ -60,6 +60,7 @@ template <class T>
 struct Replayed {
   FusedArgs<T> a;
   DeviceVector<T> wp, totals, g;
+  std::vector<Idx> len;  ///< the per-sample lengths a.len points to (empty: null)
 };
 
 /// Runs the column launch a.launch: the load phase of every thread, a barrier, then every step.
@@ -120,10 +121,11 @@ void replay_carry(const FusedArgs<T>& a, Order order, std::mt19937_64& rng) {
   }
 }
 
-/// The whole run() of a plan on a layer, replayed: prepare, reduce, carry, push.
+/// The whole run() of a plan on a layer, replayed: prepare, reduce, carry, push; with per-sample
+/// lengths `len` (B values) unless empty.
 template <class T>
 Replayed<T> replay(const FusedLayer<T>& L, const FusedChoice& plan, Order order = Order::forward,
-                   std::uint64_t seed = 1) {
+                   std::uint64_t seed = 1, const std::vector<Idx>& len = {}) {
   std::mt19937_64 rng(seed);
   const FusedShape& s = plan.shape;
   Replayed<T> r;
@@ -143,6 +145,8 @@ Replayed<T> replay(const FusedLayer<T>& L, const FusedChoice& plan, Order order 
   a.above = L.inject ? L.above.data() : nullptr;
   a.g = r.g.data();
   a.totals = r.totals.data();
+  r.len = len;
+  a.len = r.len.empty() ? nullptr : r.len.data();
   for (Idx i = 0; i < gpu::prepare_items(s); ++i) gpu::prepare_item(a, i);
   const Order columns_order = order;
   if (s.C > 1) {
@@ -583,6 +587,133 @@ TEST(FusedHost, SmallIntegerAndDyadicChainsAreExactForEveryChunking) {
                   << L.describe() << " chunk " << chunk << " tile " << tile << " value " << k;
           }
       }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-sample lengths (PackedSequence): a padded step is the identity without injection, and
+// neither its record nor its injection (NaN here: packed_layer) reaches a real step's result
+
+struct LengthCase {
+  Index H, T;
+  std::vector<Idx> len;  ///< non-increasing, each 1 … T; B = its size
+};
+const LengthCase kLengthCases[] = {{3, 1, {1, 1, 1}},          // T = 1
+                                   {3, 7, {7, 5, 5, 1}},       // len = T, repeated lengths, len = 1
+                                   {20, 13, {13, 13, 4}},      //
+                                   {5, 9, {8, 6, 3, 2, 1}},    // no sample runs all T steps
+                                   {33, 12, {12, 2}},          // several row tiles per column (the step barriers)
+                                   {4, 30, {29, 17, 16, 3}}};  // many chunks, most of the short samples' padding
+
+std::string lengths_string(const std::vector<Idx>& len) {
+  std::string s = " lengths";
+  for (const Idx l : len) {
+    s += ' ';
+    s += std::to_string(l);
+  }
+  return s;
+}
+
+/// Plans whose chunks are entirely padding (chunk 1), partly padding and fully real (2, 3, 5),
+/// one chunk (push only), the cost model's; reduce tiles of 1 and (float) 4 columns; W_hh on chip
+/// and from global memory.
+template <class T>
+std::vector<FusedChoice> length_plans(const FusedLayer<T>& L) {
+  std::vector<FusedChoice> plans{plan_for(L),
+                                 plan_for(L, 1, 4, 1, 4),
+                                 plan_for(L, 2, 8, 1, 16, 1),
+                                 plan_for(L, 3, 4, 1, 8, 0),
+                                 plan_for(L, 5, 0, 0, 4, 1),
+                                 plan_for(L, L.steps)};
+  if constexpr (std::is_same_v<T, float>) {
+    plans.push_back(plan_for(L, 2, 8, 4, 4, 1));
+    plans.push_back(plan_for(L, 3, 4, 4, 4, 0));
+  }
+  return plans;
+}
+
+/// Every length plan of a random layer with lengths c.len against each sample's own BP.
+template <class T>
+::testing::AssertionResult scanned_at_own_lengths(std::int32_t cell, const LengthCase& c, bool inject, bool final_grad,
+                                                  int& runs) {
+  const Index B = static_cast<Index>(c.len.size());
+  const auto seed = static_cast<std::uint64_t>(100 * c.H + 10 * c.T + B + (inject ? 7 : 0) + (final_grad ? 3 : 0));
+  const FusedLayer<T> L = make_layer<T>(cell, c.H, c.T, B, inject, final_grad, seed);
+  const FusedLayer<T> packed = packed_layer(L, c.len);
+  const double floor = std::is_same_v<T, float> ? kFloor : 0;
+  for (const FusedChoice& p : length_plans(L)) {
+    const Replayed<T> r = replay(packed, p, Order::forward, 1, c.len);
+    const auto ok = matches_per_sample(r.g.data(), L, c.len, kTol<T>, floor);
+    if (!ok)
+      return ::testing::AssertionFailure() << L.describe() << (sizeof(T) == 4 ? " float" : " double")
+                                           << lengths_string(c.len) << plan_string(p) << ": " << ok.message();
+    ++runs;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST(FusedLengths, EachSampleIsScannedAtItsOwnLengthAndItsPaddingIsNeverRead) {
+  int runs = 0;
+  for (const std::int32_t cell : kCells)
+    for (const LengthCase& c : kLengthCases)
+      for (const bool inject : {false, true})
+        for (const bool final_grad : {false, true}) {
+          ASSERT_TRUE(scanned_at_own_lengths<float>(cell, c, inject, final_grad, runs));
+          ASSERT_TRUE(scanned_at_own_lengths<double>(cell, c, inject, final_grad, runs));
+        }
+  EXPECT_GT(runs, 1000);
+}
+
+TEST(FusedLengths, SmallIntegerAndDyadicChainsAreExactPerSampleForEveryChunking) {
+  for (const std::int32_t cell : kCells)
+    for (const Index T_ : {1, 2, 3, 4})
+      for (const bool inject : {false, true}) {
+        const FusedLayer<double> L = exact_layer(cell, 3, T_, 3, inject, static_cast<std::uint64_t>(17 * T_ + inject));
+        const std::vector<Idx> len{T_, std::max<Idx>(1, T_ - 1), 1};
+        const FusedLayer<double> packed = packed_layer(L, len);
+        for (Idx chunk = 1; chunk <= T_; ++chunk)
+          for (const Idx tile : {4, 32}) {
+            const FusedChoice p = plan_for(L, chunk, tile, 1, tile);
+            const Replayed<double> r = replay(packed, p, Order::forward, 1, len);
+            ASSERT_TRUE(matches_per_sample(r.g.data(), L, len, 0, 0, true))
+                << L.describe() << lengths_string(len) << plan_string(p);
+          }
+      }
+}
+
+TEST(FusedLengths, FullLengthsGiveTheBitsOfARunWithoutLengths) {
+  auto same_bits = [](const auto& L) {
+    using T = typename std::decay_t<decltype(L.g_last)>::Scalar;
+    const std::vector<Idx> full(static_cast<std::size_t>(L.B), L.steps);
+    for (const FusedChoice& p : length_plans(L)) {
+      const Replayed<T> with = replay(L, p, Order::forward, 1, full), without = replay(L, p);
+      ASSERT_EQ(0, std::memcmp(with.g.data(), without.g.data(), with.g.size() * sizeof(T)))
+          << L.describe() << plan_string(p);
+    }
+  };
+  for (const std::int32_t cell : kCells)
+    for (const bool inject : {false, true}) {
+      same_bits(make_layer<double>(cell, 13, 17, 3, inject, true, 23));
+      same_bits(make_layer<float>(cell, 13, 17, 3, inject, true, 23));
+    }
+}
+
+TEST(FusedLengths, NoThreadOrderChangesABit) {
+  for (const std::int32_t cell : kCells)
+    for (const bool inject : {false, true}) {
+      const std::vector<Idx> len{23, 11, 11, 2};
+      const auto L = make_layer<double>(cell, 13, 23, 4, inject, true, 29);
+      const FusedLayer<double> packed = packed_layer(L, len);
+      for (const FusedChoice& p : {plan_for(L, 6, 4, 1, 4), plan_for(L, 1, 16, 1, 16), plan_for(L, 5, 4, 1, 16),
+                                   plan_for(L, 4, 4, 1, 32, 0)}) {
+        const Replayed<double> base = replay(packed, p, Order::forward, 1, len);
+        ASSERT_TRUE(matches_per_sample(base.g.data(), L, len, kTol<double>, 0)) << L.describe() << plan_string(p);
+        for (const Order o : {Order::reverse, Order::shuffled, Order::thread_major}) {
+          const Replayed<double> other = replay(packed, p, o, 77, len);
+          ASSERT_EQ(0, std::memcmp(base.g.data(), other.g.data(), base.g.size() * sizeof(double)))
+              << L.describe() << plan_string(p) << " order " << static_cast<int>(o);
+        }
+      }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

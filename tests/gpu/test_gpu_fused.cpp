@@ -253,6 +253,68 @@ TEST(GpuSmall, FusedScanErrorsNameTheProblem) {
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
+TEST(GpuSmall, FusedScanWithLengthsMatchesEachSamplesBp) {
+  // Per-sample lengths (tests/cuda_host/test_cuda_fused_host.cpp, FusedLengths.* on the host):
+  // the padding's record and injections are NaN, each sample's g_t against its own chain's BP.
+  // With graphs: a new lengths pointer (or none) is followed as the other pointers are.
+  const std::vector<Idx> len{13, 9, 9, 4, 1}, other{13, 13, 7, 2, 2};
+  cuda::DeviceBuffer<Idx> dlen(len.size()), dother(other.size());
+  dlen.upload(len);
+  dother.upload(other);
+  for (const std::int32_t cell : kCells)
+    for (const bool inject : {false, true}) {
+      const auto Lf = make_layer<float>(cell, 20, 13, 5, inject, !inject, 41);
+      const auto Ld = make_layer<double>(cell, 20, 13, 5, inject, !inject, 41);
+      auto check = [&](const auto& L, const std::vector<Idx>& lengths, const cuda::DeviceBuffer<Idx>& dl,
+                       const FusedScanOptions& o) {
+        using T = typename std::decay_t<decltype(L.g_last)>::Scalar;
+        const double floor = std::is_same_v<T, float> ? kFloor : 0;
+        DeviceLayer<T> d(packed_layer(L, lengths));
+        auto scan = FusedRecurrentScan<T>::plan(L.code, L.H, L.steps, L.B, o);
+        FusedDevicePtrs<T> p = d.ptrs();
+        p.len = dl.data();
+        cuda::Stream stream;
+        for (int run = 0; run < 2; ++run) {  // automatic graphs: captured on the second
+          d.poison();
+          scan.run(stream.get(), p);
+          stream.synchronize();
+          const std::vector<T> got = d.download();
+          ASSERT_TRUE(matches_per_sample(got.data(), L, lengths, kTol<T>, floor))
+              << L.describe() << describe(scan.stats()) << " run " << run;
+        }
+      };
+      for (const FusedScanOptions& o :
+           {options(inject), options(inject, 1, 4, 1, 4, -1, FusedGraphs::always),
+            options(inject, 3, 20, 4, 8, -1, FusedGraphs::never), options(inject, 5, 8, 1, 4, 0)}) {
+        check(Lf, len, dlen, o);
+        check(Lf, other, dother, o);
+      }
+      check(Ld, len, dlen, options(inject));
+      check(Ld, other, dother, options(inject, 2, 4, 1, 16, 0));
+    }
+  // One plan, graphs always: lengths, other lengths, none (the full layer), lengths again.
+  const auto L = make_layer<float>(kLstm, 20, 13, 5, true, true, 42);
+  auto scan =
+      FusedRecurrentScan<float>::plan(L.code, L.H, L.steps, L.B, options(true, 3, 0, 0, 0, -1, FusedGraphs::always));
+  cuda::Stream stream;
+  DeviceLayer<float> a(packed_layer(L, len)), b(packed_layer(L, other)), full(L);
+  for (int run = 0; run < 4; ++run) {
+    DeviceLayer<float>& d = run == 1 ? b : run == 2 ? full : a;
+    FusedDevicePtrs<float> p = d.ptrs();
+    p.len = run == 1 ? dother.data() : run == 2 ? nullptr : dlen.data();
+    d.poison();
+    scan.run(stream.get(), p);
+    stream.synchronize();
+    EXPECT_TRUE(scan.stats().graph);
+    const std::vector<float> got = d.download();
+    if (run == 2) {
+      ASSERT_TRUE(close_to_oracle(got.data(), oracle_bp(L), L.B, kTol<float>, kFloor)) << "run " << run;
+    } else {
+      ASSERT_TRUE(matches_per_sample(got.data(), L, run == 1 ? other : len, kTol<float>, kFloor)) << "run " << run;
+    }
+  }
+}
+
 TEST(GpuSmall, FusedEstimateIsWhatThePlanDoes) {
   for (const std::int32_t cell : kCells) {
     const FusedScanStats e = FusedRecurrentScan<float>::estimate(cell, 20, 1000, 16, options(true));

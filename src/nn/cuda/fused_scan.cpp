@@ -73,6 +73,7 @@ void FusedRecurrentScan<T>::run(cudaStream_t stream, const FusedDevicePtrs<T>& p
   q.g_last = p.g_last;
   q.above = p.above;
   q.g = p.g;
+  q.len = p.len;
   scan_.run(stream, q);
 }
 

@@ -33,6 +33,11 @@ struct FusedDevicePtrs {
   /// planned with injections, must be null otherwise.
   const T* above = nullptr;
   T* g = nullptr;  ///< out: every g_t = ∂ℓ/∂s_t, S × (T+1)B (LSTM: h rows over c rows)
+  /// Per-sample lengths (PackedSequence), a device array of B, non-increasing, each 1 … T; null =
+  /// every sample runs all T steps. Steps t > len[b] of sample b are padding: identities without
+  /// injection, their record and `above` never read; g_last then holds the TOTAL gradient on
+  /// s_{len[b]} (above on h_{len[b]} + the final-state gradient), and g_t = g_last for t ≥ len[b].
+  const Idx* len = nullptr;
 };
 
 /// The cell codes of recurrent_math.hpp: kRnnTanh, kRnnRelu, kGru, kLstm.

@@ -155,6 +155,7 @@ struct FusedScan<T>::Impl {
     a.above = p.above;
     a.g = p.g;
     a.totals = totals.data();
+    a.len = p.len;
     return a;
   }
 
@@ -211,7 +212,7 @@ template <class T>
 bool same(const FusedChainPtrs<T>& a, const FusedChainPtrs<T>& b) {
   for (int i = 0; i < kFusedRecordArrays; ++i)
     if (a.record[i] != b.record[i]) return false;
-  return a.w == b.w && a.g_last == b.g_last && a.above == b.above && a.g == b.g;
+  return a.w == b.w && a.g_last == b.g_last && a.above == b.above && a.g == b.g && a.len == b.len;
 }
 }  // namespace
 

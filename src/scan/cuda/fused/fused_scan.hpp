@@ -51,6 +51,12 @@ struct FusedChainPtrs {
   /// injections, must be null otherwise.
   const T* above = nullptr;
   T* g = nullptr;  ///< out: every g_t = ∂ℓ/∂s_t, S × (T+1)B
+  /// Per-sample lengths (a device array of B, non-increasing, each 1 … T; not checked here);
+  /// null = every sample runs all T steps. Step t of sample b is padding when t > len[b]: the
+  /// identity, without injection; its record and injection are never read (may hold anything).
+  /// g_last then holds the total gradient on the sample's last real state s_{len[b]} (the
+  /// injection on h_{len[b]} included), and g_t = g_last for len[b] ≤ t ≤ T.
+  const Idx* len = nullptr;
 };
 
 template <class T>

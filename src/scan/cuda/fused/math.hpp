@@ -232,7 +232,18 @@ struct FusedArgs {
   const T* above = nullptr;   ///< H × TB injections (block t − 1: gradient on h_t); null without
   T* g = nullptr;             ///< out: S × (T+1)B
   T* totals = nullptr;        ///< (C−1)·B problems × S × ncols, problem ((c−1)·B + b), column-major
+  /// Per-sample lengths, B (non-increasing, each 1 … T); null = every sample runs all T steps.
+  /// Step t of sample b is padding when t > len[b] (fused_padded): the identity, without
+  /// injection, whose record and injection are never read; g_last then holds the gradient on
+  /// s_{len[b]}, and g_t = g_last for len[b] ≤ t ≤ T.
+  const Idx* len = nullptr;
 };
+
+/// Whether step t of sample b is padding (past the sample's length): x passes it unchanged.
+template <class T>
+BPPSA_HD inline bool fused_padded(const FusedArgs<T>& a, Idx t, Idx b) {
+  return a.len != nullptr && t > a.len[b];
+}
 
 /// Offset of the total [M_c | v_c] of (chunk c ≥ 1, sample b): column j at + j·S.
 BPPSA_HD inline Idx total_offset(const FusedShape& s, Idx c, Idx b) { return ((c - 1) * s.B + b) * s.S * s.ncols; }
@@ -303,8 +314,9 @@ BPPSA_HD inline void fused_load(const FusedArgs<T>& a, T* sm, const FusedGroup& 
 }
 
 /// Phase 1, step j of the thread's columns: t = chunk_end − j; x ← J_t^T x, plus the injection
-/// e_{t−1} on the columns that take it (push; the reduce's v column). Push stores g_{t−1}; the
-/// reduce's last step stores its columns of [M_c | v_c]. `w` is the padded W with row
+/// e_{t−1} on the columns that take it (push; the reduce's v column); at a padded step
+/// (fused_padded) x ← x, without injection, reading neither record nor W. Push stores g_{t−1};
+/// the reduce's last step stores its columns of [M_c | v_c]. `w` is the padded W with row
 /// stride `ldw` (shared memory or the global copy).
 template <class T, class Step, int TW, int NC>
 BPPSA_HD inline void fused_step(const FusedArgs<T>& a, T* sm, const T* w, Idx ldw, const FusedGroup& gr, Idx j) {
@@ -318,13 +330,15 @@ BPPSA_HD inline void fused_step(const FusedArgs<T>& a, T* sm, const T* w, Idx ld
   T* xn = sm + x_offset(s, l) + ((j + 1) % l.nbuf) * s.S * xs + gr.slot * NC;
   const FusedStepRecord<T> rec = Step::template fused_record<T>(a, t, b);
   const Idx gate_stride = H * ldw;  // from W's rows of gate q to those of gate q + 1
+  const bool pad = fused_padded(a, t, b);
+  const Idx units = pad ? 0 : H;  // padding: no W^T y (acc stays 0, unused)
 
   T acc[NC][TW];
   fused_unroll<NC>(
       [&](auto nn) { fused_unroll<TW>([&](auto ii) { acc[decltype(nn)::value][decltype(ii)::value] = T(0); }); });
   const T* wk = w + gr.tile * TW;  // row k of W's gate 0, this thread's tile
   const T* xk = xc;                // row k of the columns
-  for (Idx k = 0; k < H; ++k, wk += ldw, xk += xs) {
+  for (Idx k = 0; k < units; ++k, wk += ldw, xk += xs) {
     const FusedUnit<T, Step> u = fused_unit<T, Step>(rec, H, s.variant, k);
     T y[NC][G];
     fused_unroll<NC>([&](auto nn) {
@@ -348,7 +362,8 @@ BPPSA_HD inline void fused_step(const FusedArgs<T>& a, T* sm, const T* w, Idx ld
     });
   }
 
-  // The thread's rows of the new columns: injection, W^T y, direct terms; then the stores.
+  // The thread's rows of the new columns: injection, W^T y, direct terms (padding: the old
+  // rows); then the stores.
   const bool push = l.mode == kFusedPush;
   const bool last = !push && j == gr.steps - 1;
   const T* e = (s.inject && a.above != nullptr && t >= 2) ? a.above + ((t - 2) * s.B + b) * H : nullptr;
@@ -357,15 +372,20 @@ BPPSA_HD inline void fused_step(const FusedArgs<T>& a, T* sm, const T* w, Idx ld
     constexpr int ii = decltype(iic)::value;
     const Idx i = gr.tile * TW + ii;
     if (i >= H) return;
-    const FusedDirect<T> d = Step::fused_direct(rec, H, i);
+    const FusedDirect<T> d = pad ? FusedDirect<T>{} : Step::fused_direct(rec, H, i);
     fused_unroll<NC>([&](auto nn) {
       constexpr int n = decltype(nn)::value;
       const Idx col = gr.col0 + n;  // reduce: column of [M_c | v_c] (≥ ncols: padding)
-      const bool takes_e = e != nullptr && (push || col == s.S);
-      T vh = takes_e ? e[i] : T(0);
-      vh += acc[n][ii];
-      T vc = T(0);  // the old rows of x are read before this thread writes them (nbuf may be 1)
-      Step::fused_rows(d, xc[i * xs + n], two ? xc[(H + i) * xs + n] : T(0), vh, vc);
+      // The old rows of x are read before this thread writes them (nbuf may be 1).
+      const T xh = xc[i * xs + n], xcr = two ? xc[(H + i) * xs + n] : T(0);
+      T vh = xh, vc = xcr;  // padding: the identity
+      if (!pad) {
+        const bool takes_e = e != nullptr && (push || col == s.S);
+        vh = takes_e ? e[i] : T(0);
+        vh += acc[n][ii];
+        vc = T(0);
+        Step::fused_rows(d, xh, xcr, vh, vc);
+      }
       if constexpr (two) {
         xn[(H + i) * xs + n] = vc;
         if (out != nullptr && (push || col < s.ncols)) (push ? out : out + col * s.S)[H + i] = vc;
