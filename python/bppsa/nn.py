@@ -27,7 +27,8 @@ into an ``RNNBase`` only with ``torch._dynamo.config.allow_rnn = True``: set it 
 record torch's standard operators with the module's weights; ``to_torch()`` returns a plain
 torch.nn copy.
 A ``PackedSequence`` input runs each sample for its own length (no padding in the scan) and
-returns a ``PackedSequence``, as torch.nn does; ``proj_size`` works as torch's (both on the CPU).
+returns a ``PackedSequence``, as torch.nn does (on the CPU and on CUDA); ``proj_size`` works as
+torch's (on the CPU).
 On CUDA tensors (``module.cuda()``; a bppsa built with its CUDA backend) every layer runs on the GPU
 on PyTorch's tensors and current stream; ``backward='auto'`` is the fused chunked scan there.
 Modules may be called from several threads at once (each call records into an engine of its

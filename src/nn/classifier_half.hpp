@@ -20,7 +20,7 @@ class ClassifierHalf {
   virtual ~ClassifierHalf() = default;
 
   /// Stores a batch the front has checked (x: [batch][steps][I], one label per sample; lengths
-  /// empty or one per sample in 1..steps, any order, on the CPU only).
+  /// empty or one per sample in 1..steps, any order).
   virtual void set_batch(std::span<const float> x, Index batch, Index steps, std::span<const std::int64_t> labels,
                          std::span<const Index> lengths) = 0;
   /// Forward and loss of the stored batch (∂loss/∂logits kept when grad); the last step's predictions.

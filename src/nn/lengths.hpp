@@ -4,7 +4,9 @@
 // steps (src/mpi/rnn_stage.cpp).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <span>
 #include <string>
 #include <vector>
@@ -25,6 +27,18 @@ inline void check_lengths(const std::string& op, std::span<const Index> lengths,
     if (lengths[b] < 1 || lengths[b] > steps)
       raise<InvalidArgument>(op, "length " + std::to_string(lengths[b]) + " of sample " + std::to_string(b) +
                                      " is outside 1.." + std::to_string(steps) + " (the steps of the batch)");
+}
+
+/// The order a batch with these lengths runs in (Recurrent's: longest first, stable): order[k]
+/// is the sample at position k. Identity when every sample runs all `steps` (or none are given).
+inline std::vector<Index> longest_first(std::span<const Index> lengths, Index steps, Index batch) {
+  std::vector<Index> order(static_cast<std::size_t>(batch));
+  std::iota(order.begin(), order.end(), Index{0});
+  if (!lengths.empty() && *std::min_element(lengths.begin(), lengths.end()) < steps)
+    std::stable_sort(order.begin(), order.end(), [&](Index a, Index b) {
+      return lengths[static_cast<std::size_t>(a)] > lengths[static_cast<std::size_t>(b)];
+    });
+  return order;
 }
 
 /// Sample k runs steps 1..lengths[k] (lengths ≥ 1, sorted longest first; the outputs are

@@ -209,10 +209,6 @@ void SequenceClassifier<T>::set_batch(std::span<const float> x, Index batch, Ind
       if (lengths[b] < 1 || lengths[b] > steps)
         detail::raise<InvalidArgument>(op, "length " + std::to_string(lengths[b]) + " of sample " + std::to_string(b) +
                                                " is outside 1.." + std::to_string(steps));
-    if (config_.rnn.device != Device::cpu)
-      detail::raise<UnsupportedError>(op,
-                                      "per-sample lengths run on the CPU only for now; use --device cpu or "
-                                      "data without lengths");
   }
   stored_ = 0;
   batch_ = 0;  // no backward until a forward of this batch has run

@@ -292,8 +292,6 @@ void Recurrent<T>::forward(const Eigen::Ref<const Matrix<T>>& x, Index steps, In
                                            std::to_string(b) + " has " + std::to_string(lengths[b]) + " after " +
                                            std::to_string(lengths[b - 1]) + "; sort the batch");
     }
-    if (config_.device != Device::cpu)
-      detail::raise<UnsupportedError>(op, "per-sample lengths run on the CPU only for now; pad the batch on the GPU");
   }
   if (x.rows() != config_.input || x.cols() != steps * batch)
     detail::raise<ShapeError>(op, "input is " + shape_string(x.rows(), x.cols()) + ", expected " +

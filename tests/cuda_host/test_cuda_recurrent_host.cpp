@@ -179,6 +179,7 @@ struct LayerSim {
   Idx I, H, GH, S, B, steps;
   const RecurrentLayerParams<T>* p;
   HostLayer<T> a;
+  std::vector<Idx> len;  ///< per-sample lengths (LayerArgs::len), empty = none
 
   LayerSim(std::int32_t cell_, Idx input, Idx hidden, Idx batch, Idx steps_, const RecurrentLayerParams<T>& params)
       : cell(cell_),
@@ -223,7 +224,28 @@ struct LayerSim {
     r.g = a.g.data();
     r.dx = a.dx.data();
     r.dh = a.dh.data();
+    r.len = len.empty() ? nullptr : len.data();
     return r;
+  }
+
+  /// The layer-0 input as the stack holds it: zero_padding_kernel's items over x (I × TB).
+  std::vector<T> device_input(const T* x) const {
+    std::vector<T> d(x, x + I * steps * B);
+    for (Idx i = 0; !len.empty() && i < I * steps * B; ++i)
+      d[static_cast<std::size_t>(i)] = gpu::unpadded_value(len.data(), I, B, i, d[static_cast<std::size_t>(i)]);
+    return d;
+  }
+
+  /// final_state_kernel's items: the final state, S × B (h rows over c rows).
+  Matrix<T> final_state() const {
+    Matrix<T> s(S, B);
+    const Idx* l = len.empty() ? nullptr : len.data();
+    for (Idx b = 0; b < B; ++b)
+      for (Idx i = 0; i < H; ++i) {
+        s(i, b) = gpu::final_state_value(a.h.data(), l, H, B, steps, b, i);
+        if (cell == gpu::kLstm) s(H + i, b) = gpu::final_state_value(a.c.data(), l, H, B, steps, b, i);
+      }
+    return s;
   }
 
   /// x: I × TB (the layer's input); s0: S × B or empty.
@@ -242,15 +264,17 @@ struct LayerSim {
            [](auto&&... p) { gpu::forward_program(std::forward<decltype(p)>(p)...); });
   }
 
-  /// g_T from `last` (H × B or null) and `extra` (S × B or empty) into `dst` (S × B).
-  void set_final(const T* last, const Matrix<T>& extra, T* dst) {
+  /// g_T from `last` (H × B or null; with injections and lengths, above's block T) and `extra`
+  /// (S × B or empty) into `dst` (S × B), as backward_from launches final_grad_kernel.
+  void set_final(const T* last, bool inject, const Matrix<T>& extra, T* dst) {
+    const Idx* l = inject && !len.empty() ? len.data() : nullptr;
     for (Idx i = 0; i < S * B; ++i)
-      dst[i] = gpu::final_state_grad(H, S, last, extra.size() ? extra.data() : nullptr, i / S, i % S);
+      dst[i] = gpu::final_state_grad(H, S, B, steps, last, l, extra.size() ? extra.data() : nullptr, i / S, i % S);
   }
 
   /// BP: above (H × TB) injected when `inject`, else `above` is the H × B gradient on h_T.
   void backward_bp(const T* above, bool inject, const Matrix<T>& final_grad, const Launch& l, bool reverse = false) {
-    set_final(inject ? above + (steps - 1) * B * H : above, final_grad, a.g.data() + steps * B * S);
+    set_final(inject ? above + (steps - 1) * B * H : above, inject, final_grad, a.g.data() + steps * B * S);
     gpu::LayerArgs<T> r = args(l);
     r.w = p->w_hh.data();
     r.above = inject ? above : nullptr;
@@ -260,15 +284,16 @@ struct LayerSim {
 
   /// The scan path: every g_t from the generic GPU scan's program (Jacobians, injections and
   /// g_T written where GenericLayerScan writes them), replayed; then the pre-activation
-  /// gradients of every item.
+  /// gradients of every item. With lengths the plan has injections (injection_by_length).
   void backward_scan(const T* above, bool inject, const Matrix<T>& final_grad, Algorithm algorithm, int chunks) {
-    set_final(inject ? above + (steps - 1) * B * H : above, final_grad, a.g.data() + steps * B * S);
+    set_final(inject ? above + (steps - 1) * B * H : above, inject, final_grad, a.g.data() + steps * B * S);
+    const bool affine = inject || !len.empty();
     const Layout<T> layout = gpu::layer_scan_layout<T>(cell, H, B);
-    const auto elements = gpu::layer_scan_elements(layout, steps, inject);
+    const auto elements = gpu::layer_scan_elements(layout, steps, affine);
     const auto planned = detail::plan_schedule(elements, B, algorithm, 1, chunks, 1);
     const gpu::Program<T> prog = gpu::compile_program(planned.schedule, elements, B);
     std::vector<T> arena(static_cast<std::size_t>(prog.values), kPoison<T>);
-    const gpu::LayerScanOffsets o = gpu::layer_scan_offsets(prog, steps, inject);
+    const gpu::LayerScanOffsets o = gpu::layer_scan_offsets(prog, steps, affine);
     gpu::LayerArgs<T> r = args(launches()[0]);
     r.w = p->w_hh.data();
     r.above = inject ? above : nullptr;
@@ -280,12 +305,17 @@ struct LayerSim {
               gpu::jacobian_value(r, t, b, item);
     for (const auto& m : prog.shared_matrices)  // S = W_hh^T: W_hh's row-major values
       std::copy_n(p->w_hh.data(), H * H, arena.begin() + m.offset);
-    for (Idx k = 1; inject && k <= steps - 1; ++k)  // injection_kernel's items
+    const T* g_top = a.g.data() + steps * B * S;
+    const T* up = inject ? above : nullptr;
+    for (Idx k = 1; affine && k <= steps - 1; ++k)  // injection_kernel's (injection_by_length_kernel's) items
       for (Idx b = 0; b < B; ++b)
         for (Idx row = 0; row < S; ++row)
           arena[static_cast<std::size_t>(o.injection[static_cast<std::size_t>(k - 1)] + b * S + row)] =
-              gpu::injection_value(above, H, B, k, b, row);
-    std::copy_n(a.g.begin() + steps * B * S, S * B, arena.begin() + o.prefix[static_cast<std::size_t>(steps)]);
+              len.empty() ? gpu::injection_value(above, H, B, k, b, row)
+                          : gpu::injection_by_length(up, g_top, len.data(), H, S, B, k, b, row);
+    T* top = arena.data() + o.prefix[static_cast<std::size_t>(steps)];
+    for (Idx i = 0; i < S * B; ++i)
+      top[i] = len.empty() ? g_top[i] : gpu::scan_top_by_length(g_top, len.data(), S, steps, i / S, i % S);
     for (const gpu::Launch& l : prog.launches) {
       const Idx total = gpu::total_work(l.count, l.batch, l.items);
       const unsigned grid = gpu::grid_blocks(total);
@@ -465,16 +495,29 @@ TEST(CudaRecurrentHost, ForwardRecordMatchesTheCpuCellsFloat) { forward_record_m
 /// compared with Recurrent<T> on the CPU (BP).
 template <class T>
 void stack_matches_cpu(const CellCase& c, Idx layers, Idx H, Idx B, Idx steps, bool every_step, bool extras,
-                       BackwardMethod method, const Launch& l) {
+                       BackwardMethod method, const Launch& l, const std::vector<Idx>& lengths = {}) {
+  std::string lens;
+  for (const Idx n : lengths) lens += " " + std::to_string(n);
   SCOPED_TRACE(std::string(c.name) + " layers " + std::to_string(layers) + " H " + std::to_string(H) + " B " +
                std::to_string(B) + " T " + std::to_string(steps) + (every_step ? " every" : " last") +
-               (extras ? " s0+final" : "") + " " + to_string(method) + " spb " + std::to_string(l.spb));
+               (extras ? " s0+final" : "") + " " + to_string(method) + " spb " + std::to_string(l.spb) +
+               (lengths.empty() ? "" : " lengths" + lens));
   std::mt19937_64 rng(17 + static_cast<std::uint64_t>(H * 31 + B * 7 + steps));
   const Idx I = 3, S = gpu::cell_state(c.code, H), TB = steps * B;
+  const auto len_of = [&](Idx b) { return lengths.empty() ? steps : lengths[static_cast<std::size_t>(b)]; };
   Recurrent<T> cpu = random_stack<T>(c, I, H, layers, 23);
-  const Matrix<T> x = random_matrix<T>(I, TB, rng);
+  Matrix<T> x = random_matrix<T>(I, TB, rng);
   Matrix<T> grad_out = random_matrix<T>(H, TB, rng);
-  if (!every_step) grad_out.leftCols(TB - B).setZero();
+  if (!every_step)  // many-to-one: each sample's last step only
+    for (Idx b = 0; b < B; ++b)
+      for (Idx t = 1; t <= steps; ++t)
+        if (t != len_of(b)) grad_out.col((t - 1) * B + b).setZero();
+  // Padding (input and output gradients past a sample's length) is never to be used: NaN there.
+  for (Idx b = 0; b < B; ++b)
+    for (Idx t = len_of(b) + 1; t <= steps; ++t) {
+      x.col((t - 1) * B + b).setConstant(kPoison<T>);
+      grad_out.col((t - 1) * B + b).setConstant(kPoison<T>);
+    }
   std::vector<Matrix<T>> s0(static_cast<std::size_t>(layers)), gf(static_cast<std::size_t>(layers));
   if (extras)
     for (Idx k = 0; k < layers; ++k) {
@@ -483,27 +526,42 @@ void stack_matches_cpu(const CellCase& c, Idx layers, Idx H, Idx B, Idx steps, b
       cpu.set_initial_state(k, s0[static_cast<std::size_t>(k)]);
       cpu.set_final_state_grad(k, gf[static_cast<std::size_t>(k)]);
     }
-  cpu.forward(x, steps, B);
+  cpu.forward(x, steps, B, std::vector<Index>(lengths.begin(), lengths.end()));
   cpu.backward(grad_out, every_step, BackwardOptions{.method = BackwardMethod::bp, .threads = 1});
 
   std::vector<LayerSim<T>> sim;
-  for (Idx k = 0; k < layers; ++k) sim.emplace_back(c.code, k == 0 ? I : H, H, B, steps, cpu.params(k));
+  for (Idx k = 0; k < layers; ++k) {
+    sim.emplace_back(c.code, k == 0 ? I : H, H, B, steps, cpu.params(k));
+    sim.back().len = lengths;
+  }
+  const std::vector<T> x0 = sim[0].device_input(x.data());
   for (Idx k = 0; k < layers; ++k)
-    sim[static_cast<std::size_t>(k)].forward(k == 0 ? x.data() : sim[static_cast<std::size_t>(k - 1)].output(),
+    sim[static_cast<std::size_t>(k)].forward(k == 0 ? x0.data() : sim[static_cast<std::size_t>(k - 1)].output(),
                                              s0[static_cast<std::size_t>(k)], l);
+  for (Idx k = 0; k < layers; ++k) {  // the forward: outputs (zeros past each length) and final states
+    const LayerSim<T>& L = sim[static_cast<std::size_t>(k)];
+    Matrix<T> out(H, TB);
+    for (Idx t = 1; t <= steps; ++t) out.middleCols((t - 1) * B, B) = cpu.state(k, t).topRows(H);
+    EXPECT_CLOSE(T, L.output(), out.data(), H * TB, "outputs of layer " + std::to_string(k));
+    const Matrix<T> fs = L.final_state(), want_fs = cpu.final_state(k);
+    EXPECT_CLOSE(T, fs.data(), want_fs.data(), S * B, "final state of layer " + std::to_string(k));
+  }
+  // many-to-one: the top's gradient on each sample's last output (RecurrentGpuHalf::backward_begin).
+  Matrix<T> last(H, B);
+  for (Idx b = 0; b < B; ++b) last.col(b) = grad_out.col((len_of(b) - 1) * B + b);
   std::vector<RecurrentLayerParams<T>> grads(static_cast<std::size_t>(layers));
   for (Idx k = layers - 1; k >= 0; --k) {
     LayerSim<T>& L = sim[static_cast<std::size_t>(k)];
     const bool top = k == layers - 1;
     const bool inject = top ? every_step : true;
-    const T* above = top ? (every_step ? grad_out.data() : grad_out.data() + (steps - 1) * B * H)
-                         : sim[static_cast<std::size_t>(k + 1)].a.gx.data();
+    const T* above =
+        top ? (every_step ? grad_out.data() : last.data()) : sim[static_cast<std::size_t>(k + 1)].a.gx.data();
     if (method == BackwardMethod::bp)
       L.backward_bp(above, inject, gf[static_cast<std::size_t>(k)], l);
     else
       L.backward_scan(above, inject, gf[static_cast<std::size_t>(k)],
                       method == BackwardMethod::linear ? Algorithm::linear : Algorithm::hybrid, 2);
-    L.param_grads(k == 0 ? x.data() : sim[static_cast<std::size_t>(k - 1)].output(),
+    L.param_grads(k == 0 ? x0.data() : sim[static_cast<std::size_t>(k - 1)].output(),
                   grads[static_cast<std::size_t>(k)]);
   }
   for (Idx k = 0; k < layers; ++k) {
@@ -560,6 +618,23 @@ TEST(CudaRecurrentHost, GenericScanOverDeviceJacobiansMatchesTheCpuEngine) {
           stack_matches_cpu<float>(c, layers, 4, 3, 3, every, !every, m, launches()[1]);
         }
   stack_matches_cpu<double>(every_cell()[0], 1, 7, 2, 1, true, true, BackwardMethod::hybrid, launches()[0]);  // T = 1
+}
+
+TEST(CudaRecurrentHost, PerSampleLengthsMatchTheCpuEngineOnEveryPath) {
+  // Lengths longest first, with repeats, 1 and T; the padding of the input and of the incoming
+  // gradients is NaN, so any use of it shows. bp: the BP kernel; linear, hybrid: the generic scan.
+  const std::vector<std::pair<Idx, std::vector<Idx>>> cases{
+      {5, {5, 3, 3, 1}}, {6, {4, 4, 2}}, {1, {1, 1}}, {7, {7, 7, 6}}, {9, {2, 1, 1}}};
+  int n = 0;
+  for (const CellCase& c : every_cell())
+    for (const auto& [steps, lengths] : cases)
+      for (const BackwardMethod m : {BackwardMethod::bp, BackwardMethod::linear, BackwardMethod::hybrid})
+        for (const bool every : {false, true}) {
+          const Idx B = static_cast<Idx>(lengths.size());
+          const Launch& l = launches()[static_cast<std::size_t>(n++) % launches().size()];
+          stack_matches_cpu<double>(c, 1 + n % 2, 4, B, steps, every, n % 3 != 0, m, l, lengths);
+          stack_matches_cpu<float>(c, 1 + (n + 1) % 2, 3, B, steps, every, n % 3 == 0, m, l, lengths);
+        }
 }
 
 TEST(CudaRecurrentHost, JacobiansMatchTheCpuGenerators) {

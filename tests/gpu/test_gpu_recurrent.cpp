@@ -173,6 +173,70 @@ TEST(GpuSmall, ModelStepMatchesTheCpuEveryCellLayersHeadAndBackward) {
   gpu_step_matches_cpu<float>(relu, BackwardMethod::bp);
 }
 
+TEST(GpuSmall, ModelStepsWithLengthsMatchTheCpu) {
+  // Samples of different lengths, unsorted (the model sorts the batch longest first, as the CPU
+  // does): loss, predictions in the caller's order, every gradient, then a resident-data
+  // training epoch and an evaluation (the GPU pass sorts each batch the same way).
+  for (const CellType cell : cells())
+    for (const HeadMode head : {HeadMode::last, HeadMode::every})
+      for (const BackwardMethod m : {BackwardMethod::bp, BackwardMethod::fused, BackwardMethod::hybrid}) {
+        Case c;
+        c.cell = cell;
+        c.layers = 2;
+        c.head = head;
+        c.batch = 5;
+        c.steps = 9;
+        SCOPED_TRACE(c.str() + " backward " + to_string(m));
+        const std::vector<Index> lengths{3, 9, 1, 9, 5};
+        SequenceClassifier<float> cpu(c.config(Device::cpu)), gpu(c.config(Device::cuda));
+        cpu.reset_parameters(77);
+        gpu.reset_parameters(77);
+        Batch b = random_batch(c, 8);
+        for (Index s = 0; s < c.batch; ++s)  // the padding is never read: NaN there
+          for (Index t = lengths[static_cast<std::size_t>(s)]; t < c.steps; ++t)
+            for (Index i = 0; i < c.input; ++i)
+              b.x[static_cast<std::size_t>((s * c.steps + t) * c.input + i)] = std::numeric_limits<float>::quiet_NaN();
+        std::vector<std::int64_t> cpu_pred, gpu_pred;
+        const float want = cpu.forward_loss(b.x, c.batch, c.steps, b.y, &cpu_pred, lengths);
+        const float got = gpu.forward_loss(b.x, c.batch, c.steps, b.y, &gpu_pred, lengths);
+        EXPECT_LE(std::abs(got - want), 1e-4 * std::abs(want)) << "loss";
+        EXPECT_EQ(gpu_pred.size(), cpu_pred.size());
+        cpu.backward(BackwardOptions{.method = BackwardMethod::bp});
+        gpu.backward(BackwardOptions{.method = m});
+        EXPECT_TRUE(same_tensors(gpu.parameters(), cpu.parameters(), true, 1e-4));
+        // A training epoch on resident data and an evaluation, batches of 4 (the last one short).
+        SequenceDataset data;
+        data.name = "lengths";
+        data.steps = 12;
+        data.features = c.input;
+        data.classes = c.classes;
+        std::mt19937_64 rng(9);
+        std::normal_distribution<float> n;
+        for (Index s = 0; s < 10; ++s) {
+          const Index len = 1 + static_cast<Index>(rng() % 12);
+          data.lengths.push_back(len);
+          for (Index t = 0; t < data.steps; ++t)
+            for (Index i = 0; i < c.input; ++i) data.x.push_back(t < len ? n(rng) : 0.0f);
+          data.y.push_back(static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(c.classes)));
+        }
+        OptimizerConfig oc;
+        oc.lr = 1e-2;
+        Optimizer<float> on_cpu(oc), on_gpu(oc);
+        TrainConfig tc;
+        tc.batch = 4;
+        tc.backward.method = BackwardMethod::bp;
+        TrainConfig tg = tc;
+        tg.backward.method = m;
+        const EpochReport rc = train_epoch(cpu, on_cpu, data, 0, tc);
+        const EpochReport rg = train_epoch(gpu, on_gpu, data, 0, tg);
+        EXPECT_LE(std::abs(rg.train_loss - rc.train_loss), 1e-4 * std::abs(rc.train_loss)) << "epoch loss";
+        EXPECT_TRUE(same_tensors(gpu.parameters(), cpu.parameters(), false, 1e-4)) << "weights after the epoch";
+        const EvalReport ec = evaluate(cpu, data, 4), eg = evaluate(gpu, data, 4);
+        EXPECT_LE(std::abs(eg.loss - ec.loss), 1e-4 * std::abs(ec.loss)) << "evaluation loss";
+        EXPECT_EQ(eg.samples, ec.samples);
+      }
+}
+
 TEST(GpuSmall, DoublePrecisionMatchesTightly) {
   for (const CellType cell :
        pick<std::vector<CellType>>({CellType::rnn, CellType::gru, CellType::lstm}, {CellType::lstm})) {
@@ -235,6 +299,23 @@ TEST(GpuSmall, BackwardReportsTheScanThatRan) {
   }
 }
 
+/// A rows × cols matrix of standard normal values.
+Matrix<float> normal_matrix(Index rows, Index cols, std::mt19937_64& rng) {
+  std::normal_distribution<float> n;
+  Matrix<float> m(rows, cols);
+  for (Index i = 0; i < m.size(); ++i) m.data()[i] = n(rng);
+  return m;
+}
+
+/// The same stack on Device::cuda with cpu's weights.
+Recurrent<float> gpu_twin(const Recurrent<float>& cpu) {
+  RecurrentConfig c = cpu.config();
+  c.device = Device::cuda;
+  Recurrent<float> gpu(c);
+  for (Index l = 0; l < c.layers; ++l) gpu.params(l) = cpu.params(l);
+  return gpu;
+}
+
 TEST(GpuSmall, RecurrentApiOutputsStatesAndStateGradients) {
   // The layer stack alone, with initial states and final-state gradients: outputs, every state,
   // the input gradient and every g_0, as on the CPU.
@@ -245,15 +326,9 @@ TEST(GpuSmall, RecurrentApiOutputsStatesAndStateGradients) {
       const Index I = 2, H = 4, L = 2, B = 3, T = 5, S = state_size(cell, H);
       Recurrent<float> cpu(RecurrentConfig{cell, I, H, L});
       cpu.reset_parameters(9);
-      Recurrent<float> gpu(RecurrentConfig{cell, I, H, L, Nonlinearity::tanh, Device::cuda});
-      for (Index l = 0; l < L; ++l) gpu.params(l) = cpu.params(l);
+      Recurrent<float> gpu = gpu_twin(cpu);
       std::mt19937_64 rng(3);
-      std::normal_distribution<float> n;
-      auto random = [&](Index r, Index cols) {
-        Matrix<float> m(r, cols);
-        for (Index i = 0; i < m.size(); ++i) m.data()[i] = n(rng);
-        return m;
-      };
+      auto random = [&](Index r, Index cols) { return normal_matrix(r, cols, rng); };
       const Matrix<float> x = random(I, T * B), up = random(H, T * B);
       for (Index l = 0; l < L; ++l) {
         const Matrix<float> s0 = random(S, B) * 0.5f, gf = random(S, B);
@@ -286,6 +361,65 @@ TEST(GpuSmall, RecurrentApiOutputsStatesAndStateGradients) {
       gpu.backward(up, false, BackwardOptions{.method = m});
       EXPECT_LE(rel_err(gpu.grads(0).w_ih.data(), cpu.grads(0).w_ih.data(), cpu.grads(0).w_ih.size()), 1e-4);
     }
+}
+
+TEST(GpuSmall, RecurrentApiRunsEachSampleAtItsLength) {
+  // Per-sample lengths (longest first, with repeats and 1) on every backward path, against the
+  // CPU engine, which runs each sample's chain at its own length: outputs (zeros past a length),
+  // final states at each length, g_0, every parameter and input gradient, many-to-one and every
+  // step. The padding of the input and of the output gradient is NaN: it must never be used.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const CellType cell : cells())
+    for (const auto& [T, lengths] :
+         std::vector<std::pair<Index, std::vector<Index>>>{{7, {7, 5, 5, 2, 1}}, {300, {260, 170, 170, 40, 1}}})
+      for (const BackwardMethod m : {BackwardMethod::bp, BackwardMethod::fused, BackwardMethod::automatic,
+                                     BackwardMethod::hybrid, BackwardMethod::linear})
+        for (const bool every : {true, false}) {
+          SCOPED_TRACE(std::string(to_string(cell)) + " T " + std::to_string(T) + " " + to_string(m) +
+                       (every ? " every step" : " last step"));
+          const Index I = 3, H = 6, L = 2, B = static_cast<Index>(lengths.size()), S = state_size(cell, H);
+          Recurrent<float> cpu(RecurrentConfig{cell, I, H, L});
+          cpu.reset_parameters(4);
+          Recurrent<float> gpu = gpu_twin(cpu);
+          std::mt19937_64 rng(5);
+          auto random = [&](Index r, Index cols) { return normal_matrix(r, cols, rng); };
+          Matrix<float> x = random(I, T * B), up = random(H, T * B);
+          for (Index b = 0; b < B; ++b)
+            for (Index t = 1; t <= T; ++t) {
+              if (t > lengths[static_cast<std::size_t>(b)]) {
+                x.col((t - 1) * B + b).setConstant(nan);
+                up.col((t - 1) * B + b).setConstant(nan);
+              } else if (!every && t < lengths[static_cast<std::size_t>(b)]) {
+                up.col((t - 1) * B + b).setZero();
+              }
+            }
+          for (Index l = 0; l < L; ++l) {
+            const Matrix<float> s0 = random(S, B) * 0.5f, gf = random(S, B);
+            for (auto* r : {&cpu, &gpu}) {
+              r->set_initial_state(l, s0);
+              r->set_final_state_grad(l, gf);
+            }
+          }
+          cpu.forward(x, T, B, lengths);
+          gpu.forward(x, T, B, lengths);
+          const Matrix<float> out_cpu = cpu.output(), out_gpu = gpu.output();
+          EXPECT_LE(rel_err(out_gpu.data(), out_cpu.data(), out_cpu.size()), 1e-5) << "outputs";
+          for (Index l = 0; l < L; ++l) {
+            const Matrix<float> a = gpu.final_state(l), b = cpu.final_state(l);
+            EXPECT_LE(rel_err(a.data(), b.data(), b.size()), 1e-5) << "final state of " << l;
+          }
+          cpu.backward(up, every, BackwardOptions{.method = BackwardMethod::bp});
+          gpu.backward(up, every, BackwardOptions{.method = m});
+          for (Index l = 0; l < L; ++l) {
+            EXPECT_LE(rel_err(gpu.state0_grad(l).data(), cpu.state0_grad(l).data(), S * B), 1e-4) << "g_0 of " << l;
+            const auto &g = gpu.grads(l), &c = cpu.grads(l);
+            EXPECT_LE(rel_err(g.w_ih.data(), c.w_ih.data(), c.w_ih.size()), 1e-4) << "w_ih of " << l;
+            EXPECT_LE(rel_err(g.w_hh.data(), c.w_hh.data(), c.w_hh.size()), 1e-4) << "w_hh of " << l;
+            EXPECT_LE(rel_err(g.b_ih.data(), c.b_ih.data(), c.b_ih.size()), 1e-4) << "b_ih of " << l;
+            EXPECT_LE(rel_err(g.b_hh.data(), c.b_hh.data(), c.b_hh.size()), 1e-4) << "b_hh of " << l;
+          }
+          EXPECT_LE(rel_err(gpu.input_grad().data(), cpu.input_grad().data(), I * T * B), 1e-4) << "input gradient";
+        }
 }
 
 TEST(GpuSmall, RerunsAreBitIdentical) {

@@ -1,6 +1,7 @@
 # bppsa.nn on CUDA tensors (issue 26, item 2): the CUDA half of the layer engine against
-# torch.nn on the same GPU (cuDNN), against a float64 reference and against bppsa's own CPU engine;
-# PyTorch's current stream (work queued, never waited for); errors for what the GPU does not run.
+# torch.nn on the same GPU (cuDNN), against a float64 reference and against bppsa's own CPU engine,
+# padded and packed (PackedSequence: each sample at its own length); PyTorch's current stream (work
+# queued, never waited for); errors for what the GPU does not run.
 # Skipped without a CUDA device or a bppsa built without CUDA, unless BPPSA_REQUIRE_CUDA=1
 # (scripts/gpu_check.sh sets it), where that is a failure.
 import os
@@ -110,12 +111,17 @@ def test_matches_torch_on_cuda(c):
     got = _everything(ours, c, "cuda", torch.float32)
     cudnn = _everything(ref32, c, "cuda", torch.float32)
     cpu = _everything(ours_cpu, c, "cpu", torch.float32)
+    _assert_close(got, want, cudnn, cpu)
+
+
+def _assert_close(got, want, cudnn, cpu):
+    """bppsa's fp32 tensors on CUDA (got) within 1e-4 relative of the float64 oracle (want), or 4×
+    cuDNN's fp32 error (the float error of the record itself), and as close to bppsa's CPU engine."""
     assert len(got) == len(want) == len(cudnn) == len(cpu)
     for i, (g, w, r, p) in enumerate(zip(got, want, cudnn, cpu)):
         assert g.is_cuda and g.dtype == torch.float32 and g.shape == w.shape, i
         assert torch.isfinite(g).all(), i
         err = rel_err(g, w)
-        # The float error of the record itself: cuDNN's fp32 against the same oracle.
         assert err <= max(1e-4, 4 * rel_err(r, w)), f"tensor {i}: {err:.3g} vs float64 (cuDNN fp32 {rel_err(r, w):.3g})"
         assert rel_err(g, p.to("cuda")) <= max(1e-4, 4 * rel_err(p.to("cuda"), w)), f"tensor {i} vs the CPU engine"
 
@@ -217,15 +223,68 @@ def test_check_finite_on_cuda():
         out.sum().backward()
 
 
+def _packed_configs():
+    """Packed batches on CUDA (fixed seed): every cell, 1–3 layers, both directions, every backward
+    method, sorted and unsorted, hx or not; lengths from 1 to T, one sample of length T."""
+    rng = random.Random(20261129)
+    out = []
+    for i in range(15):
+        kind = ["RNN", "GRU", "LSTM"][i % 3]
+        out.append(dict(kind=kind, layers=rng.choice([1, 2, 3]), bidirectional=i % 4 in (1, 2),
+                        batch_first=rng.random() < 0.5, bias=i % 7 != 3, hx=i % 2 == 0,
+                        steps=rng.choice([1, 3, 17, 60, 400]), batch=rng.choice([1, 4, 9, 16]),
+                        input=rng.choice([1, 4]), hidden=rng.choice([3, 5, 20]), method=METHODS[i % 5],
+                        relu=kind == "RNN" and rng.random() < 0.3, sorted=i % 5 == 4))
+    return out
+
+
+PACKED = _packed_configs()
+
+
+def _packed_run(module, c, lengths, device, dtype):
+    """PackedSequence output, final states and every gradient of a loss on the packed output and
+    the final states (inputs drawn in float64 on the CPU: the same values for every device)."""
+    x, hx, _ = _data(c, device, dtype)
+    packed = pack_padded_sequence(x, torch.tensor(lengths), batch_first=c["batch_first"], enforce_sorted=c["sorted"])
+    out, h = module(packed, hx)
+    assert type(out) is torch.nn.utils.rnn.PackedSequence
+    weights = torch.randn(out.data.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    loss = (out.data * weights.to(device=device, dtype=dtype)).sum()
+    loss = loss + sum((s * (i + 2)).sum() for i, s in enumerate(flat_state(h)))
+    inputs = [t for t in [x] + flat_state(hx if hx is not None else ()) if t is not None and t.requires_grad]
+    grads = torch.autograd.grad(loss, inputs + list(module.parameters()))
+    return out, [out.data] + flat_state(h) + list(grads)
+
+
+@pytest.mark.parametrize("c", PACKED, ids=[_id(c) + ("_sorted" if c["sorted"] else "") for c in PACKED])
+def test_packed_sequence_on_cuda_matches_torch(c):
+    """A PackedSequence on CUDA: the same PackedSequence (batch_sizes, sorted and unsorted indices)
+    as torch.nn's, h_n in the caller's order, every gradient; against torch.nn in float64 (the
+    oracle, with cuDNN's fp32 error as the scale) and against bppsa's CPU engine."""
+    rng = random.Random(c["steps"] * 100 + c["batch"])
+    lengths = [rng.randint(1, c["steps"]) for _ in range(c["batch"])]
+    lengths[rng.randrange(c["batch"])] = c["steps"]
+    if c["sorted"]:
+        lengths.sort(reverse=True)
+    ref64, _ = _build(c, "cuda", torch.float64)
+    ref32, ours = _build(c, "cuda", torch.float32)
+    _, ours_cpu = _build(c, "cpu", torch.float32)
+    out_w, want = _packed_run(ref64, c, lengths, "cuda", torch.float64)
+    out_g, got = _packed_run(ours, c, lengths, "cuda", torch.float32)
+    _, cudnn = _packed_run(ref32, c, lengths, "cuda", torch.float32)
+    _, cpu = _packed_run(ours_cpu, c, lengths, "cpu", torch.float32)
+    assert torch.equal(out_g.batch_sizes, out_w.batch_sizes)
+    for a, b in ((out_g.sorted_indices, out_w.sorted_indices), (out_g.unsorted_indices, out_w.unsorted_indices)):
+        assert (a is None and b is None) or torch.equal(a.cpu(), b.cpu())
+    _assert_close(got, want, cudnn, cpu)
+
+
 def test_what_cuda_does_not_run_is_refused_clearly():
     m = bppsa.nn.GRU(3, 4).cuda()
     with pytest.raises(RuntimeError, match="input is on cpu but the parameters are on cuda:0"):
         m(torch.randn(5, 2, 3))
     with pytest.raises(RuntimeError, match="hx is on cpu but input is on cuda:0"):
         m(torch.randn(5, 2, 3, device="cuda"), torch.zeros(1, 2, 4))
-    packed = pack_padded_sequence(torch.randn(5, 2, 3, device="cuda"), torch.tensor([5, 3]))
-    with pytest.raises(NotImplementedError, match="PackedSequence"):
-        m(packed)
     with pytest.raises(NotImplementedError, match="proj_size"):
         bppsa.nn.LSTM(3, 4, proj_size=2).cuda()(torch.randn(5, 2, 3, device="cuda"))
     # The engine itself: a weight on another device than the input.

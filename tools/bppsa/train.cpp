@@ -415,12 +415,6 @@ int run(const Args& a) {
                                      "--device cuda is for recurrent models (rnn, gru, lstm); CNNs train "
                                      "on the CPU");
   }
-  if (a.data.min_steps > 0 && a.data.min_steps < a.data.steps) {
-    if (require_device(a.device) == Device::cuda)
-      detail::raise<InvalidArgument>("train",
-                                     "--min-steps (samples of different lengths) runs on the CPU; "
-                                     "drop --device cuda or --min-steps");
-  }
   if (a.mp.enabled) return run_train_model_parallel(a);  // takes the lock on rank 0
   std::optional<CheckpointLock> lock;
   if (!a.save.empty()) lock.emplace(a.save);

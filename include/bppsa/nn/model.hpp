@@ -72,7 +72,7 @@ class SequenceClassifier {
   /// Forward and loss for a batch: x row-major [batch][steps][input] (batch_first), labels
   /// [batch]. predictions (optional) receives the argmax of the last step's logits.
   ///
-  /// lengths (CPU; empty = every sample has all steps): each sample's length, 1..steps, in any
+  /// lengths (empty = every sample has all steps): each sample's length, 1..steps, in any
   /// order. Sample b then runs steps 1..lengths[b] only (Recurrent::forward's lengths: the
   /// steps after are padding that nothing reads), head `last` reads its step lengths[b], head
   /// `every` its steps 1..lengths[b] (the loss is the mean over the real steps of the batch),

@@ -119,12 +119,13 @@ class Recurrent {
   /// holds step t of sample b). Records what backward() needs. x may be a map of the
   /// caller's buffer (a (steps, batch, features) C-order array has exactly this layout).
   ///
-  /// Variable lengths (CPU): `lengths` gives each sample's length, 1..steps, sorted longest
+  /// Variable lengths: `lengths` gives each sample's length, 1..steps, sorted longest
   /// first (non-increasing; PyTorch's packed order), ShapeError/InvalidArgument otherwise;
   /// empty = every sample runs every step. Sample b runs steps 1..lengths[b] only: its later
-  /// steps are not computed (no forward, no Jacobians, no products in the scan, which runs
-  /// each sample's chain at its own length), its outputs and states there are zeros (as
-  /// PyTorch's padded output), and gradients given there are not used. final_state() gives
+  /// steps are not computed (Device::cpu: no forward, no Jacobians, no products in the scan,
+  /// which runs each sample's chain at its own length; Device::cuda: the kernels skip them, a
+  /// scan passes its gradient through them unchanged), its outputs and states there are zeros
+  /// (as PyTorch's padded output), and gradients given there are not used. final_state() gives
   /// each sample's s at its length; set_final_state_grad applies there.
   void forward(const Eigen::Ref<const Matrix<T>>& x, Index steps, Index batch, std::span<const Index> lengths = {});
   Index steps() const;

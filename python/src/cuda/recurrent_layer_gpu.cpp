@@ -28,20 +28,16 @@ class LayerGpu final : public LayerHalf<T> {
 
   void forward(const LayerForwardIo<T>& io, Index steps, Index batch, const std::vector<Index>& lengths,
                std::uintptr_t stream) override {
-    if (!lengths.empty())
-      detail::raise<UnsupportedError>(
-          kOp,
-          "samples of different lengths (a PackedSequence) run on the CPU only for now: move the module and the "
-          "PackedSequence to the CPU with .cpu(), or pass a padded batch on the GPU");
     DeviceScope scope(index_);
     auto& st = *stack_;
     st.use_stream(reinterpret_cast<CUstream_st*>(stream));
     st.upload_layer_device(0, {io.w_ih, io.w_hh, io.b_ih, io.b_hh});
     st.resize(steps, batch);
+    st.set_lengths(lengths);  // a PackedSequence: each sample's length, longest first
     st.copy_input_device(io.x);
     st.forward_device({{io.h0, io.c0}});
     st.copy_output(io.out);
-    st.copy_state(0, steps, {io.h_n, io.c_n});
+    st.copy_final_state(0, {io.h_n, io.c_n});
   }
 
   std::string backward(const LayerBackwardIo<T>& io, const BackwardOptions& options, std::uintptr_t stream) override {

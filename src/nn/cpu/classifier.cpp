@@ -35,15 +35,10 @@ class ClassifierCpu final : public ClassifierHalf<T> {
     const Index I = config_.rnn.input;
     // With lengths the stack runs the batch sorted longest first (Recurrent's order; stable):
     // order_[k] is the caller's sample at position k.
-    order_.resize(static_cast<std::size_t>(batch));
-    std::iota(order_.begin(), order_.end(), Index{0});
+    order_ = longest_first(lengths, steps, batch);
     lengths_.clear();
-    if (!lengths.empty() && *std::min_element(lengths.begin(), lengths.end()) < steps) {
-      std::stable_sort(order_.begin(), order_.end(), [&](Index a, Index b) {
-        return lengths[static_cast<std::size_t>(a)] > lengths[static_cast<std::size_t>(b)];
-      });
+    if (!lengths.empty() && *std::min_element(lengths.begin(), lengths.end()) < steps)
       for (Index b : order_) lengths_.push_back(lengths[static_cast<std::size_t>(b)]);
-    }
     x_.resize(I, steps * batch);
     labels_.resize(static_cast<std::size_t>(batch));
     for (Index k = 0; k < batch; ++k) {

@@ -3,8 +3,12 @@
 // own half). Also the factory that picks the half by device.
 #include "nn/classifier_half.hpp"
 
+#include <algorithm>
+#include <vector>
+
 #include "bppsa/core/error.hpp"
 #include "nn/cuda/gpu_model.hpp"
+#include "nn/lengths.hpp"
 #include "nn/recurrent_half.hpp"
 
 namespace bppsa::detail {
@@ -21,11 +25,30 @@ class ClassifierGpu final : public ClassifierHalf<T> {
                                   config.head == HeadMode::every, config.loss)) {}
 
   void set_batch(std::span<const float> x, Index batch, Index steps, std::span<const std::int64_t> labels,
-                 std::span<const Index>) override {  // lengths: refused by the front
+                 std::span<const Index> lengths) override {
     // The GPU computes the loss without looking at label ranges: check them here, as loss() does.
     for (Index b = 0; b < batch; ++b)
       check_label("loss", labels[static_cast<std::size_t>(b)], "prediction " + std::to_string(b), config_.classes);
-    gpu()->set_batch(x, batch, steps, labels);
+    // With lengths the batch runs sorted longest first, as on the CPU (order_[k]: the caller's
+    // sample at position k).
+    order_ = longest_first(lengths, steps, batch);
+    sorted_lengths_.clear();
+    for (Index b : order_) sorted_lengths_.push_back(lengths.empty() ? steps : lengths[static_cast<std::size_t>(b)]);
+    if (lengths.empty() || std::is_sorted(order_.begin(), order_.end())) {
+      gpu()->set_batch(x, batch, steps, labels);
+    } else {
+      const std::size_t per = x.size() / static_cast<std::size_t>(batch);  // one sample: steps × I
+      std::vector<float> xs(x.size());
+      std::vector<std::int64_t> ys(labels.size());
+      for (std::size_t k = 0; k < order_.size(); ++k) {
+        const auto b = static_cast<std::size_t>(order_[k]);
+        std::copy_n(x.begin() + static_cast<std::ptrdiff_t>(b * per), per,
+                    xs.begin() + static_cast<std::ptrdiff_t>(k * per));
+        ys[k] = labels[b];
+      }
+      gpu()->set_batch(xs, batch, steps, ys);
+    }
+    gpu()->set_lengths(lengths.empty() ? std::span<const Index>() : std::span<const Index>(sorted_lengths_));
   }
 
   T forward_loss(bool grad, std::vector<std::int64_t>* predictions) override {
@@ -33,7 +56,12 @@ class ClassifierGpu final : public ClassifierHalf<T> {
     g->forward_loss(grad, 0);
     const gpu::DeviceStatus st = g->stack().read_status();  // waits for the loss
     gpu::raise_flagged(g->stack(), config_, st);            // throws NonFiniteError as the CPU's loss() would
-    if (predictions) g->download_predictions(*predictions);
+    if (predictions) {
+      g->download_predictions(*predictions);
+      const std::vector<std::int64_t> sorted = *predictions;  // back to the caller's order
+      for (std::size_t k = 0; k < order_.size() && k < sorted.size(); ++k)
+        (*predictions)[static_cast<std::size_t>(order_[k])] = sorted[k];
+    }
     return static_cast<T>(st.loss);
   }
 
@@ -92,6 +120,7 @@ class ClassifierGpu final : public ClassifierHalf<T> {
   Recurrent<T>& rnn_;
   Linear<T>& head_;
   std::unique_ptr<gpu::ModelGpu<T>> g_;
+  std::vector<Index> order_, sorted_lengths_;  ///< the stored batch's order (longest first) and lengths
 };
 
 }  // namespace

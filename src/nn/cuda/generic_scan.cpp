@@ -66,9 +66,15 @@ void GenericLayerScan<T>::run(const LayerArgs<T>& a, cudaStream_t stream, cudaEv
                                      static_cast<std::size_t>(a.H * a.H) * sizeof(T), cudaMemcpyDeviceToDevice,
                                      stream));
   if (jacobians_done) BPPSA_CUDA_CHECK(cudaEventRecord(jacobians_done, stream));
-  if (inject_) launch_injections(injections_.data(), a.above, a.H, S, B, T_ - 1, stream);
-  BPPSA_CUDA_CHECK(cudaMemcpyAsync(scan_->buffers().prefix(0), a.g + T_ * B * S,
-                                   static_cast<std::size_t>(S * B) * sizeof(T), cudaMemcpyDeviceToDevice, stream));
+  if (a.len != nullptr) {
+    if (!inject_) raise<InvalidArgument>("GenericLayerScan::run", "per-sample lengths need a plan with injections");
+    launch_injections_by_length(injections_.data(), scan_->buffers().prefix(0), a.above, a.g + T_ * B * S, a.len, a.H,
+                                S, B, T_, stream);
+  } else {
+    if (inject_) launch_injections(injections_.data(), a.above, a.H, S, B, T_ - 1, stream);
+    BPPSA_CUDA_CHECK(cudaMemcpyAsync(scan_->buffers().prefix(0), a.g + T_ * B * S,
+                                     static_cast<std::size_t>(S * B) * sizeof(T), cudaMemcpyDeviceToDevice, stream));
+  }
   scan_->run(stream);
   launch_gather_blocks(prefixes_.data(), a.g, T_, S * B, stream);
 }

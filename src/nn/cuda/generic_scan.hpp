@@ -33,7 +33,9 @@ class GenericLayerScan {
 
   bool matches(Index steps, Index batch, bool inject, Algorithm algorithm, int chunks) const;
   /// Fills a.g's blocks 0 … T−1 from its block T (g_T, already set) on `stream`: Jacobians from
-  /// the record (a.w: W_hh row-major), injections from a.above. `jacobians_done` is recorded
+  /// the record (a.w: W_hh row-major), injections from a.above. With lengths (a.len; a plan with
+  /// injections), each sample's Jacobians past its length are zero and its g_T is injected at its
+  /// length (injection_by_length). `jacobians_done` is recorded
   /// on `stream` after the generation.
   void run(const LayerArgs<T>& a, cudaStream_t stream, cudaEvent_t jacobians_done);
 

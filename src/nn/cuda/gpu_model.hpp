@@ -113,6 +113,10 @@ class RecurrentGpu {
   virtual void resize(Index steps, Index batch) = 0;
   virtual Index steps() const = 0;
   virtual Index batch() const = 0;
+  /// Per-sample lengths of the next forward and its backward (after resize: one per sample,
+  /// non-increasing, each 1 … steps; InvalidArgument otherwise); empty = every sample runs every
+  /// step. Past its length a sample's outputs are zeros and its steps cost no gradient.
+  virtual void set_lengths(std::span<const Index> lengths) = 0;
   /// The layer-0 input, I × (steps·batch) column-major (time-major columns), to fill on stream().
   virtual T* input() = 0;
   virtual void upload_input(const T* host) = 0;
@@ -124,6 +128,8 @@ class RecurrentGpu {
   virtual const T* output() const = 0;
   virtual void download_output(Matrix<T>& out) = 0;
   virtual void download_state(Index layer, Index t, Matrix<T>& s) = 0;
+  /// Layer `layer`'s final state (S × batch): each sample's at its length.
+  virtual void download_final_state(Index layer, Matrix<T>& s) = 0;
   /// Every layer over its input; s0[l]: layer l's initial state in device memory (the vector
   /// may be shorter than the stack: zeros).
   virtual void forward_device(const std::vector<DeviceState<T>>& s0) = 0;
@@ -131,6 +137,8 @@ class RecurrentGpu {
   virtual void copy_output(T* out) = 0;
   /// Layer `layer`'s state s_t (0 ≤ t ≤ steps) into device memory.
   virtual void copy_state(Index layer, Index t, const DeviceStateOut<T>& s) = 0;
+  /// Layer `layer`'s final state into device memory: each sample's at its length.
+  virtual void copy_final_state(Index layer, const DeviceStateOut<T>& s) = 0;
 
   /// ResourceError when a backward with these options cannot fit in the GPU's memory.
   virtual void check_backward_memory(Index steps, Index batch, const BackwardOptions& options) = 0;
@@ -197,6 +205,13 @@ class ModelGpu {
   virtual void set_order(int slot, std::span<const Index> order) = 0;
   /// The batch of samples order[first … first + n) of the slot's data; times point kStepBegin.
   virtual void gather(int slot, Index first, Index n, int time_slot) = 0;
+  /// The batch of samples ids (host indices into the slot's data, in this order); kStepBegin.
+  virtual void gather_ids(int slot, std::span<const std::int64_t> ids, int time_slot) = 0;
+  /// Per-sample lengths of the batch just stored (set_batch, gather, gather_ids clear them),
+  /// sorted longest first as RecurrentGpu::set_lengths takes them: the stack runs each sample
+  /// at its length and the head reads what the CPU's reads (nn/lengths.hpp's head_columns:
+  /// each sample's last real step, and with a per-step head every real step).
+  virtual void set_lengths(std::span<const Index> lengths) = 0;
   /// Forward and loss of the current batch (∂loss/∂logits kept when grad), the last-step
   /// predictions and the status (loss, totals, flags); times kForwardEnd.
   virtual void forward_loss(bool grad, int time_slot) = 0;

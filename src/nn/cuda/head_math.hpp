@@ -68,6 +68,14 @@ BPPSA_HD inline double loss_column(bool mse, Idx C, Idx N, T* z, const T* bias, 
 /// t·B + b belongs to sample b), or one column per sample (head = last).
 BPPSA_HD inline Idx column_label(const std::int64_t* labels, Idx batch, Idx j) { return labels[j % batch]; }
 
+/// With lengths, the head reads N chosen output columns (nn/lengths.hpp's head_columns): value
+/// `item` of its input (H × N) is value item % H of output column cols[item / H] (H × T·B).
+BPPSA_HD inline Idx head_column_source(Idx H, const Idx* cols, Idx item) { return cols[item / H] * H + item % H; }
+/// The label of chosen column j: its sample's (output column cols[j] of a batch of B).
+BPPSA_HD inline std::int64_t head_column_label(const std::int64_t* labels, const Idx* cols, Idx B, Idx j) {
+  return labels[cols[j] % B];
+}
+
 /// Index of the first largest of C values (the prediction of a column).
 template <class T>
 BPPSA_HD inline Idx argmax(const T* z, Idx C) {

@@ -34,9 +34,11 @@ void launch_forward(const LayerArgs<T>& a, unsigned threads, std::size_t smem, c
 /// BP through time of one layer (g_T already in a.g): every g_t, dx (and dh).
 template <class T>
 void launch_backward_bp(const LayerArgs<T>& a, unsigned threads, std::size_t smem, cudaStream_t s);
-/// g_T (S × B, at g_last) = last (H × B, may be null) on the h rows + final_grad (S × B, may be null).
+/// g_T (S × B, at g_last) = last (H × B, may be null) on the h rows + final_grad (S × B, may be
+/// null); with `len`, each sample's column of `last` at its length (final_state_grad).
 template <class T>
-void launch_final_grad(Idx H, Idx S, Idx B, const T* last, const T* final_grad, T* g_last, cudaStream_t s);
+void launch_final_grad(Idx H, Idx S, Idx B, Idx steps, const T* last, const Idx* len, const T* final_grad, T* g_last,
+                       cudaStream_t s);
 /// Pre-activation gradients of every step from a.g (the scan path).
 template <class T>
 void launch_preact(const LayerArgs<T>& a, cudaStream_t s);
@@ -53,6 +55,18 @@ void launch_gather_blocks(const T* const* src, T* dst, Idx count, Idx per, cudaS
 /// zeros below (LSTM's c rows), for k = 1..count.
 template <class T>
 void launch_injections(T* const* inj, const T* above, Idx H, Idx S, Idx B, Idx count, cudaStream_t s);
+/// With lengths: the generic scan's affine parts inj[k − 1] (S × B, k = 1 … steps − 1) and its
+/// g_T (`top`, S × B) from above (H × TB, may be null), g_last and len (injection_by_length).
+template <class T>
+void launch_injections_by_length(T* const* inj, T* top, const T* above, const T* g_last, const Idx* len, Idx H, Idx S,
+                                 Idx B, Idx steps, cudaStream_t s);
+/// Zeros in the columns of padded steps of x (I × steps·B, time-major).
+template <class T>
+void launch_zero_padding(T* x, Idx I, Idx B, Idx steps, const Idx* len, cudaStream_t s);
+/// out (column b at b·pitch, H values) = h (H × (steps+1)B) at sample b's last step (len[b], or
+/// steps when len is null).
+template <class T>
+void launch_final_state(const T* h, const Idx* len, Idx H, Idx B, Idx steps, T* out, Idx pitch, cudaStream_t s);
 /// x (I × steps·batch, type T) and labels (batch) gathered from a [samples][steps][I] float
 /// array and its labels: samples order[first + b] (first + b when order is null).
 template <class T>
@@ -76,6 +90,15 @@ void launch_loss_columns(bool mse, Idx C, Idx N, Idx B, T* logits, const T* bias
 template <class T>
 void launch_loss_finish(bool mse, Idx C, Idx N, Idx B, const double* col_loss, const T* logits,
                         const std::int64_t* labels, std::int64_t* predictions, DeviceStatus* status, cudaStream_t s);
+
+/// With lengths: the head's input (H × N) from the output columns cols (H × T·B) and each chosen
+/// column's label (col_labels, N) from the batch's labels (B).
+template <class T>
+void launch_head_columns(const T* out, const Idx* cols, Idx H, Idx N, const std::int64_t* labels, Idx B, T* head_in,
+                         std::int64_t* col_labels, cudaStream_t s);
+/// full (full_values, H × T·B) = zeros with the head input's gradient d (H × N) at columns cols.
+template <class T>
+void launch_scatter_head_grad(const T* d, const Idx* cols, Idx H, Idx N, T* full, Idx full_values, cudaStream_t s);
 
 // --- optimizer (optimizer_kernels.cu) ------------------------------------------------------------
 /// partials[blk] (kNormBlocks doubles) = Σ grad² over the values block blk's threads own.

@@ -65,7 +65,17 @@ struct LayerArgs {
   const T* above = nullptr;  ///< backward: injections H × TB (block t−1: gradient on h_t); null = none
   T* dx = nullptr;           ///< GH × TB pre-activation gradients on the input side (W_ih, b_ih)
   T* dh = nullptr;           ///< GRU: on the recurrent side (W_hh, b_hh); others use dx
+  /// Per-sample lengths (B, non-increasing, each 1 … T); null = every sample runs all T steps.
+  /// Step t of sample b is padding when t > len[b]: the forward writes zeros there, the
+  /// backward passes its state gradient through unchanged, without injection (docs/gpu.md).
+  const Idx* len = nullptr;
 };
+
+/// Whether step t of sample b is padding (past the sample's length).
+template <class T>
+BPPSA_HD inline bool padded(const LayerArgs<T>& a, Idx t, Idx b) {
+  return a.len != nullptr && t > a.len[b];
+}
 
 /// What one unit's forward step reads of the record besides W_hh h_{t−1} (gate q at [q]): the
 /// input projection plus b_ih (xb), b_hh (bh) and, LSTM, c_{t−1} (cp; the cell leaves c_t there).

@@ -5,7 +5,9 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "bppsa/core/error.hpp"
 #include "bppsa/core/memory.hpp"
@@ -16,6 +18,7 @@
 #include "nn/cuda/blas.hpp"
 #include "nn/cuda/gpu_model.hpp"
 #include "nn/cuda/kernels.hpp"
+#include "nn/lengths.hpp"
 
 namespace bppsa::detail::gpu {
 namespace {
@@ -42,6 +45,8 @@ class ModelGpuImpl final : public ModelGpu<T> {
   void use_data(int slot, const SequenceDataset& data) override;
   void set_order(int slot, std::span<const Index> order) override;
   void gather(int slot, Index first, Index n, int time_slot) override;
+  void gather_ids(int slot, std::span<const std::int64_t> ids, int time_slot) override;
+  void set_lengths(std::span<const Index> lengths) override;
   void forward_loss(bool grad, int time_slot) override;
   void backward(const BackwardOptions& options, int time_slot) override;
   void mark(int time_slot, int point) override;
@@ -65,9 +70,13 @@ class ModelGpuImpl final : public ModelGpu<T> {
   };
 
   cudaStream_t s() const { return stack_.stream(); }
-  Idx columns() const { return every_ ? stack_.steps() * stack_.batch() : stack_.batch(); }
-  /// The head's input: every step's outputs (H × TB) or the last step's (H × B).
+  Idx columns() const {
+    return lengths_ ? static_cast<Idx>(cols_host_.size()) : every_ ? stack_.steps() * stack_.batch() : stack_.batch();
+  }
+  /// The head's input: every step's outputs (H × TB), the last step's (H × B), or with lengths
+  /// the columns head_columns chose, gathered (H × columns()).
   const T* head_input() const {
+    if (lengths_) return head_in_.data();
     return every_ ? stack_.output() : stack_.output() + (stack_.steps() - 1) * stack_.batch() * H_;
   }
 
@@ -80,6 +89,13 @@ class ModelGpuImpl final : public ModelGpu<T> {
   DeviceBuffer<double> col_loss_;
   DeviceBuffer<std::int64_t> labels_, labels_in_, predictions_;
   DeviceBuffer<float> batch_in_;
+  // With lengths (set_lengths): the output columns the head reads, its gathered input, the
+  // chosen columns' labels, the gradient on every output column (per-step head), the batch's ids.
+  bool lengths_ = false;
+  std::vector<Idx> cols_host_;
+  DeviceBuffer<Idx> cols_;
+  DeviceBuffer<T> head_in_, dfull_;
+  DeviceBuffer<std::int64_t> col_labels_, ids_;
   std::array<Resident, 2> data_;
   std::array<std::array<cuda::Event, kTimePoints>, kSlots> events_;
   std::array<std::array<bool, kTimePoints>, kSlots> marked_{};
@@ -149,6 +165,7 @@ Segments<T> ModelGpuImpl<T>::segments() {
 template <class T>
 void ModelGpuImpl<T>::set_batch(std::span<const float> x, Index batch, Index steps,
                                 std::span<const std::int64_t> labels) {
+  lengths_ = false;
   stack_.resize(steps, batch);
   ensure(batch_in_, static_cast<Idx>(x.size()));
   ensure(labels_in_, batch);
@@ -211,11 +228,45 @@ void ModelGpuImpl<T>::set_order(int slot, std::span<const Index> order) {
 template <class T>
 void ModelGpuImpl<T>::gather(int slot, Index first, Index n, int time_slot) {
   const Resident& r = data_[static_cast<std::size_t>(slot)];
+  lengths_ = false;
   stack_.resize(r.steps, n);
   ensure(labels_, n);
   mark(time_slot, kStepBegin);
   launch_gather(r.x.data(), r.y.data(), I_, r.steps, n, r.ordered ? r.order.data() : nullptr, first, stack_.input(),
                 labels_.data(), s());
+}
+
+template <class T>
+void ModelGpuImpl<T>::gather_ids(int slot, std::span<const std::int64_t> ids, int time_slot) {
+  const Resident& r = data_[static_cast<std::size_t>(slot)];
+  const auto n = static_cast<Idx>(ids.size());
+  for (const std::int64_t i : ids)
+    if (i < 0 || i >= r.samples)
+      raise<InvalidArgument>("train", "sample " + std::to_string(i) + " of a data set of " + std::to_string(r.samples));
+  lengths_ = false;
+  stack_.resize(r.steps, n);
+  ensure(labels_, n);
+  ensure(ids_, n);
+  mark(time_slot, kStepBegin);
+  // Pageable host memory: staged before the call returns, ordered on the stream.
+  BPPSA_CUDA_CHECK(
+      cudaMemcpyAsync(ids_.data(), ids.data(), ids.size() * sizeof(std::int64_t), cudaMemcpyHostToDevice, s()));
+  launch_gather(r.x.data(), r.y.data(), I_, r.steps, n, ids_.data(), 0, stack_.input(), labels_.data(), s());
+}
+
+template <class T>
+void ModelGpuImpl<T>::set_lengths(std::span<const Index> lengths) {
+  stack_.set_lengths(lengths);  // checks them
+  lengths_ = !lengths.empty() && lengths.back() < stack_.steps();
+  if (!lengths_) return;
+  std::vector<Index> cols;
+  std::vector<std::int64_t> col_labels;
+  const std::vector<std::int64_t> unused(lengths.size(), 0);  // the labels are the device's: only the columns here
+  head_columns(every_, lengths, unused, cols, col_labels);
+  cols_host_.assign(cols.begin(), cols.end());
+  ensure(cols_, static_cast<Idx>(cols_host_.size()));
+  BPPSA_CUDA_CHECK(
+      cudaMemcpyAsync(cols_.data(), cols_host_.data(), cols_host_.size() * sizeof(Idx), cudaMemcpyHostToDevice, s()));
 }
 
 template <class T>
@@ -226,9 +277,16 @@ void ModelGpuImpl<T>::forward_loss(bool grad, int time_slot) {
   ensure(col_loss_, N);
   ensure(predictions_, B);
   if (grad) ensure(dlogits_, C_ * N);
+  if (lengths_) {  // the chosen columns and their labels (column j's label at j: a "batch" of N)
+    ensure(head_in_, H_ * N);
+    ensure(col_labels_, N);
+    launch_head_columns(stack_.output(), cols_.data(), H_, N, labels_.data(), B, head_in_.data(), col_labels_.data(),
+                        s());
+  }
   run(blas_->get(), head_logits(C_, H_, N, head_.data(), head_input(), logits_.data()));
-  launch_loss_columns(mse_, C_, N, B, logits_.data(), head_.data() + C_ * H_, labels_.data(),
-                      grad ? dlogits_.data() : nullptr, col_loss_.data(), s());
+  launch_loss_columns(mse_, C_, N, lengths_ ? N : B, logits_.data(), head_.data() + C_ * H_,
+                      lengths_ ? col_labels_.data() : labels_.data(), grad ? dlogits_.data() : nullptr,
+                      col_loss_.data(), s());
   launch_loss_finish(mse_, C_, N, B, col_loss_.data(), logits_.data(), labels_.data(), predictions_.data(),
                      stack_.status(), s());
   mark(time_slot, kForwardEnd);
@@ -248,7 +306,14 @@ void ModelGpuImpl<T>::backward(const BackwardOptions& options, int time_slot) {
   run(h, p.weight);
   run(h, p.bias);
   run(h, p.input);
-  stack_.backward_begin(dout_.data(), every_);
+  const T* top = dout_.data();  // H × N: every step's (per-step head) or each sample's last step's
+  if (lengths_ && every_) {     // back to the output columns the head read, zeros elsewhere
+    const Idx full = H_ * stack_.steps() * stack_.batch();
+    ensure(dfull_, full);
+    launch_scatter_head_grad(dout_.data(), cols_.data(), H_, N, dfull_.data(), full, s());
+    top = dfull_.data();
+  }
+  stack_.backward_begin(top, every_);
   for (Index l = stack_.layers() - 1; l >= 0; --l)
     stack_.backward_layer(
         l, options,
@@ -318,7 +383,8 @@ template <class T>
 std::size_t ModelGpuImpl<T>::device_bytes() const {
   std::size_t n = stack_.device_bytes() + head_.bytes() + head_grads_.bytes() + logits_.bytes() + dlogits_.bytes() +
                   dout_.bytes() + ones_.bytes() + col_loss_.bytes() + labels_.bytes() + labels_in_.bytes() +
-                  predictions_.bytes() + batch_in_.bytes();
+                  predictions_.bytes() + batch_in_.bytes() + cols_.bytes() + head_in_.bytes() + dfull_.bytes() +
+                  col_labels_.bytes() + ids_.bytes();
   for (const Resident& r : data_) n += r.x.bytes() + r.y.bytes() + r.order.bytes();
   return n;
 }

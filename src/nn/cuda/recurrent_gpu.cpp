@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <span>
 #include <string>
 
 #include "bppsa/core/device.hpp"
@@ -145,6 +146,7 @@ class RecurrentStack final : public RecurrentGpu<T> {
   void resize(Index steps, Index batch) override;
   Index steps() const override { return steps_; }
   Index batch() const override { return batch_; }
+  void set_lengths(std::span<const Index> lengths) override;
   T* input() override { return x_.data(); }
   void upload_input(const T* host) override;
   void copy_input_device(const T* x) override { copy(x_.data(), x, config_.input * steps_ * batch_); }
@@ -155,6 +157,8 @@ class RecurrentStack final : public RecurrentGpu<T> {
   const T* output() const override { return layers_.back().h.data() + config_.hidden * batch_; }
   void download_output(Matrix<T>& out) override;
   void download_state(Index layer, Index t, Matrix<T>& s) override;
+  void download_final_state(Index layer, Matrix<T>& s) override;
+  void copy_final_state(Index layer, const DeviceStateOut<T>& s) override;
 
   void check_backward_memory(Index steps, Index batch, const BackwardOptions& options) override;
   const T* upload_grad_out(const T* host, Index values) override;
@@ -186,6 +190,8 @@ class RecurrentStack final : public RecurrentGpu<T> {
   };
 
   LayerArgs<T> args(Index l);
+  /// The device lengths of the current batch, or null (every sample runs every step).
+  const Idx* lengths() const { return has_len_ ? len_.data() : nullptr; }
   void sync() const { BPPSA_CUDA_CHECK(cudaStreamSynchronize(run_stream_)); }
   /// forward() with layer l's s_0 written by init(l, h, c) into the record's first block (H × B each).
   template <class Init>
@@ -228,6 +234,9 @@ class RecurrentStack final : public RecurrentGpu<T> {
   DeviceBuffer<DeviceStatus> status_;
   std::vector<Layer> layers_;
   Index steps_ = 0, batch_ = 0;
+  DeviceBuffer<Idx> len_;      ///< per-sample lengths (set_lengths), valid when has_len_
+  std::vector<Idx> len_host_;  ///< what len_ holds
+  bool has_len_ = false;
   const T* top_ = nullptr;
   bool inject_top_ = false;
   std::array<std::vector<Index>, kSlots> timed_;  ///< layers timed in each slot's last backward
@@ -353,6 +362,7 @@ void RecurrentStack<T>::resize(Index steps, Index batch) {
   // No record until the buffers have their sizes: a failed check leaves some of them freed.
   steps_ = 0;
   batch_ = 0;
+  has_len_ = false;  // lengths belong to a shape: set_lengths after resize
   // The forward record; ones_ is filled with 1 when it grows.
   const bool grew_ones = ones_.size() < static_cast<std::size_t>(TBi);
   grow<T>(
@@ -379,6 +389,29 @@ void RecurrentStack<T>::resize(Index steps, Index batch) {
   if (grew_ones) launch_fill(ones_.data(), static_cast<Idx>(ones_.size()), T(1), run_stream_);
   steps_ = steps;
   batch_ = batch;
+}
+
+template <class T>
+void RecurrentStack<T>::set_lengths(std::span<const Index> lengths) {
+  const char* op = "Recurrent::forward";
+  has_len_ = false;
+  if (lengths.empty()) return;
+  if (static_cast<Index>(lengths.size()) != batch_)
+    raise<ShapeError>(op, std::to_string(lengths.size()) + " lengths for a batch of " + std::to_string(batch_) +
+                              " (one per sample, or none)");
+  for (std::size_t b = 0; b < lengths.size(); ++b)
+    if (lengths[b] < 1 || lengths[b] > steps_ || (b > 0 && lengths[b] > lengths[b - 1]))
+      raise<InvalidArgument>(op, "length " + std::to_string(lengths[b]) + " of sample " + std::to_string(b) +
+                                     " is outside 1.." + std::to_string(steps_) +
+                                     " or longer than the one before; lengths are sorted longest first");
+  if (lengths.back() == steps_) return;  // every sample runs every step: the plain path
+  has_len_ = true;
+  if (len_host_.size() == lengths.size() && std::equal(lengths.begin(), lengths.end(), len_host_.begin())) return;
+  len_host_.assign(lengths.begin(), lengths.end());
+  ensure(len_, static_cast<Idx>(len_host_.size()));
+  // Pageable host memory: staged before the call returns, ordered on the stream (no device sync).
+  BPPSA_CUDA_CHECK(cudaMemcpyAsync(len_.data(), len_host_.data(), len_host_.size() * sizeof(Idx),
+                                   cudaMemcpyHostToDevice, run_stream_));
 }
 
 template <class T>
@@ -409,6 +442,7 @@ LayerArgs<T> RecurrentStack<T>::args(Index l) {
   a.g = L.g.data();
   a.dx = L.dx.data();
   a.dh = L.dh.data();
+  a.len = lengths();
   return a;
 }
 
@@ -466,6 +500,9 @@ void RecurrentStack<T>::forward_from(Init&& init) {
   for (Index l = 0; l < config_.layers; ++l) {
     Layer& L = layers_[static_cast<std::size_t>(l)];
     const T* x = l == 0 ? x_.data() : layers_[static_cast<std::size_t>(l - 1)].h.data() + H_ * B;
+    // The caller's padding is never used, but the parameter-gradient GEMMs read it (times zero):
+    // zeros there (the layers above read zeros from the forward).
+    if (l == 0 && has_len_) launch_zero_padding(x_.data(), config_.input, B, steps_, lengths(), s);
     run(blas_->get(), input_projection(GH_, L.input, TB, params_.data() + L.w_ih, x, L.ax.data()));
     init(l, L.h.data(), cell_ == kLstm ? L.c.data() : nullptr);
     launch_transpose(params_.data() + L.w_hh, GH_, H_, L.w_col.data(), s);
@@ -538,6 +575,14 @@ void RecurrentStack<T>::copy_state(Index l, Index t, const DeviceStateOut<T>& st
 }
 
 template <class T>
+void RecurrentStack<T>::copy_final_state(Index l, const DeviceStateOut<T>& st) {
+  const Layer& L = layers_.at(static_cast<std::size_t>(l));
+  if (st.h != nullptr) launch_final_state(L.h.data(), lengths(), H_, batch_, steps_, st.h, H_, run_stream_);
+  if (cell_ == kLstm && st.c != nullptr)
+    launch_final_state(L.c.data(), lengths(), H_, batch_, steps_, st.c, H_, run_stream_);
+}
+
+template <class T>
 PersistentLaunch RecurrentStack<T>::launch_for(Idx rows, bool gate_vector) const {
   const PersistentLaunch p = persistent_launch(GH_, H_, rows, batch_, sizeof(T), sms_,
                                                static_cast<std::size_t>(smem_optin_), kPersistentThreads, gate_vector);
@@ -567,6 +612,16 @@ void RecurrentStack<T>::download_state(Index layer, Index t, Matrix<T>& st) {
     BPPSA_CUDA_CHECK(cudaMemcpy2DAsync(st.data() + H_, S_ * sizeof(T), L.c.data() + t * batch_ * H_, H_ * sizeof(T),
                                        H_ * sizeof(T), batch_, cudaMemcpyDeviceToHost, s));
   sync();
+}
+
+template <class T>
+void RecurrentStack<T>::download_final_state(Index layer, Matrix<T>& st) {
+  const Layer& L = layers_[static_cast<std::size_t>(layer)];
+  DeviceBuffer<T> d(static_cast<std::size_t>(S_ * batch_));  // S × B: h rows over c rows
+  launch_final_state(L.h.data(), lengths(), H_, batch_, steps_, d.data(), S_, run_stream_);
+  if (cell_ == kLstm) launch_final_state(L.c.data(), lengths(), H_, batch_, steps_, d.data() + H_, S_, run_stream_);
+  st.resize(S_, batch_);
+  download(d.data(), st.data(), st.size());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -759,7 +814,10 @@ void RecurrentStack<T>::backward_from(Index l, const BackwardOptions& options, b
   L.how = how;
   L.method = options.method;
   if (how == StateGrads::fused) ensure(L.g_last, S_ * B);  // (layers may change method midway: S × B only)
-  launch_final_grad(H_, S_, B, last, gfinal, how == StateGrads::fused ? L.g_last.data() : a.g + T_ * B * S_, s);
+  // With lengths, sample b's g_T is its gradient at step len[b] (`last` with injections is
+  // above's block T; without them the caller gave each sample's own last-step gradient).
+  launch_final_grad(H_, S_, B, T_, last, inject ? a.len : nullptr, gfinal,
+                    how == StateGrads::fused ? L.g_last.data() : a.g + T_ * B * S_, s);
   a.above = inject ? above : nullptr;
   a.w = params_.data() + L.w_hh;  // row-major
 
@@ -783,9 +841,10 @@ void RecurrentStack<T>::backward_from(Index l, const BackwardOptions& options, b
     case StateGrads::generic: {
       const Algorithm algo = scan_algorithm(options.method);
       const int chunks = algo == Algorithm::hybrid ? options.chunks : 0;
+      const bool affine = inject || has_len_;  // lengths restart each sample's chain by an injection
       auto& plan = L.generic.get(
-          [&](const auto& p) { return p && p->matches(T_, B, inject, algo, chunks); },
-          [&] { return std::make_unique<GenericLayerScan<T>>(cell_, H_, T_, B, inject, algo, chunks); }, false);
+          [&](const auto& p) { return p && p->matches(T_, B, affine, algo, chunks); },
+          [&] { return std::make_unique<GenericLayerScan<T>>(cell_, H_, T_, B, affine, algo, chunks); }, false);
       plan->run(a, s, ev.e[1]);
       BPPSA_CUDA_CHECK(cudaEventRecord(ev.e[2], s));
       launch_preact(a, s);
@@ -837,6 +896,7 @@ void RecurrentStack<T>::run_fused(Index l, const LayerArgs<T>& a, cudaStream_t s
   p.g_last = L.g_last.data();
   p.above = a.above;
   p.g = a.g;
+  p.len = a.len;
   plan.scan->run(s, p);
 }
 
@@ -893,7 +953,8 @@ void RecurrentStack<T>::check_grads(Index only) {
 
 template <class T>
 std::size_t RecurrentStack<T>::device_bytes() const {
-  std::size_t n = params_.bytes() + grads_.bytes() + x_.bytes() + ones_.bytes() + grad_out_.bytes() + status_.bytes();
+  std::size_t n = params_.bytes() + grads_.bytes() + x_.bytes() + ones_.bytes() + grad_out_.bytes() + status_.bytes() +
+                  len_.bytes();
   for (const Layer& L : layers_) {
     for (const DeviceBuffer<T>* b :
          {&L.h, &L.c, &L.gates, &L.aux, &L.ax, &L.w_col, &L.g, &L.dx, &L.dh, &L.gx, &L.g_final})

@@ -38,10 +38,11 @@ class RecurrentGpuHalf final : public RecurrentHalf<T> {
   }
 
   void forward(const Eigen::Ref<const Matrix<T>>& x, Index steps, Index batch, const LayerParamsList<T>& params,
-               const LayerMatrices<T>& initial_states,
-               std::span<const Index>) override {  // lengths: refused by the front
+               const LayerMatrices<T>& initial_states, std::span<const Index> lengths) override {
     gpu::RecurrentGpu<T>* g = gpu(params);
     g->resize(steps, batch);
+    g->set_lengths(lengths);
+    lengths_.assign(lengths.begin(), lengths.end());
     if (x.outerStride() == x.rows()) {
       g->upload_input(x.data());
     } else {
@@ -57,7 +58,11 @@ class RecurrentGpuHalf final : public RecurrentHalf<T> {
     g_->download_state(layer, t, s);
     return s;
   }
-  Matrix<T> final_state(Index layer) const override { return state(layer, steps()); }
+  Matrix<T> final_state(Index layer) const override {
+    Matrix<T> s;
+    g_->download_final_state(layer, s);
+    return s;
+  }
   Eigen::Block<const Matrix<T>, Eigen::Dynamic, Eigen::Dynamic, true> output() const override {
     g_->download_output(out_);
     const Matrix<T>& out = out_;
@@ -72,9 +77,12 @@ class RecurrentGpuHalf final : public RecurrentHalf<T> {
     gpu::RecurrentGpu<T>* g = gpu(params);
     const Index T_ = g->steps(), B = g->batch(), H = config_.hidden;
     const Matrix<T> packed = grad_out;  // contiguous, whatever the caller's strides
-    // Only the last step's block when every_step is false (many-to-one), as the CPU reads it.
-    const T* top = every_step ? g->upload_grad_out(packed.data(), packed.size())
-                              : g->upload_grad_out(packed.data() + (T_ - 1) * B * H, H * B);
+    // Only each sample's last step when every_step is false (many-to-one), as the CPU reads it.
+    Matrix<T> last(H, B);
+    for (Index b = 0; b < B && !every_step; ++b)
+      last.col(b) = packed.col((lengths_.empty() ? T_ - 1 : lengths_[static_cast<std::size_t>(b)] - 1) * B + b);
+    const T* top =
+        every_step ? g->upload_grad_out(packed.data(), packed.size()) : g->upload_grad_out(last.data(), H * B);
     g->backward_begin(top, every_step);
   }
   void prepare_layer(Index, const BackwardOptions&) const override {}  // the stack checks as it runs
@@ -121,6 +129,7 @@ class RecurrentGpuHalf final : public RecurrentHalf<T> {
  private:
   RecurrentConfig config_;
   std::unique_ptr<gpu::RecurrentGpu<T>> g_;
+  std::vector<Index> lengths_;  ///< of the last forward (empty: every sample ran every step)
   // Host copies of what the accessors download.
   mutable Matrix<T> out_, input_grad_;
   mutable std::vector<Matrix<T>> g0_;

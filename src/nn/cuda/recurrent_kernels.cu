@@ -3,6 +3,8 @@
 // W_hh on chip when it fits),
 // and flat grid-stride kernels (pre-activation gradients, Jacobian generation, copies). Bodies
 // are the __host__ __device__ phases of recurrent_math.hpp, tested on the host.
+#include <algorithm>
+
 #include "core/cuda/check.hpp"
 #include "nn/cuda/kernels.hpp"
 
@@ -60,8 +62,8 @@ __global__ void __launch_bounds__(kBlock) transpose_kernel(const T* in, Idx rows
 
 template <class T>
 __global__ void __launch_bounds__(kBlock)
-    final_grad_kernel(Idx H, Idx S, Idx B, const T* last, const T* final_grad, T* g_last) {
-  BPPSA_FLAT_LOOP(S * B, i) g_last[i] = final_state_grad(H, S, last, final_grad, i / S, i % S);
+    final_grad_kernel(Idx H, Idx S, Idx B, Idx steps, const T* last, const Idx* len, const T* final_grad, T* g_last) {
+  BPPSA_FLAT_LOOP(S * B, i) g_last[i] = final_state_grad(H, S, B, steps, last, len, final_grad, i / S, i % S);
 }
 
 template <class T>
@@ -94,6 +96,28 @@ __global__ void __launch_bounds__(kBlock)
     const Idx row = i % S, col = i / S, b = col % B, k = col / B;  // e_{k+1}, sample b
     inj[k][b * S + row] = injection_value(above, H, B, k + 1, b, row);
   }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kBlock)
+    injection_by_length_kernel(T* const* inj, T* top, const T* above, const T* g_last, const Idx* len, Idx H, Idx S,
+                               Idx B, Idx steps) {
+  BPPSA_FLAT_LOOP((steps - 1) * S * B, i) {
+    const Idx row = i % S, col = i / S, b = col % B, k = col / B;  // e_{k+1}, sample b
+    inj[k][b * S + row] = injection_by_length(above, g_last, len, H, S, B, k + 1, b, row);
+  }
+  BPPSA_FLAT_LOOP(S * B, i) top[i] = scan_top_by_length(g_last, len, S, steps, i / S, i % S);
+}
+
+template <class T>
+__global__ void __launch_bounds__(kBlock) zero_padding_kernel(T* x, Idx I, Idx B, Idx steps, const Idx* len) {
+  BPPSA_FLAT_LOOP(I * steps * B, i) x[i] = unpadded_value(len, I, B, i, x[i]);
+}
+
+template <class T>
+__global__ void __launch_bounds__(kBlock)
+    final_state_kernel(const T* h, const Idx* len, Idx H, Idx B, Idx steps, T* out, Idx pitch) {
+  BPPSA_FLAT_LOOP(H * B, i) out[(i / H) * pitch + i % H] = final_state_value(h, len, H, B, steps, i / H, i % H);
 }
 
 template <class T>
@@ -147,8 +171,9 @@ void launch_backward_bp(const LayerArgs<T>& a, unsigned threads, std::size_t sme
 }
 
 template <class T>
-void launch_final_grad(Idx H, Idx S, Idx B, const T* last, const T* final_grad, T* g_last, cudaStream_t s) {
-  final_grad_kernel<T><<<grid_blocks(S * B), kBlock, 0, s>>>(H, S, B, last, final_grad, g_last);
+void launch_final_grad(Idx H, Idx S, Idx B, Idx steps, const T* last, const Idx* len, const T* final_grad, T* g_last,
+                       cudaStream_t s) {
+  final_grad_kernel<T><<<grid_blocks(S * B), kBlock, 0, s>>>(H, S, B, steps, last, len, final_grad, g_last);
   BPPSA_CUDA_CHECK_LAUNCH();
 }
 
@@ -187,6 +212,28 @@ void launch_injections(T* const* inj, const T* above, Idx H, Idx S, Idx B, Idx c
 }
 
 template <class T>
+void launch_injections_by_length(T* const* inj, T* top, const T* above, const T* g_last, const Idx* len, Idx H, Idx S,
+                                 Idx B, Idx steps, cudaStream_t s) {
+  injection_by_length_kernel<T><<<grid_blocks(std::max<Idx>(steps - 1, 1) * S * B), kBlock, 0, s>>>(
+      inj, top, above, g_last, len, H, S, B, steps);
+  BPPSA_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void launch_zero_padding(T* x, Idx I, Idx B, Idx steps, const Idx* len, cudaStream_t s) {
+  if (I * steps * B <= 0) return;
+  zero_padding_kernel<T><<<grid_blocks(I * steps * B), kBlock, 0, s>>>(x, I, B, steps, len);
+  BPPSA_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void launch_final_state(const T* h, const Idx* len, Idx H, Idx B, Idx steps, T* out, Idx pitch, cudaStream_t s) {
+  if (H * B <= 0) return;
+  final_state_kernel<T><<<grid_blocks(H * B), kBlock, 0, s>>>(h, len, H, B, steps, out, pitch);
+  BPPSA_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
 void launch_gather(const float* data, const std::int64_t* data_labels, Idx I, Idx steps, Idx batch,
                    const std::int64_t* order, Idx first, T* x, std::int64_t* labels, cudaStream_t s) {
   gather_kernel<T>
@@ -208,20 +255,24 @@ void launch_fill(T* x, Idx n, T value, cudaStream_t s) {
   BPPSA_CUDA_CHECK_LAUNCH();
 }
 
-#define BPPSA_INSTANTIATE(T)                                                                                     \
-  template void allow_persistent_smem<T>(int);                                                                   \
-  template void launch_transpose<T>(const T*, Idx, Idx, T*, cudaStream_t);                                       \
-  template void launch_forward<T>(const LayerArgs<T>&, unsigned, std::size_t, cudaStream_t);                     \
-  template void launch_backward_bp<T>(const LayerArgs<T>&, unsigned, std::size_t, cudaStream_t);                 \
-  template void launch_final_grad<T>(Idx, Idx, Idx, const T*, const T*, T*, cudaStream_t);                       \
-  template void launch_preact<T>(const LayerArgs<T>&, cudaStream_t);                                             \
-  template void launch_jacobians<T>(const LayerArgs<T>&, T* const*, cudaStream_t);                               \
-  template void launch_scatter_blocks<T>(T* const*, const T*, Idx, Idx, cudaStream_t);                           \
-  template void launch_gather_blocks<T>(const T* const*, T*, Idx, Idx, cudaStream_t);                            \
-  template void launch_injections<T>(T* const*, const T*, Idx, Idx, Idx, Idx, cudaStream_t);                     \
-  template void launch_gather<T>(const float*, const std::int64_t*, Idx, Idx, Idx, const std::int64_t*, Idx, T*, \
-                                 std::int64_t*, cudaStream_t);                                                   \
-  template void launch_check_finite<T>(const T*, Idx, std::int32_t, DeviceStatus*, cudaStream_t);                \
+#define BPPSA_INSTANTIATE(T)                                                                                      \
+  template void allow_persistent_smem<T>(int);                                                                    \
+  template void launch_transpose<T>(const T*, Idx, Idx, T*, cudaStream_t);                                        \
+  template void launch_forward<T>(const LayerArgs<T>&, unsigned, std::size_t, cudaStream_t);                      \
+  template void launch_backward_bp<T>(const LayerArgs<T>&, unsigned, std::size_t, cudaStream_t);                  \
+  template void launch_final_grad<T>(Idx, Idx, Idx, Idx, const T*, const Idx*, const T*, T*, cudaStream_t);       \
+  template void launch_injections_by_length<T>(T* const*, T*, const T*, const T*, const Idx*, Idx, Idx, Idx, Idx, \
+                                               cudaStream_t);                                                     \
+  template void launch_zero_padding<T>(T*, Idx, Idx, Idx, const Idx*, cudaStream_t);                              \
+  template void launch_final_state<T>(const T*, const Idx*, Idx, Idx, Idx, T*, Idx, cudaStream_t);                \
+  template void launch_preact<T>(const LayerArgs<T>&, cudaStream_t);                                              \
+  template void launch_jacobians<T>(const LayerArgs<T>&, T* const*, cudaStream_t);                                \
+  template void launch_scatter_blocks<T>(T* const*, const T*, Idx, Idx, cudaStream_t);                            \
+  template void launch_gather_blocks<T>(const T* const*, T*, Idx, Idx, cudaStream_t);                             \
+  template void launch_injections<T>(T* const*, const T*, Idx, Idx, Idx, Idx, cudaStream_t);                      \
+  template void launch_gather<T>(const float*, const std::int64_t*, Idx, Idx, Idx, const std::int64_t*, Idx, T*,  \
+                                 std::int64_t*, cudaStream_t);                                                    \
+  template void launch_check_finite<T>(const T*, Idx, std::int32_t, DeviceStatus*, cudaStream_t);                 \
   template void launch_fill<T>(T*, Idx, T, cudaStream_t);
 BPPSA_INSTANTIATE(float)
 BPPSA_INSTANTIATE(double)

@@ -220,6 +220,12 @@ BPPSA_HD inline void forward_step_cell(const LayerArgs<T>& a, T* sm, Idx block, 
   const Idx H = a.H, s0 = block_first(block, a.spb), ns = block_samples(block, a.spb, a.B);
   for (Idx o = thread; o < H * ns; o += nthreads) {
     const Idx s = o / H, j = o - s * H, b = s0 + s;
+    if (padded(a, t, b)) {  // past the sample's length: zeros in the record and the state buffer
+      a.h[(t * a.B + b) * H + j] = T(0);
+      if (Cell::kStateParts == 2) a.c[(t * a.B + b) * H + j] = T(0);
+      hn[s * H + j] = T(0);
+      continue;
+    }
     // The record's values first, used after the dot products: their latency hides behind them.
     const T* ax = a.ax + ((t - 1) * a.B + b) * a.GH + j;
     T axq[G], bi[G];
@@ -296,6 +302,13 @@ struct ForwardUnit {
     const SmemLayout L = forward_smem(a);
     const T* hp = sm + state_buffer(L, t - 1, 0) + s * a.H;
     T* hn = sm + state_buffer(L, t - 1, 1) + s * a.H;
+    if (padded(a, t, b)) {  // past the sample's length (so are the later steps): zeros, as forward_step_cell
+      *h_out = T(0);
+      h_out += a.B * a.H;
+      if (Cell::kStateParts == 2) a.c[(t * a.B + b) * a.H + j] = T(0);
+      hn[j] = T(0);
+      return;
+    }
     T ax[G];
     for (int q = 0; q < G; ++q) ax[q] = next[q];
     load(a, t + 1);  // in flight during this step's dot products, cell and barrier
@@ -385,8 +398,8 @@ template <class T>
 BPPSA_HD inline void preact_item(const LayerArgs<T>& a, Idx item) {
   const Idx j = item % a.H, col = item / a.H, t = col / a.B + 1, b = col % a.B;
   const T* gt = a.g + (t * a.B + b) * a.S;
-  T dx[4] = {}, dh[4] = {};
-  preact_unit(a, t, b, j, gt[j], a.cell == kLstm ? gt[a.H + j] : T(0), dx, dh);
+  T dx[4] = {}, dh[4] = {};  // zeros past the sample's length
+  if (!padded(a, t, b)) preact_unit(a, t, b, j, gt[j], a.cell == kLstm ? gt[a.H + j] : T(0), dx, dh);
   const Idx G = cell_gates(a.cell);
   // A loop of constant length (unrolled) with the gate count as a guard: dx and dh stay registers.
   for (int q = 0; q < 4; ++q) {
@@ -402,10 +415,14 @@ BPPSA_HD inline void preact_item(const LayerArgs<T>& a, Idx item) {
 
 /// g_T of sample b, row k (S × B block T of g): the gradient on h_T from the head or the layer
 /// above (`last`, H × B, may be null) plus the extra final-state gradient (`final_grad`, S × B,
-/// may be null); as the CPU: top rows = last, then += final.
+/// may be null); as the CPU: top rows = last, then += final. With lengths (`len`, `last` the
+/// block of step T in an H × steps·B array), sample b's gradient on its last real output,
+/// len[b] − steps blocks of B columns before: the backward carries g_T(b) down to s_{len[b]}.
 template <class T>
-BPPSA_HD inline T final_state_grad(Idx H, Idx S, const T* last, const T* final_grad, Idx b, Idx k) {
-  T v = (last != nullptr && k < H) ? last[b * H + k] : T(0);
+BPPSA_HD inline T final_state_grad(Idx H, Idx S, Idx B, Idx steps, const T* last, const Idx* len, const T* final_grad,
+                                   Idx b, Idx k) {
+  const Idx back = len != nullptr ? steps - len[b] : 0;
+  T v = (last != nullptr && k < H) ? last[(b - back * B) * H + k] : T(0);
   if (final_grad != nullptr) v += final_grad[b * S + k];
   return v;
 }
@@ -426,8 +443,9 @@ BPPSA_HD inline void backward_preact(const LayerArgs<T>& a, T* sm, Idx block, Id
   const Idx G = cell_gates(a.cell);
   for (Idx o = thread; o < a.H * ns; o += nthreads) {
     const Idx s = o / a.H, j = o - s * a.H, b = s0 + s, col = (t - 1) * a.B + b;
-    T dx[4] = {}, dh[4] = {};
-    preact_unit(a, t, b, j, gc[s * a.S + j], a.cell == kLstm ? gc[s * a.S + a.H + j] : T(0), dx, dh);
+    T dx[4] = {}, dh[4] = {};  // zeros past the sample's length
+    if (!padded(a, t, b))
+      preact_unit(a, t, b, j, gc[s * a.S + j], a.cell == kLstm ? gc[s * a.S + a.H + j] : T(0), dx, dh);
     for (int q = 0; q < 4; ++q) {  // constant length (unrolled), guarded: dx and dh stay registers
       if (q >= G) break;
       a.dx[col * a.GH + q * a.H + j] = dx[q];
@@ -474,7 +492,9 @@ BPPSA_HD inline void backward_transpose(const LayerArgs<T>& a, T* sm, Idx block,
     const Idx s = o / a.S, k = o - s * a.S, b = s0 + s, col = (t - 1) * a.B + b;
     const T* d = sm + L.vec + s * a.GH;
     T v;
-    if (k < H) {
+    if (padded(a, t, b)) {  // past the sample's length: the identity, no injection
+      v = gc[s * a.S + k];
+    } else if (k < H) {
       // W in shared or in global memory: each call compiled for its address space.
       const T acc = a.w_shared ? transpose_dot(sm + L.w, d, k, H, a.GH) : transpose_dot(a.w, d, k, H, a.GH);
       v = (a.above != nullptr && t >= 2) ? a.above[((t - 2) * a.B + b) * H + k] : T(0);
@@ -526,6 +546,7 @@ BPPSA_HD inline Idx jacobian_values(std::int32_t cell, Idx H) {
 template <class T>
 BPPSA_HD inline T jacobian_value(const LayerArgs<T>& a, Idx t, Idx b, Idx item) {
   T v = T(0);
+  if (padded(a, t, b)) return v;  // past the sample's length: zero (injection_by_length restarts the chain)
   visit_cell(a.cell, [&](auto cell) { v = decltype(cell)::jacobian_value(a, t, b, item); });
   return v;
 }
@@ -535,6 +556,39 @@ BPPSA_HD inline T jacobian_value(const LayerArgs<T>& a, Idx t, Idx b, Idx item) 
 template <class T>
 BPPSA_HD inline T injection_value(const T* above, Idx H, Idx B, Idx k, Idx b, Idx row) {
   return row < H ? above[((k - 1) * B + b) * H + row] : T(0);
+}
+
+/// With lengths: row `row` of sample b of e_k (1 ≤ k ≤ T − 1). The Jacobians past the sample's
+/// length are zero, so e at k = len[b] restarts its chain with g_T(b) (`g_last`, S × B: the
+/// gradient on its last real state); before it as injection_value (`above` may be null: none),
+/// zeros after.
+template <class T>
+BPPSA_HD inline T injection_by_length(const T* above, const T* g_last, const Idx* len, Idx H, Idx S, Idx B, Idx k,
+                                      Idx b, Idx row) {
+  if (k < len[b]) return above != nullptr ? injection_value(above, H, B, k, b, row) : T(0);
+  return k == len[b] ? g_last[b * S + row] : T(0);
+}
+/// With lengths: row `row` of sample b of the generic scan's g_T (its prefix 0): g_T(b) for a
+/// sample that runs every step, else zero (injection_by_length carries it; a zero keeps a
+/// non-finite g_T from turning into NaN through the zero Jacobians).
+template <class T>
+BPPSA_HD inline T scan_top_by_length(const T* g_last, const Idx* len, Idx S, Idx steps, Idx b, Idx row) {
+  return len[b] == steps ? g_last[b * S + row] : T(0);
+}
+
+/// Zero for the columns of padded steps of an I × steps·B array (time-major), else v: what the
+/// parameter-gradient GEMMs read there must be finite (their dx there is zero).
+template <class T>
+BPPSA_HD inline T unpadded_value(const Idx* len, Idx I, Idx B, Idx item, T v) {
+  const Idx col = item / I;
+  return col / B + 1 > len[col % B] ? T(0) : v;
+}
+
+/// Sample b's final state, value i of its H rows: h (H × (T+1)B) at its last real step.
+template <class T>
+BPPSA_HD inline T final_state_value(const T* h, const Idx* len, Idx H, Idx B, Idx steps, Idx b, Idx i) {
+  const Idx t = len != nullptr ? len[b] : steps;
+  return h[(t * B + b) * H + i];
 }
 
 /// The column-major copy of a row-major rows × cols matrix: value `item` of the output.

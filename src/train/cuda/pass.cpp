@@ -6,8 +6,10 @@
 #include "train/pass.hpp"
 
 #include <algorithm>
+#include <vector>
 
 #include "nn/cuda/gpu_model.hpp"
+#include "nn/lengths.hpp"
 #include "train/cpu/host_pass.hpp"
 
 namespace bppsa::detail {
@@ -20,14 +22,36 @@ class GpuPass final : public Pass {
  public:
   GpuPass(SequenceClassifier<T>& model, Optimizer<T>* optimizer, const SequenceDataset& data,
           std::span<const Index> order, const BackwardOptions& options)
-      : model_(model), optimizer_(optimizer), options_(options), g_(*model.gpu()), data_slot_(optimizer ? 0 : 1) {
+      : model_(model),
+        optimizer_(optimizer),
+        options_(options),
+        g_(*model.gpu()),
+        data_slot_(optimizer ? 0 : 1),
+        data_(data),
+        order_(order.begin(), order.end()) {
     g_.use_data(data_slot_, data);
     g_.set_order(data_slot_, order);
     g_.reset_totals();
   }
 
   void queue(Index first, Index n, int slot) override {
-    g_.gather(data_slot_, first, n, slot);
+    if (data_.lengths.empty()) {
+      g_.gather(data_slot_, first, n, slot);
+    } else {  // the batch sorted longest first (as the CPU's classifier runs it), each at its length
+      std::vector<Index> ids(static_cast<std::size_t>(n)), lengths;
+      for (Index k = 0; k < n; ++k)
+        ids[static_cast<std::size_t>(k)] = order_.empty() ? first + k : order_[static_cast<std::size_t>(first + k)];
+      for (const Index i : ids) lengths.push_back(data_.length(i));
+      const std::vector<Index> pos = longest_first(lengths, data_.steps, n);
+      std::vector<std::int64_t> sorted;
+      std::vector<Index> sorted_lengths;
+      for (const Index k : pos) {
+        sorted.push_back(ids[static_cast<std::size_t>(k)]);
+        sorted_lengths.push_back(lengths[static_cast<std::size_t>(k)]);
+      }
+      g_.gather_ids(data_slot_, sorted, slot);
+      g_.set_lengths(sorted_lengths);
+    }
     g_.forward_loss(optimizer_ != nullptr, slot);
     if (optimizer_) {
       g_.backward(options_, slot);
@@ -52,6 +76,8 @@ class GpuPass final : public Pass {
   BackwardOptions options_;
   gpu::ModelGpu<T>& g_;
   int data_slot_;  ///< the GPU's resident-data slot: 0 training, 1 evaluation
+  const SequenceDataset& data_;
+  std::vector<Index> order_;  ///< the pass's order (empty: 0, 1, 2, …)
 };
 
 }  // namespace
@@ -60,10 +86,6 @@ template <class T>
 std::unique_ptr<Pass> make_pass(SequenceClassifier<T>& model, Optimizer<T>* optimizer, const SequenceDataset& data,
                                 std::span<const Index> order, const BackwardOptions& options) {
   if (model.device() == Device::cuda) {
-    if (!data.lengths.empty())
-      raise<UnsupportedError>("train", "data set '" + data.name +
-                                           "' has samples of different lengths, which run on the CPU only for now; "
-                                           "use --device cpu");
     return std::make_unique<GpuPass<T>>(model, optimizer, data, order, options);
   }
   return make_host_pass(model, optimizer, data, order, options);
