@@ -87,7 +87,10 @@ void replay_columns(const FusedArgs<T>& a, const DeviceVector<T>& wp, Order orde
         using Step = decltype(cell);
         ok = gpu::fused_with_combo<T, Step>(l.tile, l.nc, [&](auto tw, auto nc) {
           constexpr int TW = decltype(tw)::value, NC = decltype(nc)::value;
-          gpu::fused_step<T, Step, TW, NC>(a, sm.data(), w, ldw, gr[static_cast<std::size_t>(t)], j);
+          if (a.len != nullptr)
+            gpu::fused_step<T, Step, TW, NC, true>(a, sm.data(), w, ldw, gr[static_cast<std::size_t>(t)], j);
+          else
+            gpu::fused_step<T, Step, TW, NC, false>(a, sm.data(), w, ldw, gr[static_cast<std::size_t>(t)], j);
         });
       });
       ASSERT_TRUE(ok) << "tile " << l.tile << " × " << l.nc << " not compiled";

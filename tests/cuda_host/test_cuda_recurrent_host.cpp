@@ -31,6 +31,7 @@
 #include "nn/cuda/optimizer_math.hpp"
 #include "nn/cuda/recurrent_math.hpp"
 #include "nn/cuda/scan_layout.hpp"
+#include "nn/lengths.hpp"
 #include "scan/cuda/program.hpp"
 #include "scan/plan.hpp"
 #include "tolerance.hpp"
@@ -260,8 +261,12 @@ struct LayerSim {
       a.w_col[static_cast<std::size_t>(i)] = p->w_hh.data()[gpu::transpose_source(GH, H, i)];
     gpu::LayerArgs<T> r = args(l);
     r.w = a.w_col.data();
-    replay(r, gpu::forward_smem(r), l.threads, reverse,
-           [](auto&&... p) { gpu::forward_program(std::forward<decltype(p)>(p)...); });
+    if (len.empty())
+      replay(r, gpu::forward_smem(r), l.threads, reverse,
+             [](auto&&... p) { gpu::forward_program<false>(std::forward<decltype(p)>(p)...); });
+    else
+      replay(r, gpu::forward_smem(r), l.threads, reverse,
+             [](auto&&... p) { gpu::forward_program<true>(std::forward<decltype(p)>(p)...); });
   }
 
   /// g_T from `last` (H × B or null; with injections and lengths, above's block T) and `extra`
@@ -278,8 +283,12 @@ struct LayerSim {
     gpu::LayerArgs<T> r = args(l);
     r.w = p->w_hh.data();
     r.above = inject ? above : nullptr;
-    replay(r, gpu::backward_smem(r), l.threads, reverse,
-           [](auto&&... p) { gpu::backward_program(std::forward<decltype(p)>(p)...); });
+    if (len.empty())
+      replay(r, gpu::backward_smem(r), l.threads, reverse,
+             [](auto&&... p) { gpu::backward_program<false>(std::forward<decltype(p)>(p)...); });
+    else
+      replay(r, gpu::backward_smem(r), l.threads, reverse,
+             [](auto&&... p) { gpu::backward_program<true>(std::forward<decltype(p)>(p)...); });
   }
 
   /// The scan path: every g_t from the generic GPU scan's program (Jacobians, injections and
@@ -720,9 +729,10 @@ void replay_optimizer(const gpu::Segments<T>& seg, std::vector<T>& m, std::vecto
 /// The whole model as the GPU runs it (gather, forward, head, loss, head backward, the stack's
 /// backward by BP, then optimizer steps), against SequenceClassifier<T> + Optimizer<T> on the CPU.
 template <class T>
-void model_matches_cpu(const CellCase& c, Idx layers, HeadMode head, LossType loss, const OptimizerConfig& oc) {
+void model_matches_cpu(const CellCase& c, Idx layers, HeadMode head, LossType loss, const OptimizerConfig& oc,
+                       const std::vector<Index>& lengths = {}) {
   SCOPED_TRACE(std::string(c.name) + " layers " + std::to_string(layers) + " head " + to_string(head) + " loss " +
-               to_string(loss) + " " + to_string(oc.type));
+               to_string(loss) + " " + to_string(oc.type) + (lengths.empty() ? "" : " with lengths"));
   const Idx I = 2, H = 4, C = 5, B = 3, steps = 4, TB = steps * B;
   ModelConfig mc;
   mc.rnn = RecurrentConfig{c.cell, I, H, layers, c.nl};
@@ -736,6 +746,18 @@ void model_matches_cpu(const CellCase& c, Idx layers, HeadMode head, LossType lo
   std::normal_distribution<float> nd;
   for (float& v : xb) v = nd(rng);
   const std::vector<std::int64_t> y{1, 4, 0};
+  // With lengths (any order): NaN in each sample's padding, which nothing may read. The GPU model
+  // runs the batch sorted longest first (ClassifierGpu::set_batch, GpuPass::queue: the ids in
+  // that order, gathered), each sample at its length, the head on head_columns' columns.
+  for (Idx b = 0; b < static_cast<Idx>(lengths.size()); ++b)
+    for (Idx t = lengths[static_cast<std::size_t>(b)]; t < steps; ++t)
+      for (Idx i = 0; i < I; ++i) xb[static_cast<std::size_t>((b * steps + t) * I + i)] = std::nanf("");
+  const std::vector<Index> order = detail::longest_first(lengths, steps, B);
+  std::vector<std::int64_t> ids(order.begin(), order.end());
+  std::vector<Idx> sorted_len;
+  for (const Index b : order)
+    if (!lengths.empty() && *std::min_element(lengths.begin(), lengths.end()) < steps)
+      sorted_len.push_back(lengths[static_cast<std::size_t>(b)]);
   // The GPU path's copies of the weights (the device arenas), from the CPU model's.
   std::vector<RecurrentLayerParams<T>> params;
   for (Idx l = 0; l < layers; ++l) params.push_back(cpu.rnn().params(l));
@@ -747,7 +769,8 @@ void model_matches_cpu(const CellCase& c, Idx layers, HeadMode head, LossType lo
   for (int step = 1; step <= 3; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
     // --- CPU
-    const T want_loss = cpu.loss_and_grad(xb, B, steps, y, BackwardOptions{.method = BackwardMethod::bp, .threads = 1});
+    const T want_loss = cpu.loss_and_grad(xb, B, steps, y, BackwardOptions{.method = BackwardMethod::bp, .threads = 1},
+                                          nullptr, nullptr, lengths);
     const auto want = cpu.parameters();
     std::vector<std::vector<T>> want_grads;
     for (const auto& p : want) want_grads.emplace_back(p.grad, p.grad + p.size);
@@ -755,19 +778,40 @@ void model_matches_cpu(const CellCase& c, Idx layers, HeadMode head, LossType lo
     // --- GPU path, replayed: gather (set_batch's upload), forward, head, loss
     std::vector<T> x(static_cast<std::size_t>(I * TB), kPoison<T>);
     std::vector<std::int64_t> labels(static_cast<std::size_t>(B), -1);
-    for (Idx i = 0; i < I * TB; ++i)
+    for (Idx i = 0; i < I * TB; ++i)  // gather_kernel's items (the ids' order)
       x[static_cast<std::size_t>(i)] =
-          static_cast<T>(xb[static_cast<std::size_t>(gpu::gather_source(I, steps, B, nullptr, 0, i))]);
-    for (Idx b = 0; b < B; ++b) labels[static_cast<std::size_t>(b)] = y[static_cast<std::size_t>(b)];
+          static_cast<T>(xb[static_cast<std::size_t>(gpu::gather_source(I, steps, B, ids.data(), 0, i))]);
+    for (Idx b = 0; b < B; ++b)
+      labels[static_cast<std::size_t>(b)] = y[static_cast<std::size_t>(ids[static_cast<std::size_t>(b)])];
     std::vector<LayerSim<T>> sim;
-    for (Idx l = 0; l < layers; ++l)
+    for (Idx l = 0; l < layers; ++l) {
       sim.emplace_back(c.code, l == 0 ? I : H, H, B, steps, params[static_cast<std::size_t>(l)]);
+      sim.back().len = sorted_len;
+    }
+    x = sim[0].device_input(x.data());  // zero_padding_kernel
     for (Idx l = 0; l < layers; ++l)
       sim[static_cast<std::size_t>(l)].forward(l == 0 ? x.data() : sim[static_cast<std::size_t>(l - 1)].output(), {},
                                                launches()[static_cast<std::size_t>(l + step) % 4]);
     const bool every = head == HeadMode::every;
-    const Idx N = every ? TB : B;
-    const T* hx = every ? sim.back().output() : sim.back().output() + (steps - 1) * B * H;
+    // With lengths: head_columns_kernel's items (the head's input and each column's label).
+    std::vector<Index> cols;
+    std::vector<std::int64_t> unused, col_labels;
+    std::vector<Idx> cols_d;
+    std::vector<T> head_in;
+    if (!sorted_len.empty()) {
+      detail::head_columns(every, std::vector<Index>(sorted_len.begin(), sorted_len.end()), labels, cols, unused);
+      cols_d.assign(cols.begin(), cols.end());
+      const auto n = static_cast<Idx>(cols.size());
+      head_in.resize(static_cast<std::size_t>(H * n));
+      col_labels.resize(static_cast<std::size_t>(n));
+      for (Idx i = 0; i < H * n; ++i)
+        head_in[static_cast<std::size_t>(i)] = sim.back().output()[gpu::head_column_source(H, cols_d.data(), i)];
+      for (Idx j = 0; j < n; ++j)
+        col_labels[static_cast<std::size_t>(j)] = gpu::head_column_label(labels.data(), cols_d.data(), B, j);
+    }
+    const bool len = !sorted_len.empty();
+    const Idx N = len ? static_cast<Idx>(cols.size()) : every ? TB : B;
+    const T* hx = len ? head_in.data() : every ? sim.back().output() : sim.back().output() + (steps - 1) * B * H;
     std::vector<T> logits(static_cast<std::size_t>(C * N), kPoison<T>), dlogits(logits.size(), kPoison<T>);
     std::vector<double> col_loss(static_cast<std::size_t>(N));
     std::vector<std::int64_t> pred(static_cast<std::size_t>(B), -1);
@@ -775,15 +819,18 @@ void model_matches_cpu(const CellCase& c, Idx layers, HeadMode head, LossType lo
     for (Idx j = 0; j < N; ++j)
       col_loss[static_cast<std::size_t>(j)] =
           gpu::loss_column(loss == LossType::mse, C, N, logits.data() + j * C, hb.data(),
-                           gpu::column_label(labels.data(), B, j), dlogits.data() + j * C);
+                           len ? gpu::column_label(col_labels.data(), N, j) : gpu::column_label(labels.data(), B, j),
+                           dlogits.data() + j * C);
     gpu::DeviceStatus st;
     replay_loss_finish(loss == LossType::mse, C, N, B, col_loss.data(), logits.data(), labels.data(), pred.data(), &st);
     EXPECT_LE(std::abs(st.loss - static_cast<double>(want_loss)), kTol<T> * std::abs(static_cast<double>(want_loss)));
     EXPECT_EQ(st.samples, B);
     EXPECT_EQ(st.flags, 0);
     std::vector<std::int64_t> cpu_pred;
-    cpu.evaluate(xb, B, steps, y, &cpu_pred);
-    EXPECT_EQ(pred, cpu_pred);
+    cpu.evaluate(xb, B, steps, y, &cpu_pred, lengths);
+    std::vector<std::int64_t> caller_pred(pred.size());  // ClassifierGpu::forward_loss's mapping back
+    for (std::size_t k = 0; k < pred.size(); ++k) caller_pred[static_cast<std::size_t>(order[k])] = pred[k];
+    EXPECT_EQ(caller_pred, cpu_pred);
     std::int64_t correct = 0;
     for (Idx b = 0; b < B; ++b) correct += cpu_pred[static_cast<std::size_t>(b)] == y[static_cast<std::size_t>(b)];
     EXPECT_EQ(st.correct, correct);
@@ -797,11 +844,19 @@ void model_matches_cpu(const CellCase& c, Idx layers, HeadMode head, LossType lo
     reference(hp.weight);
     reference(hp.bias);
     reference(hp.input);
+    std::vector<T> dfull;  // scatter_head_grad_kernel (per-step head with lengths): zeros, dout at cols
+    if (len && every) {
+      dfull.assign(static_cast<std::size_t>(H * TB), T(0));
+      for (Idx i = 0; i < H * N; ++i)
+        dfull[static_cast<std::size_t>(gpu::head_column_source(H, cols_d.data(), i))] =
+            dout[static_cast<std::size_t>(i)];
+    }
+    const T* top_grad = dfull.empty() ? dout.data() : dfull.data();
     std::vector<RecurrentLayerParams<T>> grads(static_cast<std::size_t>(layers));
     for (Idx l = layers - 1; l >= 0; --l) {
       LayerSim<T>& L = sim[static_cast<std::size_t>(l)];
       const bool top = l == layers - 1;
-      L.backward_bp(top ? dout.data() : sim[static_cast<std::size_t>(l + 1)].a.gx.data(), top ? every : true, {},
+      L.backward_bp(top ? top_grad : sim[static_cast<std::size_t>(l + 1)].a.gx.data(), top ? every : true, {},
                     launches()[static_cast<std::size_t>(l) % 4]);
       L.param_grads(l == 0 ? x.data() : sim[static_cast<std::size_t>(l - 1)].output(),
                     grads[static_cast<std::size_t>(l)]);
@@ -896,6 +951,22 @@ TEST(CudaRecurrentHost, ModelStepMatchesTheCpuEngineEveryCellHeadLossAndOptimize
   plain.type = OptimizerType::sgd;
   plain.lr = 0.1;
   model_matches_cpu<double>(every_cell()[2], 1, HeadMode::last, LossType::cross_entropy, plain);
+}
+
+TEST(CudaRecurrentHost, ModelStepWithLengthsMatchesTheCpuEngine) {
+  // Samples of different lengths in the caller's order (unsorted, one at T, one of 1): the
+  // sorted gather, the stack at each length, the head's chosen columns and their labels, the
+  // loss, the predictions mapped back, the head's gradient scattered back, every gradient and
+  // the optimizer step, against SequenceClassifier on the CPU with the same lengths.
+  OptimizerConfig adam;
+  adam.lr = 1e-2;
+  for (const CellCase& c : every_cell())
+    for (const Idx layers : {1, 2})
+      for (const HeadMode head : {HeadMode::last, HeadMode::every})
+        for (const LossType loss : {LossType::cross_entropy, LossType::mse}) {
+          model_matches_cpu<double>(c, layers, head, loss, adam, {2, 4, 1});
+          if (layers == 1) model_matches_cpu<float>(c, layers, head, loss, adam, {1, 3, 3});
+        }
 }
 
 TEST(CudaRecurrentHost, NonFiniteLossAndParametersAreFlagged) {

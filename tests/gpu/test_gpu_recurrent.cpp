@@ -34,7 +34,7 @@ double rel_err(const T* a, const T* b, Index n) {
   double num = 0, den = 0;
   for (Index i = 0; i < n; ++i) {
     const double x = static_cast<double>(a[i]), y = static_cast<double>(b[i]);
-    if (!std::isfinite(x)) return std::numeric_limits<double>::infinity();
+    if (!std::isfinite(x) || !std::isfinite(y)) return std::numeric_limits<double>::infinity();
     num = std::max(num, std::abs(x - y));
     den = std::max(den, std::abs(y));
   }
@@ -200,7 +200,12 @@ TEST(GpuSmall, ModelStepsWithLengthsMatchTheCpu) {
         const float want = cpu.forward_loss(b.x, c.batch, c.steps, b.y, &cpu_pred, lengths);
         const float got = gpu.forward_loss(b.x, c.batch, c.steps, b.y, &gpu_pred, lengths);
         EXPECT_LE(std::abs(got - want), 1e-4 * std::abs(want)) << "loss";
-        EXPECT_EQ(gpu_pred.size(), cpu_pred.size());
+        // Predictions in the caller's order (the host replay checks them exactly; here a near tie
+        // may flip one).
+        ASSERT_EQ(gpu_pred.size(), cpu_pred.size());
+        Index differ = 0;
+        for (std::size_t k = 0; k < cpu_pred.size(); ++k) differ += gpu_pred[k] != cpu_pred[k];
+        EXPECT_LE(differ, 1) << "predictions";
         cpu.backward(BackwardOptions{.method = BackwardMethod::bp});
         gpu.backward(BackwardOptions{.method = m});
         EXPECT_TRUE(same_tensors(gpu.parameters(), cpu.parameters(), true, 1e-4));
@@ -230,10 +235,12 @@ TEST(GpuSmall, ModelStepsWithLengthsMatchTheCpu) {
         const EpochReport rc = train_epoch(cpu, on_cpu, data, 0, tc);
         const EpochReport rg = train_epoch(gpu, on_gpu, data, 0, tg);
         EXPECT_LE(std::abs(rg.train_loss - rc.train_loss), 1e-4 * std::abs(rc.train_loss)) << "epoch loss";
+        EXPECT_LE(std::abs(rg.train_accuracy - rc.train_accuracy), 1.0 / 10 + 1e-12) << "epoch accuracy";
         EXPECT_TRUE(same_tensors(gpu.parameters(), cpu.parameters(), false, 1e-4)) << "weights after the epoch";
         const EvalReport ec = evaluate(cpu, data, 4), eg = evaluate(gpu, data, 4);
         EXPECT_LE(std::abs(eg.loss - ec.loss), 1e-4 * std::abs(ec.loss)) << "evaluation loss";
         EXPECT_EQ(eg.samples, ec.samples);
+        EXPECT_LE(std::abs(eg.accuracy - ec.accuracy), 1.0 / 10 + 1e-12) << "evaluation accuracy";
       }
 }
 

@@ -5,7 +5,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstddef>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,7 +28,8 @@ class DeviceBuffer {
   ~DeviceBuffer() {
     if (data_) discard(cudaFree(data_));  // never throws from a destructor
   }
-  DeviceBuffer(DeviceBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), count_(std::exchange(o.count_, 0)) {}
+  DeviceBuffer(DeviceBuffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), count_(std::exchange(o.count_, 0)) {}
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
     if (this != &o) {
       DeviceBuffer old(std::move(*this));
@@ -46,8 +49,8 @@ class DeviceBuffer {
   /// cudaMemcpy may return before its DMA lands, and a non-blocking stream would not wait for it).
   void upload(const T* host, std::size_t count) {
     if (count > count_)
-      detail::raise<InvalidArgument>("DeviceBuffer::upload", std::to_string(count) + " values into a buffer of " +
-                                                                 std::to_string(count_));
+      detail::raise<InvalidArgument>("DeviceBuffer::upload",
+                                     std::to_string(count) + " values into a buffer of " + std::to_string(count_));
     if (count == 0) return;
     BPPSA_CUDA_CHECK(cudaMemcpy(data_, host, count * sizeof(T), cudaMemcpyHostToDevice));
     BPPSA_CUDA_CHECK(cudaDeviceSynchronize());
@@ -84,7 +87,8 @@ class PinnedBuffer {
   ~PinnedBuffer() {
     if (data_) discard(cudaFreeHost(data_));
   }
-  PinnedBuffer(PinnedBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), count_(std::exchange(o.count_, 0)) {}
+  PinnedBuffer(PinnedBuffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), count_(std::exchange(o.count_, 0)) {}
   PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
     if (this != &o) {
       PinnedBuffer old(std::move(*this));
@@ -142,6 +146,34 @@ class Event {
 
  private:
   cudaEvent_t event_ = nullptr;
+};
+
+/// Small host → device uploads queued on a stream without waiting for it (a batch's lengths or
+/// sample ids): the bytes go through one of two pinned slots in turn, and a slot is refilled
+/// only once the copy that last read it has run (its event), so that the caller may return, and
+/// its host values go, as soon as upload() does.
+class StagedUploads {
+ public:
+  /// Queues the copy of `bytes` from host `src` to device `dst` on `stream`.
+  void upload(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) {
+    Slot& s = slots_[next_];
+    next_ = 1 - next_;
+    if (s.used) BPPSA_CUDA_CHECK(cudaEventSynchronize(s.done));
+    if (s.buffer.size() < bytes) s.buffer = PinnedBuffer<unsigned char>(bytes);
+    std::memcpy(s.buffer.data(), src, bytes);
+    BPPSA_CUDA_CHECK(cudaMemcpyAsync(dst, s.buffer.data(), bytes, cudaMemcpyHostToDevice, stream));
+    BPPSA_CUDA_CHECK(cudaEventRecord(s.done, stream));
+    s.used = true;
+  }
+
+ private:
+  struct Slot {
+    PinnedBuffer<unsigned char> buffer;
+    Event done{false};
+    bool used = false;
+  };
+  std::array<Slot, 2> slots_;
+  int next_ = 0;
 };
 
 /// A part of a device-memory request, for the message of require_device_memory.

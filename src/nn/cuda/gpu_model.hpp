@@ -117,6 +117,8 @@ class RecurrentGpu {
   /// non-increasing, each 1 … steps; InvalidArgument otherwise); empty = every sample runs every
   /// step. Past its length a sample's outputs are zeros and its steps cost no gradient.
   virtual void set_lengths(std::span<const Index> lengths) = 0;
+  /// The lengths the stack runs with now (empty: every sample runs every step).
+  virtual std::vector<Index> lengths() const = 0;
   /// The layer-0 input, I × (steps·batch) column-major (time-major columns), to fill on stream().
   virtual T* input() = 0;
   virtual void upload_input(const T* host) = 0;

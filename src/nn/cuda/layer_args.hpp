@@ -76,6 +76,14 @@ template <class T>
 BPPSA_HD inline bool padded(const LayerArgs<T>& a, Idx t, Idx b) {
   return a.len != nullptr && t > a.len[b];
 }
+/// padded() in the persistent kernels, instantiated twice (Len = a.len != nullptr) so that a run
+/// without lengths compiles as it did before lengths existed: never padded when Len is false.
+template <bool Len, class T>
+BPPSA_HD_FORCEINLINE bool padded_if(const LayerArgs<T>& a, Idx t, Idx b) {
+  if constexpr (Len) return t > a.len[b];
+  (void)a, (void)t, (void)b;
+  return false;
+}
 
 /// What one unit's forward step reads of the record besides W_hh h_{t−1} (gate q at [q]): the
 /// input projection plus b_ih (xb), b_hh (bh) and, LSTM, c_{t−1} (cp; the cell leaves c_t there).

@@ -96,6 +96,7 @@ class ModelGpuImpl final : public ModelGpu<T> {
   DeviceBuffer<Idx> cols_;
   DeviceBuffer<T> head_in_, dfull_;
   DeviceBuffer<std::int64_t> col_labels_, ids_;
+  cuda::StagedUploads uploads_;  ///< the ids' and columns' copies, queued without waiting
   std::array<Resident, 2> data_;
   std::array<std::array<cuda::Event, kTimePoints>, kSlots> events_;
   std::array<std::array<bool, kTimePoints>, kSlots> marked_{};
@@ -248,9 +249,7 @@ void ModelGpuImpl<T>::gather_ids(int slot, std::span<const std::int64_t> ids, in
   ensure(labels_, n);
   ensure(ids_, n);
   mark(time_slot, kStepBegin);
-  // Pageable host memory: staged before the call returns, ordered on the stream.
-  BPPSA_CUDA_CHECK(
-      cudaMemcpyAsync(ids_.data(), ids.data(), ids.size() * sizeof(std::int64_t), cudaMemcpyHostToDevice, s()));
+  uploads_.upload(ids_.data(), ids.data(), ids.size() * sizeof(std::int64_t), s());
   launch_gather(r.x.data(), r.y.data(), I_, r.steps, n, ids_.data(), 0, stack_.input(), labels_.data(), s());
 }
 
@@ -265,8 +264,7 @@ void ModelGpuImpl<T>::set_lengths(std::span<const Index> lengths) {
   head_columns(every_, lengths, unused, cols, col_labels);
   cols_host_.assign(cols.begin(), cols.end());
   ensure(cols_, static_cast<Idx>(cols_host_.size()));
-  BPPSA_CUDA_CHECK(
-      cudaMemcpyAsync(cols_.data(), cols_host_.data(), cols_host_.size() * sizeof(Idx), cudaMemcpyHostToDevice, s()));
+  uploads_.upload(cols_.data(), cols_host_.data(), cols_host_.size() * sizeof(Idx), s());
 }
 
 template <class T>

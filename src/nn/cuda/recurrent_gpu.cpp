@@ -147,6 +147,9 @@ class RecurrentStack final : public RecurrentGpu<T> {
   Index steps() const override { return steps_; }
   Index batch() const override { return batch_; }
   void set_lengths(std::span<const Index> lengths) override;
+  std::vector<Index> lengths() const override {
+    return has_len_ ? std::vector<Index>(len_host_.begin(), len_host_.end()) : std::vector<Index>();
+  }
   T* input() override { return x_.data(); }
   void upload_input(const T* host) override;
   void copy_input_device(const T* x) override { copy(x_.data(), x, config_.input * steps_ * batch_); }
@@ -191,7 +194,7 @@ class RecurrentStack final : public RecurrentGpu<T> {
 
   LayerArgs<T> args(Index l);
   /// The device lengths of the current batch, or null (every sample runs every step).
-  const Idx* lengths() const { return has_len_ ? len_.data() : nullptr; }
+  const Idx* device_lengths() const { return has_len_ ? len_.data() : nullptr; }
   void sync() const { BPPSA_CUDA_CHECK(cudaStreamSynchronize(run_stream_)); }
   /// forward() with layer l's s_0 written by init(l, h, c) into the record's first block (H × B each).
   template <class Init>
@@ -234,8 +237,9 @@ class RecurrentStack final : public RecurrentGpu<T> {
   DeviceBuffer<DeviceStatus> status_;
   std::vector<Layer> layers_;
   Index steps_ = 0, batch_ = 0;
-  DeviceBuffer<Idx> len_;      ///< per-sample lengths (set_lengths), valid when has_len_
-  std::vector<Idx> len_host_;  ///< what len_ holds
+  DeviceBuffer<Idx> len_;        ///< per-sample lengths (set_lengths), valid when has_len_
+  std::vector<Idx> len_host_;    ///< what len_ holds
+  cuda::StagedUploads uploads_;  ///< set_lengths' copies, queued without waiting
   bool has_len_ = false;
   const T* top_ = nullptr;
   bool inject_top_ = false;
@@ -407,11 +411,11 @@ void RecurrentStack<T>::set_lengths(std::span<const Index> lengths) {
   if (lengths.back() == steps_) return;  // every sample runs every step: the plain path
   has_len_ = true;
   if (len_host_.size() == lengths.size() && std::equal(lengths.begin(), lengths.end(), len_host_.begin())) return;
-  len_host_.assign(lengths.begin(), lengths.end());
-  ensure(len_, static_cast<Idx>(len_host_.size()));
-  // Pageable host memory: staged before the call returns, ordered on the stream (no device sync).
-  BPPSA_CUDA_CHECK(cudaMemcpyAsync(len_.data(), len_host_.data(), len_host_.size() * sizeof(Idx),
-                                   cudaMemcpyHostToDevice, run_stream_));
+  len_host_.clear();  // what len_ holds is unknown until the upload below is queued
+  const std::vector<Idx> host(lengths.begin(), lengths.end());
+  ensure(len_, static_cast<Idx>(host.size()));
+  uploads_.upload(len_.data(), host.data(), host.size() * sizeof(Idx), run_stream_);
+  len_host_ = host;
 }
 
 template <class T>
@@ -442,7 +446,7 @@ LayerArgs<T> RecurrentStack<T>::args(Index l) {
   a.g = L.g.data();
   a.dx = L.dx.data();
   a.dh = L.dh.data();
-  a.len = lengths();
+  a.len = device_lengths();
   return a;
 }
 
@@ -502,7 +506,7 @@ void RecurrentStack<T>::forward_from(Init&& init) {
     const T* x = l == 0 ? x_.data() : layers_[static_cast<std::size_t>(l - 1)].h.data() + H_ * B;
     // The caller's padding is never used, but the parameter-gradient GEMMs read it (times zero):
     // zeros there (the layers above read zeros from the forward).
-    if (l == 0 && has_len_) launch_zero_padding(x_.data(), config_.input, B, steps_, lengths(), s);
+    if (l == 0 && has_len_) launch_zero_padding(x_.data(), config_.input, B, steps_, device_lengths(), s);
     run(blas_->get(), input_projection(GH_, L.input, TB, params_.data() + L.w_ih, x, L.ax.data()));
     init(l, L.h.data(), cell_ == kLstm ? L.c.data() : nullptr);
     launch_transpose(params_.data() + L.w_hh, GH_, H_, L.w_col.data(), s);
@@ -577,9 +581,9 @@ void RecurrentStack<T>::copy_state(Index l, Index t, const DeviceStateOut<T>& st
 template <class T>
 void RecurrentStack<T>::copy_final_state(Index l, const DeviceStateOut<T>& st) {
   const Layer& L = layers_.at(static_cast<std::size_t>(l));
-  if (st.h != nullptr) launch_final_state(L.h.data(), lengths(), H_, batch_, steps_, st.h, H_, run_stream_);
+  if (st.h != nullptr) launch_final_state(L.h.data(), device_lengths(), H_, batch_, steps_, st.h, H_, run_stream_);
   if (cell_ == kLstm && st.c != nullptr)
-    launch_final_state(L.c.data(), lengths(), H_, batch_, steps_, st.c, H_, run_stream_);
+    launch_final_state(L.c.data(), device_lengths(), H_, batch_, steps_, st.c, H_, run_stream_);
 }
 
 template <class T>
@@ -618,8 +622,9 @@ template <class T>
 void RecurrentStack<T>::download_final_state(Index layer, Matrix<T>& st) {
   const Layer& L = layers_[static_cast<std::size_t>(layer)];
   DeviceBuffer<T> d(static_cast<std::size_t>(S_ * batch_));  // S × B: h rows over c rows
-  launch_final_state(L.h.data(), lengths(), H_, batch_, steps_, d.data(), S_, run_stream_);
-  if (cell_ == kLstm) launch_final_state(L.c.data(), lengths(), H_, batch_, steps_, d.data() + H_, S_, run_stream_);
+  launch_final_state(L.h.data(), device_lengths(), H_, batch_, steps_, d.data(), S_, run_stream_);
+  if (cell_ == kLstm)
+    launch_final_state(L.c.data(), device_lengths(), H_, batch_, steps_, d.data() + H_, S_, run_stream_);
   st.resize(S_, batch_);
   download(d.data(), st.data(), st.size());
 }

@@ -42,7 +42,6 @@ class RecurrentGpuHalf final : public RecurrentHalf<T> {
     gpu::RecurrentGpu<T>* g = gpu(params);
     g->resize(steps, batch);
     g->set_lengths(lengths);
-    lengths_.assign(lengths.begin(), lengths.end());
     if (x.outerStride() == x.rows()) {
       g->upload_input(x.data());
     } else {
@@ -78,9 +77,10 @@ class RecurrentGpuHalf final : public RecurrentHalf<T> {
     const Index T_ = g->steps(), B = g->batch(), H = config_.hidden;
     const Matrix<T> packed = grad_out;  // contiguous, whatever the caller's strides
     // Only each sample's last step when every_step is false (many-to-one), as the CPU reads it.
+    const std::vector<Index> lengths = g->lengths();  // the stack's (shared with a model's batches)
     Matrix<T> last(H, B);
     for (Index b = 0; b < B && !every_step; ++b)
-      last.col(b) = packed.col((lengths_.empty() ? T_ - 1 : lengths_[static_cast<std::size_t>(b)] - 1) * B + b);
+      last.col(b) = packed.col((lengths.empty() ? T_ - 1 : lengths[static_cast<std::size_t>(b)] - 1) * B + b);
     const T* top =
         every_step ? g->upload_grad_out(packed.data(), packed.size()) : g->upload_grad_out(last.data(), H * B);
     g->backward_begin(top, every_step);
@@ -129,7 +129,6 @@ class RecurrentGpuHalf final : public RecurrentHalf<T> {
  private:
   RecurrentConfig config_;
   std::unique_ptr<gpu::RecurrentGpu<T>> g_;
-  std::vector<Index> lengths_;  ///< of the last forward (empty: every sample ran every step)
   // Host copies of what the accessors download.
   mutable Matrix<T> out_, input_grad_;
   mutable std::vector<Matrix<T>> g0_;

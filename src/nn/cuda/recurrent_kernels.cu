@@ -43,16 +43,17 @@ struct ThisThread {
   }
 };
 
-template <class T>
+/// Len: the batch has per-sample lengths (a.len); each persistent kernel is compiled with and without.
+template <class T, bool Len>
 __global__ void __launch_bounds__(kPersistentThreads) forward_kernel(LayerArgs<T> a) {
   ThisThread ctx{threadIdx.x};
-  forward_program(a, persistent_smem<T>(), blockIdx.x, blockDim.x, ctx);
+  forward_program<Len>(a, persistent_smem<T>(), blockIdx.x, blockDim.x, ctx);
 }
 
-template <class T>
+template <class T, bool Len>
 __global__ void __launch_bounds__(kPersistentThreads) backward_kernel(LayerArgs<T> a) {
   ThisThread ctx{threadIdx.x};
-  backward_program(a, persistent_smem<T>(), blockIdx.x, blockDim.x, ctx);
+  backward_program<Len>(a, persistent_smem<T>(), blockIdx.x, blockDim.x, ctx);
 }
 
 template <class T>
@@ -147,8 +148,11 @@ __global__ void __launch_bounds__(kBlock) fill_kernel(T* x, Idx n, T value) {
 template <class T>
 void allow_persistent_smem(int bytes) {
   // The attribute belongs to the current device: set on every call (each stack's construction; cheap).
-  BPPSA_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  BPPSA_CUDA_CHECK(cudaFuncSetAttribute(backward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  for (const void* k :
+       {reinterpret_cast<const void*>(forward_kernel<T, false>), reinterpret_cast<const void*>(forward_kernel<T, true>),
+        reinterpret_cast<const void*>(backward_kernel<T, false>),
+        reinterpret_cast<const void*>(backward_kernel<T, true>)})
+    BPPSA_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
 template <class T>
@@ -160,13 +164,21 @@ void launch_transpose(const T* in, Idx rows, Idx cols, T* out, cudaStream_t s) {
 
 template <class T>
 void launch_forward(const LayerArgs<T>& a, unsigned threads, std::size_t smem, cudaStream_t s) {
-  forward_kernel<T><<<static_cast<unsigned>(persistent_blocks(a.B, a.spb)), threads, smem, s>>>(a);
+  const auto blocks = static_cast<unsigned>(persistent_blocks(a.B, a.spb));
+  if (a.len != nullptr)
+    forward_kernel<T, true><<<blocks, threads, smem, s>>>(a);
+  else
+    forward_kernel<T, false><<<blocks, threads, smem, s>>>(a);
   BPPSA_CUDA_CHECK_LAUNCH();
 }
 
 template <class T>
 void launch_backward_bp(const LayerArgs<T>& a, unsigned threads, std::size_t smem, cudaStream_t s) {
-  backward_kernel<T><<<static_cast<unsigned>(persistent_blocks(a.B, a.spb)), threads, smem, s>>>(a);
+  const auto blocks = static_cast<unsigned>(persistent_blocks(a.B, a.spb));
+  if (a.len != nullptr)
+    backward_kernel<T, true><<<blocks, threads, smem, s>>>(a);
+  else
+    backward_kernel<T, false><<<blocks, threads, smem, s>>>(a);
   BPPSA_CUDA_CHECK_LAUNCH();
 }
 

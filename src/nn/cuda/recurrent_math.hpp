@@ -211,7 +211,7 @@ BPPSA_HD_FORCEINLINE void unit_dots(const T* w, const T* h, Idx GH, Idx H, Idx j
 /// forms its G dot products with h_{t−1} (one state buffer), evaluates the cell, and writes h_t
 /// to the record and to the other buffer. Units share
 /// nothing within a step, so one barrier after it is the step's only one.
-template <class Cell, class T>
+template <class Cell, bool Len, class T>
 BPPSA_HD inline void forward_step_cell(const LayerArgs<T>& a, T* sm, Idx block, Idx thread, Idx nthreads, Idx t) {
   constexpr int G = Cell::kGates;
   const SmemLayout L = forward_smem(a);
@@ -220,7 +220,7 @@ BPPSA_HD inline void forward_step_cell(const LayerArgs<T>& a, T* sm, Idx block, 
   const Idx H = a.H, s0 = block_first(block, a.spb), ns = block_samples(block, a.spb, a.B);
   for (Idx o = thread; o < H * ns; o += nthreads) {
     const Idx s = o / H, j = o - s * H, b = s0 + s;
-    if (padded(a, t, b)) {  // past the sample's length: zeros in the record and the state buffer
+    if (padded_if<Len>(a, t, b)) {  // past the sample's length: zeros in the record and the state buffer
       a.h[(t * a.B + b) * H + j] = T(0);
       if (Cell::kStateParts == 2) a.c[(t * a.B + b) * H + j] = T(0);
       hn[s * H + j] = T(0);
@@ -250,9 +250,9 @@ BPPSA_HD inline void forward_step_cell(const LayerArgs<T>& a, T* sm, Idx block, 
 
 /// Step t of the forward recurrence (the one phase between barriers), for the layer's cell:
 /// the general path, any number of units per thread.
-template <class T>
+template <bool Len, class T>
 BPPSA_HD inline void forward_step(const LayerArgs<T>& a, T* sm, Idx block, Idx thread, Idx nthreads, Idx t) {
-  visit_cell(a.cell, [&](auto cell) { forward_step_cell<decltype(cell)>(a, sm, block, thread, nthreads, t); });
+  visit_cell(a.cell, [&](auto cell) { forward_step_cell<decltype(cell), Len>(a, sm, block, thread, nthreads, t); });
 }
 
 /// Whether the forward kernel's block takes the one-unit-per-thread path (ForwardUnit): every
@@ -267,7 +267,7 @@ BPPSA_HD inline bool forward_unit_per_thread(const LayerArgs<T>& a, Idx block, I
 /// (b_ih, b_hh), c_{t−1} (LSTM) and the next step's input projection, loaded a step ahead so
 /// that its latency passes behind a whole step. WShared: W_hh in shared memory (a.w_shared).
 /// Same arithmetic, in the same order, as forward_step_cell.
-template <class Cell, bool WShared, class T>
+template <class Cell, bool WShared, bool Len, class T>
 struct ForwardUnit {
   static constexpr int G = Cell::kGates;
   bool active = false;
@@ -302,7 +302,7 @@ struct ForwardUnit {
     const SmemLayout L = forward_smem(a);
     const T* hp = sm + state_buffer(L, t - 1, 0) + s * a.H;
     T* hn = sm + state_buffer(L, t - 1, 1) + s * a.H;
-    if (padded(a, t, b)) {  // past the sample's length (so are the later steps): zeros, as forward_step_cell
+    if (padded_if<Len>(a, t, b)) {  // past the sample's length (so are the later steps): zeros, as forward_step_cell
       *h_out = T(0);
       h_out += a.B * a.H;
       if (Cell::kStateParts == 2) a.c[(t * a.B + b) * a.H + j] = T(0);
@@ -328,15 +328,15 @@ struct ForwardUnit {
   }
 };
 
-/// f(ForwardUnit<Cell, WShared, T>{}) for the layer's cell and W_hh's place.
-template <class T, class F>
+/// f(ForwardUnit<Cell, WShared, Len, T>{}) for the layer's cell and W_hh's place.
+template <bool Len, class T, class F>
 BPPSA_HD_FORCEINLINE void visit_forward_unit(const LayerArgs<T>& a, F&& f) {
   visit_cell(a.cell, [&](auto cell) {
     using Cell = decltype(cell);
     if (a.w_shared)
-      f(ForwardUnit<Cell, true, T>{});
+      f(ForwardUnit<Cell, true, Len, T>{});
     else
-      f(ForwardUnit<Cell, false, T>{});
+      f(ForwardUnit<Cell, false, Len, T>{});
   });
 }
 
@@ -346,11 +346,11 @@ BPPSA_HD_FORCEINLINE void visit_forward_unit(const LayerArgs<T>& a, F&& f) {
 /// queued thread after thread, so that a barrier missing here lets one thread run ahead of the
 /// others and the replay's result change. `ctx.template per_thread<U>()` is what each thread keeps
 /// in registers across the steps (`units(thread)`: the kernel's one U, the replay's U per thread).
-template <class T, class Ctx>
+template <bool Len, class T, class Ctx>
 BPPSA_HD inline void forward_program(const LayerArgs<T>& a, T* sm, Idx block, Idx nthreads, Ctx& ctx) {
   ctx.each([=](Idx th) { forward_load(a, sm, block, th, nthreads); });
   if (forward_unit_per_thread(a, block, nthreads)) {
-    visit_forward_unit(a, [&](auto proto) {
+    visit_forward_unit<Len>(a, [&](auto proto) {
       auto units = ctx.template per_thread<decltype(proto)>();
       ctx.each([=, &units](Idx th) { units(th).init(a, block, th); });
       ctx.barrier();
@@ -366,7 +366,7 @@ BPPSA_HD inline void forward_program(const LayerArgs<T>& a, T* sm, Idx block, Id
   for (Idx t = 1; t <= a.steps; ++t) {
     ctx.each([=](Idx th) {
       forward_prefetch(a, block, th, nthreads, t + 1);  // the next step's ax, behind this step's work
-      forward_step(a, sm, block, th, nthreads, t);
+      forward_step<Len>(a, sm, block, th, nthreads, t);
     });
     ctx.barrier();
   }
@@ -435,7 +435,7 @@ BPPSA_HD inline void backward_load(const LayerArgs<T>& a, T* sm, Idx block, Idx 
 
 /// Phase 1 of step t: the pre-activation gradients of step t from g_t, into dx (and dh) and,
 /// the recurrent-side ones, into the shared vector for phase 2.
-template <class T>
+template <bool Len, class T>
 BPPSA_HD inline void backward_preact(const LayerArgs<T>& a, T* sm, Idx block, Idx thread, Idx nthreads, Idx t) {
   const SmemLayout L = backward_smem(a);
   const T* gc = sm + state_buffer(L, a.steps - t, 0);
@@ -444,7 +444,7 @@ BPPSA_HD inline void backward_preact(const LayerArgs<T>& a, T* sm, Idx block, Id
   for (Idx o = thread; o < a.H * ns; o += nthreads) {
     const Idx s = o / a.H, j = o - s * a.H, b = s0 + s, col = (t - 1) * a.B + b;
     T dx[4] = {}, dh[4] = {};  // zeros past the sample's length
-    if (!padded(a, t, b))
+    if (!padded_if<Len>(a, t, b))
       preact_unit(a, t, b, j, gc[s * a.S + j], a.cell == kLstm ? gc[s * a.S + a.H + j] : T(0), dx, dh);
     for (int q = 0; q < 4; ++q) {  // constant length (unrolled), guarded: dx and dh stay registers
       if (q >= G) break;
@@ -481,7 +481,7 @@ BPPSA_HD inline void backward_prefetch(const LayerArgs<T>& a, Idx block, Idx thr
   if (a.above != nullptr && t >= 2) prefetch_range(a.above + ((t - 2) * a.B + s0) * H, ns * H, thread, nthreads);
 }
 
-template <class T>
+template <bool Len, class T>
 BPPSA_HD inline void backward_transpose(const LayerArgs<T>& a, T* sm, Idx block, Idx thread, Idx nthreads, Idx t) {
   const SmemLayout L = backward_smem(a);
   const T* gc = sm + state_buffer(L, a.steps - t, 0);
@@ -492,7 +492,7 @@ BPPSA_HD inline void backward_transpose(const LayerArgs<T>& a, T* sm, Idx block,
     const Idx s = o / a.S, k = o - s * a.S, b = s0 + s, col = (t - 1) * a.B + b;
     const T* d = sm + L.vec + s * a.GH;
     T v;
-    if (padded(a, t, b)) {  // past the sample's length: the identity, no injection
+    if (padded_if<Len>(a, t, b)) {  // past the sample's length: the identity, no injection
       v = gc[s * a.S + k];
     } else if (k < H) {
       // W in shared or in global memory: each call compiled for its address space.
@@ -513,7 +513,7 @@ BPPSA_HD inline void backward_transpose(const LayerArgs<T>& a, T* sm, Idx block,
 
 /// The BP kernel's program for one block (steps T … 1, two phases a step), written once for the
 /// kernel and its host replay: ctx as forward_program's.
-template <class T, class Ctx>
+template <bool Len, class T, class Ctx>
 BPPSA_HD inline void backward_program(const LayerArgs<T>& a, T* sm, Idx block, Idx nthreads, Ctx& ctx) {
   ctx.each([=](Idx th) {
     backward_load(a, sm, block, th, nthreads);
@@ -523,10 +523,10 @@ BPPSA_HD inline void backward_program(const LayerArgs<T>& a, T* sm, Idx block, I
   for (Idx t = a.steps; t >= 1; --t) {
     ctx.each([=](Idx th) {
       backward_prefetch(a, block, th, nthreads, t - 1);  // the next step's record, behind this step's work
-      backward_preact(a, sm, block, th, nthreads, t);
+      backward_preact<Len>(a, sm, block, th, nthreads, t);
     });
     ctx.barrier();
-    ctx.each([=](Idx th) { backward_transpose(a, sm, block, th, nthreads, t); });
+    ctx.each([=](Idx th) { backward_transpose<Len>(a, sm, block, th, nthreads, t); });
     ctx.barrier();
   }
 }

@@ -19,7 +19,7 @@ __device__ __forceinline__ void fused_prefetch_l1(const T* p) {
   asm volatile("prefetch.L1 [%0];" ::"l"(p));
 }
 
-template <class T, class Step, int TW, int NC>
+template <class T, class Step, int TW, int NC, bool Len>
 __device__ __forceinline__ void fused_column_loop(const FusedArgs<T>& a, T* sm, const T* w, Idx ldw,
                                                   const FusedGroup& gr) {
   const bool sync = a.launch.ntile > 1;
@@ -29,12 +29,13 @@ __device__ __forceinline__ void fused_column_loop(const FusedArgs<T>& a, T* sm, 
       if (line == nullptr) break;
       fused_prefetch_l1(line);
     }
-    fused_step<T, Step, TW, NC>(a, sm, w, ldw, gr, j);
+    fused_step<T, Step, TW, NC, Len>(a, sm, w, ldw, gr, j);
     if (sync) __syncthreads();
   }
 }
 
-template <class T, class Step, int TW, int NC>
+/// Len: per-sample lengths (a.len set); each column kernel is compiled with and without.
+template <class T, class Step, int TW, int NC, bool Len>
 __global__ void __launch_bounds__(kFusedMaxThreads) fused_columns_kernel(FusedArgs<T> a) {
   extern __shared__ __align__(32) unsigned char fused_smem[];
   T* sm = reinterpret_cast<T*>(fused_smem);
@@ -49,9 +50,9 @@ __global__ void __launch_bounds__(kFusedMaxThreads) fused_columns_kernel(FusedAr
   __syncthreads();
   // Two copies of the loop, so that each reads W with its own memory's instructions.
   if (a.launch.w_shared)
-    fused_column_loop<T, Step, TW, NC>(a, sm, sm, launch_hpad(a.launch), gr);
+    fused_column_loop<T, Step, TW, NC, Len>(a, sm, sm, launch_hpad(a.launch), gr);
   else  // large H: W does not fit in shared memory, the padded copy is read through L1/L2
-    fused_column_loop<T, Step, TW, NC>(a, sm, a.wp, a.shape.ldw, gr);
+    fused_column_loop<T, Step, TW, NC, Len>(a, sm, a.wp, a.shape.ldw, gr);
 }
 
 /// The column launch a.launch of Step (or, configure_bytes > 0, its kernel's shared-memory limit).
@@ -60,12 +61,15 @@ void fused_columns(const FusedArgs<T>& a, cudaStream_t stream, int configure_byt
   const FusedLaunch& l = a.launch;
   const bool compiled = fused_with_combo<T, Step>(l.tile, l.nc, [&](auto tw, auto nc) {
     constexpr int TW = decltype(tw)::value, NC = decltype(nc)::value;
-    auto kernel = fused_columns_kernel<T, Step, TW, NC>;
+    auto plain = fused_columns_kernel<T, Step, TW, NC, false>;
+    auto with_lengths = fused_columns_kernel<T, Step, TW, NC, true>;
     const std::size_t bytes = static_cast<std::size_t>(l.smem) * sizeof(T);
     if (configure_bytes > 0) {
-      BPPSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, configure_bytes));
+      for (auto k : {plain, with_lengths})
+        BPPSA_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, configure_bytes));
       return;
     }
+    auto kernel = a.len != nullptr ? with_lengths : plain;
     kernel<<<static_cast<unsigned>(l.blocks), static_cast<unsigned>(l.threads), bytes, stream>>>(a);
     BPPSA_CUDA_CHECK_LAUNCH();
   });

@@ -313,12 +313,40 @@ BPPSA_HD inline void fused_load(const FusedArgs<T>& a, T* sm, const FusedGroup& 
   }
 }
 
+/// A padded step (fused_padded) of the thread's columns: x ← x, no injection, neither record nor
+/// W read; the same stores as fused_step's.
+template <class T, int TW, int NC, bool Two>
+BPPSA_HD inline void fused_identity_step(const FusedArgs<T>& a, const T* xc, T* xn, const FusedGroup& gr, Idx j,
+                                         Idx t) {
+  const FusedShape& s = a.shape;
+  const FusedLaunch& l = a.launch;
+  const Idx H = s.H, b = gr.sample, xs = x_stride(l);
+  const bool push = l.mode == kFusedPush;
+  const bool last = !push && j == gr.steps - 1;
+  T* out = push ? a.g + ((t - 1) * s.B + b) * s.S : (last ? a.totals + total_offset(s, gr.chunk, b) : nullptr);
+  for (Idx ii = 0; ii < TW; ++ii) {
+    const Idx i = gr.tile * TW + ii;
+    if (i >= H) break;
+    for (Idx n = 0; n < NC; ++n) {
+      const Idx col = gr.col0 + n;  // reduce: column of [M_c | v_c] (≥ ncols: padding)
+      const bool store = out != nullptr && (push || col < s.ncols);
+      for (Idx part = 0; part < (Two ? 2 : 1); ++part) {
+        const Idx r = part * H + i;
+        const T v = xc[r * xs + n];  // each thread reads and writes its own rows only (nbuf may be 1)
+        xn[r * xs + n] = v;
+        if (store) (push ? out : out + col * s.S)[r] = v;
+      }
+    }
+  }
+}
+
 /// Phase 1, step j of the thread's columns: t = chunk_end − j; x ← J_t^T x, plus the injection
 /// e_{t−1} on the columns that take it (push; the reduce's v column); at a padded step
-/// (fused_padded) x ← x, without injection, reading neither record nor W. Push stores g_{t−1};
-/// the reduce's last step stores its columns of [M_c | v_c]. `w` is the padded W with row
-/// stride `ldw` (shared memory or the global copy).
-template <class T, class Step, int TW, int NC>
+/// (fused_padded) x ← x, without injection (fused_identity_step). Push stores g_{t−1}; the
+/// reduce's last step stores its columns of [M_c | v_c]. `w` is the padded W with row
+/// stride `ldw` (shared memory or the global copy). Len: a.len may be set; the kernels are
+/// compiled with and without, so that a run without lengths compiles as before lengths existed.
+template <class T, class Step, int TW, int NC, bool Len>
 BPPSA_HD inline void fused_step(const FusedArgs<T>& a, T* sm, const T* w, Idx ldw, const FusedGroup& gr, Idx j) {
   constexpr int G = Step::kGates;
   constexpr bool two = Step::kStateParts == 2;
@@ -328,17 +356,21 @@ BPPSA_HD inline void fused_step(const FusedArgs<T>& a, T* sm, const T* w, Idx ld
   const Idx H = s.H, t = chunk_end(s, gr.chunk) - j, b = gr.sample, xs = x_stride(l);
   const T* xc = sm + x_offset(s, l) + (j % l.nbuf) * s.S * xs + gr.slot * NC;
   T* xn = sm + x_offset(s, l) + ((j + 1) % l.nbuf) * s.S * xs + gr.slot * NC;
+  if constexpr (Len) {
+    if (fused_padded(a, t, b)) {  // past the sample's length: x passes unchanged
+      fused_identity_step<T, TW, NC, two>(a, xc, xn, gr, j, t);
+      return;
+    }
+  }
   const FusedStepRecord<T> rec = Step::template fused_record<T>(a, t, b);
   const Idx gate_stride = H * ldw;  // from W's rows of gate q to those of gate q + 1
-  const bool pad = fused_padded(a, t, b);
-  const Idx units = pad ? 0 : H;  // padding: no W^T y (acc stays 0, unused)
 
   T acc[NC][TW];
   fused_unroll<NC>(
       [&](auto nn) { fused_unroll<TW>([&](auto ii) { acc[decltype(nn)::value][decltype(ii)::value] = T(0); }); });
   const T* wk = w + gr.tile * TW;  // row k of W's gate 0, this thread's tile
   const T* xk = xc;                // row k of the columns
-  for (Idx k = 0; k < units; ++k, wk += ldw, xk += xs) {
+  for (Idx k = 0; k < H; ++k, wk += ldw, xk += xs) {
     const FusedUnit<T, Step> u = fused_unit<T, Step>(rec, H, s.variant, k);
     T y[NC][G];
     fused_unroll<NC>([&](auto nn) {
@@ -362,8 +394,7 @@ BPPSA_HD inline void fused_step(const FusedArgs<T>& a, T* sm, const T* w, Idx ld
     });
   }
 
-  // The thread's rows of the new columns: injection, W^T y, direct terms (padding: the old
-  // rows); then the stores.
+  // The thread's rows of the new columns: injection, W^T y, direct terms; then the stores.
   const bool push = l.mode == kFusedPush;
   const bool last = !push && j == gr.steps - 1;
   const T* e = (s.inject && a.above != nullptr && t >= 2) ? a.above + ((t - 2) * s.B + b) * H : nullptr;
@@ -372,20 +403,15 @@ BPPSA_HD inline void fused_step(const FusedArgs<T>& a, T* sm, const T* w, Idx ld
     constexpr int ii = decltype(iic)::value;
     const Idx i = gr.tile * TW + ii;
     if (i >= H) return;
-    const FusedDirect<T> d = pad ? FusedDirect<T>{} : Step::fused_direct(rec, H, i);
+    const FusedDirect<T> d = Step::fused_direct(rec, H, i);
     fused_unroll<NC>([&](auto nn) {
       constexpr int n = decltype(nn)::value;
       const Idx col = gr.col0 + n;  // reduce: column of [M_c | v_c] (≥ ncols: padding)
-      // The old rows of x are read before this thread writes them (nbuf may be 1).
-      const T xh = xc[i * xs + n], xcr = two ? xc[(H + i) * xs + n] : T(0);
-      T vh = xh, vc = xcr;  // padding: the identity
-      if (!pad) {
-        const bool takes_e = e != nullptr && (push || col == s.S);
-        vh = takes_e ? e[i] : T(0);
-        vh += acc[n][ii];
-        vc = T(0);
-        Step::fused_rows(d, xh, xcr, vh, vc);
-      }
+      const bool takes_e = e != nullptr && (push || col == s.S);
+      T vh = takes_e ? e[i] : T(0);
+      vh += acc[n][ii];
+      T vc = T(0);  // the old rows of x are read before this thread writes them (nbuf may be 1)
+      Step::fused_rows(d, xc[i * xs + n], two ? xc[(H + i) * xs + n] : T(0), vh, vc);
       if constexpr (two) {
         xn[(H + i) * xs + n] = vc;
         if (out != nullptr && (push || col < s.ncols)) (push ? out : out + col * s.S)[H + i] = vc;
