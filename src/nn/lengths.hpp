@@ -29,6 +29,19 @@ inline void check_lengths(const std::string& op, std::span<const Index> lengths,
                                      " is outside 1.." + std::to_string(steps) + " (the steps of the batch)");
 }
 
+/// check_lengths, and sorted longest first (non-increasing: PyTorch's packed order), as the
+/// recurrent stacks take them (InvalidArgument naming the first sample out of order).
+inline void check_sorted_lengths(const std::string& op, std::span<const Index> lengths, Index batch, Index steps) {
+  check_lengths(op, lengths, batch, steps);
+  for (std::size_t b = 1; b < lengths.size(); ++b)
+    if (lengths[b] > lengths[b - 1])
+      raise<InvalidArgument>(op,
+                             "lengths must be sorted longest first (non-increasing, PyTorch's packed order): "
+                             "sample " +
+                                 std::to_string(b) + " has " + std::to_string(lengths[b]) + " after " +
+                                 std::to_string(lengths[b - 1]) + "; sort the batch");
+}
+
 /// The order a batch with these lengths runs in (Recurrent's: longest first, stable): order[k]
 /// is the sample at position k. Identity when every sample runs all `steps` (or none are given).
 inline std::vector<Index> longest_first(std::span<const Index> lengths, Index steps, Index batch) {

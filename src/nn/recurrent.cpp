@@ -282,17 +282,7 @@ void Recurrent<T>::forward(const Eigen::Ref<const Matrix<T>>& x, Index steps, In
   if (steps < 1 || batch < 1)
     detail::raise<ShapeError>(op, "need at least one step and one sample (got " + std::to_string(steps) +
                                       " steps, batch " + std::to_string(batch) + ")");
-  if (!lengths.empty()) {
-    detail::check_lengths(op, lengths, batch, steps);
-    for (std::size_t b = 1; b < lengths.size(); ++b) {
-      if (lengths[b] > lengths[b - 1])
-        detail::raise<InvalidArgument>(op,
-                                       "lengths must be sorted longest first (non-increasing, PyTorch's "
-                                       "packed order): sample " +
-                                           std::to_string(b) + " has " + std::to_string(lengths[b]) + " after " +
-                                           std::to_string(lengths[b - 1]) + "; sort the batch");
-    }
-  }
+  detail::check_sorted_lengths(op, lengths, batch, steps);
   if (x.rows() != config_.input || x.cols() != steps * batch)
     detail::raise<ShapeError>(op, "input is " + shape_string(x.rows(), x.cols()) + ", expected " +
                                       shape_string(config_.input, steps * batch) +

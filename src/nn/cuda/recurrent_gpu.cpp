@@ -21,6 +21,7 @@
 #include "nn/cuda/generic_scan.hpp"
 #include "nn/cuda/gpu_model.hpp"
 #include "nn/cuda/kernels.hpp"
+#include "nn/lengths.hpp"
 
 namespace bppsa::detail::gpu {
 namespace {
@@ -400,14 +401,7 @@ void RecurrentStack<T>::set_lengths(std::span<const Index> lengths) {
   const char* op = "Recurrent::forward";
   has_len_ = false;
   if (lengths.empty()) return;
-  if (static_cast<Index>(lengths.size()) != batch_)
-    raise<ShapeError>(op, std::to_string(lengths.size()) + " lengths for a batch of " + std::to_string(batch_) +
-                              " (one per sample, or none)");
-  for (std::size_t b = 0; b < lengths.size(); ++b)
-    if (lengths[b] < 1 || lengths[b] > steps_ || (b > 0 && lengths[b] > lengths[b - 1]))
-      raise<InvalidArgument>(op, "length " + std::to_string(lengths[b]) + " of sample " + std::to_string(b) +
-                                     " is outside 1.." + std::to_string(steps_) +
-                                     " or longer than the one before; lengths are sorted longest first");
+  check_sorted_lengths(op, lengths, batch_, steps_);
   if (lengths.back() == steps_) return;  // every sample runs every step: the plain path
   has_len_ = true;
   if (len_host_.size() == lengths.size() && std::equal(lengths.begin(), lengths.end(), len_host_.begin())) return;
