@@ -2,8 +2,10 @@
 // recursive-doubling and Blelloch schedules over point-to-point messages.
 #include "bppsa/mpi/rank_scan.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "bppsa/jacobian/product.hpp"
 
@@ -33,22 +35,82 @@ Transfer<T> Transfer<T>::affine(Jacobian<T> m, Matrix<T> v) {
 }
 
 namespace {
+/// ShapeError unless a transfer with `width` > 0 is as Transfer::width requires.
 template <class T>
-Matrix<T> apply_m(const Jacobian<T>& m, const Matrix<T>& g) {
+void check_leading(const Jacobian<T>& m, Index width) {
+  if (width > 0 && (m.layout().kind != Kind::dense || m.count() != width || m.rows() != m.cols()))
+    throw ShapeError("[rank scan] a transfer of the first " + std::to_string(width) +
+                     " samples must be square and "
+                     "dense with one block each, not " +
+                     m.layout().describe() + ": the stages disagree about the model");
+}
+
+/// Block k of m (its shared value when shared) as a dense matrix; tmp holds it when m is not dense.
+template <class T>
+Eigen::Map<const Matrix<T>> dense_block(const Jacobian<T>& m, Index k, Matrix<T>& tmp) {
+  const Index s = m.shared() ? 0 : k;
+  if (m.layout().kind == Kind::dense) return m.dense_map(s);
+  tmp = m.to_dense(s);
+  return Eigen::Map<const Matrix<T>>(tmp.data(), tmp.rows(), tmp.cols());
+}
+
+/// M · g, M covering its first `width` samples when width > 0 (Transfer::width).
+template <class T>
+Matrix<T> apply_m(const Jacobian<T>& m, Index width, const Matrix<T>& g) {
+  check_leading(m, width);
+  if (width > 0) {
+    if (m.cols() != g.rows() || width > g.cols())
+      throw ShapeError("[rank scan] a stage's transfer of the first " + std::to_string(width) + " samples is " +
+                       m.layout().describe() + " but the gradient it receives is " + shape_string(g.rows(), g.cols()) +
+                       ": the stages disagree about the model");
+    Matrix<T> y = g;  // the samples past width pass unchanged
+    for (Index k = 0; k < width; ++k) y.col(k).noalias() = m.dense_map(k) * g.col(k);
+    return y;
+  }
   if (m.cols() != g.rows() || (!m.shared() && m.count() != g.cols()))
-    throw ShapeError("[rank scan] a stage's transfer is " + m.layout().describe() + " but the gradient it receives is " +
-                     shape_string(g.rows(), g.cols()) + ": the stages disagree about the model");
+    throw ShapeError("[rank scan] a stage's transfer is " + m.layout().describe() +
+                     " but the gradient it receives is " + shape_string(g.rows(), g.cols()) +
+                     ": the stages disagree about the model");
   Matrix<T> y(m.rows(), g.cols());
   Scratch<T> scratch;
   apply(view(m), 0, g.cols(), g.data(), g.rows(), y.data(), y.rows(), false, scratch);
   return y;
+}
+
+/// a · b sample by sample, where a (b) covers its first wa (wb) samples and is the identity past
+/// them (Transfer::width; 0: every sample). Only the samples both cover cost a product; the
+/// result covers the samples either covers: (product, its width).
+template <class T>
+std::pair<Jacobian<T>, Index> multiply_leading(const Jacobian<T>& a, Index wa, const Jacobian<T>& b, Index wb) {
+  check_leading(a, wa);
+  check_leading(b, wb);
+  if (wa == 0 && wb == 0) return {multiply(a, b), 0};
+  const Jacobian<T>* every = wa == 0 ? &a : wb == 0 ? &b : nullptr;  // a map of every sample bounds the batch
+  const Index n = every ? every->count() : std::max(wa, wb);
+  if (a.cols() != b.rows() || (every && (every->shared() || n < std::max(wa, wb))))
+    throw ShapeError("[rank scan] transfers " + a.layout().describe() + " and " + b.layout().describe() +
+                     " cannot be chained: the stages disagree about the model");
+  Jacobian<T> c = Jacobian<T>::dense(a.rows(), b.cols(), n);
+  Matrix<T> ta, tb;
+  for (Index k = 0; k < n; ++k) {
+    const bool has_a = wa == 0 || k < wa, has_b = wb == 0 || k < wb;
+    if (has_a && has_b)
+      c.dense_map(k).noalias() = dense_block(a, k, ta) * dense_block(b, k, tb);
+    else if (has_a)
+      c.dense_map(k) = dense_block(a, k, ta);
+    else if (has_b)
+      c.dense_map(k) = dense_block(b, k, tb);
+    else
+      c.dense_map(k).setIdentity();
+  }
+  return {std::move(c), every ? 0 : n};
 }
 }  // namespace
 
 template <class T>
 Matrix<T> Transfer<T>::apply(const Matrix<T>& g) const {
   if (constant) return *v;
-  Matrix<T> y = m ? apply_m(*m, g) : g;
+  Matrix<T> y = m ? apply_m(*m, width, g) : g;
   if (v) y += *v;
   return y;
 }
@@ -58,14 +120,19 @@ Transfer<T> then(const Transfer<T>& first, const Transfer<T>& second) {
   if (first.constant) return Transfer<T>::vector(second.apply(*first.v));
   if (second.constant) return second;
   Transfer<T> out;
-  if (first.m && second.m)
-    out.m = multiply(*second.m, *first.m);
-  else if (first.m)
+  if (first.m && second.m) {
+    auto [m, width] = multiply_leading(*second.m, second.width, *first.m, first.width);
+    out.m = std::move(m);
+    out.width = width;
+  } else if (first.m) {
     out.m = *first.m;
-  else if (second.m)
+    out.width = first.width;
+  } else if (second.m) {
     out.m = *second.m;
+    out.width = second.width;
+  }
   if (first.v) {
-    out.v = second.m ? apply_m(*second.m, *first.v) : *first.v;
+    out.v = second.m ? apply_m(*second.m, second.width, *first.v) : *first.v;
     if (second.v) *out.v += *second.v;
   } else if (second.v) {
     out.v = *second.v;
@@ -112,7 +179,8 @@ struct Reader {
   template <class V>
   std::vector<V> get_array(std::size_t expected = SIZE_MAX) {
     const auto n = get<std::uint64_t>();
-    if (expected != SIZE_MAX && n != expected) bad("array of " + std::to_string(n) + ", expected " + std::to_string(expected));
+    if (expected != SIZE_MAX && n != expected)
+      bad("array of " + std::to_string(n) + ", expected " + std::to_string(expected));
     if (n > (in.size() - pos) / sizeof(V)) bad("truncated array");
     std::vector<V> v(n);
     if (n) std::memcpy(v.data(), in.data() + pos, n * sizeof(V));
@@ -187,9 +255,10 @@ std::vector<std::byte> encode(std::span<const Transfer<T>> transfers) {
   w.put(static_cast<std::uint64_t>(transfers.size()));
   for (const Transfer<T>& t : transfers) {
     const std::uint8_t flags =
-        static_cast<std::uint8_t>((t.constant ? 1 : 0) | (t.m ? 2 : 0) | (t.v ? 4 : 0));
+        static_cast<std::uint8_t>((t.constant ? 1 : 0) | (t.m ? 2 : 0) | (t.v ? 4 : 0) | (t.width > 0 ? 8 : 0));
     w.put(flags);
     if (t.m && !t.constant) put_jacobian(w, *t.m);
+    if (t.width > 0) w.put(static_cast<std::int64_t>(t.width));
     if (t.v) put_matrix(w, *t.v);
   }
   return std::move(w.out);
@@ -207,6 +276,12 @@ std::vector<Transfer<T>> decode(std::span<const std::byte> bytes) {
     const auto flags = r.get<std::uint8_t>();
     t.constant = flags & 1;
     if ((flags & 2) && !t.constant) t.m = get_jacobian<T>(r);
+    if (flags & 8) {
+      t.width = r.get<std::int64_t>();
+      if (!t.m || t.width < 1 || t.m->layout().kind != Kind::dense || t.m->count() != t.width ||
+          t.m->rows() != t.m->cols())
+        r.bad("a transfer of the first samples without its square dense blocks, one per sample");
+    }
     if (flags & 4) t.v = get_matrix<T>(r);
     if (t.constant && !t.v) r.bad("constant transfer without a vector");
   }
@@ -281,8 +356,8 @@ std::vector<Transfer<T>> doubling(const Comm& pipe, std::vector<Transfer<T>> par
   for (int mask = 1, level = 0; mask < k; mask <<= 1, ++level) {
     const int partner = i ^ mask;
     if (partner >= k) continue;
-    auto theirs = trade<T>(pipe, &partial, rank_of(partner, k), true, rank_of(partner, k), tag + level,
-                           "a doubling round", st);
+    auto theirs =
+        trade<T>(pipe, &partial, rank_of(partner, k), true, rank_of(partner, k), tag + level, "a doubling round", st);
     if (partner < i) {  // theirs is closer to the loss: it comes first
       result = have ? then_all(theirs, result, st) : theirs;
       have = true;
@@ -308,7 +383,8 @@ std::vector<Transfer<T>> blelloch(const Comm& pipe, std::vector<Transfer<T>> a, 
     block(d, i0, l, r);
     if (!(l < r && l <= n - 1)) continue;
     if (me == l) trade<T>(pipe, &a, rank_of(r, k), false, -1, tag + d, "a Blelloch up-sweep", st);
-    if (me == r) a = then_all(trade<T>(pipe, nullptr, -1, true, rank_of(l, k), tag + d, "a Blelloch up-sweep", st), a, st);
+    if (me == r)
+      a = then_all(trade<T>(pipe, nullptr, -1, true, rank_of(l, k), tag + d, "a Blelloch up-sweep", st), a, st);
   }
   for (int d = levels; d >= 0; --d) {
     int i0, l, r;
@@ -358,13 +434,12 @@ std::vector<Matrix<T>> exclusive_scan(const Comm& pipe, std::vector<Transfer<T>>
   return out;
 }
 
-#define BPPSA_INSTANTIATE(T)                                                                              \
-  template struct Transfer<T>;                                                                            \
-  template Transfer<T> then(const Transfer<T>&, const Transfer<T>&);                                     \
-  template std::vector<std::byte> encode(std::span<const Transfer<T>>);                                   \
-  template std::vector<Transfer<T>> decode(std::span<const std::byte>);                                   \
-  template std::vector<Matrix<T>> exclusive_scan(const Comm&, std::vector<Transfer<T>>, RankScan, int,    \
-                                                 RankScanStats*);
+#define BPPSA_INSTANTIATE(T)                                            \
+  template struct Transfer<T>;                                          \
+  template Transfer<T> then(const Transfer<T>&, const Transfer<T>&);    \
+  template std::vector<std::byte> encode(std::span<const Transfer<T>>); \
+  template std::vector<Transfer<T>> decode(std::span<const std::byte>); \
+  template std::vector<Matrix<T>> exclusive_scan(const Comm&, std::vector<Transfer<T>>, RankScan, int, RankScanStats*);
 BPPSA_INSTANTIATE(float)
 BPPSA_INSTANTIATE(double)
 #undef BPPSA_INSTANTIATE

@@ -8,8 +8,9 @@
 // of them agree on the boundary's columns). Sample k runs ℓ_k = clamp(L_k − first, 0, n) of
 // this stage's n steps: those with ℓ_k > 0 (a prefix) run through the Recurrent with lengths
 // ℓ (it stops each at its length: nothing past it is computed); the others ended on an earlier
-// stage and pass their state on unchanged, and their gradient back (an identity block in the
-// stage's transfer). The head `last` reads every sample's final state on the last stage.
+// stage and pass their state on unchanged, and their gradient back (the identity in the
+// stage's transfer, Transfer::width: neither stored, sent nor multiplied). The head `last` reads every sample's final
+// state on the last stage.
 #include <algorithm>
 #include <numeric>
 #include <string>
@@ -185,20 +186,19 @@ class RnnStage final : public Stage<T> {
     }
     if (first_ == 0 || A == 0) return {};  // no rank needs stage 0's; every sample passes: the identity
     auto [mt, v] = rnn.layer_transfer(l, bp_options());
-    if (A < B) {  // the samples that ended before this stage: an identity block, nothing injected
-      Jacobian<T> full = Jacobian<T>::dense(S, S, B);
-      for (Index k = 0; k < B; ++k)
-        if (k < A)
-          full.dense_map(k) = mt.to_dense(k);
-        else
-          full.dense_map(k).setIdentity();
+    if (A < B) {  // the samples that ended before this stage (the last B − A) pass unchanged, nothing injected
+      if (mt.layout().kind != Kind::dense || mt.count() != A) {  // Transfer::width's form: a dense block each
+        Jacobian<T> blocks = Jacobian<T>::dense(S, S, A);
+        for (Index k = 0; k < A; ++k) blocks.dense_map(k) = mt.to_dense(k);
+        mt = std::move(blocks);
+      }
       Matrix<T> fv = Matrix<T>::Zero(S, B);
       fv.leftCols(A) = v;
-      mt = std::move(full);
       v = std::move(fv);
     }
-    if (v.isZero(0)) return Transfer<T>::linear(std::move(mt));
-    return Transfer<T>::affine(std::move(mt), std::move(v));
+    Transfer<T> t = v.isZero(0) ? Transfer<T>::linear(std::move(mt)) : Transfer<T>::affine(std::move(mt), std::move(v));
+    if (A < B) t.width = A;
+    return t;
   }
 
   void push(int m, int pass, const Matrix<T>& g_out) override {

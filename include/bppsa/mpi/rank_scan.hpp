@@ -27,13 +27,18 @@
 namespace bppsa::mpi {
 
 /// One stage's backward as an affine map of the gradient on its output (d_out × B) to the
-/// gradient on its input (d_in × B). Column b uses sample b of M (or M's one shared value).
+/// gradient on its input (d_in × B). Column b uses sample b of M (or M's one shared value);
+/// with `width`, only the first `width` samples have a block and the others pass unchanged.
 template <class T>
 struct Transfer {
   /// True: g_in = v whatever arrives (the stage that holds the loss, or a prefix that contains it).
   bool constant = false;
   std::optional<Jacobian<T>> m;  ///< M; nullopt = identity (a stage without Jacobians)
   std::optional<Matrix<T>> v;    ///< nullopt = zero; always set when constant
+  /// > 0: M is dense and square with one block for each of samples 0 … width − 1 (count() ==
+  /// width); every later sample's block is the identity (sequences sorted longest first that
+  /// ended before the stage), neither stored, sent nor multiplied. 0: M covers every sample.
+  Index width = 0;
 
   static Transfer vector(Matrix<T> g);
   static Transfer linear(Jacobian<T> m);
@@ -62,9 +67,9 @@ RankScan parse_rank_scan(std::string_view name);
 int scan_rounds(RankScan s, int ranks);
 
 struct RankScanStats {
-  int rounds = 0;              ///< rounds this rank waited on a message
+  int rounds = 0;  ///< rounds this rank waited on a message
   std::int64_t bytes_sent = 0;
-  std::int64_t products = 0;   ///< then() calls on this rank
+  std::int64_t products = 0;  ///< then() calls on this rank
 };
 
 /// Exclusive scan over the ranks of `pipe` (rank K − 1 holds the loss and its constant
