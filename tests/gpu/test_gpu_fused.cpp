@@ -313,6 +313,26 @@ TEST(GpuSmall, FusedScanWithLengthsMatchesEachSamplesBp) {
       ASSERT_TRUE(matches_per_sample(got.data(), L, run == 1 ? other : len, kTol<float>, kFloor)) << "run " << run;
     }
   }
+  // Automatic graphs, batches alternating between full length and shorter: each kind keeps its
+  // own graph, replayed from its second run on (not dropped at each switch).
+  auto alternating =
+      FusedRecurrentScan<float>::plan(L.code, L.H, L.steps, L.B, options(true, 3, 0, 0, 0, -1, FusedGraphs::automatic));
+  for (int run = 0; run < 6; ++run) {
+    const bool with_lengths = run % 2 == 1;
+    DeviceLayer<float>& d = with_lengths ? a : full;
+    FusedDevicePtrs<float> p = d.ptrs();
+    p.len = with_lengths ? dlen.data() : nullptr;
+    d.poison();
+    alternating.run(stream.get(), p);
+    stream.synchronize();
+    EXPECT_EQ(alternating.stats().graph, run >= 2) << "run " << run;
+    const std::vector<float> got = d.download();
+    if (with_lengths) {
+      ASSERT_TRUE(matches_per_sample(got.data(), L, len, kTol<float>, kFloor)) << "alternating run " << run;
+    } else {
+      ASSERT_TRUE(close_to_oracle(got.data(), oracle_bp(L), L.B, kTol<float>, kFloor)) << "alternating run " << run;
+    }
+  }
 }
 
 TEST(GpuSmall, FusedEstimateIsWhatThePlanDoes) {

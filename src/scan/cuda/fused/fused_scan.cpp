@@ -133,15 +133,21 @@ struct FusedScan<T>::Impl {
   int device = 0;
   cuda::DeviceBuffer<T> wp, totals;
   FusedScanStats stats;
-  // CUDA Graph of the launch sequence (see FusedGraphs): captured on a private stream for the
-  // pointers in `captured`, replayed on the caller's stream.
+  // CUDA Graphs of the launch sequence (see FusedGraphs): captured on a private stream for the
+  // pointers in `captured`, replayed on the caller's stream. One for runs without lengths and
+  // one for runs with (other kernels), so that batches alternating between full-length and
+  // shorter samples replay both instead of capturing at each switch.
+  struct Graph {
+    cudaGraphExec_t exec = nullptr;
+    FusedChainPtrs<T> captured{}, previous{};
+    bool have_previous = false;
+  };
   std::unique_ptr<cuda::Stream> capture_stream;
-  cudaGraphExec_t exec = nullptr;
-  FusedChainPtrs<T> captured{}, previous{};
-  bool have_previous = false;
+  Graph graphs[2];
 
   ~Impl() {
-    if (exec) cudaGraphExecDestroy(exec);
+    for (Graph& g : graphs)
+      if (g.exec) cudaGraphExecDestroy(g.exec);
   }
 
   FusedArgs<T> args(const FusedChainPtrs<T>& p) const {
@@ -171,9 +177,9 @@ struct FusedScan<T>::Impl {
     step.columns(a, stream, 0);
   }
 
-  /// (Re)captures the launch sequence for pointers p: updates the executable graph in place when
-  /// the topology allows (it always does: only kernel arguments change), else instantiates anew.
-  void capture(const FusedChainPtrs<T>& p) {
+  /// (Re)captures the launch sequence for pointers p into gr: updates its executable graph in place
+  /// when the topology allows (it always does: only kernel arguments change), else instantiates anew.
+  void capture(const FusedChainPtrs<T>& p, Graph& gr) {
     if (!capture_stream) capture_stream = std::make_unique<cuda::Stream>();
     const cudaStream_t s = capture_stream->get();
     BPPSA_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
@@ -188,22 +194,22 @@ struct FusedScan<T>::Impl {
     }
     cudaGraph_t graph = nullptr;
     BPPSA_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-    if (exec) {
+    if (gr.exec) {
       cudaGraphExecUpdateResultInfo info;
-      if (cudaGraphExecUpdate(exec, graph, &info) != cudaSuccess) {
+      if (cudaGraphExecUpdate(gr.exec, graph, &info) != cudaSuccess) {
         cudaGetLastError();
-        cudaGraphExecDestroy(exec);
-        exec = nullptr;
+        cudaGraphExecDestroy(gr.exec);
+        gr.exec = nullptr;
       }
     }
-    if (!exec) {
-      const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    if (!gr.exec) {
+      const cudaError_t e = cudaGraphInstantiate(&gr.exec, graph, 0);
       cudaGraphDestroy(graph);
       BPPSA_CUDA_CHECK(e);
     } else {
       cudaGraphDestroy(graph);
     }
-    captured = p;
+    gr.captured = p;
   }
 };
 
@@ -295,6 +301,7 @@ void FusedScan<T>::run(cudaStream_t stream, const FusedChainPtrs<T>& p) {
                            "FusedScanOptions::injections = true");
 
   bool graph = false;
+  typename Impl::Graph& gr = m.graphs[p.len ? 1 : 0];
   switch (m.options.graphs) {
     case FusedGraphs::always:
       graph = true;
@@ -304,14 +311,14 @@ void FusedScan<T>::run(cudaStream_t stream, const FusedChainPtrs<T>& p) {
     case FusedGraphs::automatic:
       // From the second run with the same pointers on: a caller that changes them every run
       // would otherwise pay a capture per run.
-      graph = m.stats.estimate_us < kFusedGraphMaxMicros && m.have_previous && same(p, m.previous);
+      graph = m.stats.estimate_us < kFusedGraphMaxMicros && gr.have_previous && same(p, gr.previous);
       break;
   }
-  m.previous = p;
-  m.have_previous = true;
+  gr.previous = p;
+  gr.have_previous = true;
   if (graph) {
-    if (!m.exec || !same(p, m.captured)) m.capture(p);
-    BPPSA_CUDA_CHECK(cudaGraphLaunch(m.exec, stream));
+    if (!gr.exec || !same(p, gr.captured)) m.capture(p, gr);
+    BPPSA_CUDA_CHECK(cudaGraphLaunch(gr.exec, stream));
   } else {
     m.launch_all(p, stream);
   }
