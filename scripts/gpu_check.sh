@@ -8,8 +8,9 @@
 # log, XML, JSON and figure of the run, no .safetensors).
 #   --checks  configure, build, host-side tests, GPU tests, the CLI on the GPU, compute-sanitizer
 #             memcheck and racecheck on the small cases, the Python package, a PyTorch training step
-#             against cuDNN (bench/gpu/pytorch_step.py) and the persistent kernels' profile
-#             (bench/gpu/kernel_profile.py, Nsight Compute): not the C++ benchmarks
+#             against cuDNN (bench/gpu/pytorch_step.py), the persistent kernels' profile
+#             (bench/gpu/kernel_profile.py, Nsight Compute) and, with the time left, packed batches
+#             (bench/pytorch_packed.py --device cuda --quick): not the C++ benchmarks
 #   --bench   configure with the benchmark programs, build them, then scripts/bench_gpu.sh and
 #             scripts/bench_gpu_cpu_scaling.sh (each given the time the run has left): no tests
 #   (none)    everything: the checks, the Python package, then the two benchmarks with the time left
@@ -332,6 +333,12 @@ gc_torch_step() {  # gc_torch_step BUDGET
   PYTHONPATH="$GC_BUILD/python" "$BPPSA_PYTHON" "$GC_ROOT/bench/gpu/pytorch_step.py" --out "$GC_OUT/torch_step" \
     --quick --budget "$1"
 }
+# Packed batches (lengths spread 10×) on CUDA: torch.nn (cuDNN) and bppsa.nn, packed and padded, eager and
+# compiled: bench/pytorch_packed.py --device cuda, its quick settings; no side started past BUDGET seconds.
+gc_torch_packed() {  # gc_torch_packed BUDGET [--no-compile]
+  PYTHONPATH="$GC_BUILD/python" "$BPPSA_PYTHON" "$GC_ROOT/bench/pytorch_packed.py" --device cuda --quick \
+    --out "$GC_OUT/torch_packed" --budget "$@"
+}
 # Where the persistent kernels' time goes (Nsight Compute, one launch each): bench/gpu/kernel_profile.py.
 gc_kernel_profile() {
   PYTHONPATH="$GC_BUILD/python" "$BPPSA_PYTHON" "$GC_ROOT/bench/gpu/kernel_profile.py" --out "$GC_OUT/kernel_profile" \
@@ -346,7 +353,7 @@ gc_cpu_scaling() {  # gc_cpu_scaling BUDGET
     bash "$GC_ROOT/scripts/bench_gpu_cpu_scaling.sh" "$GC_OUT/cpu_scaling"
 }
 export -f gc_configure gc_build gc_bench_build gc_host_tests gc_gpu_tests gc_cli_gpu gc_sanitizer gc_python gc_torch_step \
-  gc_kernel_profile gc_benchmark gc_cpu_scaling
+  gc_torch_packed gc_kernel_profile gc_benchmark gc_cpu_scaling
 
 # compute-sanitizer: on PATH or in the toolkit.
 sanitizer=$(command -v compute-sanitizer || true)
@@ -389,6 +396,7 @@ for case in s.iter("testcase"):
 PY
     fi
     [ -f "$out/torch_step/pytorch_step.md" ] && grep '^|' "$out/torch_step/pytorch_step.md" | sed 's/^/torch_step: /'
+    [ -f "$out/torch_packed/packed_cuda.md" ] && grep '^|' "$out/torch_packed/packed_cuda.md" | sed 's/^/torch_packed: /'
     [ -f "$out/kernel_profile/kernel_profile.md" ] &&
       grep -E '^\| (kernel|[a-z_]+_kernel) \|' "$out/kernel_profile/kernel_profile.md" | sed 's/^/kernel_profile: /'
     for s in memcheck racecheck; do
@@ -513,14 +521,30 @@ if [ "$mode" != bench ]; then
       else
         skip torch_step "time budget spent ($(left)s left)"
       fi
+      # Packed batches with the time torch_step left (a margin for one side past its budget, and the
+      # summary); the compiled sides (their first calls compile) only with 90 s or more. Not in the
+      # full run, whose benchmarks keep that time.
+      room=$(($(left) - 60))
+      [ $room -gt 180 ] && room=180
+      if [ "$mode" = full ]; then
+        skip torch_packed "the full run keeps its time for the benchmarks (run --checks)"
+      elif [ $room -ge 90 ]; then
+        step torch_packed $((room + 45)) gc_torch_packed $room
+      elif [ $room -ge 45 ]; then
+        step torch_packed $((room + 45)) gc_torch_packed $room --no-compile
+      else
+        skip torch_packed "time budget spent ($(left)s left)"
+      fi
     else
       skip kernel_profile "the Python step did not pass"
       skip torch_step "the Python step did not pass"
+      skip torch_packed "the Python step did not pass"
     fi
   else
     skip python "not configured"
     skip kernel_profile "not configured"
     skip torch_step "not configured"
+    skip torch_packed "not configured"
   fi
 fi
 
