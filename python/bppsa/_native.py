@@ -56,6 +56,14 @@ def is_fake(t):
     return fake is not None and isinstance(t, fake)
 
 
+def in_functorch_transform():
+    """A torch.func transform (grad, vjp, jacrev, vmap …) is active: functorch's wrapped tensors
+    hold no memory an engine could read."""
+    functorch = getattr(torch._C, "_functorch", None)
+    peek = getattr(functorch, "peek_interpreter_stack", None)
+    return peek is not None and peek() is not None
+
+
 def in_dispatch_mode():
     """A TorchDispatchMode is active (make_fx and other tracers record through one): operators
     that write through raw pointers would be invisible to it."""

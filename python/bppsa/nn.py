@@ -24,8 +24,11 @@ is a PyTorch custom operator, ``bppsa::layer_forward``, whose backward is ``bpps
 into an ``RNNBase`` only with ``torch._dynamo.config.allow_rnn = True``: set it for
 ``fullgraph=True``; without it the graph breaks at the module, which still runs bppsa. Under
 ``torch.jit.trace`` and ``torch.onnx.export`` they run torch.nn's own forward, so those tools
-record torch's standard operators with the module's weights; ``to_torch()`` returns a plain
-torch.nn copy.
+record torch's standard operators with the module's weights, and under torch.func's transforms
+(grad, vjp, jacrev) they run torch.nn's forward, so the gradients are torch's; ``torch.jit.script``
+is refused, naming the fix. ``to_torch()`` returns a plain torch.nn copy of a module and
+``bppsa.nn.to_torch(model)`` one of a whole model (for ``quantize_dynamic``, which matches module
+types exactly).
 A ``PackedSequence`` input runs each sample for its own length (no padding in the scan) and
 returns a ``PackedSequence``, as torch.nn does (on the CPU and on CUDA); ``proj_size`` works as
 torch's (on the CPU).
@@ -42,7 +45,7 @@ from torch.nn.utils.rnn import PackedSequence
 from . import _native, _ops
 from ._recurrent import BACKWARD_METHODS, LayerSpec, run_layer
 
-__all__ = ["RNN", "GRU", "LSTM"]
+__all__ = ["RNN", "GRU", "LSTM", "to_torch"]
 
 
 def _records_torch_ops():
@@ -54,6 +57,21 @@ def _records_torch_ops():
     onnx = sys.modules.get("torch.onnx")  # not imported: no ONNX export under way (and none imported here)
     is_onnx_exporting = getattr(onnx, "is_in_onnx_export", None)
     return is_onnx_exporting is not None and is_onnx_exporting()
+
+
+def to_torch(model):
+    """A copy of `model` in which every bppsa.nn module is its torch.nn twin (to_torch(): the same
+    class, arguments and weights), for tools that match module types exactly, such as
+    torch.ao.quantization.quantize_dynamic. `model` itself is left as it is."""
+    if isinstance(model, _Bppsa):
+        return model.to_torch()
+    import copy
+    out = copy.deepcopy(model)
+    for parent in list(out.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, _Bppsa):
+                setattr(parent, name, child.to_torch())
+    return out
 
 
 def _torch_forward_without_ops(input):
@@ -173,6 +191,14 @@ class _Bppsa:
             s += ", check_finite=True"
         return s
 
+    def __prepare_scriptable__(self):
+        """torch.jit.script: refused, naming the fix (TorchScript cannot compile bppsa's forward, and
+        a module put in this one's place would also replace it in the caller's model)."""
+        raise RuntimeError(f"bppsa.nn.{type(self).__name__}: torch.jit.script cannot compile bppsa's forward; "
+                           "script bppsa.nn.to_torch(model) instead (a copy with torch.nn's modules and the same "
+                           "weights, which then run torch.nn's forward and backward), or use torch.compile or "
+                           "torch.export, which record bppsa's operators")
+
     def to_torch(self):
         """A torch.nn module of the same class and arguments holding copies of these weights."""
         base = {"rnn": torch.nn.RNN, "gru": torch.nn.GRU, "lstm": torch.nn.LSTM}[self._cell]
@@ -232,7 +258,9 @@ class _Bppsa:
                 raise RuntimeError(f"Expected hidden size {expected}, got {list(s.shape)}")
 
     def forward(self, input, hx=None):
-        if _records_torch_ops():
+        if _records_torch_ops() or _native.in_functorch_transform():
+            # Tracing and ONNX record torch's operators; under torch.func's transforms the engine
+            # cannot read functorch's wrapped tensors: torch.nn's forward (and autograd) serve.
             return super().forward(input, hx)
         if not _ops.AVAILABLE:
             if _native.is_compiling():  # (decorating would import torch._dynamo with bppsa)
