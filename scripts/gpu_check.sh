@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command on a GPU machine (H100/H200, no package registry, no internet):
-#   scripts/gpu_check.sh OUT_DIR [--quick | --checks | --bench]
+#   scripts/gpu_check.sh OUT_DIR [--quick | --checks | --bench | --wheel]
 # prints the GPU, driver, toolchains and commit (and whether the tree is the one scripts/pack_deps.sh
 # packed); builds bppsa with CUDA against the dependencies packed into .deps/ (carried with the
 # tree); runs the steps of the mode, each in a session of its own with a time limit, into OUT_DIR;
@@ -15,6 +15,17 @@
 #             scripts/bench_gpu_cpu_scaling.sh (each given the time the run has left): no tests
 #   (none)    everything: the checks, the Python package, then the two benchmarks with the time left
 #   --quick   the small GPU cases only, fewer of them under the sanitizers, no benchmarks
+#   --wheel   a user's pip install with the CUDA backend (docs/pytorch.md), offline, and nothing else
+#             (no CMake build of its own; the build folder is not touched): a new virtual environment
+#             OUT_DIR/wheel/venv (python3 -m venv --system-site-packages: the machine's PyTorch,
+#             pybind11 and pytest), scikit-build-core from the wheels scripts/pack_deps.sh packed
+#             (.deps/wheels/), `pip install --no-index --no-build-isolation --no-deps` of the tree with
+#             BPPSA_WITH_CUDA=ON (steps wheel_venv, wheel_build: at most 360 s), then, from a folder
+#             outside the tree, `import bppsa` (the installed package: bppsa.__file__ in the venv;
+#             bppsa._C.cuda_built(); one GRU on CUDA against torch.nn: wheel_import) and
+#             tests/python/test_cuda.py with pytest against it (wheel_tests). pip's log is
+#             OUT_DIR/wheel_build.log. The venv and the pip build folder (OUT_DIR/wheel/) are removed at
+#             the end unless BPPSA_GPU_WHEEL_KEEP=1; never archived. Fits one 10-minute command.
 # The whole run has a budget (BPPSA_GPU_CHECK_BUDGET seconds, default 540) so that it ends inside a
 # 10-minute command: a step gets at most the time left; a step not started for lack of time is
 # listed as skipped; the benchmarks get budgets (BPPSA_GPU_BENCH_BUDGET, BPPSA_CPU_SCALING_BUDGET)
@@ -27,13 +38,16 @@
 # BPPSA_CUDA_ARCHITECTURES (the GPU's compute capability), BPPSA_GPU_CHECK_LIMITS ("STEP=SECONDS …":
 # overrides steps' limits, to test this script or to fit a short lease), BPPSA_GPU_CHECK_SKIP ("STEP …":
 # steps left out, listed as skipped), BPPSA_GPU_SANITIZER_FILTER (the GoogleTest filter of the tests run
-# under compute-sanitizer; default GpuSmall.*, and in quick mode the smaller set below).
+# under compute-sanitizer; default GpuSmall.*, and in quick mode the smaller set below),
+# BPPSA_GPU_WHEEL_KEEP (1: --wheel keeps its venv and build folder), BPPSA_GPU_WHEEL_CUDA (ON; OFF tests
+# --wheel's mechanics on a machine without a GPU: built without CUDA, cuda_built() must be False, the
+# CUDA tests skip).
 # shellcheck disable=SC2317  # the gc_* step functions and on_signal are called indirectly
 set -uo pipefail
 set +m  # no job control: a step started in the background is no group leader, so setsid makes it
 # the leader of a new session in place (its PID is the session's ID)
 
-usage() { echo "usage: scripts/gpu_check.sh OUT_DIR [--quick | --checks | --bench]" >&2; exit 2; }
+usage() { echo "usage: scripts/gpu_check.sh OUT_DIR [--quick | --checks | --bench | --wheel]" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 out=$1
 shift
@@ -41,7 +55,7 @@ case $out in -*) usage ;; esac
 mode=full
 for a in "$@"; do
   case $a in
-    --quick | --checks | --bench) [ "$mode" = full ] || usage; mode=${a#--} ;;
+    --quick | --checks | --bench | --wheel) [ "$mode" = full ] || usage; mode=${a#--} ;;
     *) usage ;;
   esac
 done
@@ -124,7 +138,8 @@ first_line() { "$@" 2>&1 | awk 'NR == 1'; }  # awk reads it all: no SIGPIPE unde
   echo "commit: $commit_line"
   echo "tree: $tree_line"
   echo "host: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo), $(uname -sr)"
-  echo "run: budget ${budget}s, build $build, out $out$([ "$earlier" -gt 0 ] &&
+  [ "$mode" = wheel ] && echo "wheels: $(packed_field wheels | grep . || echo 'not recorded in .deps/COMMIT')"
+  echo "run: budget ${budget}s, build $([ "$mode" = wheel ] && echo "$out/wheel/build (pip)" || echo "$build"), out $out$([ "$earlier" -gt 0 ] &&
     echo " (not empty: $earlier entries of an earlier run)"), archive $archive"
 } 2>&1 | tee "$out/header.txt"
 command -v nvidia-smi >/dev/null && timeout 20 nvidia-smi >"$out/nvidia-smi.txt" 2>&1
@@ -355,6 +370,144 @@ gc_cpu_scaling() {  # gc_cpu_scaling BUDGET
 export -f gc_configure gc_build gc_bench_build gc_host_tests gc_gpu_tests gc_cli_gpu gc_sanitizer gc_python gc_torch_step \
   gc_torch_packed gc_kernel_profile gc_benchmark gc_cpu_scaling
 
+# --wheel: a user's `pip install . --config-settings=cmake.define.BPPSA_WITH_CUDA=ON` (docs/pytorch.md),
+# offline: in a virtual environment of its own ($GC_WHEEL/venv) that sees the machine's packages
+# (PyTorch, pybind11, pytest), with scikit-build-core from .deps/wheels (scripts/pack_deps.sh).
+gc_wheel_venv() {
+  local venv=$GC_WHEEL/venv wheels=$GC_ROOT/.deps/wheels py f pipwhl='' skb='' ver
+  rm -rf "$venv"
+  mkdir -p "$GC_WHEEL"
+  if ! "$BPPSA_PYTHON" -m venv --system-site-packages "$venv"; then
+    # No ensurepip (Debian's python3-venv missing): a venv without pip, then pip from .deps/wheels, or
+    # the machine's own pip (it installs into the venv it runs in).
+    echo "'$BPPSA_PYTHON -m venv' failed (no ensurepip?): a venv without pip, pip from .deps/wheels or the machine's"
+    rm -rf "$venv"
+    "$BPPSA_PYTHON" -m venv --without-pip --system-site-packages "$venv" ||
+      { echo "gpu_check: $BPPSA_PYTHON -m venv --without-pip failed"; return 1; }
+    for f in "$wheels"/pip-*.whl; do [ -f "$f" ] && pipwhl=$f; done
+    if [ -n "$pipwhl" ]; then
+      "$venv/bin/python" "$pipwhl/pip" install --no-index --find-links "$wheels" pip ||
+        { echo "gpu_check: installing pip from $pipwhl failed"; return 1; }
+    fi
+  fi
+  py=$venv/bin/python
+  "$py" -m pip --version || { echo "gpu_check: no pip in the venv (no ensurepip, no pip wheel in .deps/wheels, no pip on the machine)"; return 1; }
+  "$py" -c 'import torch, pybind11; print("torch", torch.__version__, torch.__file__); print("pybind11", pybind11.__version__, pybind11.__file__)' ||
+    { echo "gpu_check: torch or pybind11 is not importable in the venv: $BPPSA_PYTHON lacks them"; return 1; }
+  for f in "$wheels"/scikit_build_core-*.whl; do [ -f "$f" ] && skb=$f; done
+  if [ -n "$skb" ]; then
+    ver=${skb##*/scikit_build_core-}
+    ver=${ver%%-*}
+    "$py" -m pip install --no-index --find-links "$wheels" "scikit-build-core==$ver" ||
+      { echo "gpu_check: pip could not install scikit-build-core $ver from .deps/wheels"; return 1; }
+  else
+    echo "no scikit-build-core wheel in .deps/wheels: the machine's own"
+  fi
+  "$py" -c 'import scikit_build_core as s; print("scikit-build-core", s.__version__, s.__file__)' ||
+    { echo "gpu_check: scikit-build-core is not importable in the venv"; return 1; }
+  "$py" -m pip list 2>/dev/null | grep -iE '^(pip|scikit[-_]build[-_]core|packaging|pathspec|pybind11|torch|pytest) '
+  return 0
+}
+# pip's own build: scikit-build-core runs the project's CMake with these settings (gc_configure's for
+# this machine: the packed dependencies, no MPI, no audio, nvcc, the GPU's architecture, the system's
+# libz.so.1), Ninja, every core; its build folder $GC_WHEEL/build.
+gc_wheel_build() {
+  local py=$GC_WHEEL/venv/bin/python cs=() t0=$SECONDS
+  cs=(--config-settings=build-dir="$GC_WHEEL/build"
+    --config-settings=cmake.define.BPPSA_WITH_CUDA="$GC_WHEEL_CUDA"
+    --config-settings=cmake.define.CMAKE_PREFIX_PATH="$GC_ROOT/.deps"
+    --config-settings=cmake.define.BPPSA_WITH_MPI=OFF
+    --config-settings=cmake.define.BPPSA_WITH_AUDIO=OFF)
+  if [ "$GC_WHEEL_CUDA" = ON ]; then
+    cs+=(--config-settings=cmake.define.CMAKE_CUDA_COMPILER="$GC_NVCC"
+      --config-settings=cmake.define.BPPSA_CUDA_ARCHITECTURES="$GC_ARCH")
+  fi
+  [ -n "$GC_ZLIB_LIB" ] && cs+=(--config-settings=cmake.define.ZLIB_LIBRARY="$GC_ZLIB_LIB")
+  echo "pip install $GC_ROOT ${cs[*]}"
+  if command -v ninja >/dev/null; then export CMAKE_GENERATOR=Ninja; fi
+  CMAKE_BUILD_PARALLEL_LEVEL=$GC_JOBS "$py" -m pip install -v --no-index --no-build-isolation --no-deps \
+    --check-build-dependencies "${cs[@]}" "$GC_ROOT" ||
+    { echo "gpu_check: pip install of the tree failed after $((SECONDS - t0))s (see above)"; return 1; }
+  echo "== gpu_check: built and installed in $((SECONDS - t0))s"
+  grep -E '^(Eigen3|CLI11|nlohmann_json|pybind11)_DIR|^ZLIB_(INCLUDE_DIR|LIBRARY)|^BPPSA_WITH_CUDA|^CMAKE_CUDA_COMPILER:|^BPPSA_CUDA_ARCHITECTURES|^CMAKE_GENERATOR:' \
+    "$GC_WHEEL/build/CMakeCache.txt"
+  "$py" -m pip show -f bppsa | grep -E '^(Name|Version|Location)|_C\.'
+  return 0
+}
+# The installed package, imported from a folder outside the tree: where it came from, its CUDA backend,
+# and one GRU on CUDA against torch.nn (cuDNN, TF32 off) with the same weights: outputs and input
+# gradients within 1e-4. Its lines go to OUT/wheel_import.txt (the summary shows them).
+gc_wheel_import() {
+  local run rc
+  run=$(mktemp -d "${TMPDIR:-/tmp}/bppsa-wheel-import.XXXXXX") && cd "$run" || return 1
+  "$GC_WHEEL/venv/bin/python" - "$GC_ROOT" "$GC_WHEEL_CUDA" <<'PY' 2>&1 | tee "$GC_OUT/wheel_import.txt"
+import os, subprocess, sys, sysconfig
+root, want = os.path.realpath(sys.argv[1]), sys.argv[2] == "ON"
+import torch
+import bppsa
+from bppsa import _native
+where = os.path.realpath(bppsa.__file__)
+site = {os.path.realpath(sysconfig.get_paths()[k]) for k in ("purelib", "platlib")}
+print("bppsa %s from %s (cwd %s)" % (bppsa.__version__, bppsa.__file__, os.getcwd()))
+ok = True
+if not any(where.startswith(s + os.sep) for s in site):
+    print("gpu_check: bppsa was imported from %s, not from the venv's site-packages (%s)" % (where, " ".join(sorted(site))))
+    ok = False
+ext = os.path.realpath(_native._C.__file__)
+libs = subprocess.run(["ldd", ext], capture_output=True, text=True).stdout.split("\n")
+print("extension %s; %s" % (ext, "; ".join(l.strip() for l in libs if "cuda" in l or "cusparse" in l or "cublas" in l) or "no CUDA library linked"))
+built = bool(_native._C.cuda_built())
+print("cuda_built %s (expected %s); %s" % (built, want, _native._C.cuda_summary()))
+print("torch %s from %s, CUDA %s, %d devices; bppsa cuda_available %s"
+      % (torch.__version__, os.path.dirname(torch.__file__), torch.version.cuda, torch.cuda.device_count(), _native.cuda_available()))
+if built != want:
+    print("gpu_check: bppsa._C.cuda_built() is %s, expected %s" % (built, want))
+    ok = False
+if want and not _native.cuda_available():
+    print("gpu_check: bppsa built with CUDA sees no CUDA device")
+    ok = False
+if want and ok:
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.manual_seed(0)
+    ref = torch.nn.GRU(3, 16, batch_first=True).cuda()
+    ours = bppsa.nn.GRU(3, 16, batch_first=True).cuda()
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(4, 200, 3, device="cuda")
+    xs = [x.clone().requires_grad_(True) for _ in range(2)]
+    outs = [m(xi)[0] for m, xi in zip((ref, ours), xs)]
+    w = torch.randn_like(outs[0])
+    for o in outs:
+        (o * w).sum().backward()
+    torch.cuda.synchronize()
+    rel = lambda a, b: float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
+    e_out, e_grad = rel(outs[1], outs[0]), rel(xs[1].grad, xs[0].grad)
+    print("GRU on CUDA against torch.nn: output %.1e, input gradient %.1e relative (output on %s)" % (e_out, e_grad, outs[1].device))
+    if outs[1].device.type != "cuda" or max(e_out, e_grad) > 1e-4:
+        print("gpu_check: bppsa.nn.GRU on CUDA differs from torch.nn by more than 1e-4")
+        ok = False
+sys.exit(0 if ok else 1)
+PY
+  rc=$?
+  cd / && rm -rf "$run"
+  return "$rc"
+}
+# tests/python/test_cuda.py (its conftest.py refuses a bppsa imported from the tree, or installed from
+# another checkout) against the installed package, from a folder outside the tree; BPPSA_REQUIRE_CUDA=1:
+# a skip is a failure.
+gc_wheel_tests() {
+  local run rc require=0
+  [ "$GC_WHEEL_CUDA" = ON ] && require=1
+  run=$(mktemp -d "${TMPDIR:-/tmp}/bppsa-wheel-tests.XXXXXX") && cd "$run" || return 1
+  BPPSA_REQUIRE_CUDA=$require "$GC_WHEEL/venv/bin/python" -m pytest -q -p no:cacheprovider -rs \
+    --junitxml="$GC_OUT/wheel_tests.xml" "$GC_ROOT/tests/python/test_cuda.py"
+  rc=$?
+  cd / && rm -rf "$run"
+  return "$rc"
+}
+export -f gc_wheel_venv gc_wheel_build gc_wheel_import gc_wheel_tests
+export GC_WHEEL=$out/wheel GC_WHEEL_CUDA=${BPPSA_GPU_WHEEL_CUDA:-ON} GC_ZLIB_LIB=$zlib_lib
+
 # compute-sanitizer: on PATH or in the toolkit.
 sanitizer=$(command -v compute-sanitizer || true)
 for c in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
@@ -368,6 +521,7 @@ export GC_SANITIZER=$sanitizer GC_ARCH=$arch
 
 # --- the summary and the archive (also when the run is stopped by a signal) ------------------------
 finish() {
+  [ "$mode" = wheel ] && wheel_cleanup
   {
     echo
     echo "== summary, mode $mode ($((SECONDS - start))s of a ${budget}s budget; logs in $out, archive $archive)"
@@ -384,17 +538,20 @@ for case in r.iter("testcase"):
         print("  FAILED %s.%s: %s" % (case.get("classname"), case.get("name"), ((f.get("message") or "").splitlines() or [""])[0][:200]))
 PY
     fi
-    if [ -f "$out/python_tests.xml" ]; then
-      "$BPPSA_PYTHON" - "$out/python_tests.xml" <<'PY' 2>/dev/null || true
+    [ -f "$out/wheel_import.txt" ] && grep -E '^(bppsa|cuda_built|torch|GRU|extension) ' "$out/wheel_import.txt" | cut -c1-240 |
+      sed 's/^/wheel: /'
+    for x in python_tests:python wheel_tests:wheel; do
+      [ -f "$out/${x%%:*}.xml" ] || continue
+      "$BPPSA_PYTHON" - "$out/${x%%:*}.xml" "${x#*:}" <<'PY' 2>/dev/null || true
 import sys, xml.etree.ElementTree as ET
 r = ET.parse(sys.argv[1]).getroot()
 s = r if r.tag == "testsuite" else r.find("testsuite")
-print("python tests: %s run, %s failed, %s errors, %s skipped, %.1fs" % (s.get("tests"), s.get("failures"), s.get("errors"), s.get("skipped"), float(s.get("time", 0))))
+print("%s tests: %s run, %s failed, %s errors, %s skipped, %.1fs" % (sys.argv[2], s.get("tests"), s.get("failures"), s.get("errors"), s.get("skipped"), float(s.get("time", 0))))
 for case in s.iter("testcase"):
     for f in case.findall("failure") + case.findall("error"):
         print("  FAILED %s: %s" % (case.get("name"), ((f.get("message") or "").splitlines() or [""])[0][:200]))
 PY
-    fi
+    done
     [ -f "$out/torch_step/pytorch_step.md" ] && grep '^|' "$out/torch_step/pytorch_step.md" | sed 's/^/torch_step: /'
     [ -f "$out/torch_packed/packed_cuda.md" ] && grep '^|' "$out/torch_packed/packed_cuda.md" | sed 's/^/torch_packed: /'
     [ -f "$out/kernel_profile/kernel_profile.md" ] &&
@@ -423,7 +580,8 @@ with open(os.path.join(out, "summary.json.tmp"), "w") as f:
 os.replace(os.path.join(out, "summary.json.tmp"), os.path.join(out, "summary.json"))
 PY
   # Every log, XML, JSON and figure of the run in one file beside OUT_DIR (no weights or batches).
-  if tar -czf "$archive.tmp" --exclude='*.safetensors' --exclude='*.tmp' -C "$(dirname "$out")" "$(basename "$out")" &&
+  if tar -czf "$archive.tmp" --exclude='*.safetensors' --exclude='*.tmp' --exclude=wheel/venv --exclude=wheel/build \
+    -C "$(dirname "$out")" "$(basename "$out")" &&
     mv -f "$archive.tmp" "$archive"; then
     echo "archive: $archive ($(du -h "$archive" | cut -f1))"
   else
@@ -459,11 +617,64 @@ setsid bash -c 'while kill -0 "$GC_PID" 2>/dev/null; do sleep 1; done
 watchdog=$!
 stop_watchdog() { kill_session "$watchdog"; wait "$watchdog" 2>/dev/null; rm -f "$sid_file"; }
 
+# --- --wheel: a user's pip install with the CUDA backend ------------------------------------------
+wheel_cleanup() {  # the venv and pip's build folder: large, and never archived
+  [ "${BPPSA_GPU_WHEEL_KEEP:-0}" = 1 ] && return 0
+  [ -d "$out/wheel" ] || return 0
+  rm -rf "$out/wheel/venv" "$out/wheel/build"
+  rmdir "$out/wheel" 2>/dev/null
+  return 0
+}
+run_wheel() {
+  local why='' f skb='' py=$out/wheel/venv/bin/python room
+  for f in .deps/wheels/scikit_build_core-*.whl; do [ -f "$f" ] && skb=$f; done
+  if [ "$GC_WHEEL_CUDA" = ON ] && [ -z "$nvcc_path" ]; then
+    why="nvcc not found (PATH, /usr/local/cuda/bin)"
+  elif [ ! -f .deps/COMMIT ]; then
+    why="no .deps/: run scripts/pack_deps.sh on the development machine and carry .deps with the tree"
+  elif [ -z "$skb" ] && ! "$BPPSA_PYTHON" -c 'import scikit_build_core' 2>/dev/null; then
+    why="no wheels in .deps/wheels (.deps/COMMIT: wheels $(packed_field wheels | cut -c1-100)) and no scikit-build-core here: rerun scripts/pack_deps.sh where PyPI is reachable"
+  fi
+  # pip as on a bare machine: no configuration file's or environment's index, links or options.
+  export PIP_CONFIG_FILE=/dev/null PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
+  unset PIP_FIND_LINKS PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_REQUIRE_VIRTUALENV PIP_USER PIP_TARGET PIP_PREFIX
+  if [ -n "$why" ]; then
+    skip wheel_venv "$why"
+    for f in wheel_build wheel_import wheel_tests; do skip $f "no environment to build in"; done
+    failed=1
+    return
+  fi
+  if ! step wheel_venv 90 gc_wheel_venv; then
+    for f in wheel_build wheel_import wheel_tests; do skip $f "no environment to build in"; done
+    return
+  fi
+  if ! step wheel_build 360 gc_wheel_build; then
+    skip wheel_import "not installed"
+    skip wheel_tests "not installed"
+    return
+  fi
+  if ! step wheel_import 90 gc_wheel_import; then
+    skip wheel_tests "the import check did not pass (wheel_import.txt)"
+    return
+  fi
+  room=$(($(left) - 15))  # the summary and the archive
+  [ $room -gt 300 ] && room=300
+  if ! "$py" -c 'import pytest' 2>/dev/null; then
+    skip wheel_tests "pytest is not installed for $BPPSA_PYTHON (test_cuda.py is pytest's; the import check ran a GRU on CUDA)"
+  elif [ $room -lt 30 ]; then
+    skip wheel_tests "time budget spent ($(left)s left)"
+  else
+    step wheel_tests $room gc_wheel_tests
+  fi
+}
+
 # --- the run ----------------------------------------------------------------------------------------
 bench=OFF
 case $mode in full | bench) bench=ON ;; esac
 configured=0
-if [ -z "$nvcc_path" ]; then
+if [ "$mode" = wheel ]; then
+  run_wheel  # the wheel steps only (above)
+elif [ -z "$nvcc_path" ]; then
   skip configure "nvcc not found (PATH, /usr/local/cuda/bin)"
   failed=1
 elif [ ! -f .deps/COMMIT ]; then
@@ -474,7 +685,7 @@ elif step configure 180 gc_configure $bench; then
 fi
 
 # The checks (--checks, --quick and the full run).
-if [ "$mode" != bench ]; then
+if [ "$mode" != bench ] && [ "$mode" != wheel ]; then
   built=0
   if [ $configured = 1 ]; then
     # Only what the checks need: the CUDA test programs and the CLI.
