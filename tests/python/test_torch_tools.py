@@ -63,7 +63,7 @@ def test_dynamic_quantization_through_to_torch_matches_torch(kind):
     assert type(untouched.rnn) is BPPSA[kind]
     assert [type(m) for m in list(q_ours.modules())[1:]] == [type(m) for m in list(q_ref.modules())[1:]]
     if kind != "RNN":  # torch quantizes GRU and LSTM (RNN stays float, in torch's model too)
-        assert type(q_ours.rnn).__module__.startswith("torch.ao.nn.quantized.dynamic")
+        assert ".quantized.dynamic." in type(q_ours.rnn).__module__
     x = torch.randn(9, 3, 3)
     assert torch.equal(q_ours(x), q_ref(x))
 
