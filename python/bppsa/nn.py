@@ -74,6 +74,15 @@ def to_torch(model):
     return out
 
 
+def _under_torch_func(input):
+    """A torch.func transform (grad, vjp, jacrev, vmap) runs the module outside any graph capture:
+    the engine cannot read functorch's wrapped tensors, so torch.nn's forward and autograd serve.
+    (torch.compile's and torch.export's own functorch machinery records bppsa's operators.)"""
+    data = input.data if isinstance(input, PackedSequence) else input
+    return _native.in_functorch_transform() and not (_native.is_compiling() or _native.is_exporting()
+                                                     or _ops.capturing(data))
+
+
 def _torch_forward_without_ops(input):
     """Without bppsa's custom operators (PyTorch < 2.4): torch.export and fake tensors get torch.nn's
     forward too (torch.compile runs bppsa's layer eagerly, a graph break)."""
@@ -258,9 +267,7 @@ class _Bppsa:
                 raise RuntimeError(f"Expected hidden size {expected}, got {list(s.shape)}")
 
     def forward(self, input, hx=None):
-        if _records_torch_ops() or _native.in_functorch_transform():
-            # Tracing and ONNX record torch's operators; under torch.func's transforms the engine
-            # cannot read functorch's wrapped tensors: torch.nn's forward (and autograd) serve.
+        if _records_torch_ops() or _under_torch_func(input):
             return super().forward(input, hx)
         if not _ops.AVAILABLE:
             if _native.is_compiling():  # (decorating would import torch._dynamo with bppsa)
