@@ -118,24 +118,41 @@ def _outside_dynamo(fn):
     return call
 
 
+def _packed_rows(batch_sizes, device):
+    """Where a PackedSequence's data rows go in the padded time-major batch, sorted longest first:
+    row r (step t, sample k: the k-th of step t's batch_sizes[t]) to row t·B + k of its (T·B, ·)
+    view, B = batch_sizes[0]. Returns (rows on `device`, T, B, the samples' lengths as a list)."""
+    sizes = batch_sizes.to("cpu", torch.int64)
+    steps, batch = sizes.numel(), int(sizes[0])
+    first = torch.cumsum(sizes, 0) - sizes  # each step's first data row
+    step = torch.repeat_interleave(torch.arange(steps), sizes)
+    rows = step * batch + torch.arange(int(first[-1] + sizes[-1])) - torch.repeat_interleave(first, sizes)
+    lengths = (sizes.unsqueeze(0) > torch.arange(batch).unsqueeze(1)).sum(1)
+    if torch.device(device).type == "cuda":  # a copy that does not wait for the device
+        rows = rows.pin_memory().to(device, non_blocking=True)
+    return rows.to(device), steps, batch, [int(n) for n in lengths]
+
+
 @_outside_dynamo
 def _unpack(packed, states, check_states):
-    """A PackedSequence as a padded time-major batch sorted longest first, its lengths (a list) and
-    the initial states in that order (check_states(states, batch) first)."""
-    input, lengths_t = torch.nn.utils.rnn.pad_packed_sequence(packed)  # the caller's order
-    check_states(states, input.shape[1])
+    """A PackedSequence as a padded time-major batch sorted longest first (zeros past each length,
+    one differentiable scatter of its rows), the rows' places (for _repack), the lengths (a list)
+    and the initial states in that order (check_states(states, batch) first)."""
+    rows, steps, batch, lengths = _packed_rows(packed.batch_sizes, packed.data.device)
+    check_states(states, batch)
+    data = packed.data
+    padded = data.new_zeros((steps * batch,) + tuple(data.shape[1:])).index_copy(0, rows, data)
     if packed.sorted_indices is not None:
-        input = input.index_select(1, packed.sorted_indices)
-        lengths_t = lengths_t.index_select(0, packed.sorted_indices.cpu())
         states = [None if s is None else s.index_select(1, packed.sorted_indices) for s in states]
-    return input, [int(n) for n in lengths_t], states
+    return padded.view((steps, batch) + tuple(data.shape[1:])), rows, lengths, states
 
 
 @_outside_dynamo
-def _repack(output, lengths, packed):
-    """The padded output (sorted as _unpack's) as a PackedSequence with packed's batch sizes and order."""
-    out = torch.nn.utils.rnn.pack_padded_sequence(output, torch.tensor(lengths), enforce_sorted=True)
-    return PackedSequence(out.data, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices)
+def _repack(output, rows, packed):
+    """The padded output (sorted as _unpack's) as a PackedSequence with packed's batch sizes and
+    order: its rows gathered back, differentiably."""
+    data = output.reshape(-1, output.shape[-1]).index_select(0, rows)
+    return PackedSequence(data, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices)
 
 
 def _check_factory(name, dtype, device):
@@ -292,7 +309,7 @@ class _Bppsa:
         packed, lengths = None, None
         if isinstance(input, PackedSequence):
             packed = input
-            input, lengths, states = _unpack(packed, states, self._check_states)
+            input, rows, lengths, states = _unpack(packed, states, self._check_states)
         batched = packed is not None or input.dim() == 3
         if not batched:
             input = input.unsqueeze(0 if self.batch_first else 1)
@@ -352,7 +369,7 @@ class _Bppsa:
         h_n = torch.stack(h_n)
         c_n = torch.stack(c_n) if lstm else None
         if packed is not None:
-            output = _repack(layer_input, lengths, packed)
+            output = _repack(layer_input, rows, packed)
             if packed.unsorted_indices is not None:
                 h_n = h_n.index_select(1, packed.unsorted_indices)
                 c_n = c_n.index_select(1, packed.unsorted_indices) if lstm else None
