@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 
 # shellcheck source=lib/debian.sh
 . scripts/lib/debian.sh
-bppsa_apt_install python3-torch python3-pytest
+# python3-onnx: the ONNX export tests read the files (Debian has no onnxruntime to run them).
+bppsa_apt_install python3-torch python3-pytest python3-onnx
 
 pkg=$("$(bppsa_python)" -c "import bppsa, os; print(os.path.dirname(bppsa.__file__))")
 tmp=$(mktemp -d)

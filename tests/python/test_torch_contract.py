@@ -1,15 +1,19 @@
 # bppsa.nn's modules as torch.nn's subclasses (issue 24, item 5): isinstance, the installed
 # torch's constructor, non-finite values propagating as in torch, threads following torch, and
 # tracing / export recording torch's own operators. Every check compares with torch.nn.
+import collections
 import copy
+import functools
 import inspect
 import io
+import os
+import tempfile
 
 import pytest
 import torch
 
 import bppsa
-from util import BPPSA, TORCH, rel_err, twins
+from util import BPPSA, TORCH, flat_state, rel_err, twins
 
 KINDS = ["RNN", "GRU", "LSTM"]
 # What an older PyTorch lacks (the package's eager mode runs on 1.13: .ci/run tests it there too).
@@ -124,23 +128,154 @@ def test_torch_export_agrees_with_eager(kind):
     assert rel_err(exported.module()(x)[0], ref(x)[0]) < 1e-5
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_onnx_export_emits_the_standard_node(kind):
-    _, ours = twins(kind, 3, 5)
-    buf = io.BytesIO()
-    # The TorchScript-based exporter (the only one before PyTorch 2.5, where `dynamo` appeared).
-    legacy = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
-    try:
-        torch.onnx.export(ours, (torch.randn(6, 2, 3),), buf, **legacy)
-    except (ImportError, getattr(torch.onnx, "OnnxExporterError", ImportError)) as e:  # needs the onnx package
-        if "not installed" not in str(e) and not isinstance(e, ImportError):
-            raise
-        pytest.skip(f"torch.onnx.export is not available here: {e}")
-    data = buf.getvalue()
-    assert {"RNN": b"RNN", "GRU": b"GRU", "LSTM": b"LSTM"}[kind] in data
-    # The weights are in the file as the node's inputs (RNN: torch's layout is ONNX's, byte for byte).
-    if kind == "RNN":
-        assert ours.weight_hh_l0.detach().numpy().tobytes() in data
+# ONNX export with each of torch's exporters: "legacy" (TorchScript-based, the only one before
+# PyTorch 2.5) and "dynamo" (torch.export-based, needs onnxscript; the default from PyTorch 2.9).
+# The file a bppsa.nn module exports is the one torch.nn's exports with the same weights: the same
+# operators (the standard RNN/GRU/LSTM node where torch's file has it), inputs, outputs and weights;
+# onnxruntime runs it like eager torch.nn on a new input of another length and batch size.
+ONNX_CASES = {  # 2 layers each
+    "RNN-bidirectional": ("RNN", {"bidirectional": True}),
+    "GRU-batch_first": ("GRU", {"batch_first": True}),
+    "LSTM-bidirectional-batch_first": ("LSTM", {"bidirectional": True, "batch_first": True}),
+    # torch exports no projection (PyTorch 2.15: the legacy exporter refuses it, the dynamo one writes
+    # a file onnxruntime refuses): bppsa.nn must fail as torch.nn does.
+    "LSTM-proj_size": ("LSTM", {"proj_size": 2}),
+}
+ONNX_EXPORTERS = ["legacy", "dynamo"]
+_ONNX_HAS_DYNAMO = "dynamo" in inspect.signature(torch.onnx.export).parameters  # PyTorch ≥ 2.5
+
+
+def _onnx_dynamic(kind, exporter):
+    """The input's axes the file keeps dynamic. torch.export unrolls torch.nn.RNN over the example's
+    steps: that file holds for 6 steps only (PyTorch 2.15 still names the axis dynamic in it)."""
+    return {"batch"} if exporter == "dynamo" and kind == "RNN" else {"steps", "batch"}
+
+
+def _export_onnx(module, exporter, dynamic, path):
+    """torch.onnx.export of module (a 6-step, 2-sample example) to path, loaded back with onnx."""
+    import onnx
+    axis = {"steps": 1, "batch": 0} if module.batch_first else {"steps": 0, "batch": 1}
+    example = torch.randn(2, 6, 3) if module.batch_first else torch.randn(6, 2, 3)
+    if exporter == "legacy":
+        outputs = ["output", "h_n", "c_n"][:3 if isinstance(module, torch.nn.LSTM) else 2]
+        axes = {"input": {axis[a]: a for a in dynamic}, "output": {axis[a]: a for a in dynamic}}
+        axes.update({name: {1: "batch"} for name in outputs[1:] if "batch" in dynamic})
+        legacy = {"dynamo": False} if _ONNX_HAS_DYNAMO else {}  # PyTorch 1.13's export has no `dynamo`
+        torch.onnx.export(module, (example,), path, input_names=["input"], output_names=outputs, dynamic_axes=axes,
+                          **legacy)
+    else:
+        auto = torch.export.Dim.AUTO
+        torch.onnx.export(module, (example,), path, dynamo=True, verbose=False,
+                          dynamic_shapes={"input": {axis[a]: auto for a in dynamic}})
+    return onnx.load(path)
+
+
+@functools.lru_cache(maxsize=None)
+def _onnx_files(case, exporter):
+    """torch.nn's and bppsa.nn's modules of the case (the same weights), and what exporting each gave:
+    the loaded file (onnx.ModelProto) or the exception."""
+    kind, kwargs = ONNX_CASES[case]
+    ref, ours = twins(kind, 3, 5, num_layers=2, **kwargs)
+    ref.eval(), ours.eval()  # (as one exports a model; the same without dropout)
+    files = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for module in (ref, ours):
+            try:
+                files.append(_export_onnx(module, exporter, _onnx_dynamic(kind, exporter),
+                                          os.path.join(tmp, f"{len(files)}.onnx")))
+            except Exception as e:  # compared with torch.nn's below
+                files.append(e)
+    return ref, ours, files[0], files[1]
+
+
+def _onnx_files_or_skip(case, exporter, *needs):
+    for name in ("onnx", *needs):
+        pytest.importorskip(name, reason=f"{name} is not installed (requirements.txt pins it)")
+    if exporter == "dynamo":
+        if not _ONNX_HAS_DYNAMO:
+            pytest.skip("this PyTorch's torch.onnx.export has no dynamo exporter (< 2.5)")
+        pytest.importorskip("onnxscript", reason="the dynamo exporter needs onnxscript")
+    return _onnx_files(case, exporter)
+
+
+def _onnx_signature(model):
+    """The graph's inputs and outputs with their shapes (a dynamic axis as '?')."""
+    def dims(v):
+        return [d.dim_value if d.HasField("dim_value") else "?" for d in v.type.tensor_type.shape.dim]
+    return [[(v.name, dims(v)) for v in values] for values in (model.graph.input, model.graph.output)]
+
+
+def _onnx_initializers(model):
+    from onnx import numpy_helper
+    return sorted((t.data_type, tuple(t.dims), numpy_helper.to_array(t).tobytes()) for t in model.graph.initializer)
+
+
+@pytest.mark.parametrize("exporter", ONNX_EXPORTERS)
+@pytest.mark.parametrize("case", ONNX_CASES)
+def test_onnx_export_writes_the_file_of_torch_nn(case, exporter):
+    ref, ours, want, got = _onnx_files_or_skip(case, exporter)
+    kind, kwargs = ONNX_CASES[case]
+    if isinstance(want, Exception):  # torch cannot export it: bppsa.nn fails the same way
+        assert "proj_size" in kwargs, f"torch.nn's module did not export: {want!r}"
+        assert type(got) is type(want), f"torch.nn's export raised {want!r}, bppsa.nn's gave {got!r}"
+        return
+    if isinstance(got, Exception):
+        raise got
+    ops = collections.Counter(node.op_type for node in got.graph.node)
+    assert ops == collections.Counter(node.op_type for node in want.graph.node)
+    # One standard node per layer (the dynamo exporter unrolls RNN into MatMul/Tanh, torch.nn's too).
+    if exporter == "legacy" or kind != "RNN":
+        assert ops[kind] == 2, dict(ops)
+    assert _onnx_signature(got) == _onnx_signature(want)
+    assert _onnx_initializers(got) == _onnx_initializers(want)
+    if "proj_size" in kwargs:
+        return  # (no file of torch's holds the projection's weights)
+    # The weights are the module's: each gate's rows of each parameter, as stored or transposed
+    # (ONNX orders the gates otherwise and joins the biases; the unrolled RNN multiplies by Wᵀ).
+    blob = b"".join(t[2] for t in _onnx_initializers(got))
+    for name, p in ours.named_parameters():
+        for block in p.detach().split(ours.hidden_size):
+            assert block.numpy().tobytes() in blob or block.T.numpy().tobytes() in blob, name
+
+
+@pytest.mark.parametrize("exporter", ONNX_EXPORTERS)
+@pytest.mark.parametrize("case", ONNX_CASES)
+def test_onnx_file_runs_like_eager_torch_nn(case, exporter):
+    ref, ours, want_file, got_file = _onnx_files_or_skip(case, exporter, "onnxruntime")
+    import onnxruntime
+    kind, kwargs = ONNX_CASES[case]
+    if isinstance(want_file, Exception):  # (test_onnx_export_writes_the_file_of_torch_nn: bppsa.nn's fails alike)
+        pytest.skip(f"torch.nn's module does not export here: {type(want_file).__name__}: "
+                    f"{str(want_file).split('. ')[0][:100]}")
+    if isinstance(got_file, Exception):
+        raise got_file
+    dynamic = _onnx_dynamic(kind, exporter)
+    steps, batch = (9 if "steps" in dynamic else 6), (3 if "batch" in dynamic else 2)
+    x = 2 * (torch.randn(batch, steps, 3) if ref.batch_first else torch.randn(steps, batch, 3))
+
+    def run(model):
+        try:
+            session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+            return session.run(None, {session.get_inputs()[0].name: x.numpy()})
+        except Exception as e:  # compared with torch.nn's below
+            return e
+
+    want, got = run(want_file), run(got_file)
+    if "proj_size" in kwargs:  # torch's file drops the projection: bppsa.nn's must do what torch.nn's does
+        if isinstance(want, Exception):
+            assert type(got) is type(want), f"torch.nn's file: {want!r}; bppsa.nn's: {got!r}"
+        else:
+            assert not isinstance(got, Exception) and len(got) == len(want), got
+            assert all(torch.equal(torch.from_numpy(a), torch.from_numpy(b)) for a, b in zip(got, want))
+        return
+    out, h = ref(x)
+    eager = [out, *flat_state(h)]
+    for name, outputs in (("torch.nn", want), ("bppsa.nn", got)):
+        if isinstance(outputs, Exception):
+            raise AssertionError(f"onnxruntime cannot run {name}'s file: {outputs!r}")
+        assert len(outputs) == len(eager), name
+        for i, (a, b) in enumerate(zip(outputs, eager)):
+            assert rel_err(torch.from_numpy(a), b) < 1e-5, (name, i)
 
 
 @pytest.mark.parametrize("kind", KINDS)
