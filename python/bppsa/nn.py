@@ -141,17 +141,22 @@ def _unpack(packed, states, check_states):
     rows, steps, batch, lengths = _packed_rows(packed.batch_sizes, packed.data.device)
     check_states(states, batch)
     data = packed.data
-    padded = data.new_zeros((steps * batch,) + tuple(data.shape[1:])).index_copy(0, rows, data)
+    if rows.numel() == steps * batch:  # every sample runs every step: the data is the padded batch
+        padded = data
+    else:
+        padded = data.new_zeros((steps * batch,) + tuple(data.shape[1:])).index_copy(0, rows, data)
     if packed.sorted_indices is not None:
         states = [None if s is None else s.index_select(1, packed.sorted_indices) for s in states]
-    return padded.view((steps, batch) + tuple(data.shape[1:])), rows, lengths, states
+    return padded.reshape((steps, batch) + tuple(data.shape[1:])), rows, lengths, states
 
 
 @_outside_dynamo
 def _repack(output, rows, packed):
     """The padded output (sorted as _unpack's) as a PackedSequence with packed's batch sizes and
     order: its rows gathered back, differentiably."""
-    data = output.reshape(-1, output.shape[-1]).index_select(0, rows)
+    data = output.reshape(-1, output.shape[-1])
+    if rows.numel() < data.shape[0]:
+        data = data.index_select(0, rows)
     return PackedSequence(data, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices)
 
 
