@@ -2,8 +2,8 @@
 # Sets bppsa up on Debian 12; safe to rerun, and quick when nothing changed:
 #   1. Debian's packages (only the missing ones): the compiler and C++ libraries, Python, MPI,
 #      and Fashion-MNIST (dataset-fashion-mnist: IDX files in /usr/share/datasets/fashion-mnist).
-#   2. The Python environment from requirements.txt (PyTorch, JAX, numpy, matplotlib, pytest), made
-#      once per machine outside the checkout, at ~/.cache/bppsa/venv-<…> (scripts/lib/python_env.sh).
+#   2. The Python environment from requirements.txt (PyTorch, JAX, numpy, matplotlib, pytest, onnx and
+#      onnxruntime), made once per machine outside the checkout, at ~/.cache/bppsa/venv-<…> (scripts/lib/python_env.sh).
 #   3. A Release build of the library, the CLI, the tests and the benchmarks into build/.
 #   4. The Python package bppsa installed into that environment with `pip install .` (pyproject.toml).
 # Extra arguments go to CMake's configure step of build/.
