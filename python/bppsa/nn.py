@@ -62,15 +62,19 @@ def _records_torch_ops():
 def to_torch(model):
     """A copy of `model` in which every bppsa.nn module is its torch.nn twin (to_torch(): the same
     class, arguments and weights), for tools that match module types exactly, such as
-    torch.ao.quantization.quantize_dynamic. `model` itself is left as it is."""
+    torch.ao.quantization.quantize_dynamic. `model` itself is left as it is. A twin has its
+    module's weights, requires_grad flags and mode, not its hooks."""
     if isinstance(model, _Bppsa):
         return model.to_torch()
     import copy
     out = copy.deepcopy(model)
+    twins = {}  # one twin per module, however often it is registered (as deepcopy keeps sharing)
     for parent in list(out.modules()):
-        for name, child in list(parent.named_children()):
+        for name, child in list(parent._modules.items()):  # every name (named_children skips repeats)
             if isinstance(child, _Bppsa):
-                setattr(parent, name, child.to_torch())
+                if id(child) not in twins:
+                    twins[id(child)] = child.to_torch()
+                setattr(parent, name, twins[id(child)])
     return out
 
 
@@ -78,9 +82,10 @@ def _under_torch_func(input):
     """A torch.func transform (grad, vjp, jacrev, vmap) runs the module outside any graph capture:
     the engine cannot read functorch's wrapped tensors, so torch.nn's forward and autograd serve.
     (torch.compile's and torch.export's own functorch machinery records bppsa's operators.)"""
+    if _native.is_compiling() or _native.is_exporting():
+        return False
     data = input.data if isinstance(input, PackedSequence) else input
-    return _native.in_functorch_transform() and not (_native.is_compiling() or _native.is_exporting()
-                                                     or _ops.capturing(data))
+    return _native.in_functorch_transform() and not _ops.capturing(data)
 
 
 def _torch_forward_without_ops(input):
@@ -231,7 +236,8 @@ class _Bppsa:
                            "torch.export, which record bppsa's operators")
 
     def to_torch(self):
-        """A torch.nn module of the same class and arguments holding copies of these weights."""
+        """A torch.nn module of the same class and arguments holding copies of these weights (and
+        their requires_grad flags)."""
         base = {"rnn": torch.nn.RNN, "gru": torch.nn.GRU, "lstm": torch.nn.LSTM}[self._cell]
         kwargs = dict(num_layers=self.num_layers, bias=self.bias, batch_first=self.batch_first,
                       dropout=self.dropout, bidirectional=self.bidirectional, device=self.weight_ih_l0.device,
@@ -242,6 +248,8 @@ class _Bppsa:
             kwargs["proj_size"] = self.proj_size
         m = base(self.input_size, self.hidden_size, **kwargs)
         m.load_state_dict(self.state_dict())
+        for name, p in self.named_parameters():
+            m.get_parameter(name).requires_grad_(p.requires_grad)
         m.train(self.training)
         return m
 

@@ -254,11 +254,12 @@ std::vector<std::byte> encode(std::span<const Transfer<T>> transfers) {
   w.put(static_cast<std::uint8_t>(sizeof(T)));
   w.put(static_cast<std::uint64_t>(transfers.size()));
   for (const Transfer<T>& t : transfers) {
+    const bool leading = t.width > 0 && t.m && !t.constant;  // Transfer::width, only where M is sent
     const std::uint8_t flags =
-        static_cast<std::uint8_t>((t.constant ? 1 : 0) | (t.m ? 2 : 0) | (t.v ? 4 : 0) | (t.width > 0 ? 8 : 0));
+        static_cast<std::uint8_t>((t.constant ? 1 : 0) | (t.m ? 2 : 0) | (t.v ? 4 : 0) | (leading ? 8 : 0));
     w.put(flags);
     if (t.m && !t.constant) put_jacobian(w, *t.m);
-    if (t.width > 0) w.put(static_cast<std::int64_t>(t.width));
+    if (leading) w.put(static_cast<std::int64_t>(t.width));
     if (t.v) put_matrix(w, *t.v);
   }
   return std::move(w.out);

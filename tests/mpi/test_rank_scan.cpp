@@ -128,6 +128,15 @@ TEST(RankScanTransfers, LeadingBlocksTravelWithoutTheEndedSamples) {
   const Md g = oracle::small_int_matrix<double>(S, B, rng);
   EXPECT_EQ(back[0].apply(g), oracle_apply({partial}, g));
   EXPECT_EQ(expanded.t.apply(g), oracle_apply({partial}, g));
+  // A width means nothing without M: a constant transfer travels as a vector alone.
+  Transfer<double> loss = Transfer<double>::vector(g);
+  loss.width = 2;
+  const std::vector<Transfer<double>> constant{loss};
+  const auto decoded = bppsa::mpi::decode<double>(bppsa::mpi::encode<double>(constant));
+  ASSERT_EQ(decoded.size(), 1u);
+  EXPECT_TRUE(decoded[0].constant);
+  EXPECT_EQ(decoded[0].width, 0);
+  EXPECT_EQ(Md(*decoded[0].v), g);
 }
 
 TEST(RankScanTransfers, MalformedLeadingTransfersAreRefused) {

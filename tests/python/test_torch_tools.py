@@ -45,6 +45,13 @@ def test_to_torch_replaces_every_bppsa_module_in_a_copy(kind):
     with torch.no_grad():  # a copy: changing it leaves the original alone
         plain.rnn.weight_hh_l0.add_(1)
     assert torch.equal(ours.rnn.weight_hh_l0, before["rnn.weight_hh_l0"])
+    # One module registered twice stays one (shared) module; frozen weights stay frozen.
+    shared = torch.nn.Sequential(ours.rnn, ours.rnn)
+    ours.rnn.weight_hh_l0.requires_grad_(False)
+    twin = bppsa.nn.to_torch(shared)
+    assert twin[0] is twin[1] and type(twin[0]) is TORCH[kind]
+    assert not twin[0].weight_hh_l0.requires_grad and twin[0].weight_ih_l0.requires_grad
+    ours.rnn.weight_hh_l0.requires_grad_(True)
     single = bppsa.nn.to_torch(ours.rnn)  # a bppsa module alone: its own to_torch()
     y = torch.randn(7, 2, 4)
     assert type(single) is TORCH[kind] and torch.equal(single(y)[0], ref.rnn(y)[0])
