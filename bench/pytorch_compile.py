@@ -48,24 +48,30 @@ def configs(quick):
     return out
 
 
-def timed_step(model, loss, inputs, compiled, allow_rnn, fullgraph, reps, warmup):
+def timed_step(model, loss, inputs, compiled, allow_rnn, fullgraph, reps, warmup, sync=None):
     """A whole Adam step on loss(*inputs) (eager, or torch.compile'd with the given switches): the
-    first call (compile) timed apart, then the medians; the model's weights restored after."""
+    first call (compile) timed apart, then the medians; the model's weights restored after. `sync`
+    (torch.cuda.synchronize for CUDA tensors) is called before each clock read, so that each time
+    covers the device work it queued."""
+    sync = sync or (lambda: None)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     fn = torch.compile(loss, fullgraph=fullgraph) if compiled else loss
     state = {k: v.clone() for k, v in model.state_dict().items()}
     with torch._dynamo.config.patch(allow_rnn=allow_rnn):
         torch._dynamo.reset()
+        sync()
         t0 = time.perf_counter()
         first = fn(*inputs)
         first.backward()
+        sync()
         compile_s = time.perf_counter() - t0
         first = first.item()
 
-        def step():
+        def step():  # ends synchronised: timed's next clock read follows a finished step
             opt.zero_grad(set_to_none=True)
             fn(*inputs).backward()
             opt.step()
+            sync()
 
         r = {"first_loss": first, "first_call_s": compile_s, **timed(step, reps, warmup)}
     model.load_state_dict(state)

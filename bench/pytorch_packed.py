@@ -46,7 +46,6 @@ STARTED = time.monotonic()  # --budget counts from here: torch's import is part 
 import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
-import statistics  # noqa: E402
 import sys  # noqa: E402
 
 import torch  # noqa: E402
@@ -120,36 +119,8 @@ def measure(model, x, lengths, y, packed, compiled, reps, warmup):
         return loss_fn(model(inp, last), y)
 
     allow_rnn = compiled and model.rnn.__module__.startswith("bppsa")
-    step = timed_step if x.device.type == "cpu" else timed_step_cuda
-    return step(model, loss, (x, y), compiled, allow_rnn, False, reps, warmup)
-
-
-def timed_step_cuda(model, loss, inputs, compiled, allow_rnn, fullgraph, reps, warmup):
-    """pytorch_compile.timed_step for CUDA tensors: the device synchronised before each clock read,
-    so that each time (the first call's, each step's) covers the GPU work it queued."""
-    sync = torch.cuda.synchronize
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-    fn = torch.compile(loss, fullgraph=fullgraph) if compiled else loss
-    state = {k: v.clone() for k, v in model.state_dict().items()}
-    with torch._dynamo.config.patch(allow_rnn=allow_rnn):
-        torch._dynamo.reset()
-        sync()
-        t0 = time.perf_counter()
-        first = fn(*inputs)
-        first.backward()
-        sync()
-        compile_s = time.perf_counter() - t0
-        first = first.item()
-
-        def step():  # ends synchronised: timed's next clock read follows a finished step
-            opt.zero_grad(set_to_none=True)
-            fn(*inputs).backward()
-            opt.step()
-            sync()
-
-        r = {"first_loss": first, "first_call_s": compile_s, **timed(step, reps, warmup)}
-    model.load_state_dict(state)
-    return r
+    sync = torch.cuda.synchronize if x.device.type == "cuda" else None
+    return timed_step(model, loss, (x, y), compiled, allow_rnn, False, reps, warmup, sync)
 
 
 def own_args():
@@ -282,17 +253,11 @@ def layer_scaling(args, machine):
     backwards = ("bp", "blelloch", "auto") if cuda else ("bp", "blelloch")
 
     def med(f):
-        ts = []
-        for i in range(args.warmup + args.reps):
-            if cuda:  # the clock read after the queued GPU work, before and after
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
+        def call():  # on CUDA each call ends synchronised: the next clock read follows its GPU work
             f()
             if cuda:
                 torch.cuda.synchronize()
-            if i >= args.warmup:
-                ts.append(time.perf_counter() - t0)
-        return statistics.median(ts) * 1e3
+        return timed(call, args.reps, args.warmup)["median"] * 1e3
 
     where = (f"on {machine['gpu']} (the device synchronised before each clock read, TF32 off)" if cuda
              else f"{args.threads} threads")

@@ -131,11 +131,13 @@ def _packed_rows(batch_sizes, device):
     steps, batch = sizes.numel(), int(sizes[0])
     first = torch.cumsum(sizes, 0) - sizes  # each step's first data row
     step = torch.repeat_interleave(torch.arange(steps), sizes)
-    rows = step * batch + torch.arange(int(first[-1] + sizes[-1])) - torch.repeat_interleave(first, sizes)
+    rows = step * batch + torch.arange(int(sizes.sum())) - torch.repeat_interleave(first, sizes)
     lengths = (sizes.unsqueeze(0) > torch.arange(batch).unsqueeze(1)).sum(1)
     if torch.device(device).type == "cuda":  # a copy that does not wait for the device
         rows = rows.pin_memory().to(device, non_blocking=True)
-    return rows.to(device), steps, batch, [int(n) for n in lengths]
+    else:
+        rows = rows.to(device)
+    return rows, steps, batch, [int(n) for n in lengths]
 
 
 @_outside_dynamo

@@ -35,14 +35,19 @@ Transfer<T> Transfer<T>::affine(Jacobian<T> m, Matrix<T> v) {
 }
 
 namespace {
-/// ShapeError unless a transfer with `width` > 0 is as Transfer::width requires.
+/// M as Transfer::width > 0 requires: square and dense, one block for each of the first `width` samples.
+template <class T>
+bool leading_blocks(const Jacobian<T>& m, Index width) {
+  return m.layout().kind == Kind::dense && m.count() == width && m.rows() == m.cols();
+}
+
+/// ShapeError unless a transfer with `width` > 0 has leading_blocks.
 template <class T>
 void check_leading(const Jacobian<T>& m, Index width) {
-  if (width > 0 && (m.layout().kind != Kind::dense || m.count() != width || m.rows() != m.cols()))
+  if (width > 0 && !leading_blocks(m, width))
     throw ShapeError("[rank scan] a transfer of the first " + std::to_string(width) +
-                     " samples must be square and "
-                     "dense with one block each, not " +
-                     m.layout().describe() + ": the stages disagree about the model");
+                     " samples must be square and dense with one block each, not " + m.layout().describe() +
+                     ": the stages disagree about the model");
 }
 
 /// Block k of m (its shared value when shared) as a dense matrix; tmp holds it when m is not dense.
@@ -279,8 +284,7 @@ std::vector<Transfer<T>> decode(std::span<const std::byte> bytes) {
     if ((flags & 2) && !t.constant) t.m = get_jacobian<T>(r);
     if (flags & 8) {
       t.width = r.get<std::int64_t>();
-      if (!t.m || t.width < 1 || t.m->layout().kind != Kind::dense || t.m->count() != t.width ||
-          t.m->rows() != t.m->cols())
+      if (!t.m || t.width < 1 || !leading_blocks(*t.m, t.width))
         r.bad("a transfer of the first samples without its square dense blocks, one per sample");
     }
     if (flags & 4) t.v = get_matrix<T>(r);

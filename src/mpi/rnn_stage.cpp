@@ -9,8 +9,8 @@
 // this stage's n steps: those with ℓ_k > 0 (a prefix) run through the Recurrent with lengths
 // ℓ (it stops each at its length: nothing past it is computed); the others ended on an earlier
 // stage and pass their state on unchanged, and their gradient back (the identity in the
-// stage's transfer, Transfer::width: neither stored, sent nor multiplied). The head `last` reads every sample's final
-// state on the last stage.
+// stage's transfer, Transfer::width: neither stored, sent nor multiplied). The head `last`
+// reads every sample's final state on the last stage.
 #include <algorithm>
 #include <numeric>
 #include <string>
