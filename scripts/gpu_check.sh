@@ -1,11 +1,23 @@
 #!/usr/bin/env bash
 # One command on a GPU machine (H100/H200, no package registry, no internet):
-#   scripts/gpu_check.sh OUT_DIR [--quick | --checks | --bench | --wheel]
+#   scripts/gpu_check.sh OUT_DIR [--lease [--plan] | --quick | --checks | --bench | --wheel]
 # prints the GPU, driver, toolchains and commit (and whether the tree is the one scripts/pack_deps.sh
 # packed); builds bppsa with CUDA against the dependencies packed into .deps/ (carried with the
 # tree); runs the steps of the mode, each in a session of its own with a time limit, into OUT_DIR;
 # writes OUT_DIR/summary.{txt,json} and, at the end, the archive OUT_DIR.tgz beside OUT_DIR (every
 # log, XML, JSON and figure of the run, no .safetensors).
+#   --lease   one call of a 15-minute GPU window (budget 420 s, about 450 s in all): in this order,
+#             build (configure, then the GPU tests, the CLI, the Python extension and bench_fused_scan
+#             in one build invocation), gpu_tests (every GPU test), racecheck (the small set), memcheck
+#             (the quick set), python_cuda (tests/python/test_cuda.py only: CI runs the CPU suites),
+#             headline (bench/gpu/headline.py: OUT_DIR/headline/headline.{json,md}), profile (Nsight
+#             Compute on one launch each of the forward kernel and the fused scan's reduce, carry and
+#             push at T 30000), then with the time left fused_plans (bench/gpu/fused_plans.py: the
+#             fitted cost model's plans against the defaults') and cli_gpu (check_cli_gpu.py --quick).
+#             Each step's limit is in lease_plan below; their sum fits the budget. The measurements
+#             are gated on the extension having built, never on a test. `--lease --plan` is the
+#             rehearsal: it prints each step's planned limit and their sum, runs nothing, and exits 1
+#             when the sum exceeds the budget (CI runs it).
 #   --checks  configure, build, host-side tests, GPU tests, the CLI on the GPU, compute-sanitizer
 #             memcheck and racecheck on the small cases, the Python package, a PyTorch training step
 #             against cuDNN (bench/gpu/pytorch_step.py), the persistent kernels' profile
@@ -26,7 +38,7 @@
 #             tests/python/test_cuda.py with pytest against it (wheel_tests). pip's log is
 #             OUT_DIR/wheel_build.log. The venv and the pip build folder (OUT_DIR/wheel/) are removed at
 #             the end unless BPPSA_GPU_WHEEL_KEEP=1; never archived. Fits one 10-minute command.
-# The whole run has a budget (BPPSA_GPU_CHECK_BUDGET seconds, default 540) so that it ends inside a
+# The whole run has a budget (BPPSA_GPU_CHECK_BUDGET seconds, default 540; --lease 420) so that it ends inside a
 # 10-minute command: a step gets at most the time left; a step not started for lack of time is
 # listed as skipped; the benchmarks get budgets (BPPSA_GPU_BENCH_BUDGET, BPPSA_CPU_SCALING_BUDGET)
 # from the time left, less a margin for their plots, so they end by themselves. At a step's limit
@@ -47,18 +59,58 @@ set -uo pipefail
 set +m  # no job control: a step started in the background is no group leader, so setsid makes it
 # the leader of a new session in place (its PID is the session's ID)
 
-usage() { echo "usage: scripts/gpu_check.sh OUT_DIR [--quick | --checks | --bench | --wheel]" >&2; exit 2; }
+usage() { echo "usage: scripts/gpu_check.sh OUT_DIR [--lease [--plan] | --quick | --checks | --bench | --wheel]" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 out=$1
 shift
 case $out in -*) usage ;; esac
 mode=full
+plan_only=0
 for a in "$@"; do
   case $a in
-    --quick | --checks | --bench | --wheel) [ "$mode" = full ] || usage; mode=${a#--} ;;
+    --lease | --quick | --checks | --bench | --wheel) [ "$mode" = full ] || usage; mode=${a#--} ;;
+    --plan) plan_only=1 ;;
     *) usage ;;
   esac
 done
+[ $plan_only = 1 ] && [ "$mode" != lease ] && usage
+
+# --lease: the steps in their order and each one's limit in seconds (BPPSA_GPU_CHECK_LIMITS overrides
+# them); a GPU window is 15 minutes with the machine's start, so they must fit the budget together.
+lease_plan=(build:130 gpu_tests:55 racecheck:50 memcheck:20 python_cuda:40 headline:75 profile:50)
+lease_after=(fused_plans cli_gpu)  # with the time left
+default_budget=540
+[ "$mode" = lease ] && default_budget=420
+budget=${BPPSA_GPU_CHECK_BUDGET:-$default_budget}
+# Limits given in BPPSA_GPU_CHECK_LIMITS ("NAME=SECONDS …") replace a step's own, to test this script.
+limit_override() {
+  local kv
+  for kv in ${BPPSA_GPU_CHECK_LIMITS:-}; do
+    [ "${kv%%=*}" = "$1" ] && echo "${kv#*=}"
+  done | tail -n 1
+}
+lease_limit() {  # lease_limit STEP: its planned limit
+  local e over
+  over=$(limit_override "$1")
+  [ -n "$over" ] && { echo "$over"; return; }
+  for e in "${lease_plan[@]}"; do [ "${e%%:*}" = "$1" ] && echo "${e#*:}"; done
+}
+if [ $plan_only = 1 ]; then  # the rehearsal: nothing runs, nothing is written
+  total=0
+  echo "gpu_check --lease plan (budget ${budget}s):"
+  for e in "${lease_plan[@]}"; do
+    lim=$(lease_limit "${e%%:*}")
+    total=$((total + lim))
+    printf '  %-12s %4ss  (sum %4ss)\n' "${e%%:*}" "$lim" "$total"
+  done
+  printf '  %-12s then with the time left (%ss if every step above used its limit)\n' "${lease_after[*]}" $((budget - total))
+  if [ $total -gt "$budget" ]; then
+    echo "gpu_check: the lease's planned limits add up to ${total}s, over its budget of ${budget}s" >&2
+    exit 1
+  fi
+  echo "sum of the planned limits: ${total}s of a ${budget}s budget: fits"
+  exit 0
+fi
 # OUT_DIR relative to the caller's folder: resolved before the cd below.
 mkdir -p -- "$out" || { echo "gpu_check: cannot create $out" >&2; exit 2; }
 out=$(cd -- "$out" && pwd -P) || exit 2
@@ -74,7 +126,6 @@ for tool in setsid timeout tar; do
   command -v $tool >/dev/null || { echo "gpu_check: $tool is missing" >&2; exit 2; }
 done
 build=${BPPSA_GPU_BUILD_DIR:-$root/build-gpu}
-budget=${BPPSA_GPU_CHECK_BUDGET:-540}
 jobs=${BPPSA_GPU_CHECK_JOBS:-$(nproc)}
 start=$SECONDS
 export OMP_WAIT_POLICY=PASSIVE PYTHONUNBUFFERED=1
@@ -190,14 +241,6 @@ kill_session() {  # kill_session SID: TERM to every process of the session; KILL
     [ -n "$pids" ] || return 0
   done
   return 1
-}
-
-# Limits given in BPPSA_GPU_CHECK_LIMITS ("NAME=SECONDS …") replace a step's own, to test this script.
-limit_override() {
-  local kv
-  for kv in ${BPPSA_GPU_CHECK_LIMITS:-}; do
-    [ "${kv%%=*}" = "$1" ] && echo "${kv#*=}"
-  done | tail -n 1
 }
 
 # step NAME LIMIT FUNCTION [ARGS…]: runs FUNCTION (one of the gc_* below) with its output in
@@ -554,8 +597,10 @@ PY
     done
     [ -f "$out/torch_step/pytorch_step.md" ] && grep '^|' "$out/torch_step/pytorch_step.md" | sed 's/^/torch_step: /'
     [ -f "$out/torch_packed/packed_cuda.md" ] && grep '^|' "$out/torch_packed/packed_cuda.md" | sed 's/^/torch_packed: /'
+    [ -f "$out/headline/headline.md" ] && grep '^|' "$out/headline/headline.md" | sed 's/^/headline: /'
+    [ -f "$out/fused_plans/fused_fit.md" ] && grep '^|' "$out/fused_plans/fused_fit.md" | sed 's/^/fused_plans: /'
     [ -f "$out/kernel_profile/kernel_profile.md" ] &&
-      grep -E '^\| (kernel|[a-z_]+_kernel) \|' "$out/kernel_profile/kernel_profile.md" | sed 's/^/kernel_profile: /'
+      grep -E '^\| (kernel|[a-z_]+) \| ([0-9]|launch)' "$out/kernel_profile/kernel_profile.md" | sed 's/^/kernel_profile: /'
     for s in memcheck racecheck; do
       [ -f "$out/$s.log" ] && grep -E "ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY" "$out/$s.log" | sed "s/^/$s: /" | head -n 3
     done
@@ -668,12 +713,116 @@ run_wheel() {
   fi
 }
 
+# --- --lease: one call of a GPU window ------------------------------------------------------------
+# The sanitizers' quick set: the scan, the recurrent model's and the fused scan's kernels.
+quick_set='GpuSmall.SmallIntegerChains*:GpuSmall.DeviceResident*:GpuSmall.Errors*:GpuSmall.HostChanges*:GpuSmall.RecurrentApi*:GpuSmall.FusedScanIsExactOnSmallIntegers*'
+# Configure (the benchmark programs on: bench_fused_scan), then one build invocation of what the lease
+# runs; ninja keeps going past a target that fails, so that the others are still there.
+gc_lease_build() {
+  local targets=(bppsa_test_gpu bppsa_cli) t t0 rc
+  gc_configure ON || { echo "gpu_check: configuring failed (see above)"; return 1; }
+  for t in bppsa_python bench_fused_scan; do
+    if grep -q "^build $t:" "$GC_BUILD/build.ninja"; then targets+=("$t"); else echo "== no target $t in this configuration (see above)"; fi
+  done
+  t0=$SECONDS
+  cmake --build "$GC_BUILD" -j"$GC_JOBS" --target "${targets[@]}" -- -k 0
+  rc=$?
+  echo "== gpu_check: built ${targets[*]} in $((SECONDS - t0))s (exit $rc)"
+  [ "$rc" = 0 ] || echo "gpu_check: the build failed (exit $rc; the steps whose programs built still run)"
+  return "$rc"
+}
+# tests/python/test_cuda.py only (BPPSA_REQUIRE_CUDA=1: a skip is a failure); the CPU suites run in CI.
+gc_python_cuda() {
+  if "$BPPSA_PYTHON" -c 'import pytest' 2>/dev/null; then
+    BPPSA_REQUIRE_CUDA=1 PYTHONPATH="$GC_BUILD/python" "$BPPSA_PYTHON" -m pytest -q -p no:cacheprovider -rs \
+      --junitxml="$GC_OUT/python_tests.xml" "$GC_ROOT/tests/python/test_cuda.py"
+  else
+    echo 'pytest is not installed: the standalone comparison only'
+    PYTHONPATH="$GC_BUILD/python" "$BPPSA_PYTHON" "$GC_ROOT/tests/python/smoke_vs_torch.py"
+  fi
+}
+gc_headline() {  # gc_headline BUDGET: bench/gpu/headline.py into OUT/headline
+  PYTHONPATH="$GC_BUILD/python" "$BPPSA_PYTHON" "$GC_ROOT/bench/gpu/headline.py" --out "$GC_OUT/headline" --budget "$1"
+}
+# Nsight Compute on one launch each: the fused scan's reduce, the forward kernel, the push, the carry (in
+# the order they matter, each written as it is done), the paper's RNN at T 30000 with backward 'auto'.
+gc_lease_profile() {  # gc_lease_profile SECONDS_PER_KERNEL
+  PYTHONPATH="$GC_BUILD/python" "$BPPSA_PYTHON" "$GC_ROOT/bench/gpu/kernel_profile.py" --out "$GC_OUT/kernel_profile" \
+    --steps 30000 --backward auto --timeout "$1" \
+    --kernels reduce=fused_columns_kernel@2,forward=forward_kernel,push=fused_columns_kernel@3,carry=fused_carry_kernel
+}
+gc_fused_plans() {  # gc_fused_plans BUDGET
+  "$BPPSA_PYTHON" "$GC_ROOT/bench/gpu/fused_plans.py" --build "$GC_BUILD" --out "$GC_OUT/fused_plans" --budget "$1"
+}
+export -f gc_lease_build gc_python_cuda gc_headline gc_lease_profile gc_fused_plans
+# gc_built TARGET: a target of the build folder, and up to date (a step whose program did not build
+# is skipped, never run on a stale copy). grep without -q: under pipefail an early exit is a SIGPIPE.
+gc_built() {
+  [ -f "$build/build.ninja" ] && grep -q "^build $1:" "$build/build.ninja" &&
+    cmake --build "$build" --target "$1" -- -n 2>/dev/null | grep 'no work to do' >/dev/null
+}
+run_lease() {
+  local s room lim
+  if [ -z "$nvcc_path" ]; then
+    skip build "nvcc not found (PATH, /usr/local/cuda/bin)"
+    failed=1
+  elif [ ! -f .deps/COMMIT ]; then
+    skip build "no .deps/: run scripts/pack_deps.sh on the development machine and carry .deps with the tree"
+    failed=1
+  else
+    step build "$(lease_limit build)" gc_lease_build
+  fi
+  if gc_built bppsa_test_gpu; then
+    step gpu_tests "$(lease_limit gpu_tests)" gc_gpu_tests '*'
+    if [ -n "$sanitizer" ]; then
+      step racecheck "$(lease_limit racecheck)" gc_sanitizer racecheck "${BPPSA_GPU_SANITIZER_FILTER:-GpuSmall.*}"
+      step memcheck "$(lease_limit memcheck)" gc_sanitizer memcheck "${BPPSA_GPU_SANITIZER_FILTER:-$quick_set}"
+    else
+      skip racecheck "compute-sanitizer not found (PATH, /usr/local/cuda/bin)"
+      skip memcheck "compute-sanitizer not found"
+      failed=1
+    fi
+  else
+    for s in gpu_tests racecheck memcheck; do skip $s "bppsa_test_gpu did not build"; done
+  fi
+  # The measurements: gated on the extension, never on a test.
+  if gc_built bppsa_python; then
+    step python_cuda "$(lease_limit python_cuda)" gc_python_cuda
+    lim=$(lease_limit headline)
+    step headline "$lim" gc_headline $((lim - 15))
+    lim=$(lease_limit profile)
+    step profile "$lim" gc_lease_profile $((lim / 3))
+  else
+    for s in python_cuda headline profile; do skip $s "the Python extension did not build"; done
+  fi
+  room=$(($(left) - 15))  # the summary and the archive
+  lim=$((room < 120 ? room : 120))
+  if ! gc_built bench_fused_scan; then
+    skip fused_plans "bench_fused_scan did not build"
+  elif [ $lim -lt 40 ]; then
+    skip fused_plans "time budget spent ($(left)s left)"
+  else
+    step fused_plans $lim gc_fused_plans $((lim - 10))
+  fi
+  room=$(($(left) - 15))
+  lim=$((room < 150 ? room : 150))
+  if ! gc_built bppsa_cli; then
+    skip cli_gpu "the CLI did not build"
+  elif [ $lim -lt 40 ]; then
+    skip cli_gpu "time budget spent ($(left)s left)"
+  else
+    step cli_gpu $lim gc_cli_gpu --quick
+  fi
+}
+
 # --- the run ----------------------------------------------------------------------------------------
 bench=OFF
 case $mode in full | bench) bench=ON ;; esac
 configured=0
 if [ "$mode" = wheel ]; then
   run_wheel  # the wheel steps only (above)
+elif [ "$mode" = lease ]; then
+  run_lease  # the lease's steps only (above)
 elif [ -z "$nvcc_path" ]; then
   skip configure "nvcc not found (PATH, /usr/local/cuda/bin)"
   failed=1
@@ -685,7 +834,7 @@ elif step configure 180 gc_configure $bench; then
 fi
 
 # The checks (--checks, --quick and the full run).
-if [ "$mode" != bench ] && [ "$mode" != wheel ]; then
+if [ "$mode" != bench ] && [ "$mode" != wheel ] && [ "$mode" != lease ]; then
   built=0
   if [ $configured = 1 ]; then
     # Only what the checks need: the CUDA test programs and the CLI.
@@ -696,7 +845,7 @@ if [ "$mode" != bench ] && [ "$mode" != wheel ]; then
   small='GpuSmall.*'
   # Under the sanitizers (10–100× slower): the small cases, fewer of them in quick mode (the scan,
   # the recurrent model's and the fused scan's kernels).
-  [ "$mode" = quick ] && small='GpuSmall.SmallIntegerChains*:GpuSmall.DeviceResident*:GpuSmall.Errors*:GpuSmall.HostChanges*:GpuSmall.RecurrentApi*:GpuSmall.FusedScanIsExactOnSmallIntegers*'
+  [ "$mode" = quick ] && small=$quick_set
   small=${BPPSA_GPU_SANITIZER_FILTER:-$small}
   if [ $built = 1 ]; then
     if [ "$mode" != quick ]; then

@@ -5,7 +5,9 @@ scripts/gpu_check.sh or scripts/bench_gpu.sh on a GPU, back on the development m
 Usage: keep_results.py RUN_DIR [--dest bench/results/gpu] [--allow-quick]
 
 RUN_DIR is scripts/gpu_check.sh's OUT_DIR (its benchmark/ and cpu_scaling/ folders, header.txt,
-summary.txt and summary.json are taken) or scripts/bench_gpu.sh's. <gpu-name> is the GPU's name
+summary.txt and summary.json are taken; of a --lease run, headline/headline.{json,md},
+kernel_profile/kernel_profile.{json,md} and fused_plans/fused_fit.md, with the check files named
+lease_*) or scripts/bench_gpu.sh's. <gpu-name> is the GPU's name
 from the results, lower-cased with dashes (e.g. nvidia-h100-80gb-hbm3). Files are written
 atomically; figures missing from the run (no matplotlib on the GPU machine) are drawn here when
 matplotlib is. Quick runs are refused without --allow-quick (they are smoke tests, not results)."""
@@ -24,6 +26,31 @@ BENCH_FILES = ["gpu_bench.json", "gpu_bench.md", "gpu_fig8_sweeps.png", "gpu_sha
 SCALING_FILES = ["cpu_scaling.json", "cpu_scaling.md", "cpu_scaling.png"]
 CHECK_FILES = {"header.txt": "gpu_check_header.txt", "summary.txt": "gpu_check_summary.txt",
                "summary.json": "gpu_check_summary.json"}
+# A --lease run: (file in the run, name kept); the headline file is the lease's result.
+LEASE_FILES = [("headline/headline.json", "headline.json"), ("headline/headline.md", "headline.md"),
+               ("kernel_profile/kernel_profile.json", "kernel_profile.json"),
+               ("kernel_profile/kernel_profile.md", "kernel_profile.md"), ("fused_plans/fused_fit.md", "fused_plans.md"),
+               ("header.txt", "lease_header.txt"), ("summary.txt", "lease_summary.txt"),
+               ("summary.json", "lease_summary.json")]
+
+
+def keep_lease(run, dest_root):
+    """A --lease run: its files under bench/results/gpu/<the headline's GPU>/."""
+    with open(os.path.join(run, "headline", "headline.json")) as f:
+        doc = json.load(f)
+    if doc.get("device") != "cuda" or not doc.get("gpu"):
+        sys.exit(f"keep_results: {run}/headline/headline.json was measured on {doc.get('device')}, not a GPU")
+    slug = re.sub(r"[^a-z0-9]+", "-", doc["gpu"].lower()).strip("-")
+    dest = os.path.join(dest_root, slug)
+    os.makedirs(dest, exist_ok=True)
+    copied = []
+    for src, name in LEASE_FILES:
+        if os.path.isfile(os.path.join(run, src)):
+            copy_atomic(os.path.join(run, src), os.path.join(dest, name))
+            copied.append(name)
+    print(f"keep_results: the lease on {doc['gpu']} at {doc['commit']}{' (dirty)' if doc['dirty'] else ''}: "
+          f"{len(copied)} files in {dest}: {', '.join(copied)}")
+    return 0
 
 
 def find(run, name):
@@ -56,6 +83,8 @@ def main():
     p.add_argument("--allow-quick", action="store_true")
     a = p.parse_args()
     bench = find(a.run, "gpu_bench.json")
+    if not bench and os.path.isfile(os.path.join(a.run, "headline", "headline.json")):
+        return keep_lease(a.run, a.dest)
     if not bench:
         sys.exit(f"keep_results: {a.run} holds no gpu_bench.json (nor benchmark/gpu_bench.json)")
     with open(bench) as f:

@@ -4,15 +4,20 @@ and warp instructions per step, cycles per issued instruction, the stall reasons
 instructions with the most stall samples.
 
   PYTHONPATH=<build>/python python3 bench/gpu/kernel_profile.py --out DIR [--cell rnn] [--hidden 20]
-      [--features 1] [--batch 16] [--steps 1000] [--kernels forward_kernel,backward_kernel] [--ncu PATH]
+      [--features 1] [--batch 16] [--steps 1000] [--backward bp|auto] [--kernels SPEC,…] [--ncu PATH]
 
-The workload is a bppsa.nn layer on CUDA with backward='bp' (so that the persistent BP kernel runs):
-forward and backward three times. ncu profiles the second launch of each kernel named (the first
-one loads the module), with --clock-control none (the card's clocks are left as they are) and the
-sections SpeedOfLight, WarpStateStats and SourceCounters. Per step: a persistent kernel runs all T
-steps in one launch, so cycles per step = elapsed cycles / T and warp instructions per step = the
-warp instructions executed / (T × the launch's warps). Writes DIR/<kernel>.ncu-rep,
-DIR/<kernel>_details.txt, DIR/<kernel>_sass.csv, DIR/kernel_profile.{md,json}; prints the table.
+The workload is a bppsa.nn layer on CUDA with backward 'bp' (so that the persistent BP kernel runs;
+'auto' runs the fused chunked scan where its plan has several chunks): forward and backward three
+times. A kernel SPEC is [LABEL=]NAME[@SKIP]: ncu profiles the launch after the first SKIP (default 1:
+the first one loads the module) of the kernels whose name matches NAME, e.g. the fused scan's reduce
+and push, two launches of one column kernel a backward: reduce=fused_columns_kernel@2,
+push=fused_columns_kernel@3 (prepare, columns, carry, columns). ncu runs with --clock-control none
+(the card's clocks are left as they are) and the sections SpeedOfLight, WarpStateStats and
+SourceCounters. Per step, for the persistent kernels (forward_kernel, backward_kernel), which run
+all T steps in one launch: cycles per step = elapsed cycles / T and warp instructions per step = the
+warp instructions executed / (T × the launch's warps). Writes DIR/<label>.ncu-rep,
+DIR/<label>_details.txt, DIR/<label>_sass.csv, DIR/kernel_profile.{md,json} (with the commit, the
+dirty flag and the GPU); prints the table.
 Exit 1 when a kernel could not be profiled (the reason is printed), 2 on bad arguments."""
 import argparse
 import csv
@@ -25,6 +30,8 @@ import subprocess
 import sys
 
 HERE = os.path.abspath(__file__)
+sys.path.insert(0, os.path.dirname(HERE))
+from machine import machine  # noqa: E402
 
 
 def workload(args):
@@ -34,7 +41,7 @@ def workload(args):
 
     torch.manual_seed(0)
     cls = {"rnn": bppsa.nn.RNN, "gru": bppsa.nn.GRU, "lstm": bppsa.nn.LSTM}[args.cell]
-    m = cls(args.features, args.hidden, batch_first=True, backward="bp").cuda()
+    m = cls(args.features, args.hidden, batch_first=True, backward=args.backward).cuda()
     x = torch.randn(args.batch, args.steps, args.features, device="cuda")
     for _ in range(3):
         out, _ = m(x)
@@ -123,8 +130,8 @@ def summarize(kernel, details, sass, steps):
         "kernel": kernel, "steps": steps, "grid": details.get("grid"), "block": details.get("block"),
         "elapsed_cycles": cycles, "duration_us": scaled(m.get("Duration"), TIME_US),
         "sm_ghz": scaled(m.get("SM Frequency"), FREQ_GHZ),
-        "cycles_per_step": cycles / steps if cycles else None,
-        "instructions_per_warp_step": sass["executed"] / (warps * steps) if warps and sass["executed"] else None,
+        "cycles_per_step": cycles / steps if cycles and steps else None,
+        "instructions_per_warp_step": sass["executed"] / (warps * steps) if warps and steps and sass["executed"] else None,
         "cycles_per_issued_instruction": value("Warp Cycles Per Issued Instruction"),
         "stalls_per_instruction": dict(sorted(stalls.items(), key=lambda kv: -kv[1])),
         "stall_samples": sass["samples"],
@@ -142,12 +149,12 @@ def table(rows, shape):
              "instruction | stalls (cycles per instruction) |", "|---|---|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         stalls = ", ".join(f"{k} {v:.2f}" for k, v in list(r["stalls_per_instruction"].items())[:4])
-        lines.append(f"| {r['kernel']} | {r['grid']}×{r['block']} | {fmt(r['elapsed_cycles'])} | "
+        lines.append(f"| {r.get('label', r['kernel'])} | {r['grid']}×{r['block']} | {fmt(r['elapsed_cycles'])} | "
                      f"{fmt(r['duration_us'], 1)} | {fmt(r['cycles_per_step'])} | "
                      f"{fmt(r['instructions_per_warp_step'], 1)} | {fmt(r['cycles_per_issued_instruction'], 2)} | "
                      f"{stalls} |")
     for r in rows:
-        lines += ["", f"{r['kernel']}: the instructions with the most stall samples (of {fmt(r['stall_samples'])})",
+        lines += ["", f"{r.get('label', r['kernel'])} ({r['kernel']}): the instructions with the most stall samples (of {fmt(r['stall_samples'])})",
                   "", "| samples | share | executed | SASS |", "|---:|---:|---:|---|"]
         for t in r["top"]:
             share = t["samples"] / r["stall_samples"] if r["stall_samples"] else 0
@@ -155,12 +162,25 @@ def table(rows, shape):
     return "\n".join(lines) + "\n"
 
 
-def profile(args, ncu, kernel):
-    """Runs ncu on the workload for one kernel; returns (summary, None) or (None, reason)."""
-    base = os.path.join(args.out, kernel)
+PERSISTENT = ("forward_kernel", "backward_kernel")  # one launch runs all T steps
+
+
+def parse_spec(spec):
+    """'[LABEL=]NAME[@SKIP]' → (label, name, skip); ValueError naming the spec otherwise."""
+    label, _, rest = spec.rpartition("=")
+    name, _, skip = rest.partition("@")
+    if not name or (skip and not skip.isdigit()):
+        raise ValueError(f"--kernels: '{spec}' is not [LABEL=]NAME[@SKIP] (e.g. reduce=fused_columns_kernel@2)")
+    return label or name, name, int(skip or 1)
+
+
+def profile(args, ncu, spec):
+    """Runs ncu on the workload for one kernel spec; returns (summary, None) or (None, reason)."""
+    label, kernel, skip = parse_spec(spec)
+    base = os.path.join(args.out, label)
     child = [sys.executable, HERE, "--child", "--cell", args.cell, "--hidden", str(args.hidden), "--features",
-             str(args.features), "--batch", str(args.batch), "--steps", str(args.steps)]
-    cmd = [ncu, "--clock-control", "none", "--kernel-name", f"regex:{kernel}", "--launch-skip", "1",
+             str(args.features), "--batch", str(args.batch), "--steps", str(args.steps), "--backward", args.backward]
+    cmd = [ncu, "--clock-control", "none", "--kernel-name", f"regex:{kernel}", "--launch-skip", str(skip),
            "--launch-count", "1", "--section", "SpeedOfLight", "--section", "WarpStateStats", "--section",
            "SourceCounters", "-o", base, "-f"] + child
     try:
@@ -178,7 +198,10 @@ def profile(args, ncu, kernel):
             f.write(subprocess.run([ncu, "--import", base + ".ncu-rep", "--page", "source", "--csv",
                                     "--print-source", "sass"], capture_output=True, text=True,
                                    timeout=args.timeout).stdout)
-        return summarize(kernel, parse_details(details), parse_sass(base + "_sass.csv"), args.steps), None
+        steps = args.steps if kernel in PERSISTENT else None
+        r = summarize(kernel, parse_details(details), parse_sass(base + "_sass.csv"), steps)
+        r.update(label=label, launch_skip=skip)
+        return r, None
     except (OSError, subprocess.TimeoutExpired, StopIteration, ValueError) as e:
         return None, f"reading the report: {type(e).__name__}: {e}"
 
@@ -191,7 +214,9 @@ def main():
     ap.add_argument("--features", type=int, default=1)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--steps", type=int, default=1000)
-    ap.add_argument("--kernels", default="forward_kernel,backward_kernel")
+    ap.add_argument("--kernels", default="forward_kernel,backward_kernel",
+                    help="comma-separated [LABEL=]NAME[@SKIP] (see above)")
+    ap.add_argument("--backward", choices=["bp", "auto"], default="bp")
     ap.add_argument("--ncu")
     ap.add_argument("--timeout", type=float, default=120, help="seconds for each ncu run")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -201,6 +226,10 @@ def main():
     if args.child:
         workload(args)
         return 0
+    try:
+        specs = [parse_spec(k) and k for k in args.kernels.split(",") if k]
+    except ValueError as e:
+        ap.error(str(e))
     if not args.out:
         ap.error("--out is required")
     ncu = find_ncu(args.ncu)
@@ -208,18 +237,20 @@ def main():
         print("kernel_profile: ncu not found (PATH, /usr/local/cuda/bin, /opt/nvidia/nsight-compute/*); give --ncu")
         return 1
     os.makedirs(args.out, exist_ok=True)
-    shape = f"{args.cell.upper()} I{args.features} H{args.hidden} B{args.batch} T{args.steps}"
+    shape = f"{args.cell.upper()} I{args.features} H{args.hidden} B{args.batch} T{args.steps}, backward {args.backward}"
+    info = machine(extra={"ncu": ncu})
+    prov = {k: info[k] for k in ("commit", "dirty", "gpu", "bppsa_commit", "date")}
     rows, failed = [], 0
-    for kernel in [k for k in args.kernels.split(",") if k]:
-        r, why = profile(args, ncu, kernel)
+    for spec in specs:
+        r, why = profile(args, ncu, spec)
         if r is None:
-            print(f"kernel_profile: {kernel} not profiled: {why}")
+            print(f"kernel_profile: {spec} not profiled: {why}")
             failed = 1
         else:
             rows.append(r)
         # Written after each kernel: a run stopped later keeps what it measured.
         with open(os.path.join(args.out, "kernel_profile.json"), "w") as f:
-            json.dump({"shape": shape, "ncu": ncu, "kernels": rows}, f, indent=1)
+            json.dump({"shape": shape, "ncu": ncu, **prov, "kernels": rows}, f, indent=1)
         with open(os.path.join(args.out, "kernel_profile.md"), "w") as f:
             f.write(table(rows, shape))
     print(table(rows, shape))
