@@ -24,7 +24,6 @@ error exit or its own timeout; what the time budget leaves out or stops is skipp
 
 Usage: bench_gpu.py --build DIR --out DIR [--quick] [--budget SECONDS] [--device cuda|cpu]"""
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -111,16 +110,7 @@ def inner_budget(share):
     return max(5, int(share - min(30, 0.25 * share)))
 
 
-def read_jsonl(path):
-    out = []
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError:  # a line cut short by a timeout
-                    pass
-    return out
+read_jsonl = mach.read_jsonl
 
 
 def main():
@@ -164,8 +154,12 @@ def drive(a, drv, work):
     for path in out.values():
         mach.write_text(path, "")
 
+    info = mach.machine()
+
     def write_report():
-        records = read_jsonl(out["pytorch"]) + read_jsonl(out["bppsa"]) + read_jsonl(out["fused"])
+        # Every record carries the commit, the dirty flag and the GPU (the C++ programs' too).
+        records = [mach.stamp_jsonl(out[k], info) for k in ("pytorch", "bppsa", "fused", "fused_fit")]
+        records = records[0] + records[1] + records[2]
         versions = next(({"torch": r["torch"], "torch_cuda": r.get("torch_cuda"), "cudnn": r.get("cudnn")}
                          for r in records if r["impl"] == "pytorch" and "torch" in r), {})
         doc = {"section": "gpu_bench", "machine": mach.machine(extra=versions), "quick": a.quick,

@@ -10,7 +10,6 @@ plan each chose and fitted / default (below 1: the fit's plan is faster).
 Writes DIR/fused_default.jsonl, DIR/fused_fit.jsonl (each record stamped with the commit, the dirty
 flag and the GPU) and DIR/fused_fit.md. Exit 1 when a program failed or nothing was compared."""
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -21,20 +20,6 @@ import machine as mach  # noqa: E402
 import report  # noqa: E402
 
 FIT = os.path.join(HERE, "..", "results", "gpu", "nvidia-h100-80gb-hbm3", "fused_fit.json")
-
-
-def read_jsonl(path):
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def stamp(path, info):
-    """Every record of a C++ program's JSON lines with the commit, the dirty flag and the GPU."""
-    records = [{**r, "commit": info["commit"], "dirty": info["dirty"], "gpu": info["gpu"]} for r in read_jsonl(path)]
-    mach.write_text(path, "".join(json.dumps(r) + "\n" for r in records))
-    return records
 
 
 def main():
@@ -64,7 +49,7 @@ def main():
             rc = "timed out"
         if rc != 0:
             print(f"fused_plans: bench_fused_scan ({name} constants) failed: {rc}")
-        sides[name] = stamp(path, info)
+        sides[name] = mach.stamp_jsonl(path, info)
     lines = report.fit_table(sides["default"], sides["fit"])
     head = [f"# The fused scan's plans: the fitted cost model ({os.path.relpath(a.model, os.path.join(HERE, '..', '..'))})"
             " against the defaults", "",

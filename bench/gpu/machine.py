@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 
@@ -83,6 +84,27 @@ def commit():
     return None
 
 
+def provenance(detail=None):
+    """{"commit", "dirty", "commit_detail"} of this tree, from commit()'s line (or `detail`): the commit's
+    hash; dirty when tracked files were modified (at packing, or since), untracked files were packed, or
+    the tree differs from what was packed; None where it cannot be told."""
+    s = commit() if detail is None else detail
+    if not s:
+        return {"commit": None, "dirty": None, "commit_detail": None}
+    head, _, tree = s.partition("; tree: ")
+    m = re.match(r"([0-9a-f]{7,40})\b", head)
+    changed = lambda text, what: bool(re.search(r"\b[1-9][0-9]* " + what, text))  # noqa: E731
+    if tree.startswith("as packed"):  # the tree is what pack_deps.sh packed: only the packing counts
+        dirty = changed(tree, "modified files at packing") or changed(tree, "untracked")
+    elif "files differ" in tree:
+        dirty = True
+    elif "as packed by scripts/pack_deps.sh" in head:
+        dirty = None
+    else:
+        dirty = changed(head, "modified") or "files differ" in head
+    return {"commit": m.group(1) if m else None, "dirty": dirty, "commit_detail": s}
+
+
 def gpus():
     """nvidia-smi's view of the GPUs: [{name, driver, memory, compute_cap, max_sm_clock}], [] without one."""
     out = _run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,compute_cap,clocks.max.sm",
@@ -110,6 +132,8 @@ def machine(threads=None, extra=None):
     info = {"cpu": model, "cores": len(os.sched_getaffinity(0)), "memory_gb": mem_gb, "os": platform.platform(),
             "python": platform.python_version(), "threads_used": threads, "gpus": gpus(), "bppsa_commit": commit(),
             "date": datetime.datetime.now().isoformat(timespec="seconds")}
+    prov = provenance(info["bppsa_commit"])
+    info.update(commit=prov["commit"], dirty=prov["dirty"], gpu=info["gpus"][0]["name"] if info["gpus"] else None)
     torch = sys.modules.get("torch")
     if torch is not None:
         info["torch"] = torch.__version__
@@ -131,3 +155,26 @@ def write_text(path, text):
 
 def write_json(path, obj):
     write_text(path, json.dumps(obj, indent=1) + "\n")
+
+
+def read_jsonl(path):
+    """The records of a JSON-lines file ([] when it is missing; a torn last line, of a program killed
+    while writing it, is left out)."""
+    out = []
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError:
+                    pass
+    return out
+
+
+def stamp_jsonl(path, info):
+    """Every record of a C++ program's JSON lines with the commit, the dirty flag and the GPU of
+    machine()'s `info`, rewritten atomically; the records."""
+    records = [{**r, "commit": info["commit"], "dirty": info["dirty"], "gpu": info["gpu"]} for r in read_jsonl(path)]
+    write_text(path, "".join(json.dumps(r) + "\n" for r in records))
+    return records
+
