@@ -70,7 +70,7 @@ struct GruCell {
   // The fused scan's Step (scan/cuda/fused/step.hpp): J_t^T x = W_hh^T y + z ⊙ x, y the
   // (α, γ, β)-scaled x.
   static constexpr int kFusedCoefficients = 4;
-  static constexpr int kFusedMaxTile4 = 20;  // its 32 × 4 kernels spill registers (docs/gpu_first_run.md)
+  static constexpr int kFusedMaxTile4 = 20;  // its 32 × 4 kernels spill registers (docs/cost_model.md)
   static constexpr const char* kFusedName = "gru";
   static constexpr unsigned kFusedRecordNeeded = 1u << kRecordH | 1u << kRecordGates | 1u << kRecordAux;
   static constexpr double kFusedRecordPerUnit = 5;  // the 3 gates, M, h_{t−1}

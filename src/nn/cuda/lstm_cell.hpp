@@ -77,7 +77,7 @@ struct LstmCell {
   // The fused scan's Step (scan/cuda/fused/step.hpp): y from δc = x_c + o(1 − tanh²c) x_h; the
   // c rows f ⊙ δc.
   static constexpr int kFusedCoefficients = 5;
-  static constexpr int kFusedMaxTile4 = 20;  // its 32 × 4 kernels spill registers (docs/gpu_first_run.md)
+  static constexpr int kFusedMaxTile4 = 20;  // its 32 × 4 kernels spill registers (docs/cost_model.md)
   static constexpr const char* kFusedName = "lstm";
   static constexpr unsigned kFusedRecordNeeded = 1u << kRecordC | 1u << kRecordGates | 1u << kRecordAux;
   static constexpr double kFusedRecordPerUnit = 6;  // the 4 gates, tanh c_t, c_{t−1}

@@ -21,7 +21,7 @@ inline constexpr double kFusedGraphMaxMicros = 1000.0;
 /// The cost model's timing constants (plan.hpp's fused_launch_cycles), in cycles at plan.hpp's
 /// kFusedCyclesPerMicro. The defaults are guesses made without a GPU: on the H100 sweep their
 /// estimates are 4.6× too low (median) and their first-ranked plan runs 1.00–1.44× the fastest
-/// (docs/gpu_first_run.md). A fit (bench/gpu/fit_fused_model.py) brings the median error to 1.17×
+/// (docs/cost_model.md, "The fused scan on the GPU"). A fit (bench/gpu/fit_fused_model.py) brings the median error to 1.17×
 /// (90th percentile 1.57×) but chooses plans the sweep did not time; scripts/bench_gpu.sh times
 /// them against the defaults' before a fit replaces these.
 struct FusedModel {

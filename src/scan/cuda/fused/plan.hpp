@@ -4,7 +4,7 @@
 // candidate's cycles. __host__ __device__ plain arithmetic, tested by g++
 // (tests/cuda_host/test_cuda_fused_host.cpp). Its timing constants (FusedModel, options.hpp) are
 // H100-class guesses from the instruction mix; a fit to an H100 sweep exists but is not adopted
-// (docs/gpu_first_run.md).
+// (docs/cost_model.md, "The fused scan on the GPU").
 #pragma once
 
 #include "scan/cuda/fused/math.hpp"
