@@ -5,13 +5,16 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "bppsa/core/error.hpp"
@@ -139,74 +142,189 @@ std::string utf8_text(std::string_view bytes) {
   return out;
 }
 
-int remove_stale_temporaries(const std::filesystem::path& prefix) {
-  std::string start(1, '.');
-  start += prefix.filename().string();
-  const std::filesystem::path dir = prefix.has_parent_path() ? prefix.parent_path() : std::filesystem::path(".");
-  DIR* d = ::opendir(dir.c_str());
+namespace {
+
+/// NAME when `name` is a temporary of write_file_atomic, ".NAME.tmp.PID.N" (decimal PID > 0
+/// and N), and its PID; nothing otherwise.
+std::optional<std::pair<std::string_view, long>> temporary_of(std::string_view name) {
+  const auto digits = [](std::string_view d) {
+    return !d.empty() && d.find_first_not_of("0123456789") == std::string_view::npos;
+  };
+  const auto dot_n = name.rfind('.');
+  if (name.size() < 2 || name.front() != '.' || dot_n == std::string_view::npos || dot_n == 0) return std::nullopt;
+  const auto dot_pid = name.rfind('.', dot_n - 1);
+  if (dot_pid == std::string_view::npos || !digits(name.substr(dot_n + 1)) ||
+      !digits(name.substr(dot_pid + 1, dot_n - dot_pid - 1)))
+    return std::nullopt;
+  constexpr std::string_view kTmp = ".tmp";
+  if (dot_pid < 1 + kTmp.size() + 1 || name.substr(dot_pid - kTmp.size(), kTmp.size()) != kTmp) return std::nullopt;
+  long pid = 0;
+  const std::string_view p = name.substr(dot_pid + 1, dot_n - dot_pid - 1);
+  if (std::from_chars(p.data(), p.data() + p.size(), pid).ec != std::errc() || pid <= 0) return std::nullopt;
+  return std::pair{name.substr(1, dot_pid - kTmp.size() - 1), pid};
+}
+
+std::filesystem::path folder_of(const std::filesystem::path& p) {
+  return p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
+}
+
+}  // namespace
+
+int remove_stale_temporaries(const std::filesystem::path& folder, const std::function<bool(std::string_view)>& is_target) {
+  DIR* d = ::opendir(folder.c_str());
   if (!d) return 0;
   int removed = 0;
   while (const dirent* e = ::readdir(d)) {
     const std::string_view name(e->d_name);
-    const auto tmp = name.rfind(".tmp.");
-    if (name.substr(0, start.size()) != start || tmp == std::string_view::npos || tmp < start.size()) continue;
-    const std::string_view rest = name.substr(tmp + 5);  // "PID.N"
-    long pid = 0;
-    unsigned long n = 0;
-    const auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), pid);
-    if (ec != std::errc() || pid <= 0 || end == rest.data() + rest.size() || *end != '.') continue;
-    const auto [end2, ec2] = std::from_chars(end + 1, rest.data() + rest.size(), n);
-    if (ec2 != std::errc() || end2 != rest.data() + rest.size()) continue;
+    const auto tmp = temporary_of(name);
+    if (!tmp || !is_target(tmp->first)) continue;
+    const long pid = tmp->second;
     if (pid == ::getpid() || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM) continue;  // still running
-    if (::unlink((dir / std::string(name)).c_str()) == 0) ++removed;
+    if (::unlink((folder / std::string(name)).c_str()) == 0) ++removed;
   }
   ::closedir(d);
   return removed;
 }
+
+int remove_stale_temporaries(const std::filesystem::path& target) {
+  const std::string name = target.filename().string();
+  return remove_stale_temporaries(folder_of(target), [&](std::string_view n) { return n == name; });
+}
+
+namespace {
+
+/// Where write_file_atomic writes `path`: the file at the end of its links, and whether it is
+/// written directly (not a regular file, or behind a process's descriptor link) rather than
+/// replaced by rename. Refuses what the header says it refuses.
+struct Output {
+  std::filesystem::path file;
+  bool direct = false;
+  bool descriptor = false;  // reached through /proc/PID/fd/N: opened by following that link
+};
+
+Output resolve_output(const std::filesystem::path& path, const std::string& op) {
+  const auto refuse = [&](const std::string& why) {
+    detail::raise<IoError>(op, "cannot write " + quoted(path) + ": " + why);
+  };
+  std::filesystem::path p = path;
+  for (int hops = 0;; ++hops) {
+    struct stat ls {};
+    if (::lstat(p.c_str(), &ls) != 0) {
+      if (errno == ENOENT && hops == 0) return {p, false, false};  // a new file
+      if (errno == ENOENT)
+        refuse("it is a link to " + quoted(p) +
+               ", which does not exist; remove the link or give the path of the file to write");
+      fail(op, "look up", p == path ? path : p, errno);
+    }
+    if (S_ISDIR(ls.st_mode)) refuse(p == path ? "it is a folder; give a file name" : "it is a link to the folder " + quoted(p));
+    if (S_ISREG(ls.st_mode)) return {p, false, false};
+    if (!S_ISLNK(ls.st_mode)) return {p, true, false};  // a device, FIFO or socket
+    if (hops == 40) fail(op, "follow the links of", path, ELOOP);
+    const std::filesystem::path dir = folder_of(p);
+    struct stat ds {};
+    if (::stat(dir.c_str(), &ds) != 0) fail(op, "look up the folder of", p, errno);
+    // The kernel's rule for links in sticky folders (fs.protected_symlinks), in every folder:
+    // a link someone else planted is never followed to write.
+    if (ls.st_uid != ::geteuid() && ls.st_uid != ds.st_uid)
+      refuse((p == path ? std::string("it is a symbolic link") : std::string("it leads through the link ").append(quoted(p))) +
+             " owned by user " + std::to_string(ls.st_uid) +
+             ", neither you nor the owner of its folder; bppsa does not write through a link another user may "
+             "have planted: remove it, or give the path of the file itself");
+    struct statfs sfs {};
+    if (::statfs(dir.c_str(), &sfs) == 0 && sfs.f_type == PROC_SUPER_MAGIC) return {p, true, true};
+    std::string target(4096, '\0');
+    const ssize_t n = ::readlink(p.c_str(), target.data(), target.size());
+    if (n < 0) fail(op, "read the link", p, errno);
+    target.resize(static_cast<std::size_t>(n));
+    p = std::filesystem::path(target).is_absolute() ? std::filesystem::path(target) : dir / target;
+  }
+}
+
+/// Writes all of `bytes` to the descriptor; errno on failure, 0 on success.
+int write_all(int fd, std::span<const unsigned char> bytes) {
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    if (n == 0) return ENOSPC;
+    done += static_cast<std::size_t>(n);
+  }
+  return 0;
+}
+
+/// A device, FIFO or socket, or a descriptor link: opened as it is (never created, truncated
+/// or replaced) and written.
+void write_direct(const std::filesystem::path& path, const Output& out, std::span<const unsigned char> bytes,
+                  const std::string& op) {
+  // O_NOFOLLOW: what was checked above is what is opened (a link swapped in since is refused).
+  Fd f{::open(out.file.c_str(), O_WRONLY | O_NOCTTY | O_CLOEXEC | (out.descriptor ? 0 : O_NOFOLLOW))};
+  if (f.fd < 0) fail(op, "open for writing", path, errno);
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) fail(op, "stat", path, errno);
+  if (S_ISREG(st.st_mode)) {
+    if (!out.descriptor)
+      detail::raise<IoError>(op, "cannot write " + quoted(path) + ": it was replaced by a regular file while being opened");
+    // A file behind /dev/stdout: after what the process wrote to it, as the shell's >> would.
+    if (::fcntl(f.fd, F_SETFL, ::fcntl(f.fd, F_GETFL) | O_APPEND) != 0) fail(op, "append to", path, errno);
+  }
+  if (const int err = write_all(f.fd, bytes)) fail(op, "write", path, err);
+  const int fd = f.fd;
+  f.fd = -1;
+  if (::close(fd) != 0 && errno != EINTR) fail(op, "close", path, errno);
+}
+
+}  // namespace
 
 void write_file_atomic(const std::filesystem::path& path, std::span<const unsigned char> bytes) {
   const std::string op = "write_file_atomic";
   const std::filesystem::path name = path.filename();
   if (name.empty() || name == "." || name == "..")
     detail::raise<IoError>(op, "cannot write " + quoted(path) + ": the path names a folder, not a file");
-  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  const Output out = resolve_output(path, op);
+  if (out.direct) return write_direct(path, out, bytes, op);
+  // Through a link: the file it leads to is replaced, in that file's folder; the link stays.
+  const std::filesystem::path& target = out.file;
+  const std::string via = target == path ? "" : " (through its link, " + quoted(target) + ")";
+  const auto failed = [&](const std::string& what, int err) {
+    detail::raise<IoError>(op, "cannot " + what + " " + quoted(path) + via + ": " + std::strerror(err));
+  };
+  const std::filesystem::path dir = folder_of(target);
 
   // Unique within the process (counter) and across processes (pid); O_EXCL guards the rest.
   static std::atomic<unsigned long> counter{0};
-  const std::filesystem::path tmp = dir / (std::string(".").append(name.string()) + ".tmp." +
+  const std::filesystem::path tmp = dir / (std::string(".").append(target.filename().string()) + ".tmp." +
                                            std::to_string(::getpid()) + "." + std::to_string(counter++));
 
   Fd f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666)};
-  if (f.fd < 0) fail(op, "create temporary file for", path, errno);
+  if (f.fd < 0) {
+    const int err = errno;
+    detail::raise<IoError>(op, "cannot write " + quoted(path) + via + ": creating its temporary file " + quoted(tmp) +
+                                   " in the same folder (written first, then renamed over it, so that a failed "
+                                   "write never leaves half a file) failed: " +
+                                   std::strerror(err));
+  }
 
   auto abandon = [&](const std::string& what, int err) {
     if (f.fd >= 0) ::close(f.fd);
     f.fd = -1;
     ::unlink(tmp.c_str());
-    fail(op, what, path, err);
+    failed(what, err);
   };
 
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(f.fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      abandon("write", errno);
-    }
-    done += static_cast<std::size_t>(n);
-  }
+  if (const int err = write_all(f.fd, bytes)) abandon("write", err);
   if (::fsync(f.fd) != 0) abandon("flush", errno);
   const int fd = f.fd;
   f.fd = -1;
   if (::close(fd) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
-    fail(op, "close", path, err);
+    failed("close", err);
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (::rename(tmp.c_str(), target.c_str()) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
-    fail(op, "replace", path, err);
+    failed("replace", err);
   }
   // Make the rename itself durable; a failure here cannot un-write the file, so it is ignored.
   Fd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};

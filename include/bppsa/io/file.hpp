@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -45,14 +46,24 @@ std::string utf8_text(std::string_view bytes);
 /// Whether `bytes` is valid UTF-8.
 bool is_utf8(std::string_view bytes);
 
-/// Removes the temporary files that write_file_atomic left in the folder of `prefix` for files
-/// whose name starts with prefix's file name (".NAME….tmp.PID.N") when process PID no longer
-/// runs (it was killed mid-write). Returns how many were removed; failures are ignored.
-int remove_stale_temporaries(const std::filesystem::path& prefix);
+/// Removes the temporaries that write_file_atomic left for `target` (exactly
+/// ".NAME.tmp.PID.N" in its folder, NAME its file name) when process PID no longer runs (it
+/// was killed mid-write). Returns how many were removed; failures are ignored.
+int remove_stale_temporaries(const std::filesystem::path& target);
+/// The same for every file NAME in `folder` for which is_target(NAME) holds (e.g. the files of
+/// one checkpoint); no other file is touched.
+int remove_stale_temporaries(const std::filesystem::path& folder, const std::function<bool(std::string_view)>& is_target);
 
-/// Writes `bytes` to `path` atomically: to a temporary file in the same folder, flushed and
-/// fsync'ed, then renamed over `path`. On any failure the temporary is removed, the old file
-/// (if any) is untouched, and IoError is thrown.
+/// Writes `bytes` to `path`. A new or regular file is written atomically: to a temporary file
+/// in the same folder, flushed and fsync'ed, then renamed over `path`; on any failure the
+/// temporary is removed, the old file (if any) is untouched, and IoError is thrown.
+/// Anything else is never replaced:
+/// - a device, FIFO or socket (/dev/null, a pipe) is opened and written directly;
+/// - a symbolic link is followed, and the file it leads to is written as above (atomically in
+///   that file's folder when it is regular, the link kept); a process's descriptor link
+///   (/dev/stdout, /dev/fd/N, /proc/PID/fd/N) is written directly, appending;
+/// - a link owned by neither this user nor the owner of the folder it is in (one planted by
+///   another user), a link to nothing, and a folder are refused (IoError naming `path`).
 void write_file_atomic(const std::filesystem::path& path, std::span<const unsigned char> bytes);
 /// The same for text (JSON reports, logs).
 void write_file_atomic(const std::filesystem::path& path, std::string_view text);
