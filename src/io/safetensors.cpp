@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <tuple>
+#include <zlib.h>
 
 #include "bppsa/core/error.hpp"
 #include "bppsa/core/memory.hpp"
@@ -154,6 +155,55 @@ Entry parse_entry(const std::string& name, const json& v, std::uint64_t data_siz
         " bytes, but its data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + ") span " +
         std::to_string(e.end - e.begin) + " bytes");
   return e;
+}
+
+}  // namespace
+
+namespace {
+
+/// Metadata key under which serialize_safetensors records every tensor's CRC-32 (zlib's), as
+/// a JSON object {"name": "8 hex digits"}; read_safetensors checks and removes it. Files
+/// without it (older checkpoints, PyTorch's) are read as before.
+constexpr const char* kChecksumKey = "bppsa.crc32";
+
+std::string crc32_hex(const std::vector<unsigned char>& bytes) {
+  uLong c = ::crc32(0L, Z_NULL, 0);
+  for (std::size_t at = 0; at < bytes.size();) {
+    const auto n = static_cast<uInt>(std::min<std::size_t>(bytes.size() - at, 1u << 30));
+    c = ::crc32(c, bytes.data() + at, n);
+    at += n;
+  }
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08lx", static_cast<unsigned long>(c & 0xffffffffUL));
+  return hex;
+}
+
+/// Checks every tensor of `file` against the checksums it records (if any), then removes the
+/// record from its metadata. FormatError naming the tensor on a mismatch.
+void verify_checksums(TensorFile& file, const Bad& bad) {
+  const auto it = file.metadata.find(kChecksumKey);
+  if (it == file.metadata.end()) return;
+  json sums;
+  try {
+    sums = json::parse(it->second);
+  } catch (const json::exception&) {
+  }
+  if (!sums.is_object())
+    bad(std::string("metadata '") + kChecksumKey + "' is not a JSON object of tensor checksums (corrupt)");
+  for (const auto& [name, t] : file.tensors) {
+    const auto s = sums.find(name);
+    if (s == sums.end() || !s->is_string())
+      bad("tensor '" + name + "' has no checksum in '" + kChecksumKey +
+          "' although the others have (the file was altered after it was written)");
+    const std::string computed = crc32_hex(t.bytes);
+    if (s->get<std::string>() != computed)
+      bad("tensor '" + name + "' fails its checksum (CRC-32 recorded " + brief(*s) + ", computed \"" + computed +
+          "\"): the file is corrupt (a bit changed on disk or in a copy); use an intact copy");
+  }
+  for (const auto& [name, v] : sums.items())
+    if (!file.contains(name))
+      bad(std::string("metadata '") + kChecksumKey + "' lists tensor '" + name + "', which the file does not hold");
+  file.metadata.erase(it);
 }
 
 }  // namespace
@@ -348,14 +398,16 @@ TensorFile parse_safetensors(std::span<const unsigned char> bytes, const std::st
                           data.begin() + static_cast<std::ptrdiff_t>(e.end));
     file.tensors.emplace(std::move(e.name), std::move(e.tensor));
   }
+  verify_checksums(file, bad);
   return file;
 }
 
-TensorFile read_safetensors(const std::filesystem::path& path) {
-  // Header first, checked against the real file size; the tensors are read (and allocated)
-  // only once every offset is known to lie inside the file and the total fits in memory.
-  const InputFile f(path);
-  const std::string source = path.string();
+namespace {
+
+/// Reads and checks the header of the open file `f` into `file` (source and metadata); returns
+/// its entries and the offset of the data section.
+std::pair<std::vector<Entry>, std::uint64_t> read_header(const InputFile& f, TensorFile& file) {
+  const std::string source = f.path().string();
   const Bad bad{file_name(source)};
   unsigned char first8[8] = {};
   if (f.size() >= 8) f.read_at(0, first8);
@@ -367,19 +419,36 @@ TensorFile read_safetensors(const std::filesystem::path& path) {
         "file, or corrupt)");
   std::vector<unsigned char> header(static_cast<std::size_t>(header_len));
   f.read_at(8, header);
-  TensorFile file;
   file.source = source;
   const std::uint64_t data_size = f.size() - 8 - header_len;
-  std::vector<Entry> entries =
-      parse_header(reinterpret_cast<const char*>(header.data()), header_len, data_size, file, bad);
-  check_memory("read_safetensors", "the tensors of " + file_name(source),
-               {{"tensor data", static_cast<double>(data_size)}}, "give a smaller file");
+  return {parse_header(reinterpret_cast<const char*>(header.data()), header_len, data_size, file, bad), 8 + header_len};
+}
+
+}  // namespace
+
+TensorFile read_safetensors(const std::filesystem::path& path) {
+  // Header first, checked against the real file size; the tensors are read (and allocated)
+  // only once every offset is known to lie inside the file and the total fits in memory.
+  const InputFile f(path);
+  TensorFile file;
+  auto [entries, data_at] = read_header(f, file);
+  check_memory("read_safetensors", "the tensors of " + file_name(file.source),
+               {{"tensor data", static_cast<double>(f.size() - data_at)}}, "give a smaller file");
   for (Entry& e : entries) {
     e.tensor.bytes.resize(static_cast<std::size_t>(e.end - e.begin));
-    f.read_at(8 + header_len + e.begin, e.tensor.bytes);
+    f.read_at(data_at + e.begin, e.tensor.bytes);
     file.tensors.emplace(std::move(e.name), std::move(e.tensor));
   }
+  verify_checksums(file, Bad{file_name(file.source)});
   return file;
+}
+
+std::map<std::string, std::string> read_safetensors_metadata(const std::filesystem::path& path) {
+  const InputFile f(path);
+  TensorFile file;
+  (void)read_header(f, file);
+  file.metadata.erase(kChecksumKey);
+  return file.metadata;
 }
 
 std::vector<unsigned char> serialize_safetensors(const TensorFile& file) {
@@ -391,6 +460,12 @@ std::vector<unsigned char> serialize_safetensors(const TensorFile& file) {
     // failing the write: a save must not fail on the metadata.
     std::map<std::string, std::string> metadata;
     for (const auto& [k, v] : file.metadata) metadata[is_utf8(k) ? k : utf8_text(k)] = is_utf8(v) ? v : utf8_text(v);
+    metadata.erase(kChecksumKey);
+    if (!file.tensors.empty()) {
+      json sums = json::object();
+      for (const auto& [name, t] : file.tensors) sums[name] = crc32_hex(t.bytes);
+      metadata[kChecksumKey] = sums.dump();
+    }
     if (!metadata.empty()) header += "\"__metadata__\":" + json(metadata).dump();
     for (const auto& [name, t] : file.tensors) {
       if (name == "__metadata__") detail::raise<InvalidArgument>(op, "a tensor cannot be named \"__metadata__\"");

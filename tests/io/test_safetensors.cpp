@@ -49,9 +49,15 @@ void append(Bytes& b, std::initializer_list<T> values) {
   }
 }
 
-// {"a": F32 [2] = {1, -2.5}, "b": I64 [] = 7}, metadata {"format": "pt"}: 138 header bytes + 6 spaces.
+// {"a": F32 [2] = {1, -2.5}, "b": I64 [] = 7}, metadata {"format": "pt"}: 138 header bytes + 6 spaces,
+// as PyTorch writes it (no checksums).
 const std::string kHeader = R"({"__metadata__":{"format":"pt"},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                             R"("b":{"dtype":"I64","shape":[],"data_offsets":[8,16]}}      )";
+// The same as bppsa writes it: with each tensor's CRC-32 (Python: zlib.crc32 of the tensor's
+// bytes), 194 header bytes + 6 spaces.
+const std::string kCheckedHeader =
+    R"({"__metadata__":{"bppsa.crc32":"{\"a\":\"560302f4\",\"b\":\"6fe7d670\"}","format":"pt"},)"
+    R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"I64","shape":[],"data_offsets":[8,16]}}      )";
 
 Bytes small_data() {
   Bytes d;
@@ -71,8 +77,42 @@ TensorFile small_file() {
 }
 
 TEST(Safetensors, SerializeMatchesHandBuiltImage) {
-  ASSERT_EQ(kHeader.size() % 8, 0u);
-  EXPECT_EQ(serialize_safetensors(small_file()), image(kHeader, small_data()));
+  ASSERT_EQ(kCheckedHeader.size() % 8, 0u);
+  EXPECT_EQ(serialize_safetensors(small_file()), image(kCheckedHeader, small_data()));
+}
+
+TEST(Safetensors, ChecksumsAreVerifiedAndRemovedFromTheMetadata) {
+  const TensorFile f = parse_safetensors(image(kCheckedHeader, small_data()), "small");
+  EXPECT_EQ(f.metadata, (std::map<std::string, std::string>{{"format", "pt"}}));
+  EXPECT_EQ(f.at("a").to_f32(), (std::vector<float>{1.0f, -2.5f}));
+}
+
+// Issue 44: a flipped bit in a weight loaded silently. Every bit of the data section, flipped
+// in turn in a written file, is refused naming the file and the tensor.
+TEST(Safetensors, FlippedBitIsRefusedNamingTensorAndFile) {
+  TempDir dir;
+  const fs::path p = dir.path / "ck.safetensors";
+  write_safetensors(p, small_file());
+  const Bytes good = read_file(p);
+  const std::size_t data_at = good.size() - small_data().size();
+  for (std::size_t bit = 0; bit < 8 * small_data().size(); ++bit) {
+    Bytes bad = good;
+    bad[data_at + bit / 8] ^= static_cast<unsigned char>(1u << (bit % 8));
+    testutil::write_bytes(p, bad);
+    const std::string tensor = bit < 64 ? "'a'" : "'b'";
+    expect_error<FormatError>([&] { (void)read_safetensors(p); },
+                              {p.string(), "tensor " + tensor + " fails its checksum", "corrupt"});
+  }
+  // In the checksums themselves, and with a tensor's checksum missing: refused as well.
+  std::string header(kCheckedHeader);
+  header.replace(header.find("560302f4"), 8, "560302f5");
+  expect_error<FormatError>([&] { (void)parse_safetensors(image(header, small_data()), "m"); },
+                            {"tensor 'a' fails its checksum"});
+  header = kCheckedHeader;
+  const std::string entry_b = R"(,\"b\":\"6fe7d670\")";
+  header.replace(header.find(entry_b), entry_b.size(), std::string(entry_b.size(), ' '));
+  expect_error<FormatError>([&] { (void)parse_safetensors(image(header, small_data()), "m"); },
+                            {"tensor 'b' has no checksum"});
 }
 
 TEST(Safetensors, HandBuiltImageParses) {

@@ -67,12 +67,17 @@ class TensorFile {
 
 /// Reads and fully validates a file: header length within the file, valid JSON, known
 /// dtypes, offsets contiguous, in order, inside the data section and matching shape × dtype
-/// size. Throws IoError (cannot read) or FormatError (malformed/truncated, with the detail).
+/// size, and every tensor against its CRC-32 when the file records them (bppsa's files do;
+/// files without, such as PyTorch's, are read as they are). Throws IoError (cannot read) or
+/// FormatError (malformed/truncated/corrupt, naming the file and the tensor).
 TensorFile read_safetensors(const std::filesystem::path& path);
-/// Parses an in-memory image (`source` names it in messages).
+/// Parses an in-memory image (`source` names it in messages), with the same checks.
 TensorFile parse_safetensors(std::span<const unsigned char> bytes, const std::string& source);
+/// The metadata of a file, reading and checking only its header (not the tensors).
+std::map<std::string, std::string> read_safetensors_metadata(const std::filesystem::path& path);
 
-/// Serialises (tensors in name order, header padded to 8 bytes with spaces).
+/// Serialises (tensors in name order, header padded to 8 bytes with spaces), recording every
+/// tensor's CRC-32 in the metadata under "bppsa.crc32" (removed again when it is read).
 std::vector<unsigned char> serialize_safetensors(const TensorFile& file);
 /// serialize + write_file_atomic: an existing file is replaced only by a complete new one.
 void write_safetensors(const std::filesystem::path& path, const TensorFile& file);
