@@ -4,12 +4,15 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <string>
 #include <system_error>
 #include <vector>
 
 #include "bppsa/core/error.hpp"
+#include "bppsa/core/memory.hpp"
 #include "bppsa/io/file.hpp"
+#include "data/file_kind.hpp"
 
 namespace bppsa {
 namespace {
@@ -31,7 +34,7 @@ std::filesystem::path batches_dir(const std::filesystem::path& dir) {
   if (!std::filesystem::is_directory(dir, ec))
     detail::raise<IoError>(kOp, "CIFAR-10 folder " + quoted(dir) + " does not exist; " + kHint);
   for (const auto& d : {dir, dir / kFolder})
-    if (std::filesystem::is_regular_file(d / "data_batch_1.bin", ec)) return d;
+    if (detail::regular_file_at(kOp, d / "data_batch_1.bin", "a CIFAR-10 batch")) return d;
   detail::raise<IoError>(kOp,
                          "no data_batch_1.bin in " + quoted(dir) + " nor in " + quoted(dir / kFolder) + "; " + kHint);
 }
@@ -50,23 +53,49 @@ ImageDataset empty_set(const std::string& name, const std::vector<std::string>& 
 
 /// Appends the records of one batch file to `out` (whose x holds whole images).
 void read_batch(const std::filesystem::path& file, ImageDataset& out) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(file, ec))
+  if (!detail::regular_file_at(kOp, file, "a CIFAR-10 batch"))
     detail::raise<IoError>(kOp, "CIFAR-10 file " + quoted(file) + " is missing; " + kHint);
   detail::parse_cifar10_batch(read_file(file), file.string(), out);
 }
 
-/// Room in `out` for the records of `files`, so that appending batch after batch does not
-/// copy the images read so far (sizes that cannot be read only make the guess smaller).
-void reserve_for(const std::vector<std::filesystem::path>& files, ImageDataset& out) {
-  Index records = 0;
-  for (const auto& f : files) {
+/// The images of a batch of `bytes` bytes (a size that is not whole records is refused later).
+Index records_in(double bytes) { return static_cast<Index>(bytes) / kRecord; }
+
+/// The memory guard for converting `records` images to floats, with their labels and the
+/// `held` bytes of files held meanwhile.
+void check_floats(const std::string& what, double records, double held, const std::string& held_what) {
+  check_memory(kOp, what,
+               {{"the images as floats", records * static_cast<double>(kPixels) * sizeof(float)},
+                {"their labels", records * sizeof(std::int64_t)},
+                {held_what, held}},
+               "give the folder of the real CIFAR-10 batches (10,000 images each), or fewer or smaller batch files");
+}
+
+/// Checks, before any file is read, the memory that loading `train_files` and `test_file`
+/// needs (every image as floats and the largest file's bytes, held while it is converted),
+/// then makes room in `train` for its images, so that appending batch after batch does not
+/// copy the images read so far. Sizes that cannot be read count 0 (read_batch then refuses
+/// the file).
+void reserve_for(const std::vector<std::filesystem::path>& train_files, const std::filesystem::path& test_file,
+                 ImageDataset& train) {
+  const auto size_of = [](const std::filesystem::path& f) {
     std::error_code ec;
     const auto bytes = std::filesystem::file_size(f, ec);
-    if (!ec) records += static_cast<Index>(bytes) / kRecord;
+    return ec ? 0.0 : static_cast<double>(bytes);
+  };
+  Index train_records = 0;
+  std::filesystem::path largest = test_file;
+  for (const auto& f : train_files) {
+    train_records += records_in(size_of(f));
+    if (size_of(f) > size_of(largest)) largest = f;
   }
-  out.y.reserve(static_cast<std::size_t>(records));
-  out.x.reserve(static_cast<std::size_t>(records * kPixels));
+  const Index records = train_records + records_in(size_of(test_file));
+  check_floats("CIFAR-10 in " + quoted(test_file.parent_path()) + " (" + std::to_string(train_records) +
+                   " training and " + std::to_string(records - train_records) + " test images)",
+               static_cast<double>(records), size_of(largest),
+               "the largest file's bytes (" + largest.filename().string() + ")");
+  train.y.reserve(static_cast<std::size_t>(train_records));
+  train.x.reserve(static_cast<std::size_t>(train_records * kPixels));
 }
 
 /// batches.meta.txt's names, one a line, or the standard ten when the file is absent.
@@ -95,6 +124,11 @@ void detail::parse_cifar10_batch(std::span<const unsigned char> bytes, const std
   for (int b = 0; b < 256; ++b) scale[static_cast<std::size_t>(b)] = static_cast<float>(b) / 255.0f;
 
   const Index records = size / kRecord, first = out.size();
+  // The images already in `out` are moved when its buffer grows: both are held meanwhile.
+  const bool grows = out.x.capacity() < static_cast<std::size_t>((first + records) * kPixels);
+  check_floats("converting CIFAR-10 file '" + source + "' (" + std::to_string(records) + " images) to floats",
+               static_cast<double>(first + records) + (grows ? static_cast<double>(first) : 0.0),
+               static_cast<double>(size), "the file's bytes");
   out.y.resize(static_cast<std::size_t>(first + records));
   out.x.resize(static_cast<std::size_t>((first + records) * kPixels));
   for (Index r = 0; r < records; ++r) {
@@ -146,7 +180,7 @@ std::pair<ImageDataset, ImageDataset> load_cifar10(const std::filesystem::path& 
                                           std::to_string(later) + ".bin but no data_batch_" + std::to_string(k) +
                                           ".bin: a training batch is missing (restore it, or remove the later ones)");
   ImageDataset train = empty_set("cifar10 train", names), test = empty_set("cifar10 test", names);
-  reserve_for(train_files, train);
+  reserve_for(train_files, folder / "test_batch.bin", train);
   for (const auto& file : train_files) read_batch(file, train);
   read_batch(folder / "test_batch.bin", test);
   return {std::move(train), std::move(test)};

@@ -12,6 +12,7 @@
 #include "bppsa/core/error.hpp"
 #include "bppsa/core/memory.hpp"
 #include "bppsa/data/idx.hpp"
+#include "data/file_kind.hpp"
 
 namespace bppsa {
 namespace {
@@ -51,13 +52,13 @@ const std::array<Known, 2> kKnown{{
 std::string quoted(const std::filesystem::path& p) { return std::string("'").append(p.string()).append("'"); }
 
 /// The file of `part` in `folder` (the plain one before the .gz, the usual name before the
-/// dotted one), or an empty path.
+/// dotted one), or an empty path; IoError naming it when one of these names is not a regular
+/// file (a FIFO, a link to /dev/zero).
 std::filesystem::path find_part(const std::filesystem::path& folder, const Part& part) {
-  std::error_code ec;
   for (const char* suffix : {"", ".gz"})
     for (const char* name : {part.name, part.dotted}) {
       std::filesystem::path file = folder / (std::string(name) + suffix);
-      if (std::filesystem::is_regular_file(file, ec)) return file;
+      if (detail::regular_file_at(kOp, file, "IDX data")) return file;
     }
   return {};
 }

@@ -63,12 +63,12 @@ def read(p):
         return f.read()
 
 
-def write_wavs(folder, rate=22050, float_nan=False):
+def write_wavs(folder, rate=22050, float_nan=False, seconds=0.3):
     """An IRMAS-layout folder of short stereo WAVs (class folders of "[cel]…wav" files)."""
     rng = np.random.default_rng(3)
     for k, code in enumerate(["cel", "flu", "gac", "pia", "voi"] * 2):
         os.makedirs(os.path.join(folder, code), exist_ok=True)
-        t = np.arange(int(0.3 * rate)) / rate
+        t = np.arange(int(seconds * rate)) / rate
         tone = np.sin(2 * np.pi * (200 + 150 * (k % 5)) * t) * 0.5 + 0.05 * rng.standard_normal(t.size)
         pcm = (np.stack([tone, 0.8 * tone], axis=1) * 32767).astype("<i2")
         with wave.open(os.path.join(folder, code, f"[{code}][cla]{k:04d}__1.wav"), "wb") as wf:
@@ -143,13 +143,21 @@ def check_log():
     check(all(read(p) == b for p, b in before.items()), "the checkpoint files are untouched")
 
 
+def small_tmpfs(name, size, what):
+    """A tmpfs of `size` mounted at path(name), or None (and `what` skipped) where mount is refused."""
+    mnt = path(name)
+    os.makedirs(mnt)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", mnt], capture_output=True)
+    if r.returncode != 0:
+        print(f"skip {what}: cannot mount a tmpfs here:", r.stderr.decode().strip())
+        return None
+    return mnt
+
+
 def check_full_disk():
     """A really full file system (a 256 kB tmpfs): --log and --save fail; the last save survives."""
-    mnt = path("tmpfs")
-    os.makedirs(mnt)
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", mnt], capture_output=True)
-    if r.returncode != 0:
-        print("skip the full-disk checks: cannot mount a tmpfs here:", r.stderr.decode().strip())
+    mnt = small_tmpfs("tmpfs", "256k", "the full-disk checks")
+    if mnt is None:
         return
     try:
         ck = os.path.join(mnt, "full.safetensors")
@@ -351,12 +359,104 @@ def check_messages():
          "--epochs", "1", "--no-progress"], 1, ["data_batch_3.bin", "data_batch_4.bin"], "CIFAR-10 gap is named")
 
 
+def run_measured(args, env):
+    """Runs bppsa as `run` does, returning (returncode, stderr, peak RSS in bytes) of that one process."""
+    with open(path("measured.err"), "wb") as err:
+        p = subprocess.Popen([BIN] + args, stdout=subprocess.DEVNULL, stderr=err, env=env)
+        _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return p.returncode, read(path("measured.err")).decode(errors="replace"), usage.ru_maxrss * 1024
+
+
+def check_guarded(label, args, limit, expect_err):
+    """`args` under BPPSA_MEMORY_LIMIT=`limit` MiB: exit 1 with the guard's message, peak memory under it."""
+    rc, err, rss = run_measured(args, dict(os.environ, BPPSA_MEMORY_LIMIT=f"{limit}M"))
+    missing = [e for e in expect_err if e not in err]
+    if not check(rc == 1 and not missing, f"{label}: exit 1 with the guard's message"):
+        print(f"  rc {rc}, stderr lacks {missing}:", err[-1500:])
+    check(rss < limit << 20, f"{label}: peak memory {rss / 2**20:.0f} MiB is under the {limit} MiB limit")
+
+
+def irmas_args(folder, cache):
+    return ["train", "--model", "gru", "--hidden", "4", "--data", "irmas", "--data-dir", folder, "--preset", "l",
+            "--epochs", "1", "--batch", "4", "--no-progress", "--cache-dir", cache]
+
+
+def check_file_sizes_under_guard():
+    """Issue 44: sizes that WAV headers and CIFAR-10 files drive stay under BPPSA_MEMORY_LIMIT."""
+    # Four 200-byte WAVs claiming 2^26 Hz: a 3-s clip of 1.6 million steps, 0.9 GB with the cache's
+    # copies at a 256 MiB limit (the audit's 2^28 Hz reached 3.0 GB). Refused from the header, naming the file.
+    hostile = path("irmas-2e26")
+    for code in ("cel", "flu", "gac", "pia"):
+        os.makedirs(os.path.join(hostile, code))
+        float_wav(os.path.join(hostile, code, f"[{code}]0001__1.wav"), [0.1] * 36, rate=1 << 26)
+    check(os.path.getsize(os.path.join(hostile, "cel", "[cel]0001__1.wav")) < 256, "the hostile WAVs are tiny")
+    check_guarded("WAVs claiming 2^26 Hz", irmas_args(hostile, path("cache-2e26")), 256,
+                  ["[cel]0001__1.wav", "67108864 Hz", "1000–768000 Hz"])
+    check(not glob.glob(path("cache-2e26", "*.safetensors")), "no feature cache was written for them")
+    # Real 384 kHz clips whose features (3 copies: 9001 steps × 12 features × 4 B each) do not fit
+    # 80 % of 8 MiB: the features' guard, not the rate's.
+    fast = path("irmas-384k")
+    write_wavs(fast, rate=384000, seconds=0.02)
+    run(irmas_args(fast, path("cache-384k")), 1,
+        ["the MFCC features of 10 WAV files", "9001 steps of 12 features", "their copy for the cache", "--preset s"],
+        "384 kHz clips beyond the memory limit meet the guard before the features are allocated",
+        env=dict(os.environ, BPPSA_MEMORY_LIMIT="8M"))
+    # A 61 MB CIFAR-10 batch (20,000 records of zeros, sparse): 246 MB as floats at a 256 MiB limit.
+    cifar = path("cifar-big")
+    os.makedirs(cifar)
+    with open(os.path.join(cifar, "data_batch_1.bin"), "wb") as f:
+        f.truncate(20000 * 3073)
+    open(os.path.join(cifar, "test_batch.bin"), "wb").write(bytes(3073))
+    check_guarded("a 61 MB CIFAR-10 batch as floats",
+                  ["train", "--model", "cnn", "--arch", "flatten,linear:10", "--data", "cifar10", "--data-dir", cifar,
+                   "--epochs", "1", "--no-progress"], 256,
+                  ["[load_cifar10]", "20000 training and 1 test images", "the images as floats 246 MB",
+                   "data_batch_1.bin"])
+
+
+def check_not_regular_inputs():
+    """Issue 44: an IDX file that is a FIFO or a link to /dev/zero is named as what it is, not as missing."""
+    for kind in ("fifo", "zero"):
+        idx = fake_mnist(path(f"idx-{kind}"))
+        target = os.path.join(idx, "train-labels-idx1-ubyte")
+        os.remove(target)
+        if kind == "fifo":
+            os.mkfifo(target)
+        else:
+            os.symlink("/dev/zero", target)
+        what = "a FIFO (named pipe)" if kind == "fifo" else "a link to '/dev/zero', a character device"
+        run(["train", "--model", "cnn", "--arch", "flatten,linear:10", "--data", "mnist", "--data-dir", idx,
+             "--epochs", "1", "--no-progress"], 1, [f"{target}' is {what}, not a regular file"],
+            f"an IDX file that is {what}", timeout=30)
+
+
+def check_full_cache_dir():
+    """Issue 44: a full --cache-dir (a 64 kB tmpfs) costs the cache, not the run: a warning naming it."""
+    mnt = small_tmpfs("cache-tmpfs", "64k", "the full --cache-dir check")
+    if mnt is None:
+        return
+    try:
+        data = path("irmas-fullcache")
+        write_wavs(data)  # 10 clips: a 250 kB cache
+        r = run(irmas_args(data, mnt) + ["--save", path("fullcache.safetensors")], 0,
+                ["warning: cannot write the feature cache", mnt, "No space left", "going on without it"],
+                "IRMAS with a full --cache-dir warns and trains")
+        check("epoch 1/1" in r.out + r.err and os.path.exists(path("fullcache.safetensors")),
+              "the run trained and saved without the cache")
+        check(not [f for f in os.listdir(mnt) if f.endswith(".safetensors") or ".tmp." in f],
+              f"nothing is left in the full cache folder: {os.listdir(mnt)}")
+    finally:
+        subprocess.run(["umount", mnt])
+
+
 def main():
     shutil.rmtree(WORK, ignore_errors=True)
     os.makedirs(WORK)
     only = set(sys.argv[3:])
     for f in (check_lock, check_stale_temporaries, check_log, check_full_disk, check_inputs, check_non_utf8, check_irmas_cache,
-              check_jacobians, check_messages):
+              check_jacobians, check_messages, check_file_sizes_under_guard, check_not_regular_inputs,
+              check_full_cache_dir):
         if not only or f.__name__ in only:
             f()
     print("ALL OK" if not FAILURES else f"{len(FAILURES)} FAILED: {FAILURES}")

@@ -2,6 +2,7 @@
 // load_irmas on generated IRMAS-layout folders, its cache and its error messages.
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "bppsa/core/error.hpp"
+#include "bppsa/core/memory.hpp"
 #include "bppsa/data/irmas.hpp"
 #include "bppsa/io/safetensors.hpp"
 #include "expect_error.hpp"
@@ -158,6 +160,22 @@ TEST_F(ReadAudio, BrokenFilesGiveClearErrors) {
   expect_error<bppsa::FormatError>([&] { bppsa::read_audio(dir_ / "empty.wav"); }, {"empty.wav", "no audio frames"});
 
   expect_error<bppsa::IoError>([&] { bppsa::read_audio(dir_); }, {"folder"});
+}
+
+// Issue 44: a 200-byte WAV claiming 2^28 Hz made every clip 6 million steps long. Rates outside
+// [1 kHz, 768 kHz] are refused, naming the file; the ends of the range are read.
+TEST_F(ReadAudio, SampleRatesOutsideRealRecordingsAreRefused) {
+  const auto clip = sine(440, k_rate, 200);
+  for (int rate : {1 << 28, bppsa::kMaxSampleRate + 1, bppsa::kMinSampleRate - 1, 1}) {
+    write_wav(dir_ / "odd.wav", rate, 1, clip);
+    expect_error<bppsa::FormatError>(
+        [&] { bppsa::read_audio(dir_ / "odd.wav"); },
+        {"[read_audio]", "odd.wav", "sample rate of " + std::to_string(rate) + " Hz", "outside the 1000–768000 Hz"});
+  }
+  for (int rate : {bppsa::kMinSampleRate, bppsa::kMaxSampleRate}) {
+    write_wav(dir_ / "edge.wav", rate, 1, clip);
+    EXPECT_EQ(bppsa::read_audio(dir_ / "edge.wav").sample_rate, rate);
+  }
 }
 
 // ---------------------------------------------------------------- MFCC
@@ -517,6 +535,72 @@ TEST_F(Irmas, BrokenCacheTellsTheUserToDeleteIt) {
   // Deleting it, as told, recomputes.
   fs::remove(cache);
   EXPECT_EQ(bppsa::load_irmas(dir_, p).size(), 4);
+}
+
+/// Lowers the memory limit for one scope.
+struct MemoryLimit {
+  explicit MemoryLimit(double bytes) { bppsa::set_memory_limit(bytes); }
+  ~MemoryLimit() { bppsa::set_memory_limit(0); }
+};
+
+// Issue 44: the features were sized from the first file's rate without the memory guard, and the
+// cache made two more copies. All three are checked before anything is allocated.
+TEST_F(Irmas, FeaturesAndTheirCacheCopiesAreCheckedBeforeAllocating) {
+  make_training_tree(dir_);
+  const MfccPreset p = tiny_preset();
+  const Index steps = 1 + 3 * k_rate / p.hop;
+  const double copy = 4.0 * static_cast<double>(steps) * 8 * sizeof(float);  // 4 clips, F 8: 66.2 kB
+  {
+    const MemoryLimit limit(2 * copy / bppsa::kMemoryShare);  // one copy fits, three do not
+    const std::string e = message_of<bppsa::ResourceError>([&] { bppsa::load_irmas(dir_, p); });
+    for (const std::string& part : std::vector<std::string>{"[load_irmas] the MFCC features of 4 WAV files in " + dir_.string(),
+                                   std::to_string(steps) + " steps of 8 features each", "22050 Hz",
+                                   "the features 66.2 kB", "their copy for the cache 66.2 kB",
+                                   "the cache file's bytes 66.2 kB", "--preset s"})
+      EXPECT_NE(e.find(part), std::string::npos) << part << " in: " << e;
+    EXPECT_FALSE(fs::exists(dir_ / ".bppsa-mfcc-tiny.safetensors"));
+  }
+  // Reading the cache holds the file's tensor and its floats: two copies, checked too.
+  const auto computed = bppsa::load_irmas(dir_, p);
+  {
+    const MemoryLimit limit(1.5 * copy / bppsa::kMemoryShare);
+    const std::string e = message_of<bppsa::ResourceError>([&] { bppsa::load_irmas(dir_, p); });
+    EXPECT_NE(e.find("reading the feature cache " + (dir_ / ".bppsa-mfcc-tiny.safetensors").string()),
+              std::string::npos)
+        << e;
+  }
+  EXPECT_EQ(bppsa::load_irmas(dir_, p).x, computed.x);
+}
+
+// A cache that cannot be written (a full disk) is an IoError, or, given `warn`, a warning naming the
+// file, its folder and the reason, and the features computed are returned.
+TEST_F(Irmas, ACacheThatCannotBeWrittenIsAWarningWhenAsked) {
+  make_training_tree(dir_);
+  const MfccPreset p = tiny_preset();
+  const fs::path cache = dir_ / "no-such-folder" / "features.safetensors";
+  expect_error<bppsa::IoError>([&] { bppsa::load_irmas(dir_, p, 0, cache); },
+                               {"[load_irmas]", "cannot write the feature cache", cache.string()});
+  std::vector<std::string> warnings;
+  const auto data = bppsa::load_irmas(dir_, p, 0, cache, [&](const std::string& m) { warnings.push_back(m); });
+  ASSERT_EQ(warnings.size(), 1u);
+  for (const std::string& part : std::vector<std::string>{cache.string(), (dir_ / "no-such-folder").string(), "going on without it"})
+    EXPECT_NE(warnings[0].find(part), std::string::npos) << part << " in: " << warnings[0];
+  EXPECT_EQ(data.size(), 4);
+  EXPECT_EQ(data.x, bppsa::load_irmas(dir_, p).x);
+}
+
+// A FIFO or a link to a device named .wav is not skipped (the data set would silently lose a clip)
+// nor read (a FIFO blocks): it is named as what it is.
+TEST_F(Irmas, AWavThatIsNotARegularFileIsNamed) {
+  make_training_tree(dir_);
+  const MfccPreset p = tiny_preset();
+  ASSERT_EQ(mkfifo((dir_ / "cel" / "pipe.wav").c_str(), 0600), 0);
+  expect_error<bppsa::IoError>([&] { bppsa::load_irmas(dir_, p); },
+                               {"[load_irmas]", "pipe.wav' is a FIFO (named pipe), not a regular file"});
+  fs::remove(dir_ / "cel" / "pipe.wav");
+  fs::create_symlink("/dev/zero", dir_ / "cel" / "zero.wav");
+  expect_error<bppsa::IoError>([&] { bppsa::load_irmas(dir_, p); },
+                               {"zero.wav' is a link to '/dev/zero', a character device"});
 }
 
 TEST_F(Irmas, BrokenInputsGiveClearErrors) {

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -509,6 +510,26 @@ TEST(Mnist, BrokenSetsGiveClearErrors) {
     write_bytes(d / (names[0] + ".gz"), ByteVector(gz.begin(), gz.end() - 20));
   });
   EXPECT_THAT(e, HasSubstr(names[0] + ".gz' (gzip): its gzip data ends early"));
+}
+
+// A FIFO or a link to /dev/zero where an IDX file belongs is not "missing": it is named, and what
+// it is (issue 44). Both are refused before anything is read: a FIFO with no writer would block.
+TEST(Mnist, AFileThatIsNotRegularIsNamedAsWhatItIs) {
+  const std::vector<std::string> names = testutil::kMnistNames;
+  for (std::size_t i : {std::size_t{0}, std::size_t{3}}) {
+    SCOPED_TRACE(names[i]);
+    const std::string fifo = broken_set_error<IoError>([&](const fs::path& d) {
+      fs::remove(d / names[i]);
+      ASSERT_EQ(mkfifo((d / names[i]).c_str(), 0600), 0);
+    });
+    EXPECT_THAT(fifo, HasSubstr("[read_mnist]"));
+    EXPECT_THAT(fifo, HasSubstr(names[i] + "' is a FIFO (named pipe), not a regular file"));
+    const std::string link = broken_set_error<IoError>([&](const fs::path& d) {
+      fs::remove(d / names[i]);
+      fs::create_symlink("/dev/zero", d / names[i]);
+    });
+    EXPECT_THAT(link, HasSubstr(names[i] + "' is a link to '/dev/zero', a character device, not a regular file"));
+  }
 }
 
 TEST(Mnist, DefaultDirFollowsEnvironment) {

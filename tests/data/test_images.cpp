@@ -3,9 +3,11 @@
 // standardised images, from IDX files the test writes and from Debian's Fashion-MNIST.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <bppsa/core/error.hpp>
+#include <bppsa/core/memory.hpp>
 #include <bppsa/data/cifar10.hpp>
 #include <bppsa/data/dataset.hpp>
 #include <bppsa/data/image.hpp>
@@ -330,6 +332,46 @@ TEST(Cifar10, BrokenFilesGiveFormatErrorsNamingTheFile) {
     FakeCifar f;
     write_bytes(f.folder / "data_batch_1.bin", {});
     expect_error<FormatError>([&] { (void)load_cifar10(f.root.path); }, {"data_batch_1.bin", "empty"});
+  }
+}
+
+// Issue 44: a 615 MB batch became 3.1 GB of floats at a 1 GB limit. The floats (4 bytes a byte),
+// the labels and the batch file held while it is converted are checked before anything is read.
+TEST(Cifar10, FloatsOfTheBatchesAreCheckedBeforeReading) {
+  FakeCifar f;
+  Bytes big(1000 * kRecord, 0);  // 3.07 MB of file, 12.3 MB as floats
+  write_bytes(f.folder / "data_batch_2.bin", big);
+  struct Limit {
+    explicit Limit(double bytes) { set_memory_limit(bytes); }
+    ~Limit() { set_memory_limit(0); }
+  } limit(8e6);  // a request may use 6.4 MB: the file fits, its floats do not
+  const std::string e = message_of<ResourceError>([&] { (void)load_cifar10(f.root.path); });
+  EXPECT_THAT(e, HasSubstr("[load_cifar10] CIFAR-10 in '" + f.folder.string() + "' (1007 training and 4 test images)"));
+  EXPECT_THAT(e, HasSubstr("the images as floats 12.4 MB"));
+  EXPECT_THAT(e, HasSubstr("the largest file's bytes (data_batch_2.bin) 3.07 MB"));
+  // The parser alone checks the same (fuzz targets and embedders call it on bytes).
+  ImageDataset d{.channels = 3, .height = 32, .width = 32, .classes = 10, .x = {}, .y = {}, .class_names = {},
+                 .name = "big"};
+  EXPECT_THAT(message_of<ResourceError>([&] { detail::parse_cifar10_batch(big, "big.bin", d); }),
+              HasSubstr("converting CIFAR-10 file 'big.bin' (1000 images) to floats"));
+  EXPECT_EQ(d.size(), 0);
+}
+
+// A FIFO or a link to /dev/zero where a batch belongs is named as what it is, not as missing.
+TEST(Cifar10, ABatchThatIsNotARegularFileIsNamedAsWhatItIs) {
+  {
+    FakeCifar f;
+    fs::remove(f.folder / "data_batch_2.bin");
+    ASSERT_EQ(mkfifo((f.folder / "data_batch_2.bin").c_str(), 0600), 0);
+    expect_error<IoError>([&] { (void)load_cifar10(f.root.path); },
+                          {"[load_cifar10]", "data_batch_2.bin' is a FIFO (named pipe), not a regular file"});
+  }
+  for (const char* name : {"data_batch_1.bin", "test_batch.bin"}) {
+    FakeCifar f;
+    fs::remove(f.folder / name);
+    fs::create_symlink("/dev/zero", f.folder / name);
+    expect_error<IoError>([&] { (void)load_cifar10(f.root.path); },
+                          {std::string(name) + "' is a link to '/dev/zero', a character device, not a regular file"});
   }
 }
 

@@ -229,7 +229,9 @@ std::pair<SequenceDataset, SequenceDataset> load_data(const DataArgs& a, bool qu
   } else {
     if (a.dir.empty())
       detail::raise<InvalidArgument>("data", "--data irmas needs --data-dir pointing at a folder of IRMAS WAV files");
-    const SequenceDataset all = load_irmas(a.dir, mfcc_preset(a.preset), 0, irmas_cache_file(a));
+    // A cache that cannot be written (a full --cache-dir) costs only the next run's time.
+    const SequenceDataset all = load_irmas(a.dir, mfcc_preset(a.preset), 0, irmas_cache_file(a),
+                                           [](const std::string& m) { std::cerr << "warning: " << m << "\n"; });
     const Index test = static_cast<Index>(std::llround(a.test_fraction * static_cast<double>(all.size())));
     out = split(all, test, a.data_seed);
   }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -35,7 +36,15 @@ struct Audio {
   std::vector<float> samples;  ///< frames × channels, interleaved
   Index frames() const { return channels ? static_cast<Index>(samples.size()) / channels : 0; }
 };
-/// Reads a WAV (any format libsndfile reads). IoError / FormatError name the file.
+/// The sample rates read_audio accepts. 1 kHz is below every audio standard (telephony is 8 kHz);
+/// 768 kHz is the highest rate audio converters and recording software offer (ultrasonic
+/// recordings use 250–500 kHz). A header outside this range is corrupt or hostile: 2^28 Hz made
+/// a 3-s clip 6 million steps long.
+inline constexpr int kMinSampleRate = 1000;
+inline constexpr int kMaxSampleRate = 768000;
+
+/// Reads a WAV (any format libsndfile reads). IoError / FormatError name the file; a sample
+/// rate outside [kMinSampleRate, kMaxSampleRate] is a FormatError.
 Audio read_audio(const std::filesystem::path& path);
 /// Decodes a sound file held in memory, as read_audio does a file (`source` names it in
 /// messages). FormatError for anything that is not complete, decodable audio.
@@ -64,9 +73,14 @@ std::vector<float> mfcc(std::span<const float> mono, int sample_rate, const Mfcc
 /// reported. Cache: `cache` (default <folder>/.bppsa-mfcc-<preset>.safetensors) holds x F32 [N, steps, F], y I64 [N],
 /// lengths I64 [N] and metadata format "bppsa-mfcc-3" and key, a hash of the preset, `steps` and every file's relative
 /// path, size and mtime. A cache with another key is recomputed and replaced (atomically); one that cannot be parsed or
-/// does not fit is a FormatError telling the user to delete it.
+/// does not fit is a FormatError telling the user to delete it. A cache that cannot be written (a full disk, a read-only
+/// folder) is an IoError, or, when `warn` is given, a message to it naming the file, its folder and the reason, and the
+/// features are returned uncached. Memory: the features, their copy for the cache and the cache file's bytes (three
+/// copies) are checked against the memory guard (check_memory, ResourceError) before anything is allocated, as is
+/// reading a cache (two copies). A .wav entry that is not a regular file (a FIFO, a link to a device) is an IoError.
 SequenceDataset load_irmas(const std::filesystem::path& folder, const MfccPreset& preset, Index steps = 0,
-                           const std::filesystem::path& cache = {});
+                           const std::filesystem::path& cache = {},
+                           const std::function<void(const std::string&)>& warn = {});
 
 namespace detail {
 /// The feature cache's reader behind load_irmas, on a parsed file (`file.source` names it):

@@ -8,11 +8,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <optional>
 #include <system_error>
 
 #include "bppsa/core/error.hpp"
+#include "bppsa/core/memory.hpp"
 #include "bppsa/io/safetensors.hpp"
+#include "data/file_kind.hpp"
 
 namespace bppsa {
 
@@ -73,7 +76,11 @@ std::vector<Entry> find_wavs(const fs::path& folder) {
     // Archives unpacked on macOS carry "._name.wav" resource forks that are not audio.
     const std::string name = it->path().filename().string();
     if (name.rfind("._", 0) == 0) continue;
-    if (!it->is_regular_file(ec) || lower(it->path().extension().string()) != ".wav") continue;
+    if (lower(it->path().extension().string()) != ".wav" || it->is_directory(ec)) continue;
+    if (!it->is_regular_file(ec))
+      detail::raise<IoError>(k_op, "'" + it->path().string() + "' is " + detail::file_kind(it->path()) +
+                                       ", not a regular file; a WAV must be a regular file (a pipe or a device "
+                                       "cannot be sized before it is read): replace it with one or remove it");
     files.push_back({it->path(), it->path().lexically_relative(folder).generic_string()});
   }
   std::sort(files.begin(), files.end(), [](const Entry& a, const Entry& b) { return a.relative < b.relative; });
@@ -202,6 +209,10 @@ std::optional<SequenceDataset> detail::mfcc_cache_dataset(const TensorFile& file
   if (len.dtype != DType::i64 || len.shape.size() != 1 || len.shape[0] != n)
     bad("lengths is " + len.describe() + ", expected I64 [" + std::to_string(n) + "]");
 
+  check_memory(k_op, "reading the feature cache " + file.source,
+               {{"its features as floats", static_cast<double>(x.bytes.size())},
+                {"the file's tensor, held meanwhile", static_cast<double>(x.bytes.size())}},
+               "delete it, or use a folder with fewer WAV files");
   SequenceDataset data;
   data.steps = x.shape[1];
   data.features = features;
@@ -234,7 +245,7 @@ const std::vector<std::string>& irmas_classes() {
 }
 
 SequenceDataset load_irmas(const std::filesystem::path& folder, const MfccPreset& preset, Index steps,
-                           const std::filesystem::path& cache) {
+                           const std::filesystem::path& cache, const std::function<void(const std::string&)>& warn) {
   detail::check_mfcc_preset(k_op, preset);
   if (steps < 0)
     detail::raise<InvalidArgument>(k_op, "steps must be ≥ 0 (0 = a 3-s clip), got " + std::to_string(steps));
@@ -270,6 +281,16 @@ SequenceDataset load_irmas(const std::filesystem::path& folder, const MfccPreset
     const int rate = read_audio(files.front().path).sample_rate;
     if (steps == 0) steps = 1 + (3 * static_cast<Index>(rate)) / preset.hop;
     const auto n = static_cast<Index>(files.size());
+    const double values = static_cast<double>(n) * static_cast<double>(steps) * static_cast<double>(features);
+    check_memory(k_op,
+                 "the MFCC features of " + std::to_string(n) + " WAV files in " + folder.string() + " (" +
+                     std::to_string(steps) + " steps of " + std::to_string(features) + " features each, " +
+                     files.front().path.string() + " being at " + std::to_string(rate) + " Hz)",
+                 {{"the features", values * sizeof(float)},
+                  {"their copy for the cache", values * sizeof(float)},
+                  {"the cache file's bytes", values * sizeof(float)},
+                  {"labels and lengths", 3.0 * static_cast<double>(n) * sizeof(std::int64_t)}},
+                 "use a folder with fewer WAV files, or a preset with fewer steps (--preset s)");
     data.steps = steps;
     data.features = features;
     data.x.assign(static_cast<std::size_t>(n * steps * features), 0.0f);
@@ -304,8 +325,10 @@ SequenceDataset load_irmas(const std::filesystem::path& folder, const MfccPreset
     try {
       write_safetensors(cache_path, out);
     } catch (const IoError& e) {
-      detail::raise<IoError>(
-          k_op, std::string("cannot write the feature cache: ") + e.what() + "; pass a writable `cache` path");
+      const std::string why = std::string("cannot write the feature cache ") + cache_path.string() + " in " +
+                              cache_path.parent_path().string() + ": " + e.what();
+      if (!warn) detail::raise<IoError>(k_op, why + "; pass a writable `cache` path");
+      warn(why + "; going on without it (the features will be computed again next time)");
     }
   }
 

@@ -97,6 +97,11 @@ Audio decode_audio(std::span<const unsigned char> bytes, const std::string& sour
   if (info.channels <= 0 || info.samplerate <= 0)
     detail::raise<FormatError>(op, source + " declares " + std::to_string(info.channels) + " channels at " +
                                        std::to_string(info.samplerate) + " Hz");
+  if (info.samplerate < kMinSampleRate || info.samplerate > kMaxSampleRate)
+    detail::raise<FormatError>(op, source + " declares a sample rate of " + std::to_string(info.samplerate) +
+                                       " Hz, outside the " + std::to_string(kMinSampleRate) + "–" +
+                                       std::to_string(kMaxSampleRate) +
+                                       " Hz of real recordings (a corrupt header?); resample it or remove it");
   if (info.frames <= 0) detail::raise<FormatError>(op, source + " holds no audio frames (empty or truncated)");
 
   if (const auto [declared, present] = truncated_data_chunk(file.get()); declared > 0)
