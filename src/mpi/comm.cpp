@@ -5,6 +5,7 @@
 #include <sched.h>
 
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 
@@ -58,7 +59,9 @@ void pause_poll(double waited) {
 }
 
 [[noreturn]] void timed_out(const std::string& what, double timeout, int peer) {
-  throw TimeoutError("[mpi] timed out after " + std::to_string(static_cast<int>(timeout)) + " s waiting for " + what +
+  char after[32];  // "0.5 s", not "0 s"
+  std::snprintf(after, sizeof after, "%g s", timeout);
+  throw TimeoutError("[mpi] timed out after " + std::string(after) + " waiting for " + what +
                      (peer >= 0 ? " (peer rank " + std::to_string(peer) + ")" : std::string()) +
                      ": a rank died, hangs, or runs a different configuration; raise --mp-timeout if the "
                      "ranks are merely slow");

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <numeric>
 #include <sstream>
 
@@ -145,10 +146,19 @@ void ModelParallel<T>::init(const std::string& model) {
   std::string ranks;
   for (int r = 0; r < world_size; ++r)
     if (differs[static_cast<std::size_t>(r)]) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-  if (!ranks.empty())
+  if (!ranks.empty()) {
+    // The words (flag=value, stages=K) where this rank and rank 0 differ, first: the lines are long.
+    std::istringstream a(root), b(mine);
+    const std::vector<std::string> theirs{std::istream_iterator<std::string>(a), {}},
+        ours{std::istream_iterator<std::string>(b), {}};
+    std::string differ;
+    for (const std::string& w : ours)
+      if (std::find(theirs.begin(), theirs.end(), w) == theirs.end()) differ += " " + w;
     throw CommError("[model-parallel] the ranks were started with different configurations (rank(s) " + ranks +
-                    " differ from rank 0): every rank must get the same flags and data.\n  rank 0:    " + root +
+                    " differ from rank 0" + (differ.empty() ? std::string() : "; this rank has" + differ) +
+                    "): every rank must get the same flags and data.\n  rank 0:    " + root +
                     "\n  this rank: " + mine);
+  }
 }
 
 template <class T>

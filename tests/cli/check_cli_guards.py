@@ -318,7 +318,12 @@ def check_messages():
     check(read(ck) == before, "the weights are untouched")
     run(["grad", "--model", "gru", "--weights", ck, "--batch", batch, "--out", path("g.safetensors")], 1,
         ["label -1", "mb.safetensors"], "grad with label -1 names the batch file")
-    run(SMALL[:8] + ["16"] + SMALL[9:] + ["--epochs", "2", "--resume", ck], 1, ["bitstream T=15", "--data"],
+    old = path("old.safetensors")  # a checkpoint from before the flags were recorded: the data's name is checked
+    t, meta = st.load(ck)
+    st.save(old, t, {k: v for k, v in meta.items() if not k.startswith("bppsa.flag.")})
+    gen = meta["bppsa.optimizer"]
+    shutil.copy(path(f"m.optim.{gen}.safetensors"), path(f"old.optim.{gen}.safetensors"))
+    run(SMALL[:8] + ["16"] + SMALL[9:] + ["--epochs", "2", "--resume", old], 1, ["bitstream T=15", "--data"],
         "--resume with other data is refused")
     t, meta = st.load(ck)
     bad = path("badstep.safetensors")
@@ -337,9 +342,10 @@ def check_messages():
         ["holds a CNN", "--model cnn"], "grad --model gru on a cnn checkpoint")
     run(["jacobians", "--weights", cnn, "--arch", "vgg11"], 1, ["--arch", "--weights"],
         "jacobians --arch with --weights is refused")
-    # Divergence to finite but absurd losses: stopped, the last good checkpoint kept.
+    # Divergence to finite but absurd losses: stopped, the last good checkpoint kept (a new run
+    # from its weights: a resumed one must keep its --lr).
     before = read(ck)
-    run([a if a != "1e-2" else "1e15" for a in SMALL] + ["--epochs", "3", "--resume", ck, "--save", ck], 1,
+    run([a if a != "1e-2" else "1e15" for a in SMALL] + ["--epochs", "3", "--init", ck, "--save", ck], 1,
         ["lower --lr (now 1e+15)"], "an exploding (finite) loss stops the run")
     check(read(ck) == before, "the exploded epoch was not saved over the checkpoint")
     run(SMALL + ["--epochs", "2", "--weight-decay", "1e38", "--optimizer", "sgd"], 1, ["--weight-decay"],
@@ -450,13 +456,111 @@ def check_full_cache_dir():
         subprocess.run(["umount", mnt])
 
 
+def with_flags(base, *pairs):
+    """`base` with each (flag, value) of `pairs`: replaced where `base` has the flag, else added;
+    a value of None drops the flag."""
+    out = list(base)
+    for flag, value in pairs:
+        if flag in out:
+            i = out.index(flag)
+            del out[i:i + 2]
+        if value is not None:
+            out += [flag, value]
+    return out
+
+
+def check_resume_flags():
+    """Issue 44: a checkpoint records every flag that defines the data and the arithmetic; --resume
+    refuses another value, given or by default, before reading any data, naming the flag, both
+    values and the fix; an omitted --seed takes the recorded one and says so."""
+    ck = path("rf.safetensors")
+    base = SMALL + ["--seed", "7"]
+    run(base + ["--epochs", "1", "--save", ck], label="a checkpoint of a run with --seed 7")
+    meta = st.load(ck)[1]
+    check(meta.get("bppsa.flag.samples") == "120" and meta.get("bppsa.flag.seed") == "7" and
+          meta.get("bppsa.flag.lr") == "0.01" and meta.get("bppsa.flag.test-fraction") == "0.2",
+          "the checkpoint records the run's flags")
+    # --test-fraction and --preset split and shape IRMAS data; the record holds them for every data set.
+    for flag, value, saved in [("--data-seed", "5", "4202"), ("--samples", "130", "120"), ("--steps", "16", "15"),
+                               ("--min-steps", "3", "0"), ("--limit-train", "50", "0"), ("--limit-test", "10", "0"),
+                               ("--test-fraction", "0.5", "0.2"), ("--preset", "m", "s"), ("--batch", "4", "8"),
+                               ("--lr", "0.02", "0.01"), ("--lr-schedule", "cosine", "constant"),
+                               ("--optimizer", "sgd", "adam"), ("--weight-decay", "0.1", "0"),
+                               ("--clip-grad-norm", "1", "0"), ("--seed", "8", "7")]:
+        r = run(with_flags(base, (flag, value)) + ["--epochs", "2", "--resume", ck], 1,
+                [f"{flag} {value} but", f"trained with {flag} {saved}", f"resume with {flag} {saved}", "--init"],
+                f"--resume with {flag} {value} is refused")
+        check("data:" not in r.err, f"  ... before the data is loaded ({flag})")
+    run(with_flags(base, ("--samples", None)) + ["--epochs", "2", "--resume", ck], 1,
+        ["--samples is 50000 (its default", "--samples 120"], "--resume without the run's --samples is refused")
+    # The same value spelled otherwise is the same; an omitted --seed continues the recorded one.
+    run(with_flags(base, ("--lr", "0.010")) + ["--epochs", "1", "--resume", ck], label="--lr 0.010 is the run's 0.01")
+    straight = path("rf-straight.safetensors")
+    run(base + ["--epochs", "2", "--save", straight], label="the same run straight to epoch 2")
+    r = run(with_flags(base, ("--seed", None)) + ["--epochs", "2", "--resume", ck, "--save", ck],
+            0, ["--seed 7"], "--resume without --seed takes the recorded one and says so")
+    a, b = st.load(ck)[0], st.load(straight)[0]
+    check(sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a),
+          "  ... and ends with the straight run's weights")
+
+
+def check_divergence():
+    """Issue 44: a training loss that rises to several times the first epoch's ends the run before
+    the epoch is saved, also after a resume (the reference travels in the checkpoint)."""
+    sgd = with_flags(SMALL, ("--optimizer", "sgd"), ("--momentum", "0.99"), ("--lr", "3"))  # 4.75, 14.5, 26.6, …
+    ck = path("div.safetensors")
+    run(sgd + ["--epochs", "4", "--save", ck], 1,
+        ["epoch 3", "more than 5× the first epoch's", "keeps the last good epoch", "lower --lr (now 3)"],
+        "a training loss rising from 4.75 to 26.6 stops the run")
+    check(st.load(ck)[1].get("bppsa.epoch") == "2", "  ... and the checkpoint keeps epoch 2, the last good one")
+    ck2 = path("div2.safetensors")
+    run(sgd + ["--epochs", "2", "--save", ck2], label="the same run to epoch 2")
+    run(sgd + ["--epochs", "4", "--resume", ck2, "--save", ck2], 1, ["epoch 3", "first epoch's (4.75)"],
+        "resumed from epoch 2, it stops at epoch 3 too")
+    check(st.load(ck2)[1].get("bppsa.epoch") == "2", "  ... and keeps epoch 2")
+
+
+def check_usage_errors():
+    """Issue 44: a flag the run would ignore is a usage error (exit 2) naming it; --proj is checked
+    before the data is loaded, naming --proj; --mp-timeout has a floor; `grad` names its --batch
+    file in every error the batch causes."""
+    run(with_flags(SMALL, ("--momentum", "0.9")), 2, ["--momentum", "--optimizer sgd"],
+        "--momentum with Adam is a usage error")
+    run(SMALL + ["--replicas", "2"], 2, ["--replicas", "--model-parallel"],
+        "--replicas without --model-parallel is a usage error")
+    run(SMALL + ["--model-parallel", "--mp-timeout", "1e-9"], 2, ["--mp-timeout", "≥ 0.1", "1e-9"],
+        "--mp-timeout 1e-9 is refused")
+    for args, expect in [(SMALL + ["--proj", "3"], ["--proj 3", "--model lstm"]),
+                         (with_flags(SMALL, ("--model", "lstm")) + ["--proj", "5"], ["--proj 5", "--hidden (5)"])]:
+        r = run(args, 1, expect, f"{' '.join(args[1:3])} --proj {args[-1]} is refused naming --proj")
+        check("data:" not in r.err, "  ... before the data is loaded")
+    w = path("gw.safetensors")
+    run(SMALL + ["--epochs", "1", "--save", w], label="weights for grad")
+    idx = fake_mnist(path("gidx"))
+    cnn = path("gcnn.safetensors")
+    run(["train", "--model", "cnn", "--arch", "conv:2:3:1:1,relu,flatten,linear:10", "--data", "mnist", "--data-dir",
+         idx, "--epochs", "1", "--no-progress", "--save", cnn], label="cnn weights for grad")
+    for name, model, weights, tensors, expect in [
+            ("yf32", "gru", w, {"x": np.zeros((2, 15, 1), np.float32), "y": np.zeros(2, np.float32)}, "y is F32"),
+            ("nosample", "gru", w, {"x": np.zeros((0, 15, 1), np.float32), "y": np.zeros(0, np.int64)},
+             "need at least one sample"),
+            ("nostep", "gru", w, {"x": np.zeros((2, 0, 1), np.float32), "y": np.zeros(2, np.int64)},
+             "need at least one sample and one step"),
+            ("emptyconv", "cnn", cnn, {"x": np.zeros((1, 1, 0, 0), np.float32), "y": np.zeros(1, np.int64)},
+             "is empty")]:
+        batch = path(name + ".safetensors")
+        st.save(batch, tensors)
+        run(["grad", "--model", model, "--weights", weights, "--batch", batch, "--out", path("gout.safetensors")], 1,
+            [expect, "--batch " + batch], f"grad: '{expect}' names the --batch file")
+
+
 def main():
     shutil.rmtree(WORK, ignore_errors=True)
     os.makedirs(WORK)
     only = set(sys.argv[3:])
     for f in (check_lock, check_stale_temporaries, check_log, check_full_disk, check_inputs, check_non_utf8, check_irmas_cache,
               check_jacobians, check_messages, check_file_sizes_under_guard, check_not_regular_inputs,
-              check_full_cache_dir):
+              check_full_cache_dir, check_resume_flags, check_divergence, check_usage_errors):
         if not only or f.__name__ in only:
             f()
     print("ALL OK" if not FAILURES else f"{len(FAILURES)} FAILED: {FAILURES}")

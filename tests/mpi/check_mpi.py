@@ -312,6 +312,18 @@ if not ok:
     print(r.stderr[-2000:])
     failures.append("mismatch")
 
+# A flag that no pipeline option names but that changes the arithmetic (issue 44: ranks on cosine
+# and constant schedules trained together): the handshake compares every flag of the command.
+common = ["train", "--model", "gru", "--hidden", "4", "--data", "bitstream", "--steps", "8", "--samples", "40",
+          "--batch", "8", "--no-progress", "--model-parallel", "--mp-timeout", "30"]
+r = run(MPIRUN + ["-np", "1", BIN] + common + ["--lr-schedule", "constant", ":", "-np", "1", BIN] + common +
+        ["--lr-schedule", "cosine"], expect=1)
+ok = "different configurations" in r.stderr and "--lr-schedule=cosine" in r.stderr
+print("%-62s %s" % ("ranks started with different --lr-schedule", "ok" if ok else "FAIL"))
+if not ok:
+    print(r.stderr[-2000:])
+    failures.append("lr-schedule mismatch")
+
 if failures:
     print("FAILED:", ", ".join(failures))
     sys.exit(1)

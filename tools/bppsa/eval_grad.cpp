@@ -103,15 +103,7 @@ void require_labels(const std::vector<std::int64_t>& y, Index classes, const Gra
 int run_grad_cnn(const GradArgs& a) {
   const char* op = "grad";
   const TensorFile w = read_safetensors(a.weights);
-  const TensorFile xb = read_safetensors(a.batch);
-  const Tensor& xt = xb.at("x", op);
-  if (xt.shape.size() != 4)
-    detail::raise<ShapeError>(op, "tensor 'x' in " + a.batch + " has shape " + shape_list(xt.shape) +
-                                      ", expected [batch, channels, height, width]");
-  const Index B = xt.shape[0];
-  xb.require("y", {B}, op);
   ConvNetConfig config;
-  config.input = {xt.shape[1], xt.shape[2], xt.shape[3]};
   if (!a.arch.empty()) {
     config.layers = parse_arch(a.arch);
   } else {
@@ -121,14 +113,24 @@ int run_grad_cnn(const GradArgs& a) {
           op, "--model cnn needs --arch SPEC (" + a.weights + " does not record its architecture)");
     config.layers = parse_arch(arch);
   }
-  ConvNet<float> model(config);
-  model.load_state_dict(w);
-  const std::vector<float> x = xt.to_f32("x");
-  require_finite(x, a);
-  const std::vector<std::int64_t> y = xb.at("y", op).to_i64("y");
-  require_labels(y, model.classes(), a);
-  const float loss = model.loss_and_grad(x, B, y, to_options(a.backward));
-  write_grads(a, model, loss, describe(config));
+  naming_batch(a.batch, [&] {
+    const TensorFile xb = read_safetensors(a.batch);
+    const Tensor& xt = xb.at("x", op);
+    if (xt.shape.size() != 4)
+      detail::raise<ShapeError>(op, "tensor 'x' in " + a.batch + " has shape " + shape_list(xt.shape) +
+                                        ", expected [batch, channels, height, width]");
+    const Index B = xt.shape[0];
+    xb.require("y", {B}, op);
+    config.input = {xt.shape[1], xt.shape[2], xt.shape[3]};
+    ConvNet<float> model(config);
+    model.load_state_dict(w);
+    const std::vector<float> x = xt.to_f32("x");
+    require_finite(x, a);
+    const std::vector<std::int64_t> y = xb.at("y", op).to_i64("y");
+    require_labels(y, model.classes(), a);
+    const float loss = model.loss_and_grad(x, B, y, to_options(a.backward));
+    write_grads(a, model, loss, describe(config));
+  });
   return 0;
 }
 
@@ -165,25 +167,45 @@ int run_grad(const GradArgs& a) {
   config.rnn.device = device;
   SequenceClassifier<float> model(config);
   model.load_state_dict(w);
-  const TensorFile xb = read_safetensors(a.batch);
-  const Tensor& xt = xb.at("x", op);
-  if (xt.shape.size() != 3)
-    detail::raise<ShapeError>(op, "tensor 'x' in " + a.batch + " has shape " + shape_list(xt.shape) +
-                                      ", expected [batch, steps, " + std::to_string(config.rnn.input) + "]");
-  xb.require("x", {-1, -1, config.rnn.input}, op);
-  const Index B = xt.shape[0], T = xt.shape[1];
-  xb.require("y", {B}, op);
-  const std::vector<float> x = xt.to_f32("x");
-  const std::vector<std::int64_t> y = xb.at("y", op).to_i64("y");
-  require_finite(x, a);
-  require_labels(y, config.classes, a);
-  const std::vector<Index> lengths = batch_lengths(xb, B, T, a.batch);  // optional (the rest is padding)
-  const float loss = model.loss_and_grad(x, B, T, y, to_options(a.backward), nullptr, nullptr, lengths);
-  write_grads(a, model, loss, describe(config));
+  naming_batch(a.batch, [&] {
+    const TensorFile xb = read_safetensors(a.batch);
+    const Tensor& xt = xb.at("x", op);
+    if (xt.shape.size() != 3)
+      detail::raise<ShapeError>(op, "tensor 'x' in " + a.batch + " has shape " + shape_list(xt.shape) +
+                                        ", expected [batch, steps, " + std::to_string(config.rnn.input) + "]");
+    xb.require("x", {-1, -1, config.rnn.input}, op);
+    const Index B = xt.shape[0], T = xt.shape[1];
+    xb.require("y", {B}, op);
+    const std::vector<float> x = xt.to_f32("x");
+    const std::vector<std::int64_t> y = xb.at("y", op).to_i64("y");
+    require_finite(x, a);
+    require_labels(y, config.classes, a);
+    const std::vector<Index> lengths = batch_lengths(xb, B, T, a.batch);  // optional (the rest is padding)
+    const float loss = model.loss_and_grad(x, B, T, y, to_options(a.backward), nullptr, nullptr, lengths);
+    write_grads(a, model, loss, describe(config));
+  });
   return 0;
 }
 
+/// Throws `e`'s type (the first of Es it is) with message `what`.
+template <class... Es>
+[[noreturn]] void rethrow_as(const Error& e, const std::string& what) {
+  ((dynamic_cast<const Es*>(&e) ? throw Es(what) : void()), ...);
+  throw Error(what);
+}
+
 }  // namespace
+
+void naming_batch(const std::string& batch, const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    if (what.find("--batch " + batch) != std::string::npos) throw;
+    rethrow_as<ShapeError, InvalidArgument, NonFiniteError, IoError, FormatError, ResourceError, DeviceError,
+               UnsupportedError>(e, "[grad] --batch " + batch + ": " + what);
+  }
+}
 
 std::vector<Index> batch_lengths(const TensorFile& batch, Index B, Index T, const std::string& file) {
   const char* op = "grad";
@@ -219,7 +241,7 @@ Command add_eval(CLI::App& app) {
 
 Command add_grad(CLI::App& app) {
   auto a = std::make_shared<GradArgs>();
-  CLI::App* sub =
+  CLI::App* sub = a->app =
       app.add_subcommand("grad",
                          "loss and gradients of one batch for the PyTorch module rnn = nn.RNN|GRU|LSTM(I, H, layers, "
                          "batch_first=True), head = nn.Linear(H, C), output head(out[:, -1]), or (--model cnn) "

@@ -11,7 +11,6 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
-#include <sstream>
 #include <type_traits>
 #include <variant>
 #include <vector>
@@ -23,6 +22,7 @@
 #include "bppsa/train/trainer.hpp"
 #include "checkpoint.hpp"
 #include "progress.hpp"
+#include "run_flags.hpp"
 
 namespace bppsa::cli {
 namespace {
@@ -56,17 +56,6 @@ int as_rank(double timeout, F&& body) {
     if (world.size() > 1) mpi::Environment::abort(1);
     return 1;
   }
-}
-
-/// The job description every rank must share, beyond the model: what each rank reads and
-/// how it steps (compared in the handshake).
-std::string job_string(const TrainArgs& a) {
-  std::ostringstream s;
-  s << "data=" << a.data.data << ":" << a.data.dir << ":" << a.data.steps << ":" << a.data.min_steps << ":"
-    << a.data.samples << ":" << a.data.limit_train << ":" << a.data.limit_test << ":" << a.data.data_seed
-    << " epochs=" << a.epochs << " batch=" << a.batch << " lr=" << a.lr << " optimizer=" << a.optimizer
-    << " momentum=" << a.momentum << " wd=" << a.weight_decay << " seed=" << a.seed << " init=" << a.init;
-  return s.str();
 }
 
 /// The lengths of samples idx of a recurrent data set that has them (else empty: every
@@ -103,7 +92,9 @@ int train_rank(const TrainArgs& a, Comm& world) {
                                    "--compare-bp is not supported with --model-parallel (compare "
                                    "--mp-backward bp and bppsa runs instead)");
   const bool cnn = a.model.model == "cnn";
-  const PipelineOptions po = pipeline_options(a.mp, a.backward.threads, job_string(a));
+  // Every flag but the local ones (run_flags.hpp): the ranks must share them, or they compute
+  // different things together.
+  const PipelineOptions po = pipeline_options(a.mp, a.backward.threads, handshake_flags(*a.app));
   TensorFile init;
   if (!a.init.empty()) init = read_safetensors(a.init);
 
@@ -174,6 +165,7 @@ int train_rank(const TrainArgs& a, Comm& world) {
 
   std::vector<float> x;
   std::vector<std::int64_t> y;
+  DivergenceGuard guard;  // rank 0's: its error ends the job before the epoch is saved
   for (Index epoch = 1; epoch <= a.epochs; ++epoch) {
     const Index n = std::visit([](const auto& d) { return d.size(); }, job.train);
     const std::vector<Index> order = permutation(n, a.seed + static_cast<std::uint64_t>(epoch));
@@ -217,6 +209,7 @@ int train_rank(const TrainArgs& a, Comm& world) {
       correct += c;
     }
     if (root) {
+      guard.check(a, epoch, loss_sum / static_cast<double>(n), test_loss / static_cast<double>(nt));
       std::printf(
           "epoch %lld/%lld  train loss %.4f  test loss %.4f acc %5.2f%%  %.1f s (rank 0: forward %.1f, "
           "backward %.1f, gradient all-reduce %.2f)\n",
@@ -246,6 +239,8 @@ int train_rank(const TrainArgs& a, Comm& world) {
         ck.metadata["bppsa.backward"] = "model-parallel " + a.mp.backward;
         ck.metadata["bppsa.stages"] = std::to_string(mp.stages());
         if (!a.init.empty()) ck.metadata["bppsa.init"] = utf8_text(a.init);
+        for (const auto& [k, v] : run_record(*a.app)) ck.metadata[k] = v;
+        guard.record(ck.metadata);
         remove_stale_temporaries(a.save);
         write_safetensors(a.save, ck);
         std::cerr << "saved " << a.save << " (epoch " << epoch << ", assembled from " << mp.stages() << " stages)\n";
@@ -313,15 +308,22 @@ int grad_rank(const GradArgs& a, Comm& world) {
   const char* op = "grad";
   const bool cnn = a.model == "cnn";
   const TensorFile w = read_safetensors(a.weights);
-  const TensorFile xb = read_safetensors(a.batch);
+  TensorFile xb;
+  Index B = 0;
+  std::vector<float> x;
+  std::vector<std::int64_t> y;
+  naming_batch(a.batch, [&] {
+    xb = read_safetensors(a.batch);
+    const Tensor& xt = xb.at("x", op);
+    B = xt.shape.empty() ? 0 : xt.shape[0];
+    xb.require("y", {B}, op);
+    x = xt.to_f32("x");
+    for (float v : x)
+      if (!std::isfinite(v)) detail::raise<NonFiniteError>(op, "tensor 'x' in " + a.batch + " holds NaN/Inf");
+    y = xb.at("y", op).to_i64("y");
+  });
   const Tensor& xt = xb.at("x", op);
-  const Index B = xt.shape.empty() ? 0 : xt.shape[0];
-  xb.require("y", {B}, op);
-  const std::vector<float> x = xt.to_f32("x");
-  for (float v : x)
-    if (!std::isfinite(v)) detail::raise<NonFiniteError>(op, "tensor 'x' in " + a.batch + " holds NaN/Inf");
-  const std::vector<std::int64_t> y = xb.at("y", op).to_i64("y");
-  const PipelineOptions po = pipeline_options(a.mp, a.backward.threads, "weights=" + a.weights + " batch=" + a.batch);
+  const PipelineOptions po = pipeline_options(a.mp, a.backward.threads, handshake_flags(*a.app));
   std::unique_ptr<ModelParallel<float>> mp;
   std::string description;
   std::vector<Index> lengths;  // recurrent: optional, each sample's length (the rest is padding)
@@ -348,7 +350,8 @@ int grad_rank(const GradArgs& a, Comm& world) {
   }
   mp->load_state_dict(w);
   mpi::PipelineStats st;
-  const float loss = mp->loss_and_grad(x, B, y, &st, lengths);
+  float loss = 0;
+  naming_batch(a.batch, [&] { loss = mp->loss_and_grad(x, B, y, &st, lengths); });
   TensorFile g = mp->gradients();
   if (world.rank() == 0) {
     g.tensors["loss"] = Tensor::from_f32(std::vector<float>{loss}, {});

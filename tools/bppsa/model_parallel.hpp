@@ -5,6 +5,8 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -63,6 +65,7 @@ struct GradArgs {
   BackwardArgs backward;
   std::string device = "cpu";
   MpArgs mp;
+  CLI::App* app = nullptr;
 };
 
 /// Shared by single-process and model-parallel training (train.cpp):
@@ -74,6 +77,24 @@ ModelConfig recurrent_train_config(const TrainArgs& a, const SequenceDataset& tr
 /// the images' shape; --loss; checked against both data sets.
 ConvNetConfig cnn_train_config(const TrainArgs& a, const ImageDataset& train, const ImageDataset& test,
                                const TensorFile* checkpoint);
+/// Stops a run whose loss diverged before the epoch is saved over the last good checkpoint. An
+/// epoch diverged when a loss is not finite or above 1e6, or when its training loss is more
+/// than 5× the run's first epoch's and above the epoch before's. The first and the last
+/// training losses travel in the checkpoint's metadata, so a resumed run keeps its reference.
+class DivergenceGuard {
+ public:
+  /// A new run, or (`checkpoint`) one resumed from the losses it records.
+  explicit DivergenceGuard(const TensorFile* checkpoint = nullptr);
+  /// Epoch `epoch`'s losses: NonFiniteError (the flags to change, --save's file kept) when the run
+  /// diverged, else they become the reference.
+  void check(const TrainArgs& a, Index epoch, double train_loss, double test_loss);
+  /// The reference, for a checkpoint's metadata.
+  void record(std::map<std::string, std::string>& metadata) const;
+
+ private:
+  double first_, last_;  ///< training losses of the run's first epoch and of the last one; NaN: none yet
+};
+
 /// --check's measure: the largest over tensors of max|a − b| / max|b| (b the reference), and
 /// which tensor (names[i]). The denominator is floored at 1e-7 × the largest |b| of any
 /// tensor: a tensor whose gradient has vanished below float resolution of the whole gradient
@@ -85,6 +106,11 @@ double max_relative_error(const std::vector<std::vector<float>>& a, const std::v
 /// I64 [B], each in 1..T (the steps of 'x'); empty when the file has none. ShapeError or
 /// FormatError naming the file otherwise. Shared by single-process and model-parallel grad.
 std::vector<Index> batch_lengths(const TensorFile& batch, Index B, Index T, const std::string& file);
+
+/// Runs `body`, which reads and uses `bppsa grad`'s --batch file `batch`: an error whose message
+/// does not name the flag and the file is thrown again, as the same type, with "--batch FILE: "
+/// in front, so that every failure the batch causes says where it came from.
+void naming_batch(const std::string& batch, const std::function<void()>& body);
 
 /// `bppsa train --model-parallel`: one rank of the job.
 int run_train_model_parallel(const TrainArgs& a);

@@ -52,21 +52,30 @@ CLI::Validator number(const std::string& type) {
 }  // namespace
 
 namespace {
-CLI::Validator sign_check(bool zero_ok) {
+/// Accepts a number v > bound (≥ when `inclusive`); otherwise "must be > 0, got S" with `why`.
+CLI::Validator bound_check(double bound, bool inclusive, const std::string& why, const std::string& name) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", bound);
+  const std::string shown = (inclusive ? "≥ " : "> ") + std::string(b);
   return CLI::Validator(
-      [zero_ok](std::string& s) -> std::string {
+      [=](std::string& s) -> std::string {
         char* end = nullptr;
         const double v = std::strtod(s.c_str(), &end);
         if (s.empty() || end != s.c_str() + s.size()) return {};  // not a number: number() says so
-        if (zero_ok ? v >= 0 : v > 0) return {};
-        return std::string("must be ") + (zero_ok ? "≥ 0" : "> 0") + ", got " + s;
+        if (inclusive ? v >= bound : v > bound) return {};
+        return "must be " + shown + why + ", got " + s;
       },
-      zero_ok ? "NONNEGATIVE" : "POSITIVE");
+      name);
 }
 }  // namespace
 
-CLI::Validator positive() { return sign_check(false); }
-CLI::Validator non_negative() { return sign_check(true); }
+CLI::Validator positive() { return bound_check(0, false, "", "POSITIVE"); }
+CLI::Validator non_negative() { return bound_check(0, true, "", "NONNEGATIVE"); }
+CLI::Validator at_least(double min, const std::string& why) {
+  char b[32];
+  std::snprintf(b, sizeof b, "≥ %g", min);
+  return bound_check(min, true, " (" + why + ")", b);
+}
 
 void require_numbers(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))

@@ -23,6 +23,8 @@ void require_numbers(CLI::App& app);
 /// theirs prints the range's end, DBL_MAX, in 309 digits.
 CLI::Validator positive();
 CLI::Validator non_negative();
+/// A number ≥ `min`, else "must be ≥ MIN (why), got V".
+CLI::Validator at_least(double min, const std::string& why);
 
 struct ModelArgs {
   std::string model = "rnn";

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -21,6 +22,7 @@
 #include "model_parallel.hpp"
 #include "options.hpp"
 #include "progress.hpp"
+#include "run_flags.hpp"
 
 namespace bppsa::cli {
 
@@ -70,24 +72,6 @@ std::string number(double v) {
 
 /// Weight decay above this is named in divergence messages.
 constexpr double kLargeWeightDecay = 1.0;
-
-/// A finite loss this large means the run diverged: stop before the epoch is saved over the
-/// last good checkpoint.
-void check_not_exploded(const Args& a, Index epoch, double train_loss, double test_loss) {
-  constexpr double kExploded = 1e6;
-  if (train_loss <= kExploded && test_loss <= kExploded) return;
-  char what[160];
-  std::snprintf(what, sizeof what, "epoch %lld: the training loss %.3g / test loss %.3g exceeds %.0e",
-                static_cast<long long>(epoch), train_loss, test_loss, kExploded);
-  detail::raise<NonFiniteError>(
-      "train", std::string(what) + ": training diverged, so this epoch is not saved" +
-                   (a.save.empty() ? std::string() : " (" + a.save + " keeps the last good epoch)") +
-                   "; lower --lr (now " + number(a.lr) + ")" +
-                   (a.weight_decay > kLargeWeightDecay
-                        ? " or --weight-decay (now " + number(a.weight_decay) + ", usually 1e-5 to 1e-2)"
-                        : std::string()) +
-                   (a.clip > 0 ? std::string() : " or add --clip-grad-norm 1"));
-}
 
 /// Empty training or test data, with the flags that made it so.
 void check_split(const DataArgs& d, Index train, Index test) {
@@ -194,6 +178,8 @@ int train_loop(const Args& a, Model& model, const std::string& description, cons
                {{"weights and gradients", 2 * values * sizeof(float)},
                 {a.optimizer + " state", (oc.type == OptimizerType::adam ? 2 : 1) * values * sizeof(float)}},
                "use a smaller model (--hidden, --layers, --arch)");
+  DivergenceGuard guard(a.resume.empty() ? nullptr : &resumed);
+  const std::map<std::string, std::string> record = run_record(*a.app);  // the flags that define the run
   if (!a.resume.empty()) {
     const std::string saved_data = resumed.metadata_or("bppsa.data");
     if (!saved_data.empty() && saved_data != utf8_text(train.name))
@@ -255,7 +241,7 @@ int train_loop(const Args& a, Model& model, const std::string& description, cons
     bar.finish();
     last = r;
     const EvalReport e = evaluate(model, test, 256);
-    check_not_exploded(a, epoch, r.train_loss, e.loss);
+    guard.check(a, epoch, r.train_loss, e.loss);
     std::printf(
         "epoch %lld/%lld  train loss %.4f acc %5.2f%%  test loss %.4f acc %5.2f%%  %.1f s (forward %.1f, backward %.1f "
         "of which Jacobians %.1f, optimizer %.2f; eval %.1f s)\n",
@@ -284,6 +270,8 @@ int train_loop(const Args& a, Model& model, const std::string& description, cons
       ck.metadata["bppsa.data"] = utf8_text(train.name);
       ck.metadata["bppsa.backward"] = a.backward.backward;
       for (const auto& [k, v] : metadata) ck.metadata[k] = v;
+      for (const auto& [k, v] : record) ck.metadata[k] = v;
+      guard.record(ck.metadata);
       save_checkpoint(a.save, std::move(ck), optimizer.state(params));
       std::cerr << "saved " << a.save << " (epoch " << epoch << ")\n";
     }
@@ -349,15 +337,10 @@ int train_loop(const Args& a, Model& model, const std::string& description, cons
   return 0;
 }
 
-int run_recurrent(const Args& a) {
-  if (a.app->count("--arch") || a.app->count("--prune"))
-    detail::raise<InvalidArgument>("train", "--arch and --prune are for --model cnn");
-  if (!a.resume.empty() && !a.init.empty())
-    detail::raise<InvalidArgument>("train", "--resume continues a run as it was saved; --init starts a new one");
+/// `resumed`: the --resume or --init file, read (and checked against the flags) by run().
+int run_recurrent(const Args& a, const TensorFile& resumed) {
   const auto [train, test] = load_data(a.data, false);
   const bool from_checkpoint = !a.resume.empty() || !a.init.empty();
-  TensorFile resumed;
-  if (from_checkpoint) resumed = read_safetensors(a.resume.empty() ? a.init : a.resume);
   ModelConfig config = recurrent_train_config(a, train, test, from_checkpoint ? &resumed : nullptr);
   config.rnn.device = parse_device(a.device);
   SequenceClassifier<float> model(config);
@@ -370,15 +353,10 @@ int run_recurrent(const Args& a) {
   return train_loop(a, model, describe(config), train, test, a.resume.empty() ? TensorFile{} : resumed, meta);
 }
 
-int run_cnn(const Args& a) {
-  if (!a.resume.empty() && (!a.init.empty() || a.prune >= 0))
-    detail::raise<InvalidArgument>("train",
-                                   "--resume continues a run as it was saved (its masks included); "
-                                   "--init and --prune start a new one");
+/// `file`: the --resume or --init file, read (and checked against the flags) by run().
+int run_cnn(const Args& a, const TensorFile& file) {
   const auto [train, test] = load_images(a.data, false);
   const std::string source = !a.resume.empty() ? a.resume : a.init;
-  TensorFile file;
-  if (!source.empty()) file = read_safetensors(source);
   const ConvNetConfig config = cnn_train_config(a, train, test, source.empty() ? nullptr : &file);
   ConvNet<float> model(config);
   std::map<std::string, std::string> meta;
@@ -402,7 +380,32 @@ int run_cnn(const Args& a) {
   return train_loop(a, model, describe(config), train, test, a.resume.empty() ? TensorFile{} : file, meta);
 }
 
+/// Flags that cannot work together, refused before any file or data is read.
+void check_flags(const Args& a) {
+  const bool cnn = a.model.model == "cnn";
+  if (!cnn && (a.app->count("--arch") || a.app->count("--prune")))
+    detail::raise<InvalidArgument>("train", "--arch and --prune are for --model cnn");
+  if (!a.resume.empty() && (!a.init.empty() || a.prune >= 0))
+    detail::raise<InvalidArgument>("train", std::string("--resume continues a run as it was saved") +
+                                                (cnn ? " (its masks included)" : "") + "; --init" +
+                                                (cnn ? " and --prune start" : " starts") + " a new one");
+  // --proj of a new run (a checkpoint's own projection is checked against it later).
+  if (a.model.proj != 0 && a.resume.empty() && a.init.empty()) {
+    const std::string proj = "--proj " + std::to_string(a.model.proj);
+    if (a.model.model != "lstm")
+      detail::raise<InvalidArgument>("train", proj + " is an LSTM's projection; --model " + a.model.model +
+                                                  " has none: drop --proj or use --model lstm");
+    if (a.model.proj >= a.model.hidden)
+      detail::raise<InvalidArgument>("train", proj + " must be smaller than --hidden (" +
+                                                  std::to_string(a.model.hidden) +
+                                                  "): the projection maps the hidden state to fewer features");
+    if (a.device != "cpu")
+      detail::raise<UnsupportedError>("train", proj + " runs on the CPU only: drop --device " + a.device);
+  }
+}
+
 int run(const Args& a) {
+  check_flags(a);
   check_save_folder(a);
   check_log_path(a.log, a.save, {a.init, a.resume});
   if (require_device(a.device) == Device::cuda) {  // fails fast: before any data is loaded
@@ -418,7 +421,16 @@ int run(const Args& a) {
   if (a.mp.enabled) return run_train_model_parallel(a);  // takes the lock on rank 0
   std::optional<CheckpointLock> lock;
   if (!a.save.empty()) lock.emplace(a.save);
-  return a.model.model == "cnn" ? run_cnn(a) : run_recurrent(a);
+  TensorFile from;  // --resume or --init
+  if (!a.resume.empty() || !a.init.empty())
+    from = read_safetensors(a.resume.empty() ? a.init : a.resume);
+  // Before the data is loaded: the same data and arithmetic as the run resumed (an omitted
+  // --seed takes its value: the CLI binding sets a.seed).
+  if (!a.resume.empty()) {
+    if (a.model.model != "cnn") checkpoint_config(from, a.model.model);  // a CNN's checkpoint: say that first
+    check_resume_flags(*a.app, from, a.resume);
+  }
+  return a.model.model == "cnn" ? run_cnn(a, from) : run_recurrent(a, from);
 }
 
 }  // namespace
@@ -432,6 +444,10 @@ ModelConfig recurrent_train_config(const TrainArgs& a, const SequenceDataset& tr
     require_same(a, "--hidden", std::to_string(a.model.hidden), std::to_string(config.rnn.hidden));
     require_same(a, "--proj", std::to_string(a.model.proj), std::to_string(config.rnn.proj));
     require_same(a, "--layers", std::to_string(a.model.layers), std::to_string(config.rnn.layers));
+    if (!a.resume.empty()) {  // the head and the loss a resumed run trains with are the checkpoint's
+      require_same(a, "--head", a.model.head, to_string(config.head));
+      require_same(a, "--loss", a.model.loss, to_string(config.loss));
+    }
   } else {
     config = model_config(a.model, train.features, train.classes);
   }
@@ -459,12 +475,62 @@ ConvNetConfig cnn_train_config(const TrainArgs& a, const ImageDataset& train, co
     config.input = {train.channels, train.height, train.width};
     config.layers = parse_arch(a.model.arch);
   }
-  config.loss = parse_loss(a.model.loss);
+  if (a.resume.empty())
+    config.loss = parse_loss(a.model.loss);
+  else  // the checkpoint's loss (convnet_config_from_state_dict)
+    require_same(a, "--loss", a.model.loss, to_string(config.loss));
   const Index classes = ConvNet<float>(config).classes();
   check_split(a.data, train.size(), test.size());
   check_data_fits(config, classes, train, "the training data");
   check_data_fits(config, classes, test, "the test data");
   return config;
+}
+
+DivergenceGuard::DivergenceGuard(const TensorFile* checkpoint)
+    : first_(std::numeric_limits<double>::quiet_NaN()), last_(first_) {
+  if (!checkpoint) return;
+  for (auto [key, loss] : {std::pair<const char*, double*>{"bppsa.first_train_loss", &first_},
+                           {"bppsa.train_loss", &last_}}) {
+    const std::string v = checkpoint->metadata_or(key);
+    if (v.empty()) continue;  // a checkpoint from before the relative check: the first epoch here is the reference
+    char* end = nullptr;
+    *loss = std::strtod(v.c_str(), &end);
+    if (end != v.c_str() + v.size() || !(*loss >= 0) || !std::isfinite(*loss))
+      detail::raise<FormatError>("resume", checkpoint->source + ": metadata '" + key + "' = '" + v +
+                                               "' is not a finite loss ≥ 0");
+  }
+}
+
+void DivergenceGuard::check(const TrainArgs& a, Index epoch, double train_loss, double test_loss) {
+  constexpr double kExploded = 1e6, kRise = 5;
+  char what[240] = "";
+  if (!(train_loss <= kExploded && test_loss <= kExploded))
+    std::snprintf(what, sizeof what, "epoch %lld: the training loss %.3g / test loss %.3g exceeds %.0e",
+                  static_cast<long long>(epoch), train_loss, test_loss, kExploded);
+  else if (train_loss > kRise * first_ && train_loss > last_)
+    std::snprintf(what, sizeof what,
+                  "epoch %lld: the training loss %.3g is more than %.0f× the first epoch's (%.3g) and above the "
+                  "last epoch's (%.3g)",
+                  static_cast<long long>(epoch), train_loss, kRise, first_, last_);
+  if (!*what) {
+    if (std::isnan(first_)) first_ = train_loss;
+    last_ = train_loss;
+    return;
+  }
+  detail::raise<NonFiniteError>(
+      "train", std::string(what) + ": training diverged, so this epoch is not saved" +
+                   (a.save.empty() ? std::string() : " (" + a.save + " keeps the last good epoch)") +
+                   "; lower --lr (now " + number(a.lr) + ")" +
+                   (a.weight_decay > kLargeWeightDecay
+                        ? " or --weight-decay (now " + number(a.weight_decay) + ", usually 1e-5 to 1e-2)"
+                        : std::string()) +
+                   (a.clip > 0 ? std::string() : " or add --clip-grad-norm 1"));
+}
+
+void DivergenceGuard::record(std::map<std::string, std::string>& metadata) const {
+  if (std::isnan(first_)) return;
+  metadata["bppsa.first_train_loss"] = shortest(first_);
+  metadata["bppsa.train_loss"] = shortest(last_);
 }
 
 double max_relative_error(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b,
@@ -537,6 +603,11 @@ Command add_train(CLI::App& app) {
                 "after training, time one epoch of sequential BP on a copy of the trained model (the same batches as "
                 "the last epoch) and print its epoch time beside the scan's");
   add_model_parallel_options(*sub, a->mp);
+  sub->parse_complete_callback([a] {  // a usage error (exit 2), not a flag ignored without a word
+    if (a->app->count("--momentum") && a->optimizer != "sgd")
+      throw CLI::ValidationError("--momentum", "is SGD's momentum; --optimizer " + a->optimizer +
+                                                   " has none: drop --momentum or add --optimizer sgd");
+  });
   return [a] {
     resolve_backward_flag(a->backward, a->device);
     return run(*a);
