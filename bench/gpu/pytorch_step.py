@@ -67,7 +67,7 @@ def configs(quick):
 
 def data(c, device, seed=0):
     g = torch.Generator().manual_seed(seed)
-    if c["cell"] == "rnn":  # the paper's bitstream: label p, bits ~ Bernoulli(0.05 + 0.1 p)
+    if c["features"] == 1:  # the paper's bitstream: label p, bits ~ Bernoulli(0.05 + 0.1 p)
         y = torch.randint(0, c["classes"], (c["batch"],), generator=g)
         p = (0.05 + 0.1 * y.double()).view(-1, 1, 1).expand(-1, c["steps"], 1)
         x = torch.bernoulli(p, generator=g).float()
@@ -81,7 +81,7 @@ def model(c, backward, device):
     torch.manual_seed(1)
     m = Model(c["cell"], c["features"], c["hidden"], 1, c["classes"])
     if backward not in (None, "compile"):  # the same weights in bppsa.nn's layer
-        layer = {"rnn": bppsa.nn.RNN, "gru": bppsa.nn.GRU}[c["cell"]](
+        layer = {"rnn": bppsa.nn.RNN, "gru": bppsa.nn.GRU, "lstm": bppsa.nn.LSTM}[c["cell"]](
             c["features"], c["hidden"], 1, batch_first=True, backward=backward)
         layer.load_state_dict(m.rnn.state_dict())
         m.rnn = layer
