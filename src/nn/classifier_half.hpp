@@ -2,7 +2,8 @@
 // call order and holds the Recurrent stack and the Linear head; a ClassifierHalf runs the batch,
 // the loss and the backward: the CPU half (src/nn/cpu/classifier.cpp) through the stack's and
 // the head's host API, the CUDA half (src/nn/cuda/classifier_half.cpp) through gpu::ModelGpu.
-// make_classifier_half is the one place that picks by device (cuda/ and no_gpu/ define it).
+// The front picks the half by device (make_classifier_cpu or make_classifier_cuda); cuda/ defines
+// the CUDA factory, no_gpu/ its stub.
 #pragma once
 
 #include <cstdint>
@@ -42,10 +43,11 @@ class ClassifierHalf {
   virtual gpu::ModelGpu<T>* gpu() = 0;
 };
 
-/// The half for config.rnn.device; rnn and head outlive it.
-template <class T>
-std::unique_ptr<ClassifierHalf<T>> make_classifier_half(const ModelConfig& config, Recurrent<T>& rnn, Linear<T>& head);
+/// The CPU half (src/nn/cpu/classifier.cpp) and the CUDA half (src/nn/cuda/classifier_half.cpp;
+/// without CUDA, src/nn/no_gpu/gpu_model.cpp throws UnsupportedError); rnn and head outlive them.
 template <class T>
 std::unique_ptr<ClassifierHalf<T>> make_classifier_cpu(const ModelConfig& config, Recurrent<T>& rnn, Linear<T>& head);
+template <class T>
+std::unique_ptr<ClassifierHalf<T>> make_classifier_cuda(const ModelConfig& config, Recurrent<T>& rnn, Linear<T>& head);
 
 }  // namespace bppsa::detail

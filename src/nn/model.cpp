@@ -134,7 +134,8 @@ struct SequenceClassifier<T>::Impl {
   explicit Impl(const ModelConfig& config)
       : rnn(config.rnn),
         head(output_size(config.rnn), config.classes),
-        half(detail::make_classifier_half<T>(config, rnn, head)) {}
+        half(config.rnn.device == Device::cuda ? detail::make_classifier_cuda<T>(config, rnn, head)
+                                               : detail::make_classifier_cpu<T>(config, rnn, head)) {}
 };
 
 template <class T>

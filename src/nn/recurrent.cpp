@@ -197,7 +197,8 @@ Recurrent<T>::Recurrent(RecurrentConfig config) : config_(config), impl_(std::ma
   grads_ = params_;
   impl_->s0.resize(static_cast<std::size_t>(config.layers));
   impl_->g_final.resize(static_cast<std::size_t>(config.layers));
-  impl_->half = detail::make_recurrent_half<T>(config);
+  impl_->half =
+      config.device == Device::cuda ? detail::make_recurrent_cuda<T>(config) : detail::make_recurrent_cpu<T>(config);
 }
 
 template <class T>

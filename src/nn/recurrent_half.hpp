@@ -2,8 +2,8 @@
 // order, holds the host copies of the parameters and what set_initial_state /
 // set_final_state_grad were given, and dispatches to one RecurrentHalf: the CPU half
 // (src/nn/cpu/recurrent.cpp) or the CUDA half (src/nn/cuda/recurrent_half.cpp, over
-// gpu::RecurrentGpu). make_recurrent_half is the one place that picks by device (cuda/ and
-// no_gpu/ each define it).
+// gpu::RecurrentGpu). The front picks the half by device (make_recurrent_cpu or
+// make_recurrent_cuda); cuda/ defines the CUDA factory, no_gpu/ its stub.
 #pragma once
 
 #include <memory>
@@ -68,13 +68,13 @@ class RecurrentHalf {
   virtual const Chain<T>& chain(Index layer) const = 0;
 };
 
-/// The half for config.device (src/nn/cuda/recurrent_half.cpp; without CUDA,
-/// src/nn/no_gpu/gpu_model.cpp, where Device::cuda throws UnsupportedError).
-template <class T>
-std::unique_ptr<RecurrentHalf<T>> make_recurrent_half(const RecurrentConfig& config);
 /// The CPU half (src/nn/cpu/recurrent.cpp).
 template <class T>
 std::unique_ptr<RecurrentHalf<T>> make_recurrent_cpu(const RecurrentConfig& config);
+/// The CUDA half (src/nn/cuda/recurrent_half.cpp; without CUDA, src/nn/no_gpu/gpu_model.cpp
+/// throws UnsupportedError).
+template <class T>
+std::unique_ptr<RecurrentHalf<T>> make_recurrent_cuda(const RecurrentConfig& config);
 
 /// The whole footprint of a training step of steps × batch (forward, backward and, for a scan,
 /// every layer's Jacobians and workspace), refused up front with the numbers (ResourceError).

@@ -1,8 +1,8 @@
 // The executing half of a Scanner plan. The front (src/scan/scanner.cpp) validates the chain,
 // plans the schedule and keeps the plan while the chain's layout holds; a ScanHalf holds the
 // plan's run-time memory and runs it: the CPU half (src/scan/cpu/scan_half.cpp) a Workspace and
-// the CPU executor, the CUDA half (src/scan/cuda/scan_half.cpp) a DeviceScan. make_scan_half
-// is the one place that picks by device (cuda/ and no_gpu/ each define it).
+// the CPU executor, the CUDA half (src/scan/cuda/scan_half.cpp) a DeviceScan. The front picks the
+// half by device (make_scan_cpu or make_scan_cuda); cuda/ defines the CUDA factory, no_gpu/ its stub.
 #pragma once
 
 #include <functional>
@@ -33,13 +33,15 @@ class ScanHalf {
 /// allocates the half's memory once. The schedule outlives the half.
 using HostMemoryCheck = std::function<void(const std::vector<MemoryItem>&)>;
 template <class T>
-std::unique_ptr<ScanHalf<T>> make_scan_half(Device device, const Schedule<T>& schedule, const Chain<T>& chain,
-                                            int threads, const HostMemoryCheck& check_host);
-template <class T>
 std::unique_ptr<ScanHalf<T>> make_scan_cpu(const Schedule<T>& schedule, const Chain<T>& chain, int threads,
                                            const HostMemoryCheck& check_host);
+/// The CUDA half (src/scan/cuda/scan_half.cpp; without CUDA, src/scan/no_gpu/executor.cpp throws
+/// UnsupportedError). threads is the CPU half's only.
+template <class T>
+std::unique_ptr<ScanHalf<T>> make_scan_cuda(const Schedule<T>& schedule, const Chain<T>& chain,
+                                            const HostMemoryCheck& check_host);
 
-#define BPPSA_INSTANTIATE_SCAN_HALF(F, T) \
-  template std::unique_ptr<ScanHalf<T>> F(Device, const Schedule<T>&, const Chain<T>&, int, const HostMemoryCheck&);
+#define BPPSA_INSTANTIATE_SCAN_CUDA(T) \
+  template std::unique_ptr<ScanHalf<T>> make_scan_cuda(const Schedule<T>&, const Chain<T>&, const HostMemoryCheck&);
 
 }  // namespace bppsa::detail

@@ -200,7 +200,8 @@ const ScanStats& Scanner<T>::run(const Chain<T>& chain, const Matrix<T>& g_last,
                    "products; bppsa: --backward bp, scan-check --algo linear) or hybrid, which keeps few");
     };
     plan->device = options_.device;
-    plan->half = detail::make_scan_half(options_.device, plan->schedule, chain, threads, check_host);
+    plan->half = options_.device == Device::cuda ? detail::make_scan_cuda(plan->schedule, chain, check_host)
+                                                 : detail::make_scan_cpu(plan->schedule, chain, threads, check_host);
     plan_ = std::move(plan);
     stats_.plan_seconds = since(tp);
   }

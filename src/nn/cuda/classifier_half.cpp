@@ -126,13 +126,12 @@ class ClassifierGpu final : public ClassifierHalf<T> {
 }  // namespace
 
 template <class T>
-std::unique_ptr<ClassifierHalf<T>> make_classifier_half(const ModelConfig& config, Recurrent<T>& rnn, Linear<T>& head) {
-  if (config.rnn.device == Device::cuda) return std::make_unique<ClassifierGpu<T>>(config, rnn, head);
-  return make_classifier_cpu<T>(config, rnn, head);
+std::unique_ptr<ClassifierHalf<T>> make_classifier_cuda(const ModelConfig& config, Recurrent<T>& rnn, Linear<T>& head) {
+  return std::make_unique<ClassifierGpu<T>>(config, rnn, head);
 }
-template std::unique_ptr<ClassifierHalf<float>> make_classifier_half(const ModelConfig&, Recurrent<float>&,
+template std::unique_ptr<ClassifierHalf<float>> make_classifier_cuda(const ModelConfig&, Recurrent<float>&,
                                                                      Linear<float>&);
-template std::unique_ptr<ClassifierHalf<double>> make_classifier_half(const ModelConfig&, Recurrent<double>&,
+template std::unique_ptr<ClassifierHalf<double>> make_classifier_cuda(const ModelConfig&, Recurrent<double>&,
                                                                       Linear<double>&);
 
 }  // namespace bppsa::detail

@@ -137,11 +137,10 @@ class RecurrentGpuHalf final : public RecurrentHalf<T> {
 }  // namespace
 
 template <class T>
-std::unique_ptr<RecurrentHalf<T>> make_recurrent_half(const RecurrentConfig& config) {
-  if (config.device == Device::cuda) return std::make_unique<RecurrentGpuHalf<T>>(config);
-  return make_recurrent_cpu<T>(config);
+std::unique_ptr<RecurrentHalf<T>> make_recurrent_cuda(const RecurrentConfig& config) {
+  return std::make_unique<RecurrentGpuHalf<T>>(config);
 }
-template std::unique_ptr<RecurrentHalf<float>> make_recurrent_half<float>(const RecurrentConfig&);
-template std::unique_ptr<RecurrentHalf<double>> make_recurrent_half<double>(const RecurrentConfig&);
+template std::unique_ptr<RecurrentHalf<float>> make_recurrent_cuda<float>(const RecurrentConfig&);
+template std::unique_ptr<RecurrentHalf<double>> make_recurrent_cuda<double>(const RecurrentConfig&);
 
 }  // namespace bppsa::detail

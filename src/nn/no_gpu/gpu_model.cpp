@@ -34,20 +34,18 @@ std::unique_ptr<OptimizerGpu<T>> make_optimizer_gpu(ModelGpu<T>&) {
 namespace bppsa::detail {
 
 template <class T>
-std::unique_ptr<RecurrentHalf<T>> make_recurrent_half(const RecurrentConfig& config) {
-  if (config.device == Device::cuda) gpu::unsupported("Recurrent");
-  return make_recurrent_cpu<T>(config);
+std::unique_ptr<RecurrentHalf<T>> make_recurrent_cuda(const RecurrentConfig&) {
+  gpu::unsupported("Recurrent");
 }
 template <class T>
-std::unique_ptr<ClassifierHalf<T>> make_classifier_half(const ModelConfig& config, Recurrent<T>& rnn, Linear<T>& head) {
-  if (config.rnn.device == Device::cuda) gpu::unsupported("SequenceClassifier");
-  return make_classifier_cpu<T>(config, rnn, head);
+std::unique_ptr<ClassifierHalf<T>> make_classifier_cuda(const ModelConfig&, Recurrent<T>&, Linear<T>&) {
+  gpu::unsupported("SequenceClassifier");
 }
-template std::unique_ptr<RecurrentHalf<float>> make_recurrent_half(const RecurrentConfig&);
-template std::unique_ptr<RecurrentHalf<double>> make_recurrent_half(const RecurrentConfig&);
-template std::unique_ptr<ClassifierHalf<float>> make_classifier_half(const ModelConfig&, Recurrent<float>&,
+template std::unique_ptr<RecurrentHalf<float>> make_recurrent_cuda(const RecurrentConfig&);
+template std::unique_ptr<RecurrentHalf<double>> make_recurrent_cuda(const RecurrentConfig&);
+template std::unique_ptr<ClassifierHalf<float>> make_classifier_cuda(const ModelConfig&, Recurrent<float>&,
                                                                      Linear<float>&);
-template std::unique_ptr<ClassifierHalf<double>> make_classifier_half(const ModelConfig&, Recurrent<double>&,
+template std::unique_ptr<ClassifierHalf<double>> make_classifier_cuda(const ModelConfig&, Recurrent<double>&,
                                                                       Linear<double>&);
 
 }  // namespace bppsa::detail

@@ -25,9 +25,8 @@ class ScanGpu final : public ScanHalf<T> {
 }  // namespace
 
 template <class T>
-std::unique_ptr<ScanHalf<T>> make_scan_half(Device device, const Schedule<T>& schedule, const Chain<T>& chain,
-                                            int threads, const HostMemoryCheck& check_host) {
-  if (device != Device::cuda) return make_scan_cpu(schedule, chain, threads, check_host);
+std::unique_ptr<ScanHalf<T>> make_scan_cuda(const Schedule<T>& schedule, const Chain<T>& chain,
+                                            const HostMemoryCheck& check_host) {
   // The workspace (item 0) is device memory, checked against the GPU when it is allocated: the
   // host holds the gradients, patterns and schedule only.
   std::vector<MemoryItem> host = run_memory(schedule, chain);
@@ -35,7 +34,7 @@ std::unique_ptr<ScanHalf<T>> make_scan_half(Device device, const Schedule<T>& sc
   check_host(host);
   return std::make_unique<ScanGpu<T>>(make_device_scan(schedule, scan_elements(chain), chain.batch()));
 }
-BPPSA_INSTANTIATE_SCAN_HALF(make_scan_half, float)
-BPPSA_INSTANTIATE_SCAN_HALF(make_scan_half, double)
+BPPSA_INSTANTIATE_SCAN_CUDA(float)
+BPPSA_INSTANTIATE_SCAN_CUDA(double)
 
 }  // namespace bppsa::detail

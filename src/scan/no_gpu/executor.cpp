@@ -43,13 +43,11 @@ DeviceScanInfo device_scan_info(const DeviceScan<T>&) {
 }
 
 template <class T>
-std::unique_ptr<ScanHalf<T>> make_scan_half(Device device, const Schedule<T>& schedule, const Chain<T>& chain,
-                                            int threads, const HostMemoryCheck& check_host) {
-  if (device == Device::cuda) unsupported();
-  return make_scan_cpu(schedule, chain, threads, check_host);
+std::unique_ptr<ScanHalf<T>> make_scan_cuda(const Schedule<T>&, const Chain<T>&, const HostMemoryCheck&) {
+  unsupported();
 }
-BPPSA_INSTANTIATE_SCAN_HALF(make_scan_half, float)
-BPPSA_INSTANTIATE_SCAN_HALF(make_scan_half, double)
+BPPSA_INSTANTIATE_SCAN_CUDA(float)
+BPPSA_INSTANTIATE_SCAN_CUDA(double)
 
 BPPSA_INSTANTIATE_DEVICE_SCAN(float)
 BPPSA_INSTANTIATE_DEVICE_SCAN(double)
