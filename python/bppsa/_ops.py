@@ -1,8 +1,10 @@
-# bppsa's recurrent layer and scan as PyTorch custom operators (torch.library, PyTorch >= 2.4):
-# schemas, fake implementations (shapes for torch.compile, torch.export and fake tensors) and
-# autograd formulas whose backward pass is itself an operator. While torch captures a graph,
-# bppsa.nn and bppsa.scan call these instead of their eager autograd.Functions, so that
-# torch.compile(fullgraph=True) and torch.export record bppsa's forward and backward passes.
+# bppsa's recurrent layer as PyTorch custom operators (torch.library, PyTorch >= 2.4): schemas, fake
+# implementations (shapes for torch.compile, torch.export and fake tensors) and autograd formulas
+# whose backward pass is itself an operator; and what every operator of bppsa shares (capturing(),
+# the threads' encoding). While torch captures a graph, bppsa.nn calls these instead of its eager
+# autograd.Function, so that torch.compile(fullgraph=True) and torch.export record bppsa's forward
+# and backward passes. The scan's operator, bppsa::affine_scan, is _scan.py's (it imports this
+# module; this one imports nothing of the scan).
 #
 # The operators are functional: one cannot hand the engine's forward record to the next, so
 # bppsa::layer_backward runs the layer's forward again on an engine of its own before its
@@ -130,55 +132,6 @@ def layer(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, cell, nonlinearity, method, t
     return out, h_n, (c_n if cell == "lstm" else None)
 
 
-def _scan_dims(elements, g, transpose):
-    return [g.shape[1]] + [e.shape[-1] if transpose else e.shape[-2] for e in elements]
-
-
-def _affine_scan_impl(elements, g, injections, transpose, algorithm, threads, check_finite):
-    from ._scan import _Element, _check_memory, _run
-    wrapped = [_Element(i, t, g.shape[0]) for i, t in enumerate(elements)]
-    _check_memory(wrapped, g)
-    injections = [t.contiguous() for t in injections] if injections else None
-    return _run(wrapped, g.contiguous(), injections, transpose, algorithm, decode_threads(threads), check_finite)
-
-
-def _affine_scan_fake(elements, g, injections, transpose, algorithm, threads, check_finite):
-    return [g.new_empty((g.shape[0], d)) for d in _scan_dims(elements, g, transpose)]
-
-
-def _scan_setup(ctx, inputs, output):
-    elements, g, injections, transpose, algorithm, threads, check_finite = inputs
-    ctx.count = len(elements)
-    ctx.plain = not transpose and not injections  # the only form bppsa.scan records for autograd
-    ctx.options = (algorithm, threads, check_finite)
-    ctx.save_for_backward(*elements, *output)
-
-
-def _scan_backward_formula(ctx, grads):
-    # As _ScanFunction.backward (docs/method.md §1): λ by the scan over the transposed elements in
-    # reverse order with the incoming gradients injected, then ∂/∂A_i = λ_i y_(i-1)^T.
-    if not ctx.plain:
-        _no_double_backward("bppsa.scan")
-    n = ctx.count
-    saved = ctx.saved_tensors
-    elements, ys = saved[:n], saved[n:]
-    grads = [torch.zeros_like(y) if g is None else g for g, y in zip(grads, ys)]
-    lam = torch.ops.bppsa.affine_scan(list(reversed(elements)), grads[n], list(reversed(grads[:n])), True,
-                                      *ctx.options)
-    lam = list(reversed(lam))
-    needs = ctx.needs_input_grad[0]
-    needs = list(needs) if isinstance(needs, (list, tuple)) else [needs] * n
-    from ._scan import element_gradient
-    out = [element_gradient(lam[i], ys[i - 1], e.dim() == 3 and e.shape[0] > 1, e.shape) if needs[i - 1] else None
-           for i, e in enumerate(elements, start=1)]
-    return out, lam[0], [], None, None, None, None
-
-
-def scan(elements, g, algorithm, threads, check_finite):
-    """The plain scan s_0 = g, s_i = A_i s_(i-1) of dense elements through the operator."""
-    return torch.ops.bppsa.affine_scan(list(elements), g, [], False, algorithm, encode_threads(threads), check_finite)
-
-
 if AVAILABLE:
     _OPTIONS = "str cell, str nonlinearity, str method, int threads, int chunks, bool check_finite"
     _LAYER = ("Tensor x, Tensor? h0, Tensor? c0, Tensor w_ih, Tensor w_hh, Tensor? b_ih, Tensor? b_hh, Tensor? w_hr, "
@@ -193,10 +146,3 @@ if AVAILABLE:
     _layer_backward.register_fake(_layer_backward_fake)
     _layer_forward.register_autograd(_layer_backward_formula, setup_context=_layer_setup)
     _layer_backward.register_autograd(_refuse_double_backward("bppsa.nn (a recurrent layer)"))
-
-    _affine_scan = torch.library.custom_op(
-        "bppsa::affine_scan", _affine_scan_impl, mutates_args=(),
-        schema="(Tensor[] elements, Tensor g, Tensor[] injections, bool transpose, str algorithm, int threads, "
-               "bool check_finite) -> Tensor[]")
-    _affine_scan.register_fake(_affine_scan_fake)
-    _affine_scan.register_autograd(_scan_backward_formula, setup_context=_scan_setup)

@@ -330,7 +330,7 @@ def scan(jacobians, g_last, *, algorithm="blelloch", threads=None, check_finite=
                                                     check_finite=check_finite)
             raise NotImplementedError("bppsa.scan: sparse CSR elements cannot be recorded by torch.export or run on "
                                       "fake tensors; give dense elements, or call bppsa.scan outside the export")
-        outs = _ops.scan(tensors, g_last, algorithm, threads, check_finite)
+        outs = _operator_scan(tensors, g_last, algorithm, threads, check_finite)
         return torch.stack(list(outs)) if stacked else list(outs)
     _check_memory(elements, g_last)
     g = g_last.contiguous()
@@ -339,3 +339,62 @@ def scan(jacobians, g_last, *, algorithm="blelloch", threads=None, check_finite=
     else:
         outs = _run(elements, g, None, False, algorithm, threads, check_finite)
     return torch.stack(list(outs)) if stacked else list(outs)
+
+
+# bppsa::affine_scan, the scan as a PyTorch custom operator (the layer's operators are in _ops.py): what
+# torch.compile and torch.export record; its backward formula is the scan again, as _ScanFunction's.
+def _scan_dims(elements, g, transpose):
+    return [g.shape[1]] + [e.shape[-1] if transpose else e.shape[-2] for e in elements]
+
+
+def _affine_scan_impl(elements, g, injections, transpose, algorithm, threads, check_finite):
+    wrapped = [_Element(i, t, g.shape[0]) for i, t in enumerate(elements)]
+    _check_memory(wrapped, g)
+    injections = [t.contiguous() for t in injections] if injections else None
+    return _run(wrapped, g.contiguous(), injections, transpose, algorithm, _ops.decode_threads(threads), check_finite)
+
+
+def _affine_scan_fake(elements, g, injections, transpose, algorithm, threads, check_finite):
+    return [g.new_empty((g.shape[0], d)) for d in _scan_dims(elements, g, transpose)]
+
+
+def _scan_setup(ctx, inputs, output):
+    elements, g, injections, transpose, algorithm, threads, check_finite = inputs
+    ctx.count = len(elements)
+    ctx.plain = not transpose and not injections  # the only form bppsa.scan records for autograd
+    ctx.options = (algorithm, threads, check_finite)
+    ctx.save_for_backward(*elements, *output)
+
+
+def _scan_backward_formula(ctx, grads):
+    # As _ScanFunction.backward (docs/method.md §1): λ by the scan over the transposed elements in
+    # reverse order with the incoming gradients injected, then ∂/∂A_i = λ_i y_(i-1)^T.
+    if not ctx.plain:
+        _no_double_backward("bppsa.scan")
+    n = ctx.count
+    saved = ctx.saved_tensors
+    elements, ys = saved[:n], saved[n:]
+    grads = [torch.zeros_like(y) if g is None else g for g, y in zip(grads, ys)]
+    lam = torch.ops.bppsa.affine_scan(list(reversed(elements)), grads[n], list(reversed(grads[:n])), True,
+                                      *ctx.options)
+    lam = list(reversed(lam))
+    needs = ctx.needs_input_grad[0]
+    needs = list(needs) if isinstance(needs, (list, tuple)) else [needs] * n
+    out = [element_gradient(lam[i], ys[i - 1], e.dim() == 3 and e.shape[0] > 1, e.shape) if needs[i - 1] else None
+           for i, e in enumerate(elements, start=1)]
+    return out, lam[0], [], None, None, None, None
+
+
+def _operator_scan(elements, g, algorithm, threads, check_finite):
+    """The plain scan s_0 = g, s_i = A_i s_(i-1) of dense elements through the operator."""
+    return torch.ops.bppsa.affine_scan(list(elements), g, [], False, algorithm, _ops.encode_threads(threads),
+                                       check_finite)
+
+
+if _ops.AVAILABLE:
+    _affine_scan = torch.library.custom_op(
+        "bppsa::affine_scan", _affine_scan_impl, mutates_args=(),
+        schema="(Tensor[] elements, Tensor g, Tensor[] injections, bool transpose, str algorithm, int threads, "
+               "bool check_finite) -> Tensor[]")
+    _affine_scan.register_fake(_affine_scan_fake)
+    _affine_scan.register_autograd(_scan_backward_formula, setup_context=_scan_setup)

@@ -3,7 +3,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
 
 #include "bppsa/core/error.hpp"
 #include "bppsa/core/memory.hpp"
@@ -83,6 +88,59 @@ Jacobian<T> make_element(const ElementRef& e, Index i, bool transpose, Index bat
   std::copy(tval.begin(), tval.end(), j.values().begin());
   return j;
 }
+/// The Scanners of the last kScannersKept chain structures (their plans, SpGEMM patterns and
+/// workspace), kept for the next call of the same structure as the CUDA half keeps its plans. A
+/// Scanner serves one caller at a time: a concurrent caller of a busy structure runs a fresh one.
+/// Never destroyed (pool threads may outlive static destruction at exit).
+constexpr std::size_t kScannersKept = 8;
+
+template <class T>
+class ScannerCache {
+ public:
+  struct Entry {
+    std::mutex busy;
+    Scanner<T> scanner;
+  };
+  /// The kept Scanner of `key` (locked in `lock`), or nullptr when another caller holds it.
+  static std::shared_ptr<Entry> take(const std::string& key, std::unique_lock<std::mutex>& lock) {
+    static auto* cache = new ScannerCache();
+    std::shared_ptr<Entry> e;
+    {
+      std::lock_guard<std::mutex> guard(cache->mutex_);
+      auto [it, inserted] = cache->entries_.try_emplace(key, nullptr);
+      if (inserted) {
+        it->second = std::make_shared<Entry>();
+        cache->order_.push_back(key);
+        if (cache->order_.size() > kScannersKept) {
+          cache->entries_.erase(cache->order_.front());  // a caller holding it keeps it alive
+          cache->order_.pop_front();
+        }
+      }
+      e = it->second;
+    }
+    lock = std::unique_lock<std::mutex>(e->busy, std::try_to_lock);
+    return lock.owns_lock() ? e : nullptr;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<Entry>> entries_;
+  std::deque<std::string> order_;
+};
+
+/// What a Scanner's plan depends on (the Scanner itself checks the chain again before reusing one).
+template <class T>
+std::string structure_key(const Chain<T>& chain, const ScanOptions& o) {
+  std::string key = std::to_string(sizeof(T)) + "|" + to_string(o.algorithm) + "|" + std::to_string(o.threads) + "|" +
+                    (o.check_inputs ? "c" : "") + "|" + std::to_string(chain.batch()) + "|";
+  for (Index k = 1; k <= chain.size(); ++k) {
+    const Jacobian<T>& j = chain.jacobian(k);
+    key += std::to_string(static_cast<int>(j.kind())) + ":" + std::to_string(j.rows()) + "x" + std::to_string(j.cols()) +
+           ":" + std::to_string(j.count()) + ":" + std::to_string(j.values().size()) + ";";
+  }
+  for (Index k = 0; k < chain.size(); ++k) key += chain.injection(k) != nullptr ? '1' : '0';
+  return key;
+}
 }  // namespace
 
 template <class T>
@@ -136,7 +194,11 @@ void affine_scan(const std::vector<ElementRef>& elements, const TensorRef& g_las
     Eigen::Map<Matrix<T>>(o, d_last, batch) = g;
     return;
   }
-  Scanner<T> scanner(options);
+  std::unique_lock<std::mutex> held;
+  const auto kept = ScannerCache<T>::take(structure_key(chain, options), held);
+  std::optional<Scanner<T>> fresh;
+  Scanner<T>& scanner = kept ? kept->scanner : fresh.emplace(options);
+  scanner.set_options(options);
   scanner.run(chain, g, grads);
   for (Index i = 0; i <= n; ++i) {
     const Matrix<T>& gk = grads.g(n - i);
