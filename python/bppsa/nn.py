@@ -167,6 +167,16 @@ def _repack(output, rows, packed):
     return PackedSequence(data, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices)
 
 
+class _InputDtypeError(NotImplementedError, ValueError):
+    """An input in a dtype bppsa does not compute in (float16, bfloat16, integer, complex), for a
+    module in one it does: torch.nn raises ValueError for an input whose dtype is not its weights'."""
+
+
+class _InputDtypeMismatch(RuntimeError, ValueError):
+    """An input in another of bppsa's dtypes than the module's parameters (float64 into a float32
+    module): torch.nn's ValueError for the same call."""
+
+
 def _check_factory(name, dtype, device):
     """Refuses a dtype or device the engine cannot run (None: not given)."""
     if dtype is not None and dtype not in _native.SUPPORTED_FLOATS:
@@ -266,12 +276,17 @@ class _Bppsa:
             raise ValueError(f"{name}: Expected the data of a PackedSequence to be 2D, got {input.dim()}D")
         if input.dim() not in (2, 3):
             raise ValueError(f"{name}: Expected input to be 2D or 3D, got {input.dim()}D tensor instead")
-        _native.check_float("input", input)
         weight = self.weight_ih_l0
+        try:
+            _native.check_float("input", input)
+        except NotImplementedError as e:
+            if input.dtype not in _native.SUPPORTED_FLOATS and input.dtype != weight.dtype:
+                raise _InputDtypeError(str(e)) from None
+            raise
         _native.check_float("the module's parameters", weight)
         if input.dtype != weight.dtype:
-            raise RuntimeError(f"bppsa.nn.{name}: input is {input.dtype} but the parameters are {weight.dtype}; "
-                               "convert one of them (module.to(dtype) or input.to(dtype))")
+            raise _InputDtypeMismatch(f"bppsa.nn.{name}: input is {input.dtype} but the parameters are "
+                                      f"{weight.dtype}; convert one of them (module.to(dtype) or input.to(dtype))")
         if input.device != weight.device:
             raise RuntimeError(f"bppsa.nn.{name}: input is on {input.device} but the parameters are on "
                                f"{weight.device}; move one of them (module.to(device) or input.to(device))")

@@ -69,6 +69,27 @@ def test_forward_errors():
         m(torch.randn(0, 2, 3))
 
 
+@pytest.mark.parametrize("cls", ["RNN", "GRU", "LSTM"])
+def test_dtype_errors_are_torchs_type(cls):
+    """An input dtype the module does not take raises an exception of the type torch.nn raises for
+    the same call (ValueError: the input is not the weights' dtype), batched, unbatched or packed,
+    with bppsa's own message."""
+    for module_dtype, dtype in [(torch.float32, torch.float16), (torch.float32, torch.bfloat16),
+                                (torch.float32, torch.int64), (torch.float32, torch.complex64),
+                                (torch.float32, torch.float64), (torch.float64, torch.float32)]:
+        x = torch.zeros(2, 5, 3, dtype=dtype)
+        for form, inp in [("batched", x), ("unbatched", x[0]),
+                          ("packed", pack_padded_sequence(x, torch.tensor([5, 3]), batch_first=True))]:
+            with pytest.raises(Exception) as want:
+                getattr(torch.nn, cls)(3, 4, batch_first=True, dtype=module_dtype)(inp)
+            with pytest.raises(Exception) as got:
+                getattr(bppsa.nn, cls)(3, 4, batch_first=True, dtype=module_dtype)(inp)
+            assert isinstance(got.value, type(want.value)), \
+                f"{form} {dtype} into {module_dtype}: torch.nn raises {type(want.value).__name__}, " \
+                f"bppsa.nn {type(got.value).__name__}: {got.value}"
+            assert "bppsa" in str(got.value)
+
+
 def test_non_finite_values_are_reported_when_checked():
     m = bppsa.nn.RNN(3, 4, backward="blelloch", check_finite=True)
     x = torch.randn(6, 2, 3)
