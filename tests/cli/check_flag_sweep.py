@@ -320,6 +320,8 @@ def main():
         for flag, (kind, lo, hi) in sorted(flags.items()):
             if only and flag not in only[0]:
                 continue
+            if not only and flag in mp_flags:  # without --model-parallel a usage error; swept where it applies
+                continue
             for v in values_for(kind, lo, hi):
                 add(f"{label} {flag}={v!r}", with_flag(base, flag, v), flag, v, kind, lo, hi)
         for flag, vals in text_flags.items():
