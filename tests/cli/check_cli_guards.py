@@ -502,6 +502,15 @@ def check_resume_flags():
     a, b = st.load(ck)[0], st.load(straight)[0]
     check(sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a),
           "  ... and ends with the straight run's weights")
+    # The loss a CNN trains with is the checkpoint's (it fell back to --loss ce); another is refused.
+    cnn = path("rf-cnn.safetensors")
+    base = ["train", "--model", "cnn", "--arch", "flatten,linear:10", "--data", "mnist", "--data-dir",
+            fake_mnist(path("rf-idx")), "--no-progress"]
+    run(base + ["--loss", "mse", "--epochs", "1", "--save", cnn], label="a cnn checkpoint trained with --loss mse")
+    run(base + ["--epochs", "2", "--resume", cnn, "--save", cnn], label="resumed without --loss")
+    check(st.load(cnn)[1].get("bppsa.loss") == "mse", "  ... it goes on with the checkpoint's loss, mse")
+    run(base + ["--loss", "ce", "--epochs", "3", "--resume", cnn], 1, ["--loss ce", "conflicts"],
+        "resumed with --loss ce, it is refused")
 
 
 def check_divergence():
