@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -200,6 +201,7 @@ struct Output {
   std::filesystem::path file;
   bool direct = false;
   bool descriptor = false;  // reached through /proc/PID/fd/N: opened by following that link
+  int own_fd = -1;          // … N when PID is this process: written through N itself
 };
 
 Output resolve_output(const std::filesystem::path& path, const std::string& op) {
@@ -231,7 +233,15 @@ Output resolve_output(const std::filesystem::path& path, const std::string& op) 
              ", neither you nor the owner of its folder; bppsa does not write through a link another user may "
              "have planted: remove it, or give the path of the file itself");
     struct statfs sfs {};
-    if (::statfs(dir.c_str(), &sfs) == 0 && sfs.f_type == PROC_SUPER_MAGIC) return {p, true, true};
+    if (::statfs(dir.c_str(), &sfs) == 0 && sfs.f_type == PROC_SUPER_MAGIC) {
+      std::error_code ec;
+      const std::string name = p.filename().string();
+      const bool ours = std::filesystem::canonical(dir, ec) == "/proc/" + std::to_string(::getpid()) + "/fd";
+      int fd = -1;
+      const auto [end, bad] = std::from_chars(name.data(), name.data() + name.size(), fd);
+      if (!ours || ec || bad != std::errc() || end != name.data() + name.size()) fd = -1;
+      return {p, true, true, fd};
+    }
     std::string target(4096, '\0');
     const ssize_t n = ::readlink(p.c_str(), target.data(), target.size());
     if (n < 0) fail(op, "read the link", p, errno);
@@ -257,6 +267,13 @@ int write_all(int fd, std::span<const unsigned char> bytes) {
 /// or replaced) and written.
 void write_direct(const std::filesystem::path& path, const Output& out, std::span<const unsigned char> bytes,
                   const std::string& op) {
+  if (out.own_fd >= 0) {
+    // One of this process's descriptors (/dev/stdout): written through it, after what the
+    // process printed before (its stdio buffers), at its offset, as the rest of its output is.
+    std::fflush(nullptr);
+    if (const int err = write_all(out.own_fd, bytes)) fail(op, "write", path, err);
+    return;
+  }
   // O_NOFOLLOW: what was checked above is what is opened (a link swapped in since is refused).
   Fd f{::open(out.file.c_str(), O_WRONLY | O_NOCTTY | O_CLOEXEC | (out.descriptor ? 0 : O_NOFOLLOW))};
   if (f.fd < 0) fail(op, "open for writing", path, errno);

@@ -563,17 +563,22 @@ def check_usage_errors():
             [expect, "--batch " + batch], f"grad: '{expect}' names the --batch file")
 
 
-def main():
+def run_checks(checks):
+    """Runs `checks` in a fresh WORK, or those of them named after WORK; exit 1 if any failed."""
     shutil.rmtree(WORK, ignore_errors=True)
     os.makedirs(WORK)
     only = set(sys.argv[3:])
-    for f in (check_lock, check_stale_temporaries, check_log, check_full_disk, check_inputs, check_non_utf8, check_irmas_cache,
-              check_jacobians, check_messages, check_file_sizes_under_guard, check_not_regular_inputs,
-              check_full_cache_dir, check_resume_flags, check_divergence, check_usage_errors):
+    for f in checks:
         if not only or f.__name__ in only:
             f()
     print("ALL OK" if not FAILURES else f"{len(FAILURES)} FAILED: {FAILURES}")
     sys.exit(1 if FAILURES else 0)
+
+
+def main():
+    run_checks((check_lock, check_stale_temporaries, check_log, check_full_disk, check_inputs, check_non_utf8, check_irmas_cache,
+                check_jacobians, check_messages, check_file_sizes_under_guard, check_not_regular_inputs,
+                check_full_cache_dir, check_resume_flags, check_divergence, check_usage_errors))
 
 
 if __name__ == "__main__":

@@ -107,15 +107,17 @@ def main():
     named = os.path.join(WORK, f"run.optim.{meta['bppsa.optimizer']}.safetensors")
     check(named in optim, f"the optimizer state the weights name exists: {named} in {optim}")
     # Kills between a save's rename and its clean-up leave older generations (and kills before the
-    # rename, unnamed ones) until the next save, one per such kill: when the final run had nothing
-    # to train, one more epoch makes that save.
-    if "saved " not in r.stderr:
-        r = subprocess.run([BIN] + RUN[:-2] + ["--epochs", str(EPOCHS + 1), "--save", ck, "--resume", ck],
-                           capture_output=True, text=True)
-        check(r.returncode == 0 and "saved " in r.stderr, f"one more epoch saved: rc {r.returncode}: {r.stderr[-500:]}")
-        optim = glob.glob(os.path.join(WORK, "run.optim*"))
-        named = os.path.join(WORK, f"run.optim.{weights(ck)[1]['bppsa.optimizer']}.safetensors")
-    check(optim == [named], f"after a save, only the optimizer state the weights name: {optim}")
+    # rename, unnamed ones) until the next save, one per such kill. One more epoch makes a save
+    # whose generation before is known: it keeps that one (a --resume that read the weights before
+    # the rename still finds it, issue 44) and the new one, and removes every other.
+    previous = named
+    r = subprocess.run([BIN] + RUN[:-2] + ["--epochs", str(EPOCHS + 1), "--save", ck, "--resume", ck],
+                       capture_output=True, text=True)
+    check(r.returncode == 0 and "saved " in r.stderr, f"one more epoch saved: rc {r.returncode}: {r.stderr[-500:]}")
+    optim = glob.glob(os.path.join(WORK, "run.optim*"))
+    named = os.path.join(WORK, f"run.optim.{weights(ck)[1]['bppsa.optimizer']}.safetensors")
+    check(sorted(optim) == sorted([named, previous]),
+          f"after a save, only the optimizer states the weights and the weights before name: {optim}")
     print("FAILED:" if FAILURES else "all crash-safety checks passed", *FAILURES, sep="\n  ")
     sys.exit(1 if FAILURES else 0)
 

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -74,6 +75,31 @@ std::vector<std::string> other_generations(const std::string& checkpoint, const 
   return out;
 }
 
+/// Whether `name` is one of the files of `checkpoint` in its folder: its own name, its optimizer
+/// state before generations, or one of its optimizer generations.
+bool is_checkpoint_file(const std::string& checkpoint, std::string_view name) {
+  const auto [base, ext] = split_ext(checkpoint);
+  const std::string prefix = fs::path(base).filename().string() + ".optim.";
+  if (name == fs::path(checkpoint).filename().string() || name == fs::path(optimizer_path(checkpoint)).filename().string())
+    return true;
+  return name.size() > prefix.size() + ext.size() && name.substr(0, prefix.size()) == prefix &&
+         name.substr(name.size() - ext.size()) == ext &&
+         is_generation(name.substr(prefix.size(), name.size() - prefix.size() - ext.size()));
+}
+
+/// The optimizer generation the weights at `checkpoint` name ("" when there are none, or none
+/// that can be read): only the header is read.
+std::string named_generation(const std::string& checkpoint) {
+  if (!fs::exists(checkpoint)) return "";
+  try {
+    const auto metadata = read_safetensors_metadata(checkpoint);
+    const auto it = metadata.find(kOptimizerKey);
+    return it != metadata.end() && is_generation(it->second) ? it->second : "";
+  } catch (const Error&) {
+    return "";
+  }
+}
+
 std::string command_line() {
   std::ifstream in("/proc/self/cmdline", std::ios::binary);
   std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -104,10 +130,35 @@ std::string optimizer_path(const std::string& checkpoint, const std::string& gen
 
 CheckpointLock::CheckpointLock(const std::string& checkpoint) {
   const std::string path = path_for(checkpoint);
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-  if (fd_ < 0)
+  // O_NOFOLLOW: a link planted at the lock's name must not make the run write where it leads.
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
+  const int open_err = errno;
+  // What was opened, or what is there when the kernel refused it (a link or another user's file
+  // in a sticky folder, with fs.protected_*): only a regular file of this user with one name is
+  // ours to lock and write.
+  struct stat st {};
+  const bool seen = fd_ >= 0 ? ::fstat(fd_, &st) == 0 : ::lstat(path.c_str(), &st) == 0;
+  if (fd_ < 0 && !(seen && (S_ISLNK(st.st_mode) || st.st_uid != ::geteuid())))
     detail::raise<IoError>(
-        "train", "--save " + checkpoint + ": cannot open the lock file " + path + ": " + std::strerror(errno));
+        "train", "--save " + checkpoint + ": cannot open the lock file " + path + ": " + std::strerror(open_err));
+  std::string wrong;
+  if (!seen)
+    wrong = std::string("cannot be examined (") + std::strerror(errno) + ")";
+  else if (S_ISLNK(st.st_mode))
+    wrong = "is a symbolic link, which bppsa does not follow (another user may have planted it)";
+  else if (!S_ISREG(st.st_mode))
+    wrong = "is not a regular file";
+  else if (st.st_uid != ::geteuid())
+    wrong = "belongs to user " + std::to_string(st.st_uid) + ", not to you";
+  else if (st.st_nlink != 1)
+    wrong = "has other names (hard links)";
+  if (!wrong.empty()) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    detail::raise<IoError>("train", "--save " + checkpoint + ": the lock file " + path + " " + wrong +
+                                        "; bppsa writes only a lock file it owns: remove it (no run holds it once "
+                                        "its run has ended), or use another --save");
+  }
   struct flock fl {};
   fl.l_type = F_WRLCK;
   fl.l_whence = SEEK_SET;
@@ -141,24 +192,64 @@ CheckpointLock::~CheckpointLock() {
 }
 
 void save_checkpoint(const std::string& path, TensorFile weights, TensorFile optimizer_state) {
-  const auto [base, ext] = split_ext(path);
-  remove_stale_temporaries(base);  // ".X.safetensors.tmp.…" and ".X.optim.….tmp.…"
+  const fs::path file(path);
+  remove_stale_temporaries(file.has_parent_path() ? file.parent_path() : fs::path("."),
+                           [&](std::string_view name) { return is_checkpoint_file(path, name); });
+  const std::string previous = named_generation(path);
   const std::string step = weights.metadata_or("bppsa.step", "0");
   const std::string generation = new_generation(step);
   optimizer_state.metadata["generation"] = generation;
   write_safetensors(optimizer_path(path, generation), optimizer_state);
   weights.metadata[kOptimizerKey] = generation;
   write_safetensors(path, weights);
-  // The new pair is complete: what the old weights named is now unreferenced.
-  for (const std::string& old : other_generations(path, generation)) ::unlink(old.c_str());
-  ::unlink(optimizer_path(path).c_str());
+  // The new pair is complete. The generation the old weights named stays until the next save:
+  // a --resume that read those weights just before the rename still finds it.
+  for (const std::string& old : other_generations(path, generation))
+    if (previous.empty() || fs::path(old).filename() != fs::path(optimizer_path(path, previous)).filename())
+      ::unlink(old.c_str());
+  if (!previous.empty()) ::unlink(optimizer_path(path).c_str());
 }
 
 std::int64_t checkpoint_count(const TensorFile& weights, const std::string& key) {
   return weights.metadata_count(key, 0, "resume");
 }
 
+namespace {
+/// The optimizer state read_resumed_checkpoint read with the weights, until load_optimizer_state
+/// takes it.
+struct KeptState {
+  std::string checkpoint, generation;
+  std::optional<TensorFile> state;
+};
+KeptState& kept_state() {
+  static KeptState kept;
+  return kept;
+}
+}  // namespace
+
+TensorFile read_resumed_checkpoint(const std::string& checkpoint) {
+  for (int attempt = 1;; ++attempt) {
+    TensorFile weights = read_safetensors(checkpoint);
+    const std::string generation = weights.metadata_or(kOptimizerKey);
+    try {
+      TensorFile state = load_optimizer_state(checkpoint, weights);
+      kept_state() = {checkpoint, generation, std::move(state)};
+      return weights;
+    } catch (const IoError&) {
+      // Missing: unless another process's saves replaced the pair between the two reads (twice,
+      // the generation before is kept), in which case the new pair is read.
+      if (attempt == 3 || named_generation(checkpoint) == generation) throw;
+    }
+  }
+}
+
 TensorFile load_optimizer_state(const std::string& checkpoint, const TensorFile& weights) {
+  KeptState& kept = kept_state();
+  if (kept.state && kept.checkpoint == checkpoint && kept.generation == weights.metadata_or(kOptimizerKey)) {
+    TensorFile state = std::move(*kept.state);
+    kept.state.reset();
+    return state;
+  }
   const std::string step = std::to_string(checkpoint_count(weights, "bppsa.step"));
   const auto it = weights.metadata.find(kOptimizerKey);
   if (it != weights.metadata.end()) {
@@ -189,21 +280,41 @@ TensorFile load_optimizer_state(const std::string& checkpoint, const TensorFile&
   return os;
 }
 
-void check_log_path(const std::string& log, const std::string& save, const std::vector<std::string>& files) {
+void check_log_path(const std::string& log, const std::string& save, const std::vector<std::string>& files,
+                    const std::vector<std::string>& folders) {
   if (log.empty()) return;
   auto refuse = [&](const std::string& what) {
     detail::raise<InvalidArgument>(
         "train", "--log " + log + " is " + what + "; the log would overwrite it: give the log another name");
   };
-  for (const std::string& f : files)
-    if (!f.empty() && same_file(log, f)) refuse("the checkpoint " + f);
+  const auto folder = [](const fs::path& p) { return p.has_parent_path() ? p.parent_path() : fs::path("."); };
+  const fs::path l(log);
+  for (const std::string& f : files) {
+    if (f.empty()) continue;
+    if (same_file(log, f)) refuse("the checkpoint " + f);
+    if (is_checkpoint_file(f, l.filename().string()) && same_file(folder(f), folder(l)))
+      refuse("the optimizer state of " + f);
+  }
+  // Every file the data set is read from: a log that exists is compared with each of them.
+  struct stat ls {};
+  if (::stat(log.c_str(), &ls) == 0)
+    for (const std::string& d : folders) {
+      if (d.empty()) continue;
+      std::error_code ec;
+      for (fs::recursive_directory_iterator it(d, fs::directory_options::skip_permission_denied, ec), end;
+           !ec && it != end; it.increment(ec)) {
+        struct stat st {};
+        if (::stat(it->path().c_str(), &st) == 0 && st.st_dev == ls.st_dev && st.st_ino == ls.st_ino)
+          refuse("the file " + it->path().string() + " of the data in " + d + ", which this run reads");
+      }
+    }
   if (save.empty()) return;
   if (same_file(log, save)) refuse("the --save checkpoint");
   if (same_file(log, CheckpointLock::path_for(save))) refuse("the lock file of --save " + save);
   if (same_file(log, optimizer_path(save))) refuse("the optimizer state of --save " + save);
   // A generation file (existing or future) is recognised by its name in the save's folder.
   const auto [base, ext] = split_ext(save);
-  const fs::path b(base), l(log);
+  const fs::path b(base);
   const std::string prefix = b.filename().string() + ".optim.";
   const std::string name = l.filename().string();
   if (name.compare(0, prefix.size(), prefix) == 0 && same_file(b.has_parent_path() ? b.parent_path() : fs::path("."),

@@ -39,18 +39,26 @@ class CheckpointLock {
 /// dies, `path` and the generation it names are the last complete save.
 void save_checkpoint(const std::string& path, TensorFile weights, TensorFile optimizer_state);
 
-/// The optimizer state saved with the weights `weights` read from `checkpoint`: the generation
-/// they name, or (checkpoints written before generations) "X.optim.safetensors" when its step
+/// The optimizer state saved with the weights `weights` read from `checkpoint`: the one
+/// read_resumed_checkpoint kept for them, else read now: the generation they name, or (checkpoints written before generations) "X.optim.safetensors" when its step
 /// matches. IoError when it is missing, FormatError when it does not belong to the weights.
 TensorFile load_optimizer_state(const std::string& checkpoint, const TensorFile& weights);
+
+/// The weights of `checkpoint` for --resume, and at once the optimizer state they name, kept
+/// for load_optimizer_state: another process saving `checkpoint` (every epoch, while this run
+/// loads its data) can then no longer take that state away. When saves replaced the pair
+/// between the two reads, the new pair is read (up to 3 times).
+TensorFile read_resumed_checkpoint(const std::string& checkpoint);
 
 /// The weights metadata "bppsa.step"/"bppsa.epoch" as counts; FormatError naming the file,
 /// the key and the malformed value.
 std::int64_t checkpoint_count(const TensorFile& weights, const std::string& key);
 
-/// Refuses (InvalidArgument) a --log that is one of the run's checkpoint files: `files` (the
-/// --init/--resume files), the --save file, its optimizer files and its lock.
-void check_log_path(const std::string& log, const std::string& save, const std::vector<std::string>& files);
+/// Refuses (InvalidArgument) a --log that is one of the files the run reads or writes: `files`
+/// (the --init/--resume checkpoints) and their optimizer state, the --save file, its optimizer
+/// files and its lock, and any file under `folders` (the data set's folders).
+void check_log_path(const std::string& log, const std::string& save, const std::vector<std::string>& files,
+                    const std::vector<std::string>& folders = {});
 
 /// The --log file: JSON lines, each written and flushed at once. Every failure to write
 /// (a full disk, /dev/full) is an IoError naming the file. Strings in the records must be

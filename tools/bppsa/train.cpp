@@ -49,12 +49,22 @@ std::vector<std::vector<float>> copy_grads(const std::vector<NamedParam<float>>&
 }
 
 void check_save_folder(const Args& a) {
-  if (a.save.empty()) return;  // fail before training, not after the first epoch
+  if (a.save.empty()) {
+    if (!a.resume.empty())
+      std::cerr << "note: --resume " << a.resume << " without --save: the epochs of this run are not saved (add --save "
+                << a.resume << " to continue the checkpoint)\n";
+    return;
+  }  // fail before training, not after the first epoch
   const std::filesystem::path dir = std::filesystem::path(a.save).parent_path();
   std::error_code ec;
   if (std::filesystem::is_directory(a.save, ec))
     detail::raise<InvalidArgument>("train", "--save " + a.save + " is a folder; give a file name (e.g. " +
                                                 (std::filesystem::path(a.save) / "model.safetensors").string() + ")");
+  if (std::filesystem::exists(a.save, ec) && !std::filesystem::is_regular_file(a.save, ec))
+    detail::raise<InvalidArgument>("train", "--save " + a.save +
+                                                " is not a regular file (a device, pipe or socket): a checkpoint must be "
+                                                "a file that --resume can read back; give a file name, or leave out "
+                                                "--save to save nothing");
   if (!dir.empty() && !std::filesystem::is_directory(dir, ec))
     detail::raise<InvalidArgument>(
         "train", "--save " + a.save + ": the folder " + dir.string() + " does not exist; create it first");
@@ -407,7 +417,8 @@ void check_flags(const Args& a) {
 int run(const Args& a) {
   check_flags(a);
   check_save_folder(a);
-  check_log_path(a.log, a.save, {a.init, a.resume});
+  check_log_path(a.log, a.save, {a.init, a.resume},  // the mnist sets default to default_mnist_dir()
+                 {a.data.dir.empty() && a.data.data.rfind("mnist", 0) == 0 ? default_mnist_dir().string() : a.data.dir});
   if (require_device(a.device) == Device::cuda) {  // fails fast: before any data is loaded
     if (a.mp.enabled)
       detail::raise<InvalidArgument>("train",
@@ -423,7 +434,7 @@ int run(const Args& a) {
   if (!a.save.empty()) lock.emplace(a.save);
   TensorFile from;  // --resume or --init
   if (!a.resume.empty() || !a.init.empty())
-    from = read_safetensors(a.resume.empty() ? a.init : a.resume);
+    from = a.resume.empty() ? read_safetensors(a.init) : read_resumed_checkpoint(a.resume);
   // Before the data is loaded: the same data and arithmetic as the run resumed (an omitted
   // --seed takes its value: the CLI binding sets a.seed).
   if (!a.resume.empty()) {
@@ -586,7 +597,13 @@ Command add_train(CLI::App& app) {
   sub->add_option("--save", a->save,
                   "checkpoint written after every epoch (safetensors, PyTorch names; the optimizer state goes "
                   "beside it as *.optim.GENERATION.safetensors; the pair is replaced atomically as a whole and "
-                  "*.lock keeps a second run off it)");
+                  "*.lock keeps a second run off it)")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            return v.empty() ? std::string("an empty name saves nothing: give a file name, or leave out --save")
+                             : std::string();
+          },
+          "FILE"));
   sub->add_option("--resume", a->resume, "continue from a checkpoint written by --save")->check(CLI::ExistingFile);
   sub->add_option("--log", a->log, "write per-epoch metrics as JSON lines");
   sub->add_flag("--no-progress", a->no_progress, "no progress bar");

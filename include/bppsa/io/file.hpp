@@ -61,7 +61,9 @@ int remove_stale_temporaries(const std::filesystem::path& folder, const std::fun
 /// - a device, FIFO or socket (/dev/null, a pipe) is opened and written directly;
 /// - a symbolic link is followed, and the file it leads to is written as above (atomically in
 ///   that file's folder when it is regular, the link kept); a process's descriptor link
-///   (/dev/stdout, /dev/fd/N, /proc/PID/fd/N) is written directly, appending;
+///   (/dev/stdout, /dev/fd/N, /proc/PID/fd/N) is written directly: one of this process's
+///   through the descriptor itself, after flushing stdio (so it lands where the process's
+///   other output does), another process's by opening it, appending to a regular file;
 /// - a link owned by neither this user nor the owner of the folder it is in (one planted by
 ///   another user), a link to nothing, and a folder are refused (IoError naming `path`).
 void write_file_atomic(const std::filesystem::path& path, std::span<const unsigned char> bytes);
