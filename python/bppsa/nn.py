@@ -167,6 +167,19 @@ def _repack(output, rows, packed):
     return PackedSequence(data, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices)
 
 
+def _dropout_between(output, p, rows):
+    """torch.nn's dropout between layers, drawing its masks as torch.nn does: over the (T, B, ·)
+    output, or with rows (_unpack's) over a PackedSequence's data (its rows in packed order, as
+    torch.nn drops out the packed layer output), then put back into the padded batch (zeros past each
+    length). The same RNG draws, in the same order: the same masks and RNG state afterwards."""
+    dropout = torch.nn.functional.dropout
+    if rows is None or rows.numel() == output.shape[0] * output.shape[1]:  # packed order is padded order
+        return dropout(output, p=p, training=True)
+    flat = output.reshape(-1, output.shape[-1])
+    data = dropout(flat.index_select(0, rows), p=p, training=True)
+    return flat.new_zeros(flat.shape).index_copy(0, rows, data).reshape(output.shape)
+
+
 class _InputDtypeError(NotImplementedError, ValueError):
     """An input in a dtype bppsa does not compute in (float16, bfloat16, integer, complex), for a
     module in one it does: torch.nn raises ValueError for an input whose dtype is not its weights'."""
@@ -393,7 +406,7 @@ class _Bppsa:
                     c_n.append(ck)
             layer_output = outputs[0] if directions == 1 else torch.cat(outputs, dim=2)
             if self.dropout > 0 and self.training and layer < self.num_layers - 1:
-                layer_output = torch.nn.functional.dropout(layer_output, p=self.dropout, training=True)
+                layer_output = _dropout_between(layer_output, self.dropout, rows if packed is not None else None)
             layer_input = layer_output
 
         h_n = torch.stack(h_n)

