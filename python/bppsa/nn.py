@@ -336,9 +336,21 @@ class _Bppsa:
                 return super().forward(input, hx)
         return self._bppsa_forward(input, hx)
 
+    def _forward_weights(self):
+        """The weights of this forward, by name, read as torch.nn's forward reads them: its
+        _flat_weights, refreshed first by _update_flat_weights (PyTorch >= 2.0) when any weight is no
+        longer the tensor they hold (a parametrization, functional_call, an assigned tensor). A
+        parametrized weight is thus evaluated as often, and in the same order, as in torch.nn's
+        forward: spectral_norm's power iteration advances as torch.nn's does."""
+        update = getattr(self, "_update_flat_weights", None)
+        if update is not None:
+            update()
+        return dict(zip(self._flat_weights_names, self._flat_weights))
+
     def _bppsa_forward(self, input, hx):
         """bppsa's forward. While torch captures a graph (torch.compile, torch.export, fake tensors)
         each layer is one bppsa::layer_forward operator, whose backward is bppsa::layer_backward."""
+        weights = self._forward_weights()
         self._check_input(input, hx)
         lstm = self._cell == "lstm"
         if lstm and hx is not None and not (isinstance(hx, tuple) and len(hx) == 2):
@@ -386,9 +398,9 @@ class _Bppsa:
             for direction in range(directions):
                 k = layer * directions + direction
                 names = self._all_weights[k]
-                w_ih, w_hh = getattr(self, names[0]), getattr(self, names[1])
-                b_ih, b_hh = (getattr(self, names[2]), getattr(self, names[3])) if self.bias else (None, None)
-                w_hr = getattr(self, names[-1]) if self.proj_size else None  # torch puts weight_hr last
+                w_ih, w_hh = weights[names[0]], weights[names[1]]
+                b_ih, b_hh = (weights[names[2]], weights[names[3]]) if self.bias else (None, None)
+                w_hr = weights[names[-1]] if self.proj_size else None  # torch puts weight_hr last
                 xin = layer_input if direction == 0 else _reverse(layer_input, lengths)
                 h0k = None if h0 is None else h0[k].contiguous()
                 c0k = None if c0 is None else c0[k].contiguous()

@@ -67,3 +67,62 @@ def _check_packed_dropout(c, lengths):
     assert all(rel_err(a, b) <= TOL for a, b in zip(h_o, h_r))
     assert len(g_o) == len(g_r)
     assert all(rel_err(a, b) <= TOL for a, b in zip(g_o, g_r))
+
+
+class _Count(torch.nn.Module):
+    """A parametrization that counts its evaluations (and changes nothing)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, w):
+        self.calls += 1
+        return w * 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_parametrization_is_evaluated_as_often_as_in_torch_nn(kind):
+    counts = []
+    for module in twins(kind, 3, 4, num_layers=2, bidirectional=True, dtype=torch.float64):
+        tags = {name: _Count() for name in ("weight_hh_l0", "bias_ih_l1", "weight_hh_l1_reverse")}
+        for name, p in tags.items():
+            parametrize.register_parametrization(module, name, p)
+        x = torch.randn(5, 2, 3, dtype=torch.float64)
+        module(x)
+        module(x)
+        with torch.no_grad():
+            module(x)
+        counts.append({name: p.calls for name, p in tags.items()})
+    assert counts[0]["weight_hh_l0"] > 0
+    assert counts[1] == counts[0]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_parametrized_weight_hh_matches_torch_nn(kind):
+    """spectral_norm in train mode advances its power iteration at every evaluation: after one and
+    several forwards, outputs, gradients and its vectors u, v equal torch.nn's (with an orthogonal
+    weight_hh_l1 beside it)."""
+    modules = []
+    for module in twins(kind, 3, 4, num_layers=2, dtype=torch.float64):
+        torch.manual_seed(5)  # spectral_norm draws u and v at registration
+        torch.nn.utils.parametrizations.spectral_norm(module, "weight_hh_l0")
+        torch.nn.utils.parametrizations.orthogonal(module, "weight_hh_l1")
+        module.train()
+        modules.append(module)
+    ref, ours = modules
+    torch.manual_seed(6)
+    xs = [torch.randn(6, 2, 3, dtype=torch.float64) for _ in range(3)]
+    for x in xs:
+        res = []
+        for module in (ref, ours):
+            out, h = module(x)
+            loss = (out ** 2).sum() + sum(s.sum() for s in flat_state(h))
+            res.append((out, torch.autograd.grad(loss, list(module.parameters()))))
+        (o_r, g_r), (o_o, g_o) = res
+        assert rel_err(o_o, o_r) <= TOL
+        assert all(rel_err(a, b) <= TOL for a, b in zip(g_o, g_r))
+        buffers_r, buffers_o = dict(ref.named_buffers()), dict(ours.named_buffers())
+        assert buffers_r.keys() == buffers_o.keys()
+        for name, b in buffers_r.items():  # spectral_norm's _u and _v
+            assert torch.equal(buffers_o[name], b), name
