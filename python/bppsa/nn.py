@@ -215,14 +215,32 @@ class _Bppsa:
     def _bppsa_init(self, backward, threads, check_finite):
         name = type(self).__name__
         _check_factory(name, self.weight_ih_l0.dtype, self.weight_ih_l0.device)
+        self._specs = self._layer_specs()
+        self.set_backward(backward, threads)
+        self.set_check_finite(check_finite)
+
+    def _layer_specs(self):
+        """Each layer-direction's LayerSpec (its sizes and a pool of idle engines, empty at first)."""
         nonlinearity = getattr(self, "nonlinearity", "tanh")
         directions = 2 if self.bidirectional else 1
         out_size = self.proj_size or self.hidden_size  # rows of h: LSTM's projection, if any
-        self._specs = [LayerSpec(self._cell, self.input_size if layer == 0 else out_size * directions,
-                                 self.hidden_size, nonlinearity, self.proj_size)
-                       for layer in range(self.num_layers) for _ in range(directions)]
-        self.set_backward(backward, threads)
-        self.set_check_finite(check_finite)
+        return [LayerSpec(self._cell, self.input_size if layer == 0 else out_size * directions,
+                          self.hidden_size, nonlinearity, self.proj_size)
+                for layer in range(self.num_layers) for _ in range(directions)]
+
+    def __getstate__(self):
+        """torch.nn's state (pickle, torch.save of the whole module, copy.deepcopy) without the
+        engines: only torch.nn's attributes and bppsa's options (strings, numbers, None), so
+        torch.load(weights_only=True) needs no class but the module's own allowlisted."""
+        state = super().__getstate__()
+        state.pop("_specs", None)
+        return state
+
+    def __setstate__(self, state):
+        state = dict(state)
+        state.pop("_specs", None)  # saved by a bppsa that pickled them: rebuilt, empty, below
+        super().__setstate__(state)
+        self._specs = self._layer_specs()
 
     def set_backward(self, backward="auto", threads=None):
         """Chooses how the backward pass is computed (see the module docstring)."""

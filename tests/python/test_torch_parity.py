@@ -126,3 +126,72 @@ def test_parametrized_weight_hh_matches_torch_nn(kind):
         assert buffers_r.keys() == buffers_o.keys()
         for name, b in buffers_r.items():  # spectral_norm's _u and _v
             assert torch.equal(buffers_o[name], b), name
+
+
+class WordModel(torch.nn.Module):
+    """pytorch/examples' word_language_model.RNNModel in small: Embedding → dropout → recurrent
+    layer → dropout → Linear."""
+
+    def __init__(self, rnn_cls, tokens=11, embed=6, hidden=5, layers=2):
+        super().__init__()
+        self.drop = torch.nn.Dropout(0.2)
+        self.encoder = torch.nn.Embedding(tokens, embed)
+        self.rnn = rnn_cls(embed, hidden, layers, dropout=0.3)
+        self.decoder = torch.nn.Linear(hidden, tokens)
+
+    def forward(self, tokens, hidden=None):
+        out, hidden = self.rnn(self.drop(self.encoder(tokens)), hidden)
+        return self.decoder(self.drop(out)), hidden
+
+
+def _step(model, tokens, target, seed):
+    torch.manual_seed(seed)
+    logits, _ = model(tokens)
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+    return logits, torch.autograd.grad(loss, list(model.parameters()))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_whole_model_loads_with_weights_only_allowlisting_the_public_class(kind):
+    torch.manual_seed(0)
+    model = WordModel(BPPSA[kind]).double()
+    tokens, target = torch.randint(0, 11, (7, 3)), torch.randint(0, 11, (7, 3))
+    _step(model, tokens, target, 1)  # engines now in the layer's pools
+    with torch.no_grad():
+        model(tokens)
+    buf = io.BytesIO()
+    torch.save(model, buf)
+    assert b"LayerSpec" not in buf.getvalue() and b"bppsa._recurrent" not in buf.getvalue()
+    buf.seek(0)
+    with torch.serialization.safe_globals([WordModel, torch.nn.Dropout, torch.nn.Embedding, torch.nn.Linear,
+                                           BPPSA[kind]]):
+        loaded = torch.load(buf, weights_only=True)
+    torch.manual_seed(0)
+    twin = WordModel(TORCH[kind]).double()
+    twin.load_state_dict(model.state_dict())
+    copies = {"weights_only": loaded, "deepcopy": copy.deepcopy(model), "pickle": pickle.loads(pickle.dumps(model))}
+    ref_logits, ref_grads = _step(twin, tokens, target, 2)
+    for how, other in copies.items():
+        assert type(other.rnn) is BPPSA[kind], how
+        assert all(not any(spec._idle.values()) for spec in other.rnn._specs), how  # no engine came along
+        for _ in range(2):  # the rebuilt pools serve again
+            logits, grads = _step(other, tokens, target, 2)
+            assert rel_err(logits, ref_logits) <= TOL, how
+            assert all(rel_err(a, b) <= TOL for a, b in zip(grads, ref_grads)), how
+    # The original keeps its engines and options; a copy keeps the options.
+    model.rnn.set_backward("blelloch", 1)
+    again = copy.deepcopy(model.rnn)
+    assert (again.bppsa_backward, again.bppsa_threads) == ("blelloch", 1)
+    assert again._specs is not model.rnn._specs
+
+
+def test_module_saved_with_its_specs_still_loads():
+    """A file from a bppsa that pickled its LayerSpecs loads (weights_only=False) with fresh pools."""
+    m = bppsa.nn.GRU(3, 4)
+    state = m.__dict__.copy()
+    state.pop("_flat_weight_refs", None)
+    fresh = bppsa.nn.GRU.__new__(bppsa.nn.GRU)
+    fresh.__setstate__(state)  # what unpickling an old file does: its state still holds _specs
+    assert fresh._specs is not m._specs and len(fresh._specs) == 1
+    x = torch.randn(4, 2, 3)
+    assert torch.equal(fresh(x)[0], m(x)[0])
