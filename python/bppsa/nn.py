@@ -307,7 +307,7 @@ class _Bppsa:
             raise ValueError(f"{name}: Expected the data of a PackedSequence to be 2D, got {input.dim()}D")
         if input.dim() not in (2, 3):
             raise ValueError(f"{name}: Expected input to be 2D or 3D, got {input.dim()}D tensor instead")
-        weight = self.weight_ih_l0
+        weight = self._flat_weights[0]  # as torch.nn reads it (a parametrization is not evaluated here)
         try:
             _native.check_float("input", input)
         except NotImplementedError as e:

@@ -85,7 +85,7 @@ class _Count(torch.nn.Module):
 def test_parametrization_is_evaluated_as_often_as_in_torch_nn(kind):
     counts = []
     for module in twins(kind, 3, 4, num_layers=2, bidirectional=True, dtype=torch.float64):
-        tags = {name: _Count() for name in ("weight_hh_l0", "bias_ih_l1", "weight_hh_l1_reverse")}
+        tags = {name: _Count() for name in ("weight_ih_l0", "weight_hh_l0", "bias_ih_l1", "weight_hh_l1_reverse")}
         for name, p in tags.items():
             parametrize.register_parametrization(module, name, p)
         x = torch.randn(5, 2, 3, dtype=torch.float64)
