@@ -348,6 +348,8 @@ void write_file_atomic(const std::filesystem::path& path, std::span<const unsign
   if (d.fd >= 0) ::fsync(d.fd);
 }
 
+void check_output_path(const std::filesystem::path& path) { (void)resolve_output(path, "open"); }
+
 void write_file_atomic(const std::filesystem::path& path, std::string_view text) {
   write_file_atomic(path, std::span<const unsigned char>(reinterpret_cast<const unsigned char*>(text.data()), text.size()));
 }

@@ -177,6 +177,10 @@ def check_output_links():
         run(grad + ["--out", out], 1, [out, f"owned by user {NOBODY}"], "grad --out a link nobody planted is refused")
         check(read(victim) == b"root's precious file\n", "the file it points to is untouched")
         check(os.path.islink(out), "the planted link is left as it is")
+        log = os.path.join(shared, "log.jsonl")
+        check(as_nobody(["ln", "-s", victim, log]), "nobody plants a link at a --log path")
+        run(SMALL + ["--log", log], 1, [log, f"owned by user {NOBODY}"], "train --log to a link nobody planted")
+        check(read(victim) == b"root's precious file\n", "the file it points to is not truncated")
     finally:
         shutil.rmtree(shared, ignore_errors=True)
 

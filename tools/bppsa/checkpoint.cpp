@@ -327,6 +327,7 @@ void check_log_path(const std::string& log, const std::string& save, const std::
 void JsonLog::open(const std::string& path, bool append) {
   path_ = path;
   if (path.empty()) return;
+  check_output_path(path);  // never through a link another user planted
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0666);
   if (fd_ < 0)
     detail::raise<IoError>("train", "cannot open the log file " + path + " for writing: " + std::strerror(errno));

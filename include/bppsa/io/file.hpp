@@ -67,6 +67,9 @@ int remove_stale_temporaries(const std::filesystem::path& folder, const std::fun
 /// - a link owned by neither this user nor the owner of the folder it is in (one planted by
 ///   another user), a link to nothing, and a folder are refused (IoError naming `path`).
 void write_file_atomic(const std::filesystem::path& path, std::span<const unsigned char> bytes);
+/// For an output opened in place (a log appended line by line): IoError naming `path` when
+/// write_file_atomic would refuse it (a link planted by another user, a link to nothing, a folder).
+void check_output_path(const std::filesystem::path& path);
 /// The same for text (JSON reports, logs).
 void write_file_atomic(const std::filesystem::path& path, std::string_view text);
 
