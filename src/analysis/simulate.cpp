@@ -24,6 +24,7 @@
 #include <type_traits>
 
 #include "bppsa/core/error.hpp"
+#include "bppsa/core/memory.hpp"
 #include "core/finite.hpp"
 #include "scan/cpu/executor.hpp"
 #include "scan/plan.hpp"
@@ -263,10 +264,15 @@ std::size_t last_level_cache_bytes() {
   return 0;
 }
 
+/// The buffers that stand in for the cache: twice it (at least 8 MiB) to evict it, four times
+/// it (at least 64 MiB) for the miss curve.
+std::size_t flusher_bytes(std::size_t cache) { return std::max<std::size_t>(2 * cache, 8 << 20); }
+std::size_t miss_curve_bytes(std::size_t cache) { return std::max<std::size_t>(4 * cache, std::size_t{64} << 20); }
+
 /// Evicts the caches by touching a buffer twice the last-level cache.
 class CacheFlusher {
  public:
-  explicit CacheFlusher(std::size_t cache) : buffer_(std::max<std::size_t>(2 * cache, 8 << 20), 1) {}
+  explicit CacheFlusher(std::size_t cache) : buffer_(flusher_bytes(cache), 1) {}
   void operator()() {
     unsigned sum = 0;
     for (std::size_t i = 0; i < buffer_.size(); i += 64) sum += ++buffer_[i];
@@ -282,7 +288,7 @@ class CacheFlusher {
 /// size, from 128 KiB to 4× the last-level cache (at least 64 MiB), mapped linearly onto
 /// [0, 1] between the fastest and the largest size and made non-decreasing.
 std::vector<std::pair<double, double>> measure_miss_curve(std::size_t cache) {
-  const double largest = static_cast<double>(std::max<std::size_t>(4 * cache, std::size_t{64} << 20));
+  const auto largest = static_cast<double>(miss_curve_bytes(cache));
   std::vector<float> buffer(static_cast<std::size_t>(largest / sizeof(float)), 1.0f);
   volatile float sink = 0;
   std::vector<std::pair<double, double>> curve;
@@ -421,15 +427,25 @@ void measure_openmp(CostTable& t, int threads) {
 template <class T>
 struct Replay {
   std::vector<detail::ElementInfo<T>> elements;
+  Algorithm algorithm;
   detail::Schedule<T> schedule;
   detail::Workspace<T> ws;
   detail::Operands<T> operands;
   Gradients<T> out;
   Index batch = 1;
 
-  Replay(const RandomProblem<T>& p, Algorithm algorithm, int chunks)
-      : elements(detail::scan_elements(p.chain)), batch(p.chain.batch()) {
+  /// Plans (the fill-in patterns are made here, under the planner's guard).
+  Replay(const RandomProblem<T>& p, Algorithm a, int chunks)
+      : elements(detail::scan_elements(p.chain)), algorithm(a), batch(p.chain.batch()) {
     schedule = detail::plan_schedule(elements, batch, algorithm, 1, chunks, 1).schedule;
+  }
+  /// What bind() allocates, and the patterns and schedule planning made (detail::run_memory).
+  MemoryItem memory(const RandomProblem<T>& p) const {
+    double bytes = 0;
+    for (const MemoryItem& m : detail::run_memory(schedule, p.chain)) bytes += m.bytes;
+    return {std::string("the ") + to_string(algorithm) + " schedule's workspace, gradients and fill-in", bytes};
+  }
+  void bind(const RandomProblem<T>& p) {
     ws.reserve(schedule, batch, 1);
     std::vector<Index> dims;
     detail::bind_operands(p.chain, p.g_last, out, operands, dims, 1);
@@ -553,11 +569,32 @@ CostTable calibrate(const RandomChainSpec& spec, Algorithm algorithm, int chunks
   if (options.max_batch < 1)
     detail::raise<InvalidArgument>(op, "max_batch must be ≥ 1, got " + std::to_string(options.max_batch));
   const RandomChainSpec cal = calibration_spec<T>(spec, options);
-  const RandomProblem<T> problem = random_problem<T>(cal);
-
   CostTable table;
-  table.cores = omp_get_num_procs();
   table.cache_bytes = last_level_cache_bytes();
+  // Everything calibration holds at once, checked before the chain is built and again, with the
+  // schedules' workspaces, before those are allocated.
+  const std::string what = std::string("calibrating on a ") + to_string(cal.kind) + " chain of n = " +
+                           std::to_string(cal.n) + ", d = " + std::to_string(cal.dim) + ", batch " +
+                           std::to_string(cal.batch);
+  const std::string fix =
+      "use a smaller --dim, --batch or --calibration-n (CalibrationOptions::max_n); the two cache buffers follow the "
+      "last-level cache this machine reports (" + format_bytes(static_cast<double>(table.cache_bytes)) +
+      ") and need that memory whatever the chain";
+  std::vector<MemoryItem> need = {
+      {"the calibration chain", random_problem_bytes<T>(cal)},
+      {"the cache flusher (2 × the last-level cache)", static_cast<double>(flusher_bytes(table.cache_bytes))},
+      {"the miss-curve buffer (4 × the last-level cache)", static_cast<double>(miss_curve_bytes(table.cache_bytes))}};
+  check_memory(op, what, need, fix);
+  const RandomProblem<T> problem = random_problem<T>(cal);
+  // Progress: the OpenMP costs, the rough pass, the warm passes, the scanner's own work, the
+  // cold passes and the miss curve.
+  const int steps = 4 + 2 * options.repeats;
+  int step = 0;
+  const auto advance = [&] {
+    if (options.progress) options.progress(++step, steps);
+  };
+
+  table.cores = omp_get_num_procs();
   table.calibration_n = cal.n;
   table.calibration_batch = cal.batch;
   table.precision = precision_name<T>();
@@ -565,6 +602,7 @@ CostTable calibrate(const RandomChainSpec& spec, Algorithm algorithm, int chunks
                 " d=" + std::to_string(spec.dim) + " batch " + std::to_string(spec.batch);
   table.timer_seconds = timer_overhead();
   measure_openmp(table, std::max(2, table.cores));
+  advance();
 
   // The schedules to calibrate: the requested one(s) and linear (BP, the reference).
   std::vector<Algorithm> algorithms{Algorithm::linear};
@@ -578,7 +616,12 @@ CostTable calibrate(const RandomChainSpec& spec, Algorithm algorithm, int chunks
   ClassIds ids;
   for (Algorithm a : algorithms) {
     replays.push_back(std::make_unique<Replay<T>>(problem, a, hybrid_chunks));
-    items.push_back(replay_items(*replays.back(), ids));
+    need.push_back(replays.back()->memory(problem));
+  }
+  check_memory(op, what, need, fix);
+  for (const auto& r : replays) {
+    r->bind(problem);
+    items.push_back(replay_items(*r, ids));
   }
   const std::size_t classes = ids.classes().size();
 
@@ -595,12 +638,16 @@ CostTable calibrate(const RandomChainSpec& spec, Algorithm algorithm, int chunks
   settle([&] { passes(rough, nullptr); });
   rough.assign(classes, {});
   passes(rough, nullptr);
+  advance();
   for (std::size_t c = 0; c < classes; ++c)
     run_length[c] =
         std::clamp<Index>(static_cast<Index>(std::ceil(2e-6 / std::max(weighted_median(rough[c]), 1e-9))), 1, 256);
 
   // 2. Warm: repeated passes over data that stays cached.
-  for (int rep = 0; rep < options.repeats; ++rep) passes(warm, nullptr);
+  for (int rep = 0; rep < options.repeats; ++rep) {
+    passes(warm, nullptr);
+    advance();
+  }
 
   // 3. Scanner::run's own work: its time on one thread (linear, plan reused) minus the
   //    executor's and minus the output check, each timed alone on the same chain.
@@ -633,10 +680,14 @@ CostTable calibrate(const RandomChainSpec& spec, Algorithm algorithm, int chunks
   table.check_warm_seconds = median(check_warm) / values;
   table.element_seconds =
       std::max(0.0, median(run) - median(execute) - median(check_warm)) / static_cast<double>(cal.n);
+  advance();
 
   // 4. Cold: the caches flushed before every phase (and before the output check).
   CacheFlusher flush(table.cache_bytes);
-  for (int rep = 0; rep < options.repeats; ++rep) passes(cold, &flush);
+  for (int rep = 0; rep < options.repeats; ++rep) {
+    passes(cold, &flush);
+    advance();
+  }
   for (int rep = 0; rep < repeats; ++rep) {
     flush();
     check_cold.push_back(seconds_of(check_outputs));
@@ -663,6 +714,7 @@ CostTable calibrate(const RandomChainSpec& spec, Algorithm algorithm, int chunks
 
   // 5. Last, as streaming buffers larger than the cache unsettles the timings after it.
   table.miss_curve = measure_miss_curve(table.cache_bytes);
+  advance();
   return table;
 }
 
@@ -814,12 +866,14 @@ SimulationResult simulate(const RandomChainSpec& spec, Algorithm algorithm, int 
   std::optional<RandomProblem<T>> problem;
   if (spec.kind == ChainKind::mixed) {
     constexpr double kLimit = 2.0 * (1 << 30);
+    const std::string fix = "use a smaller n or a homogeneous kind (dense, diag, csr, sdd)";
     if (random_problem_bytes<T>(spec) > kLimit)
       detail::raise<InvalidArgument>(
           op, "a mixed chain's layouts come from the real generator, which would need about " +
                   std::to_string(static_cast<long long>(random_problem_bytes<T>(spec) / (1 << 20))) +
-                  " MiB for n = " + std::to_string(spec.n) +
-                  " (limit 2 GiB); use a smaller n or a homogeneous kind (dense, diag, csr, sdd)");
+                  " MiB for n = " + std::to_string(spec.n) + " (limit 2 GiB); " + fix);
+    check_memory(op, "a mixed chain's layouts from the real generator (n = " + std::to_string(spec.n) + ")",
+                 {{"the real chain", random_problem_bytes<T>(spec)}}, fix);
     problem.emplace(random_problem<T>(spec));
     elements = detail::scan_elements(problem->chain);
   } else {

@@ -102,7 +102,8 @@ class Builder {
 
   void begin_phase();
   void begin_task();
-  /// a · b as a new node.
+  /// a · b as a new node. The SpGEMM fill-in patterns the products make are counted as they
+  /// are made: ResourceError (check_memory) once together they pass what one request may use.
   MatRef mm(MatRef a, MatRef b);
   /// s_out = a · s_in.
   void mv(MatRef a, Index in, Index out);
@@ -128,6 +129,7 @@ class Builder {
   Stamp element_stamp_{-1, -1, 0};
   std::int32_t phase_ = -1;
   std::int32_t task_ = -1;
+  double pattern_bytes_ = 0;  ///< fill-in patterns made by mm so far
 };
 
 // Algorithm builders (one file each).

@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "bppsa/bppsa.hpp"
 #include "bppsa/analysis/simulate.hpp"
@@ -332,14 +335,48 @@ TEST(SimulatePlanner, SameScheduleAsTheScanner) {
   }
 }
 
+// Issue 44: simulate ignored BPPSA_MEMORY_LIMIT. Planning a CSR chain's products from layouts alone
+// grew fill-in patterns without bound (10^5 products of d = 4000: 21 GB at a 512 MB limit); the
+// planner counts them as it makes them.
+TEST(SimulatePlanner, FillInPatternsAreCountedAsTheyAreMade) {
+  const CostTable t = synthetic(3);
+  set_memory_limit(16e6);
+  const std::string e = testutil::message_of<ResourceError>(
+      [&] { (void)simulate<float>(chain(5000, 400, 1, ChainKind::csr), Algorithm::blelloch, 2, 0, t); });
+  set_memory_limit(0);
+  EXPECT_NE(e.find("[plan] the SpGEMM fill-in patterns of the first"), std::string::npos) << e;
+  EXPECT_NE(e.find("products of a scan of 5000 Jacobians"), std::string::npos) << e;
+  EXPECT_NE(e.find("--algo linear or hybrid"), std::string::npos) << e;
+}
+
 // ---------------------------------------------------------------------------------------
 // Calibration and measurement on this machine.
+
+// Issue 44: everything calibration holds at once (the chain, the cache flusher and the miss-curve
+// buffer, then each schedule's workspace) is checked before it is allocated.
+TEST(SimulateCalibration, WhatItHoldsIsCheckedBeforeAllocating) {
+  CalibrationOptions o;
+  o.max_n = 512;
+  o.repeats = 1;
+  set_memory_limit(128e6);  // a request may use 102 MB; the two cache buffers alone take at least 72 MiB
+  const std::string e = testutil::message_of<ResourceError>(
+      [&] { (void)calibrate<float>(chain(512, 100, 1), Algorithm::blelloch, 0, o); });
+  set_memory_limit(0);
+  for (const char* part : {"[calibrate] calibrating on a dense chain of n = 384, d = 100, batch 1",
+                           "the calibration chain", "the cache flusher", "the miss-curve buffer", "--calibration-n"})
+    EXPECT_NE(e.find(part), std::string::npos) << part << " in: " << e;
+}
 
 TEST(SimulateCalibration, DenseMmCostsMoreThanMv) {
   CalibrationOptions o;
   o.max_n = 512;
   o.repeats = 2;
+  std::vector<std::pair<int, int>> progress;
+  o.progress = [&](int done, int total) { progress.emplace_back(done, total); };
   const CostTable t = calibrate<float>(chain(512, 20, 1), Algorithm::blelloch, 0, o);
+  // Progress: every step once, in order, to the end (4 steps and 2 per repeat).
+  ASSERT_EQ(progress.size(), 8u);
+  for (std::size_t i = 0; i < progress.size(); ++i) EXPECT_EQ(progress[i], std::make_pair(static_cast<int>(i) + 1, 8));
   EXPECT_EQ(t.precision, "float");
   EXPECT_GE(t.cores, 1);
   EXPECT_LE(t.calibration_n, 512);

@@ -563,6 +563,22 @@ def check_usage_errors():
             [expect, "--batch " + batch], f"grad: '{expect}' names the --batch file")
 
 
+def check_simulate_under_guard():
+    """Issue 44: simulate's fill-in patterns and calibration stay under BPPSA_MEMORY_LIMIT (a CSR chain
+    planned from layouts reached 21 GB at 512M); its calibration shows progress on stderr."""
+    base = ["simulate", "--p", "2", "--repeats", "1", "--no-progress"]
+    check_guarded("simulate: the fill-in of 10^4 CSR products planned from layouts",
+                  base + ["--kind", "csr", "--dim", "1000", "--n", "10000", "--calibration-n", "64", "--algo",
+                          "blelloch"], 512, ["[plan] the SpGEMM fill-in patterns", "--algo linear or hybrid"])
+    check_guarded("simulate: calibrating on CSR Jacobians of d = 5000, batch 16",
+                  base + ["--kind", "csr", "--dim", "5000", "--batch", "16", "--n", "1000"], 512,
+                  ["[calibrate] calibrating on a csr chain", "the calibration chain", "the cache flusher"])
+    small = ["simulate", "--n", "100", "--p", "1", "--repeats", "1"]
+    run(small, 0, ["calibrating 6/6 step (100%)", "simulating 1/1 row"], "simulate shows its progress on stderr")
+    r = run(small + ["--no-progress"], 0, label="simulate --no-progress")
+    check("calibrating" not in r.err and "simulating" not in r.err, "--no-progress silences it")
+
+
 def run_checks(checks):
     """Runs `checks` in a fresh WORK, or those of them named after WORK; exit 1 if any failed."""
     shutil.rmtree(WORK, ignore_errors=True)
@@ -578,7 +594,7 @@ def run_checks(checks):
 def main():
     run_checks((check_lock, check_stale_temporaries, check_log, check_full_disk, check_inputs, check_non_utf8, check_irmas_cache,
                 check_jacobians, check_messages, check_file_sizes_under_guard, check_not_regular_inputs,
-                check_full_cache_dir, check_resume_flags, check_divergence, check_usage_errors))
+                check_full_cache_dir, check_simulate_under_guard, check_resume_flags, check_divergence, check_usage_errors))
 
 
 if __name__ == "__main__":

@@ -34,6 +34,8 @@ void ProgressBar::update(long done, long total, double loss) {
   const double rate = elapsed > 0 ? static_cast<double>(done) / elapsed : 0;
   const double eta = rate > 0 ? static_cast<double>(total - done) / rate : NAN;
   const int decile = static_cast<int>(10 * done / total);
+  char loss_text[32] = "";
+  if (!std::isnan(loss)) std::snprintf(loss_text, sizeof loss_text, " | loss %.4f", loss);
   if (tty_) {
     if (done < total && std::chrono::duration<double>(now - last_draw_).count() < 0.1) return;
     last_draw_ = now;
@@ -41,14 +43,14 @@ void ProgressBar::update(long done, long total, double loss) {
     const int fill = static_cast<int>(width * done / total);
     std::string bar(static_cast<std::size_t>(fill), '=');
     if (fill < width) bar += '>' + std::string(static_cast<std::size_t>(width - fill - 1), ' ');
-    std::fprintf(stderr, "\r%s [%s] %ld/%ld %s %3d%% | %.1f %s/s | loss %.4f | %s elapsed, ETA %s\033[K",
-                 label_.c_str(), bar.c_str(), done, total, unit_.c_str(), static_cast<int>(100 * done / total), rate,
-                 unit_.c_str(), loss, format_duration(elapsed).c_str(), format_duration(eta).c_str());
+    std::fprintf(stderr, "\r%s [%s] %ld/%ld %s %3d%% | %.1f %s/s%s | %s elapsed, ETA %s\033[K", label_.c_str(),
+                 bar.c_str(), done, total, unit_.c_str(), static_cast<int>(100 * done / total), rate, unit_.c_str(),
+                 loss_text, format_duration(elapsed).c_str(), format_duration(eta).c_str());
     drawn_ = true;
   } else if (decile != last_decile_ && (decile > 0 || done == total)) {
     last_decile_ = decile;
-    std::fprintf(stderr, "%s %ld/%ld %s (%d%%) | %.1f %s/s | loss %.4f | ETA %s\n", label_.c_str(), done, total,
-                 unit_.c_str(), static_cast<int>(100 * done / total), rate, unit_.c_str(), loss,
+    std::fprintf(stderr, "%s %ld/%ld %s (%d%%) | %.1f %s/s%s | ETA %s\n", label_.c_str(), done, total,
+                 unit_.c_str(), static_cast<int>(100 * done / total), rate, unit_.c_str(), loss_text,
                  format_duration(eta).c_str());
   }
   std::fflush(stderr);

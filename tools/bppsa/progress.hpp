@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cmath>
 #include <string>
 
 namespace bppsa::cli {
@@ -11,7 +12,8 @@ class ProgressBar {
  public:
   /// `unit` names what is counted ("batch"); disabled bars print nothing.
   ProgressBar(std::string label, std::string unit, bool enabled);
-  void update(long done, long total, double loss);
+  /// A NaN loss (steps that have none, e.g. simulate's calibration) is left out.
+  void update(long done, long total, double loss = NAN);
   /// Ends the line (TTY).
   void finish();
 

@@ -15,6 +15,7 @@
 
 #include "bppsa/bppsa.hpp"
 #include "commands.hpp"
+#include "progress.hpp"
 
 namespace bppsa::cli {
 namespace {
@@ -35,6 +36,7 @@ struct Args {
   bool validate = false;
   std::string json;
   std::uint64_t seed = 1;
+  bool no_progress = false;
 };
 
 constexpr Index kMaxN = 10000000;                  // the schedule alone takes a few hundred bytes per element
@@ -174,9 +176,14 @@ int run(const Args& a) {
                           " would need about " + need + " (limit 2 GiB); use a smaller n or dense, diag, csr or sdd");
   }
 
+  ProgressBar calibrating("calibrating", "step", !a.no_progress);
+  options.progress = [&](int done, int total) { calibrating.update(done, total); };
   const CostTable table = calibrate<T>(largest, algorithm, a.chunks, options);
+  calibrating.finish();
 
   std::vector<Row> rows;
+  ProgressBar simulating(a.validate ? "simulating and measuring" : "simulating", "row", !a.no_progress);
+  const auto row_count = static_cast<long>(a.n.size() * a.p.size());
   for (Index n : a.n) {
     RandomChainSpec s = spec;
     s.n = n;
@@ -191,8 +198,10 @@ int run(const Args& a) {
             algorithm == Algorithm::linear ? *row.measured : measure(*problem, Algorithm::linear, p, 1, a.repeats);
       }
       rows.push_back(row);
+      simulating.update(static_cast<long>(rows.size()), row_count);
     }
   }
+  simulating.finish();
 
   // Validation summary: relative errors (predicted − measured) / measured.
   double sum = 0, worst = 0, bp_sum = 0, bp_worst = 0;
@@ -365,6 +374,7 @@ Command add_simulate(CLI::App& app) {
               "measure the real scanner at every P ≤ this machine's cores and print the prediction's error");
   c->add_option("--json", args->json, "write every row, the calibration and the machine to this JSON file");
   c->add_option("--seed", args->seed, "random seed")->capture_default_str();
+  c->add_flag("--no-progress", args->no_progress, "no progress on stderr (calibration and rows)");
   return [args] { return args->precision == "double" ? run<double>(*args) : run<float>(*args); };
 }
 

@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -136,13 +137,19 @@ struct CalibrationOptions {
   Index max_batch = 16;
   /// Chunks of the hybrid schedule calibrated when `chunks` is 0 (one per worker).
   int hybrid_chunks = 4;
+  /// Called with (steps done, steps in all) as calibration goes (it can take a minute on a
+  /// loaded machine); none when empty.
+  std::function<void(int, int)> progress;
 };
 
 /// Times every product class of `algorithm`'s schedule and of the linear one (BP, the
 /// reference) on a real random_problem of min(spec.n, options.max_n) elements; automatic
 /// calibrates linear, hybrid and blelloch. Costs are medians over instances and passes; runs of
 /// consecutive same-class products are timed together so that a product under a microsecond
-/// is not swamped by the clock. Takes a few seconds at most.
+/// is not swamped by the clock. Takes a few seconds on an idle machine. Everything it holds at
+/// once (the chain, each schedule's workspace, gradients and fill-in patterns, the buffers that
+/// flush and measure the cache) is checked against the memory guard (check_memory,
+/// ResourceError) before it is allocated.
 template <class T>
 CostTable calibrate(const RandomChainSpec& spec, Algorithm algorithm, int chunks,
                     const CalibrationOptions& options = {});
