@@ -54,22 +54,28 @@ std::string new_generation(const std::string& step) {
   return step + "-" + hex;
 }
 
-/// The optimizer generations beside `checkpoint` other than `keep` (file names).
-std::vector<std::string> other_generations(const std::string& checkpoint, const std::string& keep) {
+/// The generation of `name` when it is one of the optimizer generations of `checkpoint` (a file
+/// name in its folder: "X.optim.GEN.safetensors"), else "".
+std::string generation_of(const std::string& checkpoint, std::string_view name) {
   const auto [base, ext] = split_ext(checkpoint);
-  const fs::path b(base);
-  const std::string prefix = b.filename().string() + ".optim.";
-  const fs::path dir = b.has_parent_path() ? b.parent_path() : fs::path(".");
+  const std::string prefix = fs::path(base).filename().string() + ".optim.";
+  if (name.size() <= prefix.size() + ext.size() || name.substr(0, prefix.size()) != prefix ||
+      name.substr(name.size() - ext.size()) != ext)
+    return "";
+  const std::string_view gen = name.substr(prefix.size(), name.size() - prefix.size() - ext.size());
+  return is_generation(gen) ? std::string(gen) : "";
+}
+
+/// The optimizer generations beside `checkpoint` other than `keep` (paths).
+std::vector<std::string> other_generations(const std::string& checkpoint, const std::string& keep) {
+  const fs::path c(checkpoint);
+  const fs::path dir = c.has_parent_path() ? c.parent_path() : fs::path(".");
   std::vector<std::string> out;
   DIR* d = ::opendir(dir.c_str());
   if (!d) return out;
   while (const dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
-    if (name.size() <= prefix.size() + ext.size() || name.compare(0, prefix.size(), prefix) != 0 ||
-        name.compare(name.size() - ext.size(), ext.size(), ext) != 0)
-      continue;
-    const std::string gen = name.substr(prefix.size(), name.size() - prefix.size() - ext.size());
-    if (is_generation(gen) && gen != keep) out.push_back((dir / name).string());
+    const std::string gen = generation_of(checkpoint, e->d_name);
+    if (!gen.empty() && gen != keep) out.push_back((dir / e->d_name).string());
   }
   ::closedir(d);
   return out;
@@ -78,13 +84,8 @@ std::vector<std::string> other_generations(const std::string& checkpoint, const 
 /// Whether `name` is one of the files of `checkpoint` in its folder: its own name, its optimizer
 /// state before generations, or one of its optimizer generations.
 bool is_checkpoint_file(const std::string& checkpoint, std::string_view name) {
-  const auto [base, ext] = split_ext(checkpoint);
-  const std::string prefix = fs::path(base).filename().string() + ".optim.";
-  if (name == fs::path(checkpoint).filename().string() || name == fs::path(optimizer_path(checkpoint)).filename().string())
-    return true;
-  return name.size() > prefix.size() + ext.size() && name.substr(0, prefix.size()) == prefix &&
-         name.substr(name.size() - ext.size()) == ext &&
-         is_generation(name.substr(prefix.size(), name.size() - prefix.size() - ext.size()));
+  return name == fs::path(checkpoint).filename().string() ||
+         name == fs::path(optimizer_path(checkpoint)).filename().string() || !generation_of(checkpoint, name).empty();
 }
 
 /// The optimizer generation the weights at `checkpoint` name ("" when there are none, or none
@@ -205,8 +206,7 @@ void save_checkpoint(const std::string& path, TensorFile weights, TensorFile opt
   // The new pair is complete. The generation the old weights named stays until the next save:
   // a --resume that read those weights just before the rename still finds it.
   for (const std::string& old : other_generations(path, generation))
-    if (previous.empty() || fs::path(old).filename() != fs::path(optimizer_path(path, previous)).filename())
-      ::unlink(old.c_str());
+    if (generation_of(path, fs::path(old).filename().string()) != previous) ::unlink(old.c_str());
   if (!previous.empty()) ::unlink(optimizer_path(path).c_str());
 }
 
