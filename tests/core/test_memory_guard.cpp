@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "expect_error.hpp"
+#include "jacobian/cpu/spgemm.hpp"
 #include "oracle.hpp"
 
 namespace {
@@ -137,8 +138,9 @@ TEST(MemoryGuard, ScannerRefusesBeforeAllocatingAndItsEstimateIsWhatItAllocates)
   }
 }
 
-// Products of banded CSR Jacobians fill in: the symbolic SpGEMM the plan runs stops as soon
-// as a pattern passes what memory allows, before growing it further.
+// Products of banded CSR Jacobians fill in: the plan stops as soon as its patterns together
+// (the planner's count) or one pattern (the symbolic SpGEMM) pass what memory allows, before
+// growing them further. Here the patterns of the lower levels together pass first.
 TEST(MemoryGuard, SymbolicSpgemmRefusesAFillInPatternThatCannotFit) {
   RandomChainSpec spec;
   spec.n = 64;
@@ -154,11 +156,17 @@ TEST(MemoryGuard, SymbolicSpgemmRefusesAFillInPatternThatCannotFit) {
   // 2 MB limit allows 0.8 · 2 MB / 8 = 200,000.
   Limit limit(2e6);
   const std::string m = message_of<ResourceError>([&] { Scanner<float>(o).run(p.chain, p.g_last, out); });
-  EXPECT_CONTAINS(m, "[spgemm]");
-  EXPECT_CONTAINS(m, "fill-in pattern");
+  EXPECT_CONTAINS(m, "[plan] the SpGEMM fill-in patterns of the first");
   EXPECT_CONTAINS(m, "--backward bp");
   o.algorithm = Algorithm::linear;  // no products: fits
   EXPECT_NO_THROW(Scanner<float>(o).run(p.chain, p.g_last, out));
+  // One product alone: a 4000 × 1 column times a 1 × 4000 row is 16 million entries; the
+  // symbolic SpGEMM stops past 200,000 (4 bytes each: half of what one request may use).
+  std::vector<std::int32_t> column_ptr(4001), zeros(4000, 0), row(4000);
+  for (std::int32_t i = 0; i < 4000; ++i) column_ptr[static_cast<std::size_t>(i) + 1] = i + 1, row[i] = i;
+  const auto column = make_csr_pattern(4000, 1, column_ptr, zeros), across = make_csr_pattern(1, 4000, {0, 4000}, row);
+  const std::string one = message_of<ResourceError>([&] { (void)detail::spgemm_symbolic(*column, *across); });
+  EXPECT_CONTAINS(one, "[spgemm] the fill-in pattern of a 4000×1 · 1×4000 CSR product");
 }
 
 TEST(MemoryGuard, RecurrentModelsRefuseWeightsForwardAndBackwardThatCannotFit) {
