@@ -2,6 +2,7 @@
 // load_irmas on generated IRMAS-layout folders, its cache and its error messages.
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <sndfile.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -106,6 +107,12 @@ class TempDir : public ::testing::Test {
   const fs::path& dir_ = tmp_.path;
 };
 
+/// Lowers the memory limit for one scope.
+struct MemoryLimit {
+  explicit MemoryLimit(double bytes) { bppsa::set_memory_limit(bytes); }
+  ~MemoryLimit() { bppsa::set_memory_limit(0); }
+};
+
 constexpr int k_rate = 22050;
 constexpr Index k_half_second = k_rate / 2;
 
@@ -176,6 +183,29 @@ TEST_F(ReadAudio, SampleRatesOutsideRealRecordingsAreRefused) {
     write_wav(dir_ / "edge.wav", rate, 1, clip);
     EXPECT_EQ(bppsa::read_audio(dir_ / "edge.wav").sample_rate, rate);
   }
+}
+
+// Compressed audio decodes to many times its bytes (a FLAC of silence: about 1000 times): what is
+// decoded meets the memory guard as it grows, not only the file's size.
+TEST_F(ReadAudio, DecodedSamplesMeetTheMemoryGuard) {
+  const fs::path flac = dir_ / "silence.flac";
+  SF_INFO info{};
+  info.samplerate = k_rate;
+  info.channels = 1;
+  info.format = SF_FORMAT_FLAC | SF_FORMAT_PCM_16;
+  SNDFILE* f = sf_open(flac.c_str(), SFM_WRITE, &info);
+  ASSERT_NE(f, nullptr) << sf_strerror(nullptr);
+  const std::vector<float> zeros(1 << 20, 0.0f);  // 4 MB as floats
+  ASSERT_EQ(sf_writef_float(f, zeros.data(), static_cast<sf_count_t>(zeros.size())),
+            static_cast<sf_count_t>(zeros.size()));
+  sf_close(f);
+  ASSERT_LT(fs::file_size(flac), 200000u);
+  {
+    const MemoryLimit limit(2e6);  // the file fits, its 4 MB of samples do not
+    expect_error<bppsa::ResourceError>([&] { bppsa::read_audio(flac); },
+                                       {"[read_audio] decoding", "silence.flac", "its samples as floats"});
+  }
+  EXPECT_EQ(bppsa::read_audio(flac).frames(), 1 << 20);
 }
 
 // ---------------------------------------------------------------- MFCC
@@ -536,12 +566,6 @@ TEST_F(Irmas, BrokenCacheTellsTheUserToDeleteIt) {
   fs::remove(cache);
   EXPECT_EQ(bppsa::load_irmas(dir_, p).size(), 4);
 }
-
-/// Lowers the memory limit for one scope.
-struct MemoryLimit {
-  explicit MemoryLimit(double bytes) { bppsa::set_memory_limit(bytes); }
-  ~MemoryLimit() { bppsa::set_memory_limit(0); }
-};
 
 // Issue 44: the features were sized from the first file's rate without the memory guard, and the
 // cache made two more copies. All three are checked before anything is allocated.

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "bppsa/core/error.hpp"
+#include "bppsa/core/memory.hpp"
 #include "bppsa/data/irmas.hpp"
 #include "bppsa/io/file.hpp"
 
@@ -112,12 +113,17 @@ Audio decode_audio(std::span<const unsigned char> bytes, const std::string& sour
   audio.sample_rate = info.samplerate;
   audio.channels = info.channels;
   // Read in blocks of about 64 Ki samples: the header's frame count is only a claim (a FLAC
-  // header may announce 2^36 frames), so memory grows with what is decoded, not with it.
+  // header may announce 2^36 frames), so memory grows with what is decoded, not with it, and
+  // each growth meets the memory guard (compressed audio can decode to 1000 times its bytes).
   const auto channels = static_cast<std::size_t>(info.channels);
   const sf_count_t block = std::max<sf_count_t>(1, (sf_count_t{1} << 16) / info.channels);
   sf_count_t got = 0;
   while (got < info.frames) {
     const sf_count_t want = std::min(block, info.frames - got);
+    check_memory(op, "decoding " + source,
+                 {{"its samples as floats", static_cast<double>(got + want) * static_cast<double>(channels) *
+                                                sizeof(float)}},
+                 "split or shorten the recording");
     audio.samples.resize(static_cast<std::size_t>(got + want) * channels);
     const sf_count_t n = sf_readf_float(file.get(), audio.samples.data() + static_cast<std::size_t>(got) * channels, want);
     if (sf_error(file.get()) != SF_ERR_NO_ERROR)
