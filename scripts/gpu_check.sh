@@ -342,7 +342,7 @@ gc_bench_build() {
 }
 gc_host_tests() { "$GC_BUILD/tests/bppsa_test_cuda_host" --gtest_output=xml:"$GC_OUT/host_tests.xml"; }
 gc_gpu_tests() { "$GC_BUILD/bppsa_test_gpu" --gtest_filter="$1" --gtest_output=xml:"$GC_OUT/gpu_tests.xml"; }
-gc_cli_gpu() { "$BPPSA_PYTHON" "$GC_ROOT/tests/gpu/check_cli_gpu.py" "$GC_BUILD/bppsa" "$GC_OUT/cli_gpu_work" "$@"; }
+gc_cli_gpu() { "$BPPSA_PYTHON" "$GC_ROOT/tests/cli/check_cli_gpu.py" "$GC_BUILD/bppsa" "$GC_OUT/cli_gpu_work" "$@"; }
 gc_sanitizer() {  # gc_sanitizer memcheck|racecheck FILTER
   local extra=()
   [ "$1" = memcheck ] && extra=(--leak-check full)

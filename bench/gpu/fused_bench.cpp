@@ -89,6 +89,14 @@ FusedBenchResult bench_fused(std::int32_t cell, Idx hidden, Idx steps, Idx batch
   r.median_ms = ms.size() % 2 ? ms[ms.size() / 2] : 0.5 * (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]);
   r.stats = scan.stats();
   r.device = cuda_summary();
+  // Every result is checked before it is reported (the harness's own test): a run that timed
+  // nothing or a plan without work is an error, never a figure.
+  if (!(r.median_ms > 0 && r.min_ms <= r.median_ms && r.median_ms <= r.max_ms && r.stats.flops > 0 &&
+        r.stats.bytes > 0 && !r.device.empty()))
+    raise<DeviceError>("bench_fused", "an inconsistent timing (median " + std::to_string(r.median_ms) + " ms, min " +
+                                          std::to_string(r.min_ms) + ", max " + std::to_string(r.max_ms) + ", " +
+                                          std::to_string(r.stats.flops) + " flops, " +
+                                          std::to_string(r.stats.bytes) + " bytes, device '" + r.device + "')");
   return r;
 }
 

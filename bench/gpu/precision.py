@@ -1,6 +1,6 @@
 """TF32 or IEEE FP32 for PyTorch's CUDA matmuls and cuDNN RNNs, through whichever API this PyTorch
 has: PyTorch >= 2.9's fp32_precision settings (it complains when they are mixed with the old
-allow_tf32 flags), else allow_tf32. Shared by bench/gpu/torch_gpu.py and tests/gpu/check_cli_gpu.py
+allow_tf32 flags), else allow_tf32. Shared by bench/gpu/torch_gpu.py and tests/cli/check_cli_gpu.py
 (import it where torch is installed)."""
 import torch
 

@@ -1,4 +1,4 @@
-// Fixtures of the fused-scan tests (tests/cuda_host/test_cuda_fused_host.cpp, tests/gpu/test_gpu_fused.cpp): one
+// Fixtures of the fused-scan tests (tests/scan/cuda/test_fused_host.cpp, tests/scan/cuda/test_fused_gpu.cpp): one
 // recurrent layer's forward record made by the CPU cells (src/nn/cpu/*_cell.cpp) and the CPU
 // engine's BP through it in double, the oracle every fused result is compared with.
 #pragma once

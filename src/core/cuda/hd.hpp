@@ -1,6 +1,6 @@
 // BPPSA_HD marks arithmetic and indexing shared by the CUDA kernels and the host: compiled by
 // nvcc it is __host__ __device__, by the C++ compiler it is nothing, so the g++ test suite
-// (tests/cuda_host/test_cuda_host.cpp) runs the very functions the kernels run. This header is the one
+// (tests/scan/cuda/test_scan_host.cpp) runs the very functions the kernels run. This header is the one
 // place that looks at __CUDACC__; kernel and op code never does.
 #pragma once
 

@@ -2,7 +2,7 @@
 // column with PyTorch's mean, ∂loss/∂logits, last-step predictions) and the fixed-order
 // reductions that make every GPU sum deterministic, as __host__ __device__ functions; the
 // status the GPU reports to the host. Same formulas and rounding steps as src/nn/loss.cpp.
-// Used by head_kernels.cu and replayed by tests/cuda_host/test_cuda_recurrent_host.cpp.
+// Used by head_kernels.cu and replayed by tests/nn/cuda/test_recurrent_host.cpp.
 #pragma once
 
 #include <cmath>

@@ -4,7 +4,7 @@
 // LayerArgs in layer_args.hpp), each cell's own arithmetic in its file (rnn_cell.hpp,
 // gru_cell.hpp, lstm_cell.hpp; the functions here dispatch on the cell):
 // column-major, time-major blocks of B columns. recurrent_kernels.cu is loops over these; the
-// g++ tests (tests/cuda_host/test_cuda_recurrent_host.cpp) replay them phase by phase over every
+// g++ tests (tests/nn/cuda/test_recurrent_host.cpp) replay them phase by phase over every
 // (block, thread) against the CPU engine. No Eigen, no CUDA headers.
 //
 // The persistent kernels (forward, BP) give each block a fixed group of samples for all T

@@ -1,7 +1,7 @@
 // Per-thread arithmetic and indexing of the fused chunked scan (fused_scan.hpp): the chunking,
 // the mapping of threads to columns and row tiles, and the __host__ __device__ phase functions
 // the kernels of kernels.cuh run between barriers, over a Step (step.hpp).
-// tests/cuda_host/test_cuda_fused_host.cpp replays them over every (block, thread) against the CPU
+// tests/scan/cuda/test_fused_host.cpp replays them over every (block, thread) against the CPU
 // engine's BP. The cost model choosing the chunk length and the mapping is plan.hpp. No CUDA
 // headers, no Eigen.
 //

@@ -2,7 +2,7 @@
 // columns per thread, groups per block, W on chip or not) from the Step's constants
 // (FusedStepInfo), H, T, B and the device's SM count and shared memory, by estimating every
 // candidate's cycles. __host__ __device__ plain arithmetic, tested by g++
-// (tests/cuda_host/test_cuda_fused_host.cpp). Its timing constants (FusedModel, options.hpp) are
+// (tests/scan/cuda/test_fused_host.cpp). Its timing constants (FusedModel, options.hpp) are
 // H100-class guesses from the instruction mix; a fit to an H100 sweep exists but is not adopted
 // (docs/cost_model.md, "The fused scan on the GPU").
 #pragma once

@@ -4,7 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include "bppsa/core/memory.hpp"
-#include "compare.hpp"
+#include "gpu_compare.hpp"
 #include "core/cuda/buffer.hpp"
 #include "expect_error.hpp"
 #include "scan/cuda/device_scan.hpp"
@@ -35,7 +35,7 @@ TEST(GpuSmall, CheckedCallsThrowDeviceErrorWithCallFileAndLine) {
     BPPSA_CUDA_CHECK(cudaMalloc(&p, std::size_t{1} << 62));  // 4 EiB: refused by the runtime
   });
   EXPECT_NE(m.find("cudaMalloc"), std::string::npos) << m;
-  EXPECT_NE(m.find("test_gpu_device.cpp:"), std::string::npos) << m;
+  EXPECT_NE(m.find("core/cuda/test_device_gpu.cpp:"), std::string::npos) << m;
   EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "a failed allocation is not a sticky error";
 }
 

@@ -5,8 +5,7 @@
 // racecheck); GpuFused.* is the rest.
 #include <cstdlib>
 
-#include "bench/gpu/fused_bench.hpp"
-#include "compare.hpp"
+#include "gpu_compare.hpp"
 #include "core/cuda/buffer.hpp"
 #include "expect_error.hpp"
 #include "fused_record.hpp"
@@ -254,7 +253,7 @@ TEST(GpuSmall, FusedScanErrorsNameTheProblem) {
 }
 
 TEST(GpuSmall, FusedScanWithLengthsMatchesEachSamplesBp) {
-  // Per-sample lengths (tests/cuda_host/test_cuda_fused_host.cpp, FusedLengths.* on the host):
+  // Per-sample lengths (tests/scan/cuda/test_fused_host.cpp, FusedLengths.* on the host):
   // the padding's record and injections are NaN, each sample's g_t against its own chain's BP.
   // With graphs: a new lengths pointer (or none) is followed as the other pointers are.
   const std::vector<Idx> len{13, 9, 9, 4, 1}, other{13, 13, 7, 2, 2};
@@ -383,19 +382,6 @@ TEST(GpuFused, LongDoubleChainsMatchBpTightly) {
     ASSERT_TRUE(matches_bp(L, options(true)));
     ASSERT_TRUE(matches_bp(L, options(true, 64, 32, 1, 4, 0)));
   }
-}
-
-TEST(GpuFused, BenchEntryPointTimesAPlan) {
-  const gpu::FusedBenchResult r = gpu::bench_fused<float>(kRnnTanh, 20, 1000, 16, 5);
-  EXPECT_EQ(r.reps, 5);
-  EXPECT_GT(r.median_ms, 0);
-  EXPECT_LE(r.min_ms, r.median_ms);
-  EXPECT_LE(r.median_ms, r.max_ms);
-  EXPECT_GT(r.stats.flops, 1e8);  // ≈ T·B·2h²(h + 1)
-  EXPECT_GT(r.stats.bytes, 1e6);
-  EXPECT_FALSE(r.device.empty());
-  std::printf("fused scan, rnn H 20, T 1000, B 16: median %.4f ms (%.2f TFLOP/s, plan %s, estimate %.1f µs)\n",
-              r.median_ms, r.stats.flops / (r.median_ms * 1e9), describe(r.stats).c_str(), r.stats.estimate_us);
 }
 
 }  // namespace

@@ -559,7 +559,7 @@ TEST(CudaProgram, UploadAndDownloadRegionsAreContiguousAndInOrder) {
 // The Scanner's device option on a machine without a usable GPU
 
 TEST(CudaScanner, DeviceCudaWithoutAGpuFailsClearlyAndTheCpuStillWorks) {
-  if (cuda_device_count() > 0) GTEST_SKIP() << "a GPU is present: tests/gpu/ covers Device::cuda";
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a GPU is present: bppsa_test_gpu covers Device::cuda";
   const auto p = random_problem<double>({5, 3, 2, ChainKind::dense, false, false, 1});
   ScanOptions o = oracle::opts(Algorithm::blelloch, 2);
   o.device = Device::cuda;
