@@ -3,11 +3,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 #include "bppsa/core/error.hpp"
 #include "core/finite.hpp"
-#include "nn/cuda/gpu_model.hpp"  // OptimizerGpu, complete for the destructor
+#include "train/optimizer_half.hpp"
 
 namespace bppsa {
 
@@ -179,6 +180,43 @@ void Optimizer<T>::load_state(const TensorFile& file, const std::vector<NamedPar
   m_ = std::move(m);
   v_ = std::move(v);
   state_to_device();
+}
+
+template <class T>
+void Optimizer<T>::step(SequenceClassifier<T>& model) {
+  if (model.device() == Device::cpu) {
+    step(model.parameters());
+    return;
+  }
+  if (!cuda_) {
+    cuda_ = detail::make_optimizer_cuda(model);
+    if (!m_.empty()) cuda_->upload(m_, v_);  // a resumed state (load_state) or earlier CPU steps
+  }
+  ++step_;
+  cuda_->step(model, config_, step_);
+  last_norm_ = std::numeric_limits<double>::quiet_NaN();
+}
+
+template <class T>
+void Optimizer<T>::state_from_device(const std::vector<NamedParam<T>>& params) const {
+  if (!cuda_) return;
+  m_.assign(params.size(), {});  // sized as the parameters, filled from the device
+  v_.assign(params.size(), {});
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    m_[i].assign(static_cast<std::size_t>(params[i].size), T(0));
+    v_[i].assign(static_cast<std::size_t>(params[i].size), T(0));
+  }
+  cuda_->download(m_, v_);
+}
+
+template <class T>
+void Optimizer<T>::state_to_device() {
+  if (!cuda_) return;
+  if (m_.empty()) {
+    cuda_.reset();  // step 0: fresh zeros at the next device step
+  } else {
+    cuda_->upload(m_, v_);
+  }
 }
 
 template class Optimizer<float>;

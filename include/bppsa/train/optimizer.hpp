@@ -13,10 +13,10 @@
 
 namespace bppsa {
 
-namespace detail::gpu {
+namespace detail {
 template <class T>
-class OptimizerGpu;
-}  // namespace detail::gpu
+class OptimizerHalf;
+}  // namespace detail
 
 enum class OptimizerType { sgd, adam };
 const char* to_string(OptimizerType o);
@@ -80,12 +80,11 @@ class Optimizer {
   OptimizerConfig config_;
   std::int64_t step_ = 0;
   double last_norm_ = 0;
-  /// Device halves (src/train/cuda/optimizer.cpp; without CUDA, src/train/no_gpu/): the state
-  /// on the GPU, once a device step made it, copied into m_/v_, or replaced by them.
+  /// The state on the GPU, once a Device::cuda step made it, copied into m_/v_, or replaced by them.
   void state_from_device(const std::vector<NamedParam<T>>& params) const;
   void state_to_device();
-  mutable std::vector<std::vector<T>> m_, v_;  ///< on the GPU once gpu_ exists (state() downloads)
-  std::unique_ptr<detail::gpu::OptimizerGpu<T>> gpu_;
+  mutable std::vector<std::vector<T>> m_, v_;  ///< on the GPU once cuda_ exists (state() downloads)
+  std::unique_ptr<detail::OptimizerHalf<T>> cuda_;  ///< the CUDA half (src/train/optimizer_half.hpp)
 };
 
 extern template class Optimizer<float>;

@@ -1,53 +1,35 @@
-// The device half of Optimizer<T>: a Device::cuda model's step runs on the GPU (norm, clipping,
-// the update, all queued on the model's stream), its state kept there; a Device::cpu model's
-// step runs on the host parameters.
-#include <limits>
-
+// The CUDA half of Optimizer<T> (optimizer_half.hpp): the state and the step of
+// gpu::OptimizerGpu on the model's GPU half.
 #include "nn/cuda/gpu_model.hpp"
-#include "train/optimizer_device.hpp"
+#include "train/optimizer_half.hpp"
 #include "train/step_constants.hpp"
 
-namespace bppsa {
+namespace bppsa::detail {
+namespace {
 
 template <class T>
-void Optimizer<T>::step(SequenceClassifier<T>& model) {
-  if (model.device() == Device::cpu) {
-    step(model.parameters());
-    return;
+class OptimizerCuda final : public OptimizerHalf<T> {
+ public:
+  explicit OptimizerCuda(SequenceClassifier<T>& model) : state_(gpu::make_optimizer_gpu(*model.gpu())) {}
+  void step(SequenceClassifier<T>& model, const OptimizerConfig& config, std::int64_t step) override {
+    state_->step(*model.gpu(), step_constants<T>(config, step));
   }
-  detail::gpu::ModelGpu<T>* g = model.gpu();
-  if (!gpu_) {
-    gpu_ = detail::gpu::make_optimizer_gpu(*g);
-    if (!m_.empty()) gpu_->upload(m_, v_);  // a resumed state (load_state) or earlier CPU steps
+  void upload(const std::vector<std::vector<T>>& m, const std::vector<std::vector<T>>& v) override {
+    state_->upload(m, v);
   }
-  ++step_;
-  gpu_->step(*g, detail::step_constants<T>(config_, step_));
-  last_norm_ = std::numeric_limits<double>::quiet_NaN();
-}
+  void download(std::vector<std::vector<T>>& m, std::vector<std::vector<T>>& v) override { state_->download(m, v); }
+
+ private:
+  std::unique_ptr<gpu::OptimizerGpu<T>> state_;
+};
+
+}  // namespace
 
 template <class T>
-void Optimizer<T>::state_from_device(const std::vector<NamedParam<T>>& params) const {
-  if (!gpu_) return;
-  m_.assign(params.size(), {});  // sized as the parameters, filled from the device
-  v_.assign(params.size(), {});
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    m_[i].assign(static_cast<std::size_t>(params[i].size), T(0));
-    v_[i].assign(static_cast<std::size_t>(params[i].size), T(0));
-  }
-  gpu_->download(m_, v_);
+std::unique_ptr<OptimizerHalf<T>> make_optimizer_cuda(SequenceClassifier<T>& model) {
+  return std::make_unique<OptimizerCuda<T>>(model);
 }
+template std::unique_ptr<OptimizerHalf<float>> make_optimizer_cuda(SequenceClassifier<float>&);
+template std::unique_ptr<OptimizerHalf<double>> make_optimizer_cuda(SequenceClassifier<double>&);
 
-template <class T>
-void Optimizer<T>::state_to_device() {
-  if (!gpu_) return;
-  if (m_.empty()) {
-    gpu_.reset();  // step 0: fresh zeros at the next device step
-  } else {
-    gpu_->upload(m_, v_);
-  }
-}
-
-BPPSA_OPTIMIZER_DEVICE(float)
-BPPSA_OPTIMIZER_DEVICE(double)
-
-}  // namespace bppsa
+}  // namespace bppsa::detail

@@ -1,21 +1,16 @@
-// The device half of Optimizer<T> in a build without CUDA: every model is on the CPU, so a
-// model's step is a step on its host parameters and there is no device state.
-#include "train/optimizer_device.hpp"
+// The CUDA half of Optimizer<T> in a build without CUDA: never reached (a Device::cuda model
+// cannot be made there), and refused with the fix if it were.
+#include "bppsa/core/error.hpp"
+#include "train/optimizer_half.hpp"
 
-namespace bppsa {
+namespace bppsa::detail {
 
 template <class T>
-void Optimizer<T>::step(SequenceClassifier<T>& model) {
-  step(model.parameters());
+std::unique_ptr<OptimizerHalf<T>> make_optimizer_cuda(SequenceClassifier<T>&) {
+  raise<UnsupportedError>("optimizer", "built without CUDA: a Device::cuda model's step needs bppsa's CUDA backend; "
+                                       "rebuild with -DBPPSA_WITH_CUDA=ON, or use --device cpu");
 }
+template std::unique_ptr<OptimizerHalf<float>> make_optimizer_cuda(SequenceClassifier<float>&);
+template std::unique_ptr<OptimizerHalf<double>> make_optimizer_cuda(SequenceClassifier<double>&);
 
-template <class T>
-void Optimizer<T>::state_from_device(const std::vector<NamedParam<T>>&) const {}
-
-template <class T>
-void Optimizer<T>::state_to_device() {}
-
-BPPSA_OPTIMIZER_DEVICE(float)
-BPPSA_OPTIMIZER_DEVICE(double)
-
-}  // namespace bppsa
+}  // namespace bppsa::detail
