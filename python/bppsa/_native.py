@@ -19,9 +19,10 @@ def ref(t):
     """A TensorRef view of tensor t (None stays None). The tensor must outlive the call."""
     if t is None:
         return None
-    name = _DTYPES.get(t.dtype, str(t.dtype).replace("torch.", ""))
-    index = -1 if t.device.index is None else t.device.index
-    return _C.TensorRef(t.data_ptr(), name, list(t.shape), list(t.stride()), t.device.type, index)
+    name = _DTYPES.get(t.dtype) or str(t.dtype).replace("torch.", "")
+    device = t.device
+    index = -1 if device.index is None else device.index
+    return _C.TensorRef(t.data_ptr(), name, t.shape, t.stride(), device.type, index)
 
 
 def check_float(what, t, devices=("cpu", "cuda")):
@@ -67,11 +68,17 @@ def in_functorch_transform():
 def in_dispatch_mode():
     """A TorchDispatchMode is active (make_fx and other tracers record through one): operators
     that write through raw pointers would be invisible to it."""
-    try:
-        from torch.utils._python_dispatch import _get_current_dispatch_mode
-    except ImportError:
-        return False
-    return _get_current_dispatch_mode() is not None
+    if not _dispatch_mode_getter:  # imported at the first call (once: it runs at every forward)
+        try:
+            from torch.utils._python_dispatch import _get_current_dispatch_mode
+        except ImportError:
+            _get_current_dispatch_mode = None
+        _dispatch_mode_getter.append(_get_current_dispatch_mode)
+    getter = _dispatch_mode_getter[0]
+    return getter is not None and getter() is not None
+
+
+_dispatch_mode_getter = []
 
 
 def layer_engine(dtype, cell, input_size, hidden_size, nonlinearity, proj_size=0, device=None):

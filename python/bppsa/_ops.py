@@ -9,16 +9,12 @@
 # The operators are functional: one cannot hand the engine's forward record to the next, so
 # bppsa::layer_backward runs the layer's forward again on an engine of its own before its
 # backward pass. Eager mode keeps the record and does not recompute.
-import threading
 import torch
 
 from . import _native
 from ._recurrent import LayerSpec, _device, _no_double_backward, _run_backward, _run_forward
 
 AVAILABLE = all(hasattr(torch.library, f) for f in ("custom_op", "register_fake", "register_autograd"))
-
-_specs = {}
-_specs_lock = threading.Lock()
 
 
 def capturing(t):
@@ -46,14 +42,11 @@ def _sizes(w_hh, w_hr):
 
 
 def _spec(cell, x, w_hh, w_hr, nonlinearity):
-    """One engine pool per layer shape, shared by every operator call."""
+    """A layer's sizes, with an empty engine pool of its own: an operator call has no module to
+    tie a pool to, so it runs on a new engine, freed when the call returns (no pool outlives the
+    module, or even the call; a module-level pool would hold its weights after `del model`)."""
     hidden, P = _sizes(w_hh, w_hr)
-    key = (cell, x.shape[2], hidden, nonlinearity, 0 if w_hr is None else P)
-    with _specs_lock:
-        spec = _specs.get(key)
-        if spec is None:
-            spec = _specs[key] = LayerSpec(*key)
-    return spec
+    return LayerSpec(cell, x.shape[2], hidden, nonlinearity, 0 if w_hr is None else P)
 
 
 def _absent(like):

@@ -16,9 +16,9 @@ class LayerSpec:
     """What a layer's engines are built from, and a pool of idle engines. An engine holds the
     record of ONE forward (and its scan plan and buffers): every forward takes one of its own
     from the pool (or a new one), so calls from several threads never share one. A forward that
-    a backward may need keeps its engine until the autograd graph that uses it is freed; an
-    inference forward gives it back at once. The pool then serves the next forward of the same
-    shape without re-planning."""
+    a backward may need keeps its engine until the autograd graph that uses it is freed (its
+    record goes when the backward ends); an inference forward gives it back at once. An engine
+    comes back without its record (release), so the pool holds only weight-sized state."""
 
     def __init__(self, cell, input_size, hidden_size, nonlinearity, proj_size=0):
         self.cell = cell
@@ -43,7 +43,11 @@ class LayerSpec:
         return engine
 
     def release(self, key, engine):
-        """key: (dtype, device), as given to acquire."""
+        """key: (dtype, device), as given to acquire. The engine's forward record goes (kept only
+        when it is small: a few steps × samples), so nothing sized by a call's steps and batch
+        outlives the call's backward, or the call itself under no_grad; the pool keeps its weights'
+        copies and small buffers, and lives as long as the module."""
+        engine.release_record()
         with self._lock:
             idle = self._idle.setdefault(key, [])
             if len(idle) < 4:
@@ -88,6 +92,11 @@ def _contiguous(t):
     return None if t is None else t.contiguous()
 
 
+def _weights_key(weights):
+    """Each weight's address and shape: while they hold, the TensorRefs made for them last hold too."""
+    return tuple(None if t is None else (t.data_ptr(), t.shape) for t in weights)
+
+
 def _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths=None):
     """Runs the layer on contiguous copies of what is not contiguous (a weight set to a
     transposed view, say): the engine reads C-order buffers. w_hr: the LSTM's projection or None;
@@ -101,8 +110,20 @@ def _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths=
     if B == 0:  # nothing to compute (torch returns the empty tensors too)
         return out, h_n, c_n
     args = [_contiguous(t) for t in (x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr)]
+    # The engine copies the weights in at every forward: a version-keyed cache would miss writes
+    # through an alias with a counter of its own (w.data.add_(…), as gradcheck and
+    # word_language_model's update do). Their TensorRefs are kept on the engine (same addresses
+    # and shapes; contiguous), with the weights' storages, so that no other buffer can take one of
+    # their addresses meanwhile.
+    weights = args[3:]
+    key = _weights_key(weights)
+    held = getattr(engine, "bppsa_weight_refs", None)
     r = _native.ref
-    engine.forward(*[r(t) for t in args], list(lengths or ()), r(out), r(h_n), r(c_n), _native.stream_of(x))
+    if held is None or held[0] != key:
+        held = engine.bppsa_weight_refs = (key, [t.untyped_storage() for t in weights if t is not None],
+                                           [r(t) for t in weights])
+    engine.forward(r(args[0]), r(args[1]), r(args[2]), *held[2], list(lengths or ()), r(out), r(h_n), r(c_n),
+                   _native.stream_of(x))
     return out, h_n, c_n
 
 
@@ -156,6 +177,7 @@ class LayerFunction(torch.autograd.Function):
         ctx.engine = engine
         ctx.spec = spec
         ctx.options = options
+        ctx.lengths = lengths
         ctx.lock = threading.Lock()  # one backward at a time through this engine (retained graphs)
         # Saved for torch's checks (version counters, freed graphs); the engine holds the
         # record the backward pass reads.
@@ -173,8 +195,16 @@ class LayerFunction(torch.autograd.Function):
         saved = ctx.saved_tensors  # raises torch's errors: graph freed, or a tensor changed in place
         method, threads, chunks, check_finite = ctx.options
         with ctx.lock:
-            grads = _run_backward(ctx.engine, saved, ctx.needs_input_grad[:8], grad_out, grad_hn, grad_cn, method,
+            engine = ctx.engine
+            if engine.steps == 0 and saved[0].shape[1] > 0:
+                # An earlier backward of a retained graph freed the record: the forward again.
+                _run_forward(engine, ctx.spec, *saved, ctx.lengths)
+            grads = _run_backward(engine, saved, ctx.needs_input_grad[:8], grad_out, grad_hn, grad_cn, method,
                                   threads, chunks, check_finite)
+            # The record goes with its backward, not with the graph (which lives as long as the
+            # caller holds an output): a forward of the next micro-batch, run while the last
+            # one's output is still referenced, does not find it held.
+            engine.release_record()
         return (*grads, None, None, None)
 
 
@@ -187,5 +217,10 @@ def run_layer(spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, method, threads, ch
         res = LayerFunction.apply(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, spec,
                                   (method, threads, chunks, check_finite), lengths)
         return res if len(res) == 3 else (res[0], res[1], None)
-    with spec.borrowed(x.dtype, _device(x)) as engine, torch.no_grad():
-        return _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths)
+    key = (x.dtype, _device(x))
+    engine = spec.acquire(*key)
+    try:  # (spec.borrowed's work, without a context manager's cost at every T 1 call)
+        with torch.no_grad():
+            return _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths)
+    finally:
+        spec.release(key, engine)

@@ -44,6 +44,9 @@ class LayerHalf {
   virtual std::string backward(const LayerBackwardIo<T>& io, const BackwardOptions& options, std::uintptr_t stream) = 0;
   virtual Index steps() const = 0;
   virtual Index batch() const = 0;
+  /// Frees the last forward's record (and the backward's buffers sized by steps and batch) when it
+  /// is larger than a small bound; the weights stay. The next backward needs a new forward.
+  virtual void release_record() {}
 };
 
 /// cpu/recurrent_layer_cpu.cpp.

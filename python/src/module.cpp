@@ -18,7 +18,7 @@ namespace {
 
 template <class T>
 void bind_layer(py::module_& m, const char* name) {
-  py::class_<LayerEngine<T>>(m, name)
+  py::class_<LayerEngine<T>>(m, name, py::dynamic_attr())  // Python keeps its weights' TensorRefs on it
       .def(py::init<const std::string&, Index, Index, const std::string&, Index, const std::string&, int>(),
            py::arg("cell"), py::arg("input_size"), py::arg("hidden_size"), py::arg("nonlinearity") = "tanh",
            py::arg("proj_size") = 0, py::arg("device") = "cpu", py::arg("device_index") = -1)
@@ -30,6 +30,7 @@ void bind_layer(py::module_& m, const char* name) {
            py::arg("grad_x"), py::arg("grad_h0"), py::arg("grad_c0"), py::arg("grad_w_ih"), py::arg("grad_w_hh"),
            py::arg("grad_b_ih"), py::arg("grad_b_hh"), py::arg("grad_w_hr"), py::arg("check_finite"),
            py::arg("stream") = 0)
+      .def("release_record", &LayerEngine<T>::release_record)
       .def_property_readonly("steps", &LayerEngine<T>::steps)
       .def_property_readonly("batch", &LayerEngine<T>::batch);
 }

@@ -47,6 +47,8 @@ class LayerEngine {
                        const OptRef& grad_w_ih, const OptRef& grad_w_hh, const OptRef& grad_b_ih,
                        const OptRef& grad_b_hh, const OptRef& grad_w_hr, bool check_finite, std::uintptr_t stream = 0);
 
+  /// Frees the last forward's record if larger than a small bound (LayerHalf::release_record).
+  void release_record() { half_->release_record(); }
   Index steps() const { return half_->steps(); }
   Index batch() const { return half_->batch(); }
   const Place& place() const { return place_; }

@@ -105,7 +105,20 @@ class LayerCpu final : public LayerHalf<T> {
   Index steps() const override { return rnn_.steps(); }
   Index batch() const override { return rnn_.batch(); }
 
+  /// A record of up to kKeptColumns steps × samples stays (a decoder's next T 1 call reuses its
+  /// buffers; it is bounded by the layer's sizes), a larger one is freed: a new Recurrent takes
+  /// the loaded weights over (moved, not copied). Rebuilding costs about two weight-sized fills,
+  /// small beside a forward of more than kKeptColumns columns.
+  void release_record() override {
+    grad_out_zero_ = Matrix<T>();
+    if (rnn_.steps() * rnn_.batch() <= kKeptColumns) return;
+    RecurrentLayerParams<T> loaded = std::move(rnn_.params(0));
+    rnn_ = Recurrent<T>(rnn_.config());
+    rnn_.params(0) = std::move(loaded);
+  }
+
  private:
+  static constexpr Index kKeptColumns = 64;
   Recurrent<T> rnn_;
   Matrix<T> grad_out_zero_;
 };
