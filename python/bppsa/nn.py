@@ -439,9 +439,8 @@ class _Bppsa:
                 layer_output = _dropout_between(layer_output, self.dropout, rows if packed is not None else None)
             layer_input = layer_output
 
-        stack = (lambda s: s[0].unsqueeze(0)) if len(h_n) == 1 else torch.stack  # one layer: no copy
-        h_n = stack(h_n)
-        c_n = stack(c_n) if lstm else None
+        h_n = torch.stack(h_n)  # a tensor of its own, as torch.nn's (a view could not be detach_()ed)
+        c_n = torch.stack(c_n) if lstm else None
         if packed is not None:
             output = _repack(layer_input, rows, packed)
             if packed.unsorted_indices is not None:

@@ -111,3 +111,16 @@ def test_weights_changed_between_decoder_steps_are_reloaded(cell):
         with torch.no_grad():
             for m in (ref, ours):
                 m.weight_hh_l0[0, step % 4] += 0.5
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_final_state_of_one_layer_is_a_tensor_of_its_own(cell):
+    """h_n (and c_n) of a one-layer module can be detach_()ed in place, as torch.nn's (truncated
+    BPTT loops do): not a view of the layer's state."""
+    ref, ours = twins(cell, 4, 4)
+    x = torch.randn(3, 2, 4)
+    for m in (ref, ours):
+        _, h = m(x)
+        for s in flat_state(h):
+            s.detach_()
+            assert not s.requires_grad
