@@ -89,10 +89,12 @@ Jacobian<T> make_element(const ElementRef& e, Index i, bool transpose, Index bat
   return j;
 }
 /// The Scanners of the last kScannersKept chain structures (their plans, SpGEMM patterns and
-/// workspace), kept for the next call of the same structure as the CUDA half keeps its plans. A
-/// Scanner serves one caller at a time: a concurrent caller of a busy structure runs a fresh one.
-/// Never destroyed (pool threads may outlive static destruction at exit).
+/// workspace), kept for the next call of the same structure as the CUDA half keeps its plans; one
+/// whose workspace passes kKeptWorkspaceBytes is not kept (a large scan's memory is returned when
+/// it ends). A Scanner serves one caller at a time: a concurrent caller of a busy structure runs a
+/// fresh one. Never destroyed (pool threads may outlive static destruction at exit).
 constexpr std::size_t kScannersKept = 8;
+constexpr std::size_t kKeptWorkspaceBytes = std::size_t{64} << 20;
 
 template <class T>
 class ScannerCache {
@@ -102,8 +104,18 @@ class ScannerCache {
     Scanner<T> scanner;
   };
   /// The kept Scanner of `key` (locked in `lock`), or nullptr when another caller holds it.
-  static std::shared_ptr<Entry> take(const std::string& key, std::unique_lock<std::mutex>& lock) {
+  static ScannerCache& instance() {
     static auto* cache = new ScannerCache();
+    return *cache;
+  }
+  /// Forgets `key`'s Scanner (its caller, which holds it, frees it when done).
+  static void drop(const std::string& key) {
+    ScannerCache& cache = instance();
+    std::lock_guard<std::mutex> guard(cache.mutex_);
+    if (cache.entries_.erase(key) != 0) cache.order_.erase(std::find(cache.order_.begin(), cache.order_.end(), key));
+  }
+  static std::shared_ptr<Entry> take(const std::string& key, std::unique_lock<std::mutex>& lock) {
+    ScannerCache* cache = &instance();
     std::shared_ptr<Entry> e;
     {
       std::lock_guard<std::mutex> guard(cache->mutex_);
@@ -135,8 +147,8 @@ std::string structure_key(const Chain<T>& chain, const ScanOptions& o) {
                     (o.check_inputs ? "c" : "") + "|" + std::to_string(chain.batch()) + "|";
   for (Index k = 1; k <= chain.size(); ++k) {
     const Jacobian<T>& j = chain.jacobian(k);
-    key += std::to_string(static_cast<int>(j.kind())) + ":" + std::to_string(j.rows()) + "x" + std::to_string(j.cols()) +
-           ":" + std::to_string(j.count()) + ":" + std::to_string(j.values().size()) + ";";
+    key += std::to_string(static_cast<int>(j.kind())) + ":" + std::to_string(j.rows()) + "x" +
+           std::to_string(j.cols()) + ":" + std::to_string(j.count()) + ":" + std::to_string(j.values().size()) + ";";
   }
   for (Index k = 0; k < chain.size(); ++k) key += chain.injection(k) != nullptr ? '1' : '0';
   return key;
@@ -195,11 +207,13 @@ void affine_scan(const std::vector<ElementRef>& elements, const TensorRef& g_las
     return;
   }
   std::unique_lock<std::mutex> held;
-  const auto kept = ScannerCache<T>::take(structure_key(chain, options), held);
+  const std::string key = structure_key(chain, options);
+  const auto kept = ScannerCache<T>::take(key, held);
   std::optional<Scanner<T>> fresh;
   Scanner<T>& scanner = kept ? kept->scanner : fresh.emplace(options);
   scanner.set_options(options);
   scanner.run(chain, g, grads);
+  if (kept && scanner.stats().workspace_bytes > kKeptWorkspaceBytes) ScannerCache<T>::drop(key);
   for (Index i = 0; i <= n; ++i) {
     const Matrix<T>& gk = grads.g(n - i);
     T* o = checked_data<T>(out[static_cast<std::size_t>(i)], {batch, gk.rows()}, kOp, "output " + std::to_string(i));
