@@ -102,7 +102,10 @@ def device_intervals(prof):
 
 
 def busy_ms(intervals):
-    """The union of the intervals' lengths, in ms (overlapping work counted once)."""
+    """The union of the intervals' lengths, in ms (overlapping work counted once); an error when the
+    profiler saw no device work (never a silent 0)."""
+    if not intervals:
+        raise RuntimeError("the profiler saw no kernel, copy or fill of the iteration")
     total, end = 0.0, None
     for a, b, _ in sorted(intervals):
         if end is None or a > end:
@@ -175,6 +178,15 @@ def time_replays(g, warmup, reps):
     return stats(times)
 
 
+def device_time(row, fn):
+    """row["gpu_ms"] of one call of fn; None with row["gpu_ms_error"] when the profiler cannot tell
+    (the wall times measured stay in the row)."""
+    try:
+        row["gpu_ms"] = busy_ms(profiled(fn))
+    except Exception as e:  # noqa: BLE001 - the profiler is one measurement of several
+        row["gpu_ms"], row["gpu_ms_error"] = None, error_text(e)
+
+
 def measure(c, backward, graphed, ref, args):
     """One side of one configuration: the row's measured fields."""
     cuda = args.device == "cuda"
@@ -192,8 +204,9 @@ def measure(c, backward, graphed, ref, args):
         row["first_loss"] = loss.item()
         row["max_rel_err"] = max_rel_err({k: p.grad for k, p in m.named_parameters()}, ref)
         t = time_replays(g, args.warmup, args.reps)
-        row.update(forward_ms=None, backward_ms=None, iteration_ms=t["median"] * 1e3,
-                   gpu_ms=busy_ms(profiled(g.replay)), forward_us_per_step=None, forward_kernel=None)
+        row.update(forward_ms=None, backward_ms=None, iteration_ms=t["median"] * 1e3, forward_us_per_step=None,
+                   forward_kernel=None)
+        device_time(row, g.replay)
         return row
     row["max_rel_err"] = max_rel_err(gradients(m, x, y), ref) if backward is not None else None
     m.load_state_dict(init)
@@ -207,7 +220,7 @@ def measure(c, backward, graphed, ref, args):
         def one():
             opt.zero_grad(set_to_none=True)
             step(m, opt, x, y).item()
-        row["gpu_ms"] = busy_ms(profiled(one))
+        device_time(row, one)
     else:
         row["gpu_ms"] = None
     row["forward_us_per_step"], row["forward_kernel"] = forward_per_step(m, x, c, cuda)
@@ -222,31 +235,44 @@ def error_text(e):
     return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}"
 
 
-def run(args):
-    """Every row, bppsa's graphed side last of all (a capture that fails must not cost the other rows)."""
+# The order rows are measured in: each configuration's eager sides first (the headline's ratios
+# even when the budget runs out), then torch.nn graphed, then bppsa.nn graphed (a capture that
+# fails must not cost the other rows).
+PASSES = [("torch.nn", "bppsa.nn"), ("torch.nn graphed",), ("bppsa.nn graphed",)]
+
+
+def run(args, save):
+    """Every row; save(rows) after each, so that a run stopped later keeps what it measured."""
     configs = [c for c in CONFIGS if not args.max_steps or c["steps"] <= args.max_steps]
+    sides = {s[0]: s for s in SIDES}
     over = lambda: time.monotonic() - STARTED > args.budget  # noqa: E731
     refs, done = {}, {}
-    for side, backward, graphed in SIDES:  # side by side: bppsa's graphed rows are the last run
+
+    def ordered():
+        return [done[(id(c), s[0])] for c in configs for s in SIDES if (id(c), s[0]) in done]
+
+    for names in PASSES:
         for c in configs:
-            row = {**key(c), "side": side}
-            if over():
-                row["error"] = f"not run: the budget ({args.budget:.0f} s) was spent"
-            else:
-                try:
-                    if id(c) not in refs:  # eager torch.nn's gradients at the initial weights: every side's reference
-                        refs[id(c)] = gradients(model(c, None, args.device), *data(c, args.device))
-                    row.update(measure(c, backward, graphed, refs[id(c)], args))
-                except Exception as e:  # noqa: BLE001 - a row with its error; the other sides go on
-                    row["error"] = error_text(e)
-            t = f"{row['iteration_ms']:.3f} ms" if row.get("iteration_ms") is not None else row.get("error", "")
-            print(f"headline: {c['cell']} H{c['hidden']} T{c['steps']} {side}: {t}", flush=True)
-            done[(id(c), side)] = row
-    return [done[(id(c), s[0])] for c in configs for s in SIDES if (id(c), s[0]) in done]
+            for side in names:
+                _, backward, graphed = sides[side]
+                row = {**key(c), "side": side}
+                if over():
+                    row["error"] = f"not run: the budget ({args.budget:.0f} s) was spent"
+                else:
+                    try:
+                        if id(c) not in refs:  # eager torch.nn's gradients at the initial weights: the reference
+                            refs[id(c)] = gradients(model(c, None, args.device), *data(c, args.device))
+                        row.update(measure(c, backward, graphed, refs[id(c)], args))
+                    except Exception as e:  # noqa: BLE001 - a row with its error; the other sides go on
+                        row["error"] = error_text(e)
+                t = f"{row['iteration_ms']:.3f} ms" if row.get("iteration_ms") is not None else row.get("error", "")
+                print(f"headline: {c['cell']} H{c['hidden']} T{c['steps']} {side}: {t}", flush=True)
+                done[(id(c), side)] = row
+                save(ordered())
+    return ordered()
 
 
-def document(rows, args):
-    info = machine(extra={"tf32": False, "device": args.device})
+def document(rows, args, info):
     gpu = info["gpus"][0] if info.get("gpus") else {}
     cuda = args.device == "cuda"
     return {"commit": info["commit"], "dirty": info["dirty"], "commit_detail": info["bppsa_commit"],
@@ -321,13 +347,19 @@ def main():
     set_tf32(False)
     if args.device == "cpu":  # a check of the script: without subnormals, torch's CPU kernels are not 10–100× slower
         torch.set_flush_denormal(True)
-    rows = run(args)
-    doc = document(rows, args)
-    out = args.out or default_out(doc)
+    info = machine(extra={"tf32": False, "device": args.device})
+    out = args.out or default_out(document([], args, info))
     os.makedirs(out, exist_ok=True)
-    write_json(os.path.join(out, "headline.json"), doc)
+
+    def save(rows):
+        doc = document(rows, args, info)
+        write_json(os.path.join(out, "headline.json"), doc)
+        write_text(os.path.join(out, "headline.md"), markdown(doc))
+        return doc
+
+    rows = run(args, save)
+    doc = save(rows)
     text = markdown(doc)
-    write_text(os.path.join(out, "headline.md"), text)
     print(text)
     print(f"headline: wrote {out}/headline.json and headline.md in {doc['seconds']:.0f} s")
     ref = {(r["model"], r["H"], r["T"]): r.get("first_loss") for r in rows if r["side"] == "torch.nn"}
