@@ -4,8 +4,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <linux/magic.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <unistd.h>
@@ -171,7 +171,8 @@ std::filesystem::path folder_of(const std::filesystem::path& p) {
 
 }  // namespace
 
-int remove_stale_temporaries(const std::filesystem::path& folder, const std::function<bool(std::string_view)>& is_target) {
+int remove_stale_temporaries(const std::filesystem::path& folder,
+                             const std::function<bool(std::string_view)>& is_target) {
   DIR* d = ::opendir(folder.c_str());
   if (!d) return 0;
   int removed = 0;
@@ -218,7 +219,8 @@ Output resolve_output(const std::filesystem::path& path, const std::string& op) 
                ", which does not exist; remove the link or give the path of the file to write");
       fail(op, "look up", p == path ? path : p, errno);
     }
-    if (S_ISDIR(ls.st_mode)) refuse(p == path ? "it is a folder; give a file name" : "it is a link to the folder " + quoted(p));
+    if (S_ISDIR(ls.st_mode))
+      refuse(p == path ? "it is a folder; give a file name" : "it is a link to the folder " + quoted(p));
     if (S_ISREG(ls.st_mode)) return {p, false, false};
     if (!S_ISLNK(ls.st_mode)) return {p, true, false};  // a device, FIFO or socket
     if (hops == 40) fail(op, "follow the links of", path, ELOOP);
@@ -228,7 +230,8 @@ Output resolve_output(const std::filesystem::path& path, const std::string& op) 
     // The kernel's rule for links in sticky folders (fs.protected_symlinks), in every folder:
     // a link someone else planted is never followed to write.
     if (ls.st_uid != ::geteuid() && ls.st_uid != ds.st_uid)
-      refuse((p == path ? std::string("it is a symbolic link") : std::string("it leads through the link ").append(quoted(p))) +
+      refuse((p == path ? std::string("it is a symbolic link")
+                        : std::string("it leads through the link ").append(quoted(p))) +
              " owned by user " + std::to_string(ls.st_uid) +
              ", neither you nor the owner of its folder; bppsa does not write through a link another user may "
              "have planted: remove it, or give the path of the file itself");
@@ -281,7 +284,8 @@ void write_direct(const std::filesystem::path& path, const Output& out, std::spa
   if (::fstat(f.fd, &st) != 0) fail(op, "stat", path, errno);
   if (S_ISREG(st.st_mode)) {
     if (!out.descriptor)
-      detail::raise<IoError>(op, "cannot write " + quoted(path) + ": it was replaced by a regular file while being opened");
+      detail::raise<IoError>(op,
+                             "cannot write " + quoted(path) + ": it was replaced by a regular file while being opened");
     // A file behind /dev/stdout: after what the process wrote to it, as the shell's >> would.
     if (::fcntl(f.fd, F_SETFL, ::fcntl(f.fd, F_GETFL) | O_APPEND) != 0) fail(op, "append to", path, errno);
   }
@@ -348,10 +352,25 @@ void write_file_atomic(const std::filesystem::path& path, std::span<const unsign
   if (d.fd >= 0) ::fsync(d.fd);
 }
 
-void check_output_path(const std::filesystem::path& path) { (void)resolve_output(path, "open"); }
+int open_output(const std::filesystem::path& path, bool append, const std::string& op) {
+  const Output out = resolve_output(path, op);
+  if (out.own_fd >= 0) {  // this process's own descriptor (/dev/stdout): a duplicate of it
+    const int fd = ::fcntl(out.own_fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) fail(op, "open for writing", path, errno);
+    return fd;
+  }
+  // O_NOFOLLOW on the file the checked links lead to: a link swapped in since the check is refused,
+  // not followed (a descriptor link is the one link that must be followed).
+  const int flags = O_WRONLY | O_CLOEXEC | O_NOCTTY | (out.descriptor ? 0 : O_NOFOLLOW) |
+                    (out.direct ? 0 : O_CREAT | (append ? O_APPEND : O_TRUNC));
+  const int fd = ::open(out.file.c_str(), flags, 0666);
+  if (fd < 0) fail(op, "open for writing", path, errno);
+  return fd;
+}
 
 void write_file_atomic(const std::filesystem::path& path, std::string_view text) {
-  write_file_atomic(path, std::span<const unsigned char>(reinterpret_cast<const unsigned char*>(text.data()), text.size()));
+  write_file_atomic(path,
+                    std::span<const unsigned char>(reinterpret_cast<const unsigned char*>(text.data()), text.size()));
 }
 
 }  // namespace bppsa

@@ -203,7 +203,7 @@ def check_stale_temporaries():
     check(kept == others, f"every other file is kept: lost {sorted(set(others) - set(kept))}")
 
 
-def check_resume_while_saving(resumes=300):
+def check_resume_while_saving(resumes=100):
     """Defect 7: --resume F while another process saves F every few milliseconds."""
     ck = path("busy.safetensors")
     fast = ["train", "--model", "gru", "--hidden", "4", "--data", "bitstream", "--steps", "4", "--samples", "24",

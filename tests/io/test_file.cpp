@@ -11,6 +11,7 @@
 
 #include <bppsa/core/error.hpp>
 #include <bppsa/io/file.hpp>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -74,11 +75,24 @@ TEST(WriteFileAtomic, FifoIsWrittenNotReplaced) {
   TempDir dir;
   const fs::path fifo = dir.path / "out.fifo";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const fs::path spare = dir.path / "spare.fifo";  // a second name of the FIFO: unblocks the reader on failure
+  ASSERT_EQ(::link(fifo.c_str(), spare.c_str()), 0);
   auto reader = std::async(std::launch::async, [&] { return contents(fifo); });
-  write_file_atomic(fifo, std::string_view("{\"ok\": true}\n"));
-  EXPECT_EQ(reader.get(), "{\"ok\": true}\n");
+  std::string failure;
+  try {
+    write_file_atomic(fifo, std::string_view("{\"ok\": true}\n"));
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  if (reader.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    const int fd = ::open(spare.c_str(), O_WRONLY | O_NONBLOCK);  // the FIFO was not written: end the reader
+    if (fd >= 0) ::close(fd);
+    failure += " (the reader was never given the output)";
+  }
+  EXPECT_EQ(failure, "");
+  EXPECT_EQ(reader.get(), failure.empty() ? "{\"ok\": true}\n" : "");
   EXPECT_TRUE(S_ISFIFO(lstat_of(fifo).st_mode));
-  EXPECT_EQ(entries(dir.path), 1u);
+  EXPECT_EQ(entries(dir.path), 2u);  // the FIFO's two names, no temporary
 }
 
 // --json /dev/stdout: the process's descriptor, not a file put in place of the link.
@@ -140,7 +154,9 @@ TEST(WriteFileAtomic, LinkPlantedByAnotherUserIsRefused) {
   fs::create_symlink(victim, link);
   if (::lchown(link.c_str(), 65534, 65534) != 0 || lstat_of(dir.path).st_uid == 65534)
     GTEST_SKIP() << "cannot give a link to another user here (needs root)";
-  EXPECT_THAT(message_of<IoError>([&] { write_file_atomic(link, Bytes{6, 6, 6}); }),
+  EXPECT_THAT(message_of<IoError>([&] {
+                write_file_atomic(link, Bytes{6, 6, 6});
+              }),
               ::testing::AllOf(HasSubstr(link.string()), HasSubstr("owned by user 65534")));
   EXPECT_EQ(read_file(victim), (Bytes{4, 2}));
   EXPECT_TRUE(fs::is_symlink(link));
@@ -169,11 +185,15 @@ TEST(RemoveStaleTemporaries, RemovesExactlyTheTemporariesOfItsFiles) {
   const long dead = dead_pid();
   const std::string d = std::to_string(dead);
   const std::vector<std::string> ours = {".d.safetensors.tmp." + d + ".0", ".d.safetensors.tmp." + d + ".17"};
-  const std::vector<std::string> others = {
-      ".dotfile.tmp." + d + ".0",  ".d-notes.tmp." + d + ".1",   ".dd.safetensors.tmp." + d + ".0",
-      ".d.safetensors.tmp.x.0",    ".d.safetensors.tmp." + d,    ".d.safetensors.tmp." + d + ".0.bak",
-      "d.safetensors.tmp." + d + ".0", ".d.safetensors.tmp." + std::to_string(::getpid()) + ".0",
-      ".d.safetensors"};
+  const std::vector<std::string> others = {".dotfile.tmp." + d + ".0",
+                                           ".d-notes.tmp." + d + ".1",
+                                           ".dd.safetensors.tmp." + d + ".0",
+                                           ".d.safetensors.tmp.x.0",
+                                           ".d.safetensors.tmp." + d,
+                                           ".d.safetensors.tmp." + d + ".0.bak",
+                                           "d.safetensors.tmp." + d + ".0",
+                                           ".d.safetensors.tmp." + std::to_string(::getpid()) + ".0",
+                                           ".d.safetensors"};
   for (const auto& n : ours) testutil::write_bytes(dir.path / n, Bytes{1});
   for (const auto& n : others) testutil::write_bytes(dir.path / n, Bytes{1});
   EXPECT_EQ(remove_stale_temporaries(dir.path / "d"), 0);  // not a prefix: only ".d.tmp.PID.N"

@@ -156,9 +156,21 @@ CheckpointLock::CheckpointLock(const std::string& checkpoint) {
   if (!wrong.empty()) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
-    detail::raise<IoError>("train", "--save " + checkpoint + ": the lock file " + path + " " + wrong +
-                                        "; bppsa writes only a lock file it owns: remove it (no run holds it once "
-                                        "its run has ended), or use another --save");
+    // Whether a run holds it (a regular file of another user, readable): then it must not be removed.
+    bool held = false;
+    if (seen && S_ISREG(st.st_mode)) {
+      const int rd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+      struct flock probe {};
+      probe.l_type = F_RDLCK;
+      probe.l_whence = SEEK_SET;
+      held = rd >= 0 && ::fcntl(rd, F_OFD_GETLK, &probe) == 0 && probe.l_type != F_UNLCK;
+      if (rd >= 0) ::close(rd);
+    }
+    detail::raise<IoError>(
+        "train", "--save " + checkpoint + ": the lock file " + path + " " + wrong +
+                     "; bppsa writes only a lock file it owns: " +
+                     (held ? "a run holds it now, so wait for that run to end or use another --save"
+                           : "no run holds it now: remove it (or have its owner remove it), or use another --save"));
   }
   struct flock fl {};
   fl.l_type = F_WRLCK;
@@ -181,6 +193,15 @@ CheckpointLock::CheckpointLock(const std::string& checkpoint) {
                      ", holding " + path +
                      "); two runs saving to one checkpoint would mix "
                      "their weights and optimizer state: wait for it to end or use another --save");
+  }
+  // The lock is on what was opened: if the name was removed or replaced meanwhile (another run
+  // could then lock a new file under it), refuse rather than run unlocked.
+  struct stat now {};
+  if (::lstat(path.c_str(), &now) != 0 || now.st_dev != st.st_dev || now.st_ino != st.st_ino) {
+    ::close(fd_);
+    fd_ = -1;
+    detail::raise<IoError>("train", "--save " + checkpoint + ": the lock file " + path +
+                                        " was removed or replaced while this run locked it; run again");
   }
   const std::string who = "pid " + std::to_string(::getpid()) + "\ncommand " + command_line() + "\n";
   if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, who.data(), who.size(), 0) != static_cast<ssize_t>(who.size())) {
@@ -231,6 +252,8 @@ TensorFile read_resumed_checkpoint(const std::string& checkpoint) {
   for (int attempt = 1;; ++attempt) {
     TensorFile weights = read_safetensors(checkpoint);
     const std::string generation = weights.metadata_or(kOptimizerKey);
+    // The weights' own counts first: a malformed one is named as such, not as a missing state.
+    for (const char* key : {"bppsa.epoch", "bppsa.step"}) checkpoint_count(weights, key);
     try {
       TensorFile state = load_optimizer_state(checkpoint, weights);
       kept_state() = {checkpoint, generation, std::move(state)};
@@ -327,10 +350,7 @@ void check_log_path(const std::string& log, const std::string& save, const std::
 void JsonLog::open(const std::string& path, bool append) {
   path_ = path;
   if (path.empty()) return;
-  check_output_path(path);  // never through a link another user planted
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0666);
-  if (fd_ < 0)
-    detail::raise<IoError>("train", "cannot open the log file " + path + " for writing: " + std::strerror(errno));
+  fd_ = open_output(path, append, "train --log");  // never through a link another user planted
 }
 
 JsonLog::~JsonLog() {

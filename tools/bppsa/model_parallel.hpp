@@ -79,7 +79,7 @@ ConvNetConfig cnn_train_config(const TrainArgs& a, const ImageDataset& train, co
                                const TensorFile* checkpoint);
 /// Stops a run whose loss diverged before the epoch is saved over the last good checkpoint. An
 /// epoch diverged when a loss is not finite or above 1e6, or when its training loss is more
-/// than 5× the run's first epoch's and above the epoch before's. The first and the last
+/// than 5× the run's first epoch's plus 1 and above the epoch before's. The first and the last
 /// training losses travel in the checkpoint's metadata, so a resumed run keeps its reference.
 class DivergenceGuard {
  public:

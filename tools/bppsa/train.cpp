@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <limits>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -61,10 +61,11 @@ void check_save_folder(const Args& a) {
     detail::raise<InvalidArgument>("train", "--save " + a.save + " is a folder; give a file name (e.g. " +
                                                 (std::filesystem::path(a.save) / "model.safetensors").string() + ")");
   if (std::filesystem::exists(a.save, ec) && !std::filesystem::is_regular_file(a.save, ec))
-    detail::raise<InvalidArgument>("train", "--save " + a.save +
-                                                " is not a regular file (a device, pipe or socket): a checkpoint must be "
-                                                "a file that --resume can read back; give a file name, or leave out "
-                                                "--save to save nothing");
+    detail::raise<InvalidArgument>("train",
+                                   "--save " + a.save +
+                                       " is not a regular file (a device, pipe or socket): a checkpoint must be "
+                                       "a file that --resume can read back; give a file name, or leave out "
+                                       "--save to save nothing");
   if (!dir.empty() && !std::filesystem::is_directory(dir, ec))
     detail::raise<InvalidArgument>(
         "train", "--save " + a.save + ": the folder " + dir.string() + " does not exist; create it first");
@@ -417,8 +418,9 @@ void check_flags(const Args& a) {
 int run(const Args& a) {
   check_flags(a);
   check_save_folder(a);
-  check_log_path(a.log, a.save, {a.init, a.resume},  // the mnist sets default to default_mnist_dir()
-                 {a.data.dir.empty() && a.data.data.rfind("mnist", 0) == 0 ? default_mnist_dir().string() : a.data.dir});
+  check_log_path(
+      a.log, a.save, {a.init, a.resume},  // the mnist sets default to default_mnist_dir()
+      {a.data.dir.empty() && a.data.data.rfind("mnist", 0) == 0 ? default_mnist_dir().string() : a.data.dir});
   if (require_device(a.device) == Device::cuda) {  // fails fast: before any data is loaded
     if (a.mp.enabled)
       detail::raise<InvalidArgument>("train",
@@ -500,29 +502,31 @@ ConvNetConfig cnn_train_config(const TrainArgs& a, const ImageDataset& train, co
 DivergenceGuard::DivergenceGuard(const TensorFile* checkpoint)
     : first_(std::numeric_limits<double>::quiet_NaN()), last_(first_) {
   if (!checkpoint) return;
-  for (auto [key, loss] : {std::pair<const char*, double*>{"bppsa.first_train_loss", &first_},
-                           {"bppsa.train_loss", &last_}}) {
+  for (auto [key, loss] :
+       {std::pair<const char*, double*>{"bppsa.first_train_loss", &first_}, {"bppsa.train_loss", &last_}}) {
     const std::string v = checkpoint->metadata_or(key);
     if (v.empty()) continue;  // a checkpoint from before the relative check: the first epoch here is the reference
     char* end = nullptr;
     *loss = std::strtod(v.c_str(), &end);
     if (end != v.c_str() + v.size() || !(*loss >= 0) || !std::isfinite(*loss))
-      detail::raise<FormatError>("resume", checkpoint->source + ": metadata '" + key + "' = '" + v +
-                                               "' is not a finite loss ≥ 0");
+      detail::raise<FormatError>(
+          "resume", checkpoint->source + ": metadata '" + key + "' = '" + v + "' is not a finite loss ≥ 0");
   }
 }
 
 void DivergenceGuard::check(const TrainArgs& a, Index epoch, double train_loss, double test_loss) {
-  constexpr double kExploded = 1e6, kRise = 5;
+  // kMargin: a loss that is small to start with (a fine-tune at 0.02) may rise by a few times
+  // without diverging; only a rise past 5× and one loss unit counts.
+  constexpr double kExploded = 1e6, kRise = 5, kMargin = 1;
   char what[240] = "";
   if (!(train_loss <= kExploded && test_loss <= kExploded))
     std::snprintf(what, sizeof what, "epoch %lld: the training loss %.3g / test loss %.3g exceeds %.0e",
                   static_cast<long long>(epoch), train_loss, test_loss, kExploded);
-  else if (train_loss > kRise * first_ && train_loss > last_)
+  else if (train_loss > kRise * first_ + kMargin && train_loss > last_)
     std::snprintf(what, sizeof what,
-                  "epoch %lld: the training loss %.3g is more than %.0f× the first epoch's (%.3g) and above the "
-                  "last epoch's (%.3g)",
-                  static_cast<long long>(epoch), train_loss, kRise, first_, last_);
+                  "epoch %lld: the training loss %.3g is more than %.0f× the first epoch's (%.3g) plus %.0f and above "
+                  "the last epoch's (%.3g)",
+                  static_cast<long long>(epoch), train_loss, kRise, first_, kMargin, last_);
   if (!*what) {
     if (std::isnan(first_)) first_ = train_loss;
     last_ = train_loss;

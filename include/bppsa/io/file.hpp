@@ -67,9 +67,12 @@ int remove_stale_temporaries(const std::filesystem::path& folder, const std::fun
 /// - a link owned by neither this user nor the owner of the folder it is in (one planted by
 ///   another user), a link to nothing, and a folder are refused (IoError naming `path`).
 void write_file_atomic(const std::filesystem::path& path, std::span<const unsigned char> bytes);
-/// For an output opened in place (a log appended line by line): IoError naming `path` when
-/// write_file_atomic would refuse it (a link planted by another user, a link to nothing, a folder).
-void check_output_path(const std::filesystem::path& path);
+/// An output written in place (a log appended line by line), opened for writing where
+/// write_file_atomic would write it: created, and truncated unless `append`, when it is a regular
+/// file or new; a device, FIFO or descriptor link as it is. IoError naming `path` where
+/// write_file_atomic refuses (a link planted by another user, a link to nothing, a folder), or when a
+/// link was put in place of the file after the check. Returns the descriptor (close-on-exec).
+int open_output(const std::filesystem::path& path, bool append, const std::string& op);
 /// The same for text (JSON reports, logs).
 void write_file_atomic(const std::filesystem::path& path, std::string_view text);
 
