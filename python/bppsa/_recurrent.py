@@ -120,11 +120,16 @@ def _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths=
     held = getattr(engine, "bppsa_weight_refs", None)
     r = _native.ref
     if held is None or held[0] != key:
-        held = engine.bppsa_weight_refs = (key, [t.untyped_storage() for t in weights if t is not None],
+        held = engine.bppsa_weight_refs = (key, [_storage_of(t) for t in weights if t is not None],
                                            [r(t) for t in weights])
     engine.forward(r(args[0]), r(args[1]), r(args[2]), *held[2], list(lengths or ()), r(out), r(h_n), r(c_n),
                    _native.stream_of(x))
     return out, h_n, c_n
+
+
+def _storage_of(t):
+    """t's storage, held to keep its address (untyped_storage from PyTorch 2.0; storage on 1.13)."""
+    return t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
 
 
 def _run_backward(engine, saved, needs, grad_out, grad_hn, grad_cn, method, threads, chunks, check_finite):

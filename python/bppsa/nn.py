@@ -232,7 +232,7 @@ class _Bppsa:
         """torch.nn's state (pickle, torch.save of the whole module, copy.deepcopy) without the
         engines: only torch.nn's attributes and bppsa's options (strings, numbers, None), so
         torch.load(weights_only=True) needs no class but the module's own allowlisted."""
-        state = super().__getstate__()
+        state = dict(super().__getstate__())  # a copy: object.__getstate__ may return the live __dict__
         state.pop("_specs", None)
         return state
 
