@@ -761,13 +761,19 @@ gc_built() {
   [ -f "$build/build.ninja" ] && grep -q "^build $1:" "$build/build.ninja" &&
     cmake --build "$build" --target "$1" -- -n 2>/dev/null | grep 'no work to do' >/dev/null
 }
-run_lease() {
-  local s room lim
+# Why nothing can be configured here (no nvcc, no packed dependencies); nothing when it can.
+build_blocker() {
   if [ -z "$nvcc_path" ]; then
-    skip build "nvcc not found (PATH, /usr/local/cuda/bin)"
-    failed=1
+    echo "nvcc not found (PATH, /usr/local/cuda/bin)"
   elif [ ! -f .deps/COMMIT ]; then
-    skip build "no .deps/: run scripts/pack_deps.sh on the development machine and carry .deps with the tree"
+    echo "no .deps/: run scripts/pack_deps.sh on the development machine and carry .deps with the tree"
+  fi
+}
+run_lease() {
+  local s room lim why
+  why=$(build_blocker)
+  if [ -n "$why" ]; then
+    skip build "$why"
     failed=1
   else
     step build "$(lease_limit build)" gc_lease_build
@@ -823,11 +829,8 @@ if [ "$mode" = wheel ]; then
   run_wheel  # the wheel steps only (above)
 elif [ "$mode" = lease ]; then
   run_lease  # the lease's steps only (above)
-elif [ -z "$nvcc_path" ]; then
-  skip configure "nvcc not found (PATH, /usr/local/cuda/bin)"
-  failed=1
-elif [ ! -f .deps/COMMIT ]; then
-  skip configure "no .deps/: run scripts/pack_deps.sh on the development machine and carry .deps with the tree"
+elif [ -n "$(build_blocker)" ]; then
+  skip configure "$(build_blocker)"
   failed=1
 elif step configure 180 gc_configure $bench; then
   configured=1
