@@ -10,7 +10,7 @@
 #             build (configure, then the GPU tests, the CLI, the Python extension and bench_fused_scan
 #             in one build invocation), gpu_tests (every GPU test), racecheck (the small set), memcheck
 #             (the quick set), python_cuda (tests/python/test_cuda.py only: CI runs the CPU suites),
-#             headline (bench/gpu/headline.py: OUT_DIR/headline/headline.{json,md}), profile (Nsight
+#             headline (bench/headline/headline.py: OUT_DIR/headline/headline.{json,md}), profile (Nsight
 #             Compute on one launch each of the forward kernel and the fused scan's reduce, carry and
 #             push at T 30000), then with the time left fused_plans (bench/gpu/fused_plans.py: the
 #             fitted cost model's plans against the defaults') and cli_gpu (check_cli_gpu.py --quick).
@@ -20,11 +20,11 @@
 #             when the sum exceeds the budget (CI runs it).
 #   --checks  configure, build, host-side tests, GPU tests, the CLI on the GPU, compute-sanitizer
 #             memcheck and racecheck on the small cases, the Python package, a PyTorch training step
-#             against cuDNN (bench/gpu/pytorch_step.py), the persistent kernels' profile
-#             (bench/gpu/kernel_profile.py, Nsight Compute) and, with the time left, packed batches
-#             (bench/pytorch_packed.py --device cuda --quick): not the C++ benchmarks
-#   --bench   configure with the benchmark programs, build them, then scripts/bench_gpu.sh and
-#             scripts/bench_gpu_cpu_scaling.sh (each given the time the run has left): no tests
+#             against cuDNN (bench/pytorch_step/pytorch_step.py), the persistent kernels' profile
+#             (bench/kernel_profile/kernel_profile.py, Nsight Compute) and, with the time left, packed batches
+#             (bench/pytorch/pytorch_packed.py --device cuda --quick): not the C++ benchmarks
+#   --bench   configure with the benchmark programs, build them, then bench/gpu/run.sh and
+#             bench/cpu_scaling/run.sh (each given the time the run has left): no tests
 #   (none)    everything: the checks, the Python package, then the two benchmarks with the time left
 #   --quick   the small GPU cases only, fewer of them under the sanitizers, no benchmarks
 #   --wheel   a user's pip install with the CUDA backend (docs/pytorch.md), offline, and nothing else
@@ -168,7 +168,7 @@ packed_commit=$(packed_field commit | cut -d' ' -f1)
 if [ "${tree_line#as packed}" != "$tree_line" ] && [ -n "$packed_commit" ] && [ "${commit_line%% *}" != "$packed_commit" ]; then
   commit_line="$packed_commit (as packed by scripts/pack_deps.sh; this copy's .git says $commit_line)"
 fi
-export BPPSA_TREE_COMMIT="$commit_line; tree: $tree_line"  # what bench/gpu/machine.py records
+export BPPSA_TREE_COMMIT="$commit_line; tree: $tree_line"  # what bench/common/machine.py records
 
 # --- header: the first lines say what ran where --------------------------------------------------
 first_line() { "$@" 2>&1 | awk 'NR == 1'; }  # awk reads it all: no SIGPIPE under pipefail
@@ -386,29 +386,29 @@ gc_python() {
   fi
 }
 # A whole training step with bppsa.nn on CUDA against torch.nn (cuDNN, eager and compiled) and JAX (lax.scan,
-# lax.associative_scan): bench/gpu/pytorch_step.py, its quick configurations.
+# lax.associative_scan): bench/pytorch_step/pytorch_step.py, its quick configurations.
 gc_torch_step() {  # gc_torch_step BUDGET
-  PYTHONPATH="$GC_BUILD/python" "$BPPSA_PYTHON" "$GC_ROOT/bench/gpu/pytorch_step.py" --out "$GC_OUT/torch_step" \
+  PYTHONPATH="$GC_BUILD/python" "$BPPSA_PYTHON" "$GC_ROOT/bench/pytorch_step/pytorch_step.py" --out "$GC_OUT/torch_step" \
     --quick --budget "$1"
 }
 # Packed batches (lengths spread 10×) on CUDA: torch.nn (cuDNN) and bppsa.nn, packed and padded, eager and
-# compiled: bench/pytorch_packed.py --device cuda, its quick settings; no side started past BUDGET seconds.
+# compiled: bench/pytorch/pytorch_packed.py --device cuda, its quick settings; no side started past BUDGET seconds.
 gc_torch_packed() {  # gc_torch_packed BUDGET [--no-compile]
-  PYTHONPATH="$GC_BUILD/python" "$BPPSA_PYTHON" "$GC_ROOT/bench/pytorch_packed.py" --device cuda --quick \
+  PYTHONPATH="$GC_BUILD/python" "$BPPSA_PYTHON" "$GC_ROOT/bench/pytorch/pytorch_packed.py" --device cuda --quick \
     --out "$GC_OUT/torch_packed" --budget "$@"
 }
-# Where the persistent kernels' time goes (Nsight Compute, one launch each): bench/gpu/kernel_profile.py.
+# Where the persistent kernels' time goes (Nsight Compute, one launch each): bench/kernel_profile/kernel_profile.py.
 gc_kernel_profile() {
-  PYTHONPATH="$GC_BUILD/python" "$BPPSA_PYTHON" "$GC_ROOT/bench/gpu/kernel_profile.py" --out "$GC_OUT/kernel_profile" \
+  PYTHONPATH="$GC_BUILD/python" "$BPPSA_PYTHON" "$GC_ROOT/bench/kernel_profile/kernel_profile.py" --out "$GC_OUT/kernel_profile" \
     --timeout 60
 }
 gc_benchmark() {  # gc_benchmark BUDGET
   BPPSA_BUILD_DIR="$GC_BUILD" BPPSA_BENCH_PREBUILT=1 BPPSA_GPU_BENCH_BUDGET=$1 \
-    bash "$GC_ROOT/scripts/bench_gpu.sh" "$GC_OUT/benchmark"
+    bash "$GC_ROOT/bench/gpu/run.sh" "$GC_OUT/benchmark"
 }
 gc_cpu_scaling() {  # gc_cpu_scaling BUDGET
   BPPSA_BUILD_DIR="$GC_BUILD" BPPSA_BENCH_PREBUILT=1 BPPSA_CPU_SCALING_BUDGET=$1 \
-    bash "$GC_ROOT/scripts/bench_gpu_cpu_scaling.sh" "$GC_OUT/cpu_scaling"
+    bash "$GC_ROOT/bench/cpu_scaling/run.sh" "$GC_OUT/cpu_scaling"
 }
 export -f gc_configure gc_build gc_bench_build gc_host_tests gc_gpu_tests gc_cli_gpu gc_sanitizer gc_python gc_torch_step \
   gc_torch_packed gc_kernel_profile gc_benchmark gc_cpu_scaling
@@ -741,13 +741,13 @@ gc_python_cuda() {
     PYTHONPATH="$GC_BUILD/python" "$BPPSA_PYTHON" "$GC_ROOT/tests/python/smoke_vs_torch.py"
   fi
 }
-gc_headline() {  # gc_headline BUDGET: bench/gpu/headline.py into OUT/headline
-  PYTHONPATH="$GC_BUILD/python" "$BPPSA_PYTHON" "$GC_ROOT/bench/gpu/headline.py" --out "$GC_OUT/headline" --budget "$1"
+gc_headline() {  # gc_headline BUDGET: bench/headline/headline.py into OUT/headline
+  PYTHONPATH="$GC_BUILD/python" "$BPPSA_PYTHON" "$GC_ROOT/bench/headline/headline.py" --out "$GC_OUT/headline" --budget "$1"
 }
 # Nsight Compute on one launch each: the fused scan's reduce, the forward kernel, the push, the carry (in
 # the order they matter, each written as it is done), the paper's RNN at T 30000 with backward 'auto'.
 gc_lease_profile() {  # gc_lease_profile SECONDS_PER_KERNEL
-  PYTHONPATH="$GC_BUILD/python" "$BPPSA_PYTHON" "$GC_ROOT/bench/gpu/kernel_profile.py" --out "$GC_OUT/kernel_profile" \
+  PYTHONPATH="$GC_BUILD/python" "$BPPSA_PYTHON" "$GC_ROOT/bench/kernel_profile/kernel_profile.py" --out "$GC_OUT/kernel_profile" \
     --steps 30000 --backward auto --timeout "$1" \
     --kernels reduce=fused_columns_kernel@2,forward=forward_kernel,push=fused_columns_kernel@3,carry=fused_carry_kernel
 }

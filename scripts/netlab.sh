@@ -3,7 +3,7 @@
 #
 # Each emulated host is a Linux network namespace bppsa-h<i> with one interface eth0
 # (10.99.0.<i+1>/24).  Its veth peer bpv<i> stays in the root namespace, where a userspace
-# "delay switch" (bench/netlab/delay_switch.cpp) forwards frames between all bpv<i> ports and
+# "delay switch" (bench/mp/delay_switch.cpp) forwards frames between all bpv<i> ports and
 # holds every frame for a fixed one-way delay.  Round-trip time between two hosts is therefore
 # about 2 * DELAY + a few tens of microseconds.
 #
@@ -22,7 +22,7 @@
 #   scripts/netlab.sh stats [DIR]          print the switch's frame counters (incl. drops)
 #
 # `up` writes into DIR:
-#   delay_switch   the switch binary (built from bench/netlab/delay_switch.cpp if needed)
+#   delay_switch   the switch binary (built from bench/mp/delay_switch.cpp if needed)
 #   switch.pid     its pid;  switch.log  its stderr (startup line, counters on exit)
 #   hostfile       "10.99.0.<i+1> slots=1" per host
 #   rsh            Open MPI plm_rsh_agent: `rsh HOST cmd...` runs cmd in HOST's namespace
@@ -43,7 +43,7 @@ LINK=bpv              # root-side veth names: bpv0 ...
 SUBNET=10.99.0        # host i has 10.99.0.(i+1)/24
 DEFAULT_DIR=/tmp/bppsa-netlab
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-SRC=$REPO/bench/netlab/delay_switch.cpp
+SRC=$REPO/bench/mp/delay_switch.cpp
 
 die() { echo "netlab: error: $*" >&2; exit 1; }
 log() { echo "netlab: $*" >&2; }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the project's Python (the environment scripts/setup.sh made, with PyTorch, JAX, numpy,
 # matplotlib, pytest and the installed bppsa package) with the given arguments, from the caller's
-# folder:   scripts/python.sh bench/pytorch_nn.py --quick      scripts/python.sh -m pytest tests/python
+# folder:   scripts/python.sh bench/pytorch/pytorch.py --quick      scripts/python.sh -m pytest tests/python
 # $BPPSA_PYTHON, when set, is run instead.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)

@@ -15,9 +15,9 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "common"))  # bench/common: machine
 import machine as mach  # noqa: E402
-import report  # noqa: E402
+import gpu_report as report  # noqa: E402
 
 FIT = os.path.join(HERE, "..", "results", "gpu", "nvidia-h100-80gb-hbm3", "fused_fit.json")
 

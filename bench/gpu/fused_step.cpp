@@ -1,7 +1,7 @@
 // bench_fused_scan: the fused chunked scan alone (bench/gpu/fused_bench.hpp, one recurrent
 // layer's state gradients from a forward record) on every configuration of the GPU benchmark's
 // plan, with its FLOPs and bytes against this GPU's FP32 and bandwidth roofline
-// (bench/gpu/device_peak.hpp). bench/gpu/bench_gpu.py runs it; report.py computes the ratios.
+// (bench/gpu/device_peak.hpp). bench/gpu/gpu.py runs it; gpu_report.py computes the ratios.
 //
 //   bench_fused_scan --plan PLAN.json --out RECORDS.jsonl [--reps 10] [--budget SECONDS] [--sweep]
 //                    [--model FIT.json]
@@ -204,7 +204,7 @@ int main(int argc, char** argv) {
   double budget = 1e9;
   bool sweep = false;
   std::string model;
-  app.add_option("--plan", plan, "the configurations (JSON, bench/gpu/bench_gpu.py writes it)")->required();
+  app.add_option("--plan", plan, "the configurations (JSON, bench/gpu/gpu.py writes it)")->required();
   app.add_option("--out", out, "JSON lines, appended: one record per distinct (cell, H, T, B)")->required();
   app.add_option("--reps", reps, "timed runs per configuration")->check(CLI::Range(1, 10000));
   app.add_option("--budget", budget, "seconds; configurations after it are skipped")->check(CLI::PositiveNumber);

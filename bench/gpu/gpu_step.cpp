@@ -1,5 +1,5 @@
-// bench_gpu_step: bppsa's side of the GPU benchmark (scripts/bench_gpu.sh runs it through
-// bench/gpu/bench_gpu.py; PyTorch's side is bench/gpu/torch_gpu.py, on the same files).
+// bench_gpu_step: bppsa's side of the GPU benchmark (bench/gpu/run.sh runs it through
+// bench/gpu/gpu.py; PyTorch's side is bench/gpu/torch_gpu.py, on the same files).
 //
 //   bench_gpu_step --plan PLAN.json --work DIR --out RECORDS.jsonl [--methods bp,fused,hybrid]
 //                  [--reps 5] [--warmup 2] [--budget SECONDS] [--device cuda|cpu]
@@ -51,7 +51,7 @@ struct Args {
   std::string device = "cuda";
 };
 
-/// One configuration of the plan (bench/gpu/bench_gpu.py writes it).
+/// One configuration of the plan (bench/gpu/gpu.py writes it).
 struct Config {
   std::string id, cell;
   Index hidden = 20, steps = 1, features = 1, batch = 1, classes = 10, layers = 1;
@@ -191,7 +191,7 @@ int run(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"bench_gpu_step: bppsa's side of the GPU benchmark (bench/gpu/bench_gpu.py runs it)"};
+  CLI::App app{"bench_gpu_step: bppsa's side of the GPU benchmark (bench/gpu/gpu.py runs it)"};
   Args a;
   app.add_option("--plan", a.plan, "the configurations (JSON)")->required();
   app.add_option("--work", a.work, "folder of DIR/<id>/{weights,batch}.safetensors (torch_gpu.py export)")->required();

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Copies one GPU-machine run into the repository: bench/results/gpu/<gpu-name>/ (for whoever ran
-scripts/gpu_check.sh or scripts/bench_gpu.sh on a GPU, back on the development machine).
+scripts/gpu_check.sh or bench/gpu/run.sh on a GPU, back on the development machine).
 
 Usage: keep_results.py RUN_DIR [--dest bench/results/gpu] [--allow-quick]
 
 RUN_DIR is scripts/gpu_check.sh's OUT_DIR (its benchmark/ and cpu_scaling/ folders, header.txt,
 summary.txt and summary.json are taken; of a --lease run, headline/headline.{json,md},
 kernel_profile/kernel_profile.{json,md} and fused_plans/fused_fit.md, with the check files named
-lease_*) or scripts/bench_gpu.sh's. <gpu-name> is the GPU's name
+lease_*) or bench/gpu/run.sh's. <gpu-name> is the GPU's name
 from the results, lower-cased with dashes (e.g. nvidia-h100-80gb-hbm3). Files are written
 atomically; figures missing from the run (no matplotlib on the GPU machine) are drawn here when
 matplotlib is. Quick runs are refused without --allow-quick (they are smoke tests, not results)."""
@@ -78,7 +78,7 @@ def copy_atomic(src, dst):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("run", help="scripts/gpu_check.sh's or scripts/bench_gpu.sh's OUT_DIR")
+    p.add_argument("run", help="scripts/gpu_check.sh's or bench/gpu/run.sh's OUT_DIR")
     p.add_argument("--dest", default=os.path.join(ROOT, "bench", "results", "gpu"))
     p.add_argument("--allow-quick", action="store_true")
     a = p.parse_args()
@@ -114,7 +114,7 @@ def main():
     if "gpu_fig8_sweeps.png" not in copied:
         subprocess.run([py, os.path.join(HERE, "plot_gpu.py"), dest])
     if "cpu_scaling.json" in copied and "cpu_scaling.png" not in copied:
-        subprocess.run([py, os.path.join(HERE, "plot_cpu_scaling.py"), dest])
+        subprocess.run([py, os.path.join(HERE, "..", "cpu_scaling", "plot_cpu_scaling.py"), dest])
     print(f"keep_results: {len(copied)} files of the run on {name} in {dest}: {', '.join(copied)}")
     return 0
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Figures of the GPU benchmark (bench/gpu/bench_gpu.py's OUT/gpu_bench.json), written beside it.
+"""Figures of the GPU benchmark (bench/gpu/gpu.py's OUT/gpu_bench.json), written beside it.
 
 Usage: plot_gpu.py OUT_DIR
        plot_gpu.py --compare DIR DIR [DIR …] --out FILE.png
@@ -22,7 +22,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from report import label, med, peak_bytes  # noqa: E402
+from gpu_report import label, med, peak_bytes  # noqa: E402
 
 STYLE = {"pytorch": ("black", "D"), "pytorch-tf32": ("gray", "d"), "bp": ("tab:blue", "o"),
          "fused": ("tab:red", "s"), "blelloch": ("tab:brown", "D"), "hybrid": ("tab:green", "^"), "linear": ("tab:olive", "v"),

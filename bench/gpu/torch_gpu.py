@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch's side of the GPU benchmark (scripts/bench_gpu.sh): torch.nn.RNN/GRU/LSTM + Linear head
+"""PyTorch's side of the GPU benchmark (bench/gpu/run.sh): torch.nn.RNN/GRU/LSTM + Linear head
 on CUDA (cuDNN), every configuration of a plan in one process. Also writes the weights and data both
 sides use.
 
@@ -15,7 +15,7 @@ sides use.
       one JSON line per configuration (appended and flushed as each finishes, so a run cut short
       keeps what it measured).
 
-Definitions (as bench/torch_step.py and bench_paper, docs/method.md §5): forward = zero_grad, model(x) and the
+Definitions (as bench/paper/torch_paper.py and bench_paper, docs/method.md §5): forward = zero_grad, model(x) and the
 mean cross-entropy up to the loss value on the host; backward = loss.backward() (every parameter
 gradient); optimizer = Adam's step; iteration = the three. Times: CUDA events on the GPU (the CPU
 clock with --device cpu); `--warmup` untimed iterations (the first one is the memory probe), then
@@ -38,11 +38,12 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
-sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(HERE, "..", "common"))  # precision
+sys.path.insert(0, os.path.join(HERE, "..", "paper"))  # torch_paper
 sys.path.insert(0, HERE)
 import safetensors_np as st  # noqa: E402
 from torch_models import Model  # noqa: E402
-from torch_step import Timer, time_iterations  # noqa: E402  (bench/torch_step.py's timing)
+from torch_paper import Timer, time_iterations  # noqa: E402  (bench/paper/torch_paper.py's timing)
 from precision import precision_state, set_tf32  # noqa: E402,F401  (TF32 through the API this torch has)
 
 
@@ -215,7 +216,7 @@ def run_time(plan, args):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("mode", choices=["export", "time"])
-    p.add_argument("--plan", required=True, help="the configurations (JSON, written by bench/gpu/bench_gpu.py)")
+    p.add_argument("--plan", required=True, help="the configurations (JSON, written by bench/gpu/gpu.py)")
     p.add_argument("--work", required=True, help="folder of the exported weights and batches")
     p.add_argument("--out", help="JSON lines, one record per configuration (time)")
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
-# The start both GPU-machine benchmark scripts share (scripts/bench_gpu.sh,
-# scripts/bench_gpu_cpu_scaling.sh): source it from the script, then call
+# The start both GPU-machine benchmark scripts share (bench/gpu/run.sh,
+# bench/cpu_scaling/run.sh): source it from the script, then call
 #   gpu_bench_args NAME "$@"
 # from the repository root. It parses OUT_DIR [--quick] (usage and exit 2 otherwise), creates
 # OUT_DIR and sets out, quick (the array (--quick) or empty), build (BPPSA_BUILD_DIR, else build)
@@ -15,7 +15,7 @@
 gpu_bench_args() {
   local name=$1
   shift
-  local usage="usage: scripts/$name.sh OUT_DIR [--quick]"
+  local usage="usage: $0 OUT_DIR [--quick]"
   [ $# -ge 1 ] || { echo "$usage" >&2; exit 2; }
   out=$1
   shift
@@ -29,7 +29,7 @@ gpu_bench_args() {
   done
   mkdir -p "$out" || { echo "$name: cannot create $out" >&2; exit 2; }
   build=${BPPSA_BUILD_DIR:-build}
-  # shellcheck source=python_env.sh
+  # shellcheck source=scripts/lib/python_env.sh
   . scripts/lib/python_env.sh
   py=$(bppsa_python) || exit 2
 }

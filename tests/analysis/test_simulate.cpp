@@ -425,6 +425,6 @@ TEST(SimulateCalibration, TheCalibrationChainCapsTheBatchNotItsClasses) {
 }
 
 // How close predictions come to measured scans is a benchmark result, not a unit test:
-// bench/paper.py's simulate section validates at every p this machine has (docs/simulate.md).
+// bench/paper/paper.py's simulate section validates at every p this machine has (docs/simulate.md).
 
 }  // namespace

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The CLI on the GPU, end to end (run by scripts/gpu_check.sh on the GPU machine):
 `bppsa grad --device cuda` against `bppsa grad` (the CPU engine) and PyTorch autograd on the GPU
-(float32, TF32 off through bench/gpu/precision.py, printed) for nn.RNN, nn.GRU and nn.LSTM with 1 and 2 layers and random shapes: every
+(float32, TF32 off through bench/common/precision.py, printed) for nn.RNN, nn.GRU and nn.LSTM with 1 and 2 layers and random shapes: every
 parameter gradient and the loss within 1e-4 relative (max |a − b| / max |b| per tensor), for
 --backward bp, fused (the fused scan), blelloch and hybrid (the generic GPU scan) and auto; then
 `bppsa train --device cuda --check` on bitstream (the GPU's gradients against the CPU engine's
@@ -21,14 +21,14 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "pytorch"))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "bench", "gpu"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bench", "common"))
 from common import rel_err, require_torch, run, worst_grad_error  # noqa: E402
 
 require_torch()
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from precision import precision_state, set_tf32  # noqa: E402  (bench/gpu: TF32 through the API this torch has)
+from precision import precision_state, set_tf32  # noqa: E402  (bench/common: TF32 through the API this torch has)
 
 import safetensors_np as st  # noqa: E402
 from torch_models import Model  # noqa: E402

@@ -22,7 +22,7 @@ inline constexpr double kFusedGraphMaxMicros = 1000.0;
 /// kFusedCyclesPerMicro. The defaults are guesses made without a GPU: on the H100 sweep their
 /// estimates are 4.6× too low (median) and their first-ranked plan runs 1.00–1.44× the fastest
 /// (docs/cost_model.md, "The fused scan on the GPU"). A fit (bench/gpu/fit_fused_model.py) brings the median error to 1.17×
-/// (90th percentile 1.57×) but chooses plans the sweep did not time; scripts/bench_gpu.sh times
+/// (90th percentile 1.57×) but chooses plans the sweep did not time; bench/gpu/run.sh times
 /// them against the defaults' before a fit replaces these.
 struct FusedModel {
   double launch = 2500;      ///< one kernel launch inside a stream or graph
