@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 
@@ -33,7 +34,22 @@ class Pass {
   /// before a later step is read. Returns the pass's totals up to that step; when training, the
   /// step's times.
   virtual PassTotals wait(int slot, StepTimes& times, double& optimizer_seconds) = 0;
+  /// Seconds the step last read by wait(slot) spent summing gradients across processes (a
+  /// model-parallel pass, src/mpi/train.cpp); 0 for a pass in one process.
+  virtual double reduce_seconds(int /*slot*/) const { return 0; }
 };
+
+/// Makes the pass of an epoch over the samples in `order` (or of an evaluation: order empty).
+using PassMaker = std::function<std::unique_ptr<Pass>(std::span<const Index> order)>;
+
+/// The loop itself, whatever the model (trainer.cpp): one epoch over `samples` samples,
+/// shuffled by permutation(samples, config.seed + epoch), in batches of config.batch; every
+/// step queued into its slot and read back one step later, the running loss to `progress`.
+/// The model's own checks come before (train_epoch's before_epoch).
+EpochReport run_epoch(const PassMaker& make, Index samples, Index epoch, const TrainConfig& config,
+                      const ProgressFn& progress);
+/// Evaluation of `samples` samples in order, in batches of `batch`.
+EvalReport run_evaluation(const PassMaker& make, Index samples, Index batch);
 
 /// The pass of a model on a data set: `optimizer` null evaluates, otherwise it trains with
 /// `options`. The spans and objects must outlive the pass. The CUDA half serves a model on

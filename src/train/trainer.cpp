@@ -1,6 +1,7 @@
 // The training loop and evaluation: one loop for every model and device. A model's pass
-// (src/train/pass.hpp) runs each step on its device; the loop orders the batches, reads the
-// steps back and reports.
+// (src/train/pass.hpp) runs each step on its device (or, with bppsa::mpi, across ranks:
+// src/mpi/train.cpp); the loop (run_epoch, run_evaluation) orders the batches, reads the steps
+// back and reports. A step's batch is gathered and run by train/batch.cpp, below both.
 #include "bppsa/train/trainer.hpp"
 
 #include <omp.h>
@@ -39,26 +40,6 @@ void check_data_fits(const ConvNetConfig& model, Index classes, const ImageDatas
   if (data.size() == 0) detail::raise<InvalidArgument>("data", what + " is empty");
 }
 
-template <class T>
-T batch_loss(SequenceClassifier<T>& model, const SequenceDataset& data, std::span<const Index> indices,
-             std::span<const float> x, std::span<const std::int64_t> y, const BackwardOptions* options,
-             StepTimes* times, std::vector<std::int64_t>* predictions) {
-  const auto n = static_cast<Index>(indices.size());
-  std::vector<Index> lengths;
-  if (!data.lengths.empty())
-    for (Index i : indices) lengths.push_back(data.length(i));
-  return options ? model.loss_and_grad(x, n, data.steps, y, *options, times, predictions, lengths)
-                 : model.evaluate(x, n, data.steps, y, predictions, lengths);
-}
-
-template <class T>
-T batch_loss(ConvNet<T>& model, const ImageDataset&, std::span<const Index> indices, std::span<const float> x,
-             std::span<const std::int64_t> y, const BackwardOptions* options, StepTimes* times,
-             std::vector<std::int64_t>* predictions) {
-  const auto n = static_cast<Index>(indices.size());
-  return options ? model.loss_and_grad(x, n, y, *options, times, predictions) : model.evaluate(x, n, y, predictions);
-}
-
 namespace {
 /// What a model must do before an epoch: refuse a scan that cannot fit.
 template <class T>
@@ -80,74 +61,59 @@ std::unique_ptr<Pass> make_pass(ConvNet<T>& model, Optimizer<T>* optimizer, cons
                                 std::span<const Index> order, const BackwardOptions& options) {
   return make_host_pass(model, optimizer, data, order, options);
 }
-}  // namespace detail
 
-template <class Data>
-void gather_batch(const Data& data, std::span<const Index> indices, std::vector<float>& x,
-                  std::vector<std::int64_t>& y) {
-  const std::size_t per = data.sample(0).size();
-  x.resize(indices.size() * per);
-  y.resize(indices.size());
-  for (std::size_t k = 0; k < indices.size(); ++k) {
-    const auto s = data.sample(indices[k]);
-    std::copy(s.begin(), s.end(), x.begin() + static_cast<std::ptrdiff_t>(k * per));
-    y[k] = data.y[static_cast<std::size_t>(indices[k])];
-  }
-}
-
-template <class Model, class Data>
-EvalReport evaluate(Model& model, const Data& data, Index batch) {
+EvalReport run_evaluation(const PassMaker& make, Index samples, Index batch) {
   if (batch < 1)
     detail::raise<InvalidArgument>("evaluate", "batch size must be ≥ 1 (got " + std::to_string(batch) + ")");
   EvalReport r;
   const double t0 = omp_get_wtime();
-  const std::unique_ptr<detail::Pass> pass = detail::make_pass(model, no_optimizer(model), data, {}, BackwardOptions{});
+  const std::unique_ptr<Pass> pass = make({});
   Index steps = 0;
-  for (Index start = 0; start < data.size(); start += batch, ++steps)
-    pass->queue(start, std::min(batch, data.size() - start), static_cast<int>(steps % detail::kPassSlots));
-  detail::PassTotals totals;
+  for (Index start = 0; start < samples; start += batch, ++steps)
+    pass->queue(start, std::min(batch, samples - start), static_cast<int>(steps % kPassSlots));
+  PassTotals totals;
   if (steps > 0) {
     StepTimes times;
     double optimizer_seconds = 0;
-    totals = pass->wait(static_cast<int>((steps - 1) % detail::kPassSlots), times, optimizer_seconds);
+    totals = pass->wait(static_cast<int>((steps - 1) % kPassSlots), times, optimizer_seconds);
   }
-  r.samples = data.size();
+  r.samples = samples;
   r.loss = r.samples ? totals.loss_sum / static_cast<double>(r.samples) : 0;
   r.accuracy = r.samples ? static_cast<double>(totals.correct) / static_cast<double>(r.samples) : 0;
   r.seconds = omp_get_wtime() - t0;
   return r;
 }
 
-template <class Model, class Data, class T>
-EpochReport train_epoch(Model& model, Optimizer<T>& optimizer, const Data& train, Index epoch,
-                        const TrainConfig& config, const ProgressFn& progress) {
+EpochReport run_epoch(const PassMaker& make, Index samples, Index epoch, const TrainConfig& config,
+                      const ProgressFn& progress) {
   if (config.batch < 1)
     detail::raise<InvalidArgument>("train", "batch size must be ≥ 1 (got " + std::to_string(config.batch) + ")");
-  before_epoch(model, train, std::min(config.batch, train.size()), config.backward);
   EpochReport r;
   r.epoch = epoch;
   const double t0 = omp_get_wtime();
-  const std::vector<Index> order = permutation(train.size(), config.seed + static_cast<std::uint64_t>(epoch));
-  const Index total = (train.size() + config.batch - 1) / config.batch;
-  const std::unique_ptr<detail::Pass> pass = detail::make_pass(model, &optimizer, train, order, config.backward);
-  detail::PassTotals totals;
+  const std::vector<Index> order = permutation(samples, config.seed + static_cast<std::uint64_t>(epoch));
+  const Index total = (samples + config.batch - 1) / config.batch;
+  const std::unique_ptr<Pass> pass = make(order);
+  PassTotals totals;
   // Reads step b back: its times into the report, the running loss to the progress callback.
   auto finish = [&](Index b) {
     StepTimes times;
     double optimizer_seconds = 0;
-    totals = pass->wait(static_cast<int>(b % detail::kPassSlots), times, optimizer_seconds);
+    const int slot = static_cast<int>(b % kPassSlots);
+    totals = pass->wait(slot, times, optimizer_seconds);
     r.forward_seconds += times.forward;
     r.backward_seconds += times.backward;
     r.jacobian_seconds += times.detail.jacobians;
     r.scan_seconds += times.detail.scan;
     r.optimizer_seconds += optimizer_seconds;
+    r.reduce_seconds += pass->reduce_seconds(slot);
     r.steps = b + 1;
     if (progress)
       progress(b + 1, total, totals.loss_sum / static_cast<double>(std::max<std::int64_t>(totals.samples, 1)));
   };
   for (Index b = 0; b < total; ++b) {
     const Index start = b * config.batch;
-    pass->queue(start, std::min(config.batch, train.size() - start), static_cast<int>(b % detail::kPassSlots));
+    pass->queue(start, std::min(config.batch, samples - start), static_cast<int>(b % kPassSlots));
     if (b > 0) finish(b - 1);
   }
   if (total > 0) finish(total - 1);
@@ -158,20 +124,37 @@ EpochReport train_epoch(Model& model, Optimizer<T>& optimizer, const Data& train
   return r;
 }
 
+}  // namespace detail
+
+template <class Model, class Data>
+EvalReport evaluate(Model& model, const Data& data, Index batch) {
+  return detail::run_evaluation(
+      [&](std::span<const Index> order) {
+        return detail::make_pass(model, no_optimizer(model), data, order, BackwardOptions{});
+      },
+      data.size(), batch);
+}
+
+template <class Model, class Data, class T>
+EpochReport train_epoch(Model& model, Optimizer<T>& optimizer, const Data& train, Index epoch,
+                        const TrainConfig& config, const ProgressFn& progress) {
+  if (config.batch < 1)
+    detail::raise<InvalidArgument>("train", "batch size must be ≥ 1 (got " + std::to_string(config.batch) + ")");
+  before_epoch(model, train, std::min(config.batch, train.size()), config.backward);
+  return detail::run_epoch(
+      [&](std::span<const Index> order) {
+        return detail::make_pass(model, &optimizer, train, order, config.backward);
+      },
+      train.size(), epoch, config, progress);
+}
+
 #define BPPSA_TRAINER(M, D, T)                                                                                    \
   template EvalReport evaluate(M<T>&, const D&, Index);                                                           \
-  template EpochReport train_epoch(M<T>&, Optimizer<T>&, const D&, Index, const TrainConfig&, const ProgressFn&); \
-  template T batch_loss(M<T>&, const D&, std::span<const Index>, std::span<const float>,                          \
-                        std::span<const std::int64_t>, const BackwardOptions*, StepTimes*,                        \
-                        std::vector<std::int64_t>*);
+  template EpochReport train_epoch(M<T>&, Optimizer<T>&, const D&, Index, const TrainConfig&, const ProgressFn&);
 BPPSA_TRAINER(SequenceClassifier, SequenceDataset, float)
 BPPSA_TRAINER(SequenceClassifier, SequenceDataset, double)
 BPPSA_TRAINER(ConvNet, ImageDataset, float)
 BPPSA_TRAINER(ConvNet, ImageDataset, double)
 #undef BPPSA_TRAINER
-template void gather_batch(const SequenceDataset&, std::span<const Index>, std::vector<float>&,
-                           std::vector<std::int64_t>&);
-template void gather_batch(const ImageDataset&, std::span<const Index>, std::vector<float>&,
-                           std::vector<std::int64_t>&);
 
 }  // namespace bppsa

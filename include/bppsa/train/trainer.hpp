@@ -9,6 +9,7 @@
 #include "bppsa/data/image.hpp"
 #include "bppsa/nn/conv_net.hpp"
 #include "bppsa/nn/model.hpp"
+#include "bppsa/train/batch.hpp"
 #include "bppsa/train/optimizer.hpp"
 
 namespace bppsa {
@@ -35,13 +36,15 @@ struct EpochReport {
   double train_accuracy = 0;  ///< of the predictions made during training
   double seconds = 0;         ///< whole epoch (training only)
   double forward_seconds = 0, backward_seconds = 0, jacobian_seconds = 0, scan_seconds = 0, optimizer_seconds = 0;
+  double reduce_seconds = 0;  ///< summing gradients across processes (a model-parallel run; else 0)
 };
 
 /// Called after every optimizer step: batches done, batches in the epoch, running loss.
 using ProgressFn = std::function<void(Index done, Index total, double running_loss)>;
 
 /// The models and data sets the loop serves: a SequenceClassifier on a SequenceDataset, or a
-/// ConvNet on an ImageDataset (pruned ConvNets keep their masked weights at zero).
+/// ConvNet on an ImageDataset (pruned ConvNets keep their masked weights at zero); with
+/// bppsa::mpi, a model split across MPI ranks (bppsa/mpi/train.hpp: the same loop over its pass).
 ///
 /// Mean loss and accuracy of the model on a data set (batches of `batch`).
 template <class Model, class Data>
@@ -62,28 +65,11 @@ template <class Model, class Data, class T>
 EpochReport train_epoch(Model& model, Optimizer<T>& optimizer, const Data& train, Index epoch,
                         const TrainConfig& config, const ProgressFn& progress = {});
 
-/// Loss (and gradients when `options` is given) of one batch, whatever the model: x and y hold
-/// the samples `indices` of `data` (gather_batch); the sequence models take the step count and
-/// each sample's length from the data set.
-template <class T>
-T batch_loss(SequenceClassifier<T>& model, const SequenceDataset& data, std::span<const Index> indices,
-             std::span<const float> x, std::span<const std::int64_t> y, const BackwardOptions* options,
-             StepTimes* times, std::vector<std::int64_t>* predictions);
-template <class T>
-T batch_loss(ConvNet<T>& model, const ImageDataset& data, std::span<const Index> indices, std::span<const float> x,
-             std::span<const std::int64_t> y, const BackwardOptions* options, StepTimes* times,
-             std::vector<std::int64_t>* predictions);
-
 /// Checks that the data fits the model (features = input size, labels < classes); ShapeError
 /// / InvalidArgument saying which flag to change.
 void check_data_fits(const ModelConfig& model, const SequenceDataset& data, const std::string& what);
 
 /// Checks that images fit a CNN (C×H×W = the model's input, labels < its outputs).
 void check_data_fits(const ConvNetConfig& model, Index classes, const ImageDataset& data, const std::string& what);
-
-/// Gathers samples `indices` of `data` into x (batch × sample) and y.
-template <class Data>
-void gather_batch(const Data& data, std::span<const Index> indices, std::vector<float>& x,
-                  std::vector<std::int64_t>& y);
 
 }  // namespace bppsa
