@@ -303,8 +303,9 @@ T ModelParallel<T>::forward_loss(std::span<const float> x, Index batch, std::spa
   }
   pipe_.finish_sends();
   micro_used_ = options_.micro_batches;
-  double total[1] = {loss_sum};
-  world_.allreduce_sum(std::span<double>(total, 1), "loss");
+  double total[2] = {loss_sum, static_cast<double>(correct)};  // one all-reduce: the loss and the correct count
+  world_.allreduce_sum(std::span<double>(total, 2), "loss");
+  last_correct_ = static_cast<Index>(total[1] + 0.5);
   return static_cast<T>(total[0]);
 }
 

@@ -114,6 +114,9 @@ class ModelParallel {
   /// The three parts of loss_and_grad, for measuring them apart (bench/).
   T forward_loss(std::span<const float> x, Index batch, std::span<const std::int64_t> labels,
                  std::span<const Index> lengths = {});
+  /// Correct predictions of the last forward_loss (or loss_and_grad) over the whole batch, on
+  /// every rank: what the training loop reports as the training accuracy.
+  Index last_correct() const { return last_correct_; }
   void backward(PipelineStats* stats = nullptr);
   void reduce_gradients();
 
@@ -141,6 +144,7 @@ class ModelParallel {
   std::unique_ptr<detail::Stage<T>> impl_;
   std::vector<std::vector<T>> grads_;  ///< summed over micro-batches, per owned parameter
   Index micro_used_ = 0;               ///< micro-batches of the last forward
+  Index last_correct_ = 0;             ///< correct predictions of the last training forward
 };
 
 extern template class ModelParallel<float>;
