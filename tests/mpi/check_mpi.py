@@ -10,12 +10,15 @@ independent references:
 2. training: a model-parallel epoch leaves the same weights as a single-process epoch from the
    same seed (same batches, same optimizer), also on samples of different lengths (--min-steps)
    with the head on the last step and on every step, its checkpoint loads into a 1-rank run,
-   and a 1-rank checkpoint continues in a K-rank run with --check;
+   and a 1-rank checkpoint continues in a K-rank run with --check; the K-rank run reports its
+   epoch as a single process does (one loop for every mode: the same epoch line, with the
+   training accuracy, and the same log record);
 3. failures end the job instead of hanging: a rank killed mid-run, a rank that stops
    answering (SIGSTOP; the others time out), and ranks started with different flags.
 
 usage: check_mpi.py BPPSA_BINARY WORKDIR
 """
+import json
 import os
 import re
 import signal
@@ -206,10 +209,40 @@ SEQ = ["--model", "gru", "--hidden", "6", "--layers", "2", "--data", "bitstream"
 CNN = ["--model", "cnn", "--arch", "conv:4:3:1:1,relu,maxpool:4:4,conv:4:3:1:1,relu,maxpool:2:2,flatten,linear:10",
        "--data", "mnist", "--data-dir", MNIST, "--limit-train", "64", "--limit-test", "32", "--epochs", "1",
        "--batch", "16", "--lr", "0.003", "--no-progress", "--seed", "5"]
+EPOCH_LINE = re.compile(r"^epoch 1/1  train loss (\S+) acc +(\S+)%  test loss (\S+) acc +(\S+)%  \S+ s \(", re.M)
+
+
+def same_epoch_report(label, single_run, mp_run, mp_log, samples):
+    """One loop for every mode: the K-rank run's epoch line and log record are the
+    single-process run's (train loss and accuracy, test loss and accuracy), from the same
+    batches; the log adds the rank's gradient all-reduce."""
+    got, want = EPOCH_LINE.search(mp_run.stdout), EPOCH_LINE.search(single_run.stdout)
+    ok = bool(got and want)
+    if ok:
+        g, w = [float(v) for v in got.groups()], [float(v) for v in want.groups()]
+        # losses to the printed digits; an accuracy to one sample (a prediction on a tie may differ)
+        ok = abs(g[0] - w[0]) <= 2e-4 and abs(g[2] - w[2]) <= 2e-4 and abs(g[1] - w[1]) <= 100 / samples[0] + 1e-6 \
+            and abs(g[3] - w[3]) <= 100 / samples[1] + 1e-6
+    records = [json.loads(line) for line in open(mp_log)] if os.path.exists(mp_log) else []
+    epochs = [e for e in records if e.get("event") == "epoch"]
+    ok = ok and len(epochs) == 1 and all(key in epochs[0] for key in ["train_accuracy", "reduce_seconds", "samples"])
+    if ok and got:
+        ok = abs(epochs[0]["train_accuracy"] * 100 - float(got.group(2))) <= 0.006
+    print("%-62s %s" % (label, "ok" if ok else "FAIL"))
+    if not ok:
+        print("  single:", want.group(0) if want else single_run.stdout[-500:])
+        print("  model-parallel:", got.group(0) if got else mp_run.stdout[-500:])
+        print("  log:", epochs)
+        failures.append(label)
+
+
 for name, args, k in [("gru", SEQ, 3), ("cnn", CNN, 4)]:
     single, multi = path(f"single_{name}.safetensors"), path(f"mp_{name}.safetensors")
-    run([BIN, "train"] + args + ["--backward", "bp", "--save", single])
-    r = mpi(k, ["train"] + args + ["--save", multi, "--micro-batches", "2"])
+    mp_log = path(f"mp_{name}.jsonl")
+    rs = run([BIN, "train"] + args + ["--backward", "bp", "--save", single])
+    r = mpi(k, ["train"] + args + ["--save", multi, "--micro-batches", "2", "--log", mp_log])
+    same_epoch_report(f"{name}: {k}-rank epoch line and log as a single process's", rs, r, mp_log,
+                      (61, 35) if name == "gru" else (64, 24))
     if name == "cnn":  # the first line says which data set was read, and how much of it
         first = (r.stderr.splitlines() or [""])[0]
         want = f"data: IDX data in {MNIST}: 64 train + 24 test images (the first of 96 + 24), 1×32×32"

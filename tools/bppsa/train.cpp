@@ -23,8 +23,23 @@
 #include "options.hpp"
 #include "progress.hpp"
 #include "run_flags.hpp"
+#include "train_loop.hpp"
 
 namespace bppsa::cli {
+
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+TrainConfig train_config(const TrainArgs& a) {
+  TrainConfig tc;
+  tc.batch = a.batch;
+  tc.seed = a.seed;
+  tc.backward = to_options(a.backward);
+  return tc;
+}
 
 OptimizerConfig optimizer_config(const TrainArgs& a, Index train_size) {
   OptimizerConfig oc;
@@ -72,13 +87,6 @@ void check_save_folder(const Args& a) {
   if (access(dir.empty() ? "." : dir.c_str(), W_OK) != 0)
     detail::raise<InvalidArgument>("train", "--save " + a.save + ": the folder " +
                                                 (dir.empty() ? std::string(".") : dir.string()) + " is not writable");
-}
-
-/// "1e+06", "0.01": a flag's value for messages.
-std::string number(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
 }
 
 /// Weight decay above this is named in divergence messages.
@@ -174,178 +182,89 @@ std::string check_batch(Model& model, const Data& train, std::span<const Index> 
   return std::string(to_string(scan.method)) + " vs bp";
 }
 
-/// The loop shared by every model: optimizer (and its resumed state), epochs with progress,
-/// evaluation, JSON-lines log, atomic checkpoints, and the final BPPSA-vs-BP check.
+/// A single process's words on its backward for the model line: the method asked for, and
+/// what `auto` resolves to for the first batch.
+std::string backward_words(const Args& a, const TrainConfig& tc, Index train_size) {
+  const BackwardMethod resolved = resolve_backward(tc.backward, std::min(a.batch, train_size));
+  return "backward " + a.backward.backward +
+         (tc.backward.method == BackwardMethod::automatic
+              ? std::string(resolved == BackwardMethod::bp ? " (→ bp: the batch keeps every thread busy)"
+                                                           : " (→ scan, algorithm by the cost model)")
+              : std::string());
+}
+
+/// A single process's run of the loop, with its tail: --compare-bp (BP's epoch time beside the
+/// scan's, measured in this run on the same batches) and --check (one batch's gradients by the
+/// run's backward against BP's).
 template <class Model, class Data>
-int train_loop(const Args& a, Model& model, const std::string& description, const Data& train, const Data& test,
-               const TensorFile& resumed, const std::map<std::string, std::string>& metadata) {
-  const Index first_epoch = a.resume.empty() ? 1 : checkpoint_count(resumed, "bppsa.epoch") + 1;
-  const OptimizerConfig oc = optimizer_config(a, train.size());
-  Optimizer<float> optimizer(oc);
-  auto params = model.parameters();
-  double values = 0;  // the weights and gradients exist; Adam's two moments (SGD's momentum) come next
-  for (const auto& p : params) values += static_cast<double>(p.size);
-  check_memory("train", "training " + description,
-               {{"weights and gradients", 2 * values * sizeof(float)},
-                {a.optimizer + " state", (oc.type == OptimizerType::adam ? 2 : 1) * values * sizeof(float)}},
-               "use a smaller model (--hidden, --layers, --arch)");
-  DivergenceGuard guard(a.resume.empty() ? nullptr : &resumed);
-  const std::map<std::string, std::string> record = run_record(*a.app);  // the flags that define the run
-  if (!a.resume.empty()) {
-    const std::string saved_data = resumed.metadata_or("bppsa.data");
-    if (!saved_data.empty() && saved_data != utf8_text(train.name))
-      detail::raise<InvalidArgument>("resume", "--data gives " + utf8_text(train.name) + " but " + a.resume +
-                                                   " was trained on " + saved_data +
-                                                   "; resume with the same --data (and its flags), or start a new "
-                                                   "run from these weights with --init");
-    optimizer.load_state(load_optimizer_state(a.resume, resumed), params);
-  }
-
-  TrainConfig tc;
-  tc.batch = a.batch;
-  tc.seed = a.seed;
-  tc.backward = to_options(a.backward);
-
-  const BackwardMethod resolved = resolve_backward(tc.backward, std::min(a.batch, train.size()));
-  std::cerr << "model: " << description << ", backward " << a.backward.backward
-            << (tc.backward.method == BackwardMethod::automatic
-                    ? std::string(resolved == BackwardMethod::bp ? " (→ bp: the batch keeps every thread busy)"
-                                                                 : " (→ scan, algorithm by the cost model)")
-                    : std::string())
-            << ", " << a.optimizer << " lr " << a.lr
-            << (oc.schedule == LrSchedule::cosine ? " (cosine to 0 over " + std::to_string(oc.total_steps) + " steps)"
-                                                  : std::string())
-            << ", batch " << a.batch << (a.resume.empty() ? "" : ", resumed from " + a.resume) << "\n";
-  JsonLog log(a.log, !a.resume.empty());
-  if (log.is_open()) {
-    nlohmann::json start{{"event", "start"},
-                         {"model", description},
-                         {"data", utf8_text(train.name)},
-                         {"backward", a.backward.backward},
-                         {"optimizer", a.optimizer},
-                         {"lr", a.lr},
-                         {"lr_schedule", a.lr_schedule},
-                         {"batch", a.batch},
-                         {"seed", a.seed},
-                         {"first_epoch", first_epoch}};
-    for (const auto& [k, v] : metadata) start[k] = v;
-    log.write(start);
-  }
-  if (first_epoch > a.epochs)
-    std::cerr << "the checkpoint already completed epoch " << first_epoch - 1 << " of " << a.epochs
-              << "; nothing to train (raise --epochs)\n";
-
-  EpochReport last;  // the last epoch trained here (--compare-bp)
-  for (Index epoch = first_epoch; epoch <= a.epochs; ++epoch) {
-    ProgressBar bar("epoch " + std::to_string(epoch) + "/" + std::to_string(a.epochs), "batch", !a.no_progress);
-    EpochReport r;
-    try {
-      r = train_epoch(model, optimizer, train, epoch, tc,
-                      [&](Index done, Index total, double loss) { bar.update(done, total, loss); });
-    } catch (const NonFiniteError& err) {
-      if (a.weight_decay <= kLargeWeightDecay) throw;
-      detail::raise<NonFiniteError>("train", std::string(err.what()) + "; note --weight-decay " +
-                                                 number(a.weight_decay) +
-                                                 " is large (usual values are "
-                                                 "1e-5 to 1e-2): lower it");
+int train_single(const Args& a, Model& model, const std::string& description, const Data& train, const Data& test,
+                 const TensorFile& resumed, const std::map<std::string, std::string>& metadata) {
+  LoopMode mode;
+  mode.backward = backward_words(a, train_config(a), train.size());
+  mode.record_backward = a.backward.backward;
+  return train_loop(a, model, description, train, test, resumed, metadata, mode, [&](const LoopEnd& end) {
+    const TrainConfig& tc = end.config;
+    const EpochReport& last = end.last;
+    const BackwardMethod resolved = resolve_backward(tc.backward, std::min(a.batch, train.size()));
+    std::string comparison;
+    if (a.compare_bp) {
+      if (resolved == BackwardMethod::bp)
+        comparison =
+            "epoch time: the run's backward is bp; --compare-bp compares a scan with BP (use a scan backward)";
+      else if (last.steps == 0)
+        comparison = "epoch time: no epoch was trained in this run; nothing to compare";
+      else {
+        std::cerr << "timing one epoch of bp on a copy of the trained model (the same batches as epoch " << last.epoch
+                  << "; the model is unchanged)\n";
+        const EpochReport bp = time_bp_epoch(a, model, end.optimizer, end.params, train, last.epoch, tc);
+        char line[512];
+        std::snprintf(line, sizeof line,
+                      "epoch time, this run, same %lld batches, %d threads: bp %.1f s (backward %.1f) vs %s %.1f s "
+                      "(backward %.1f, of which Jacobians %.1f): the scan takes %.2f× BP's time",
+                      static_cast<long long>(last.steps), resolve_threads(tc.backward.threads), bp.seconds,
+                      bp.backward_seconds, a.backward.backward.c_str(), last.seconds, last.backward_seconds,
+                      last.jacobian_seconds, last.seconds / std::max(bp.seconds, 1e-9));
+        comparison = line;
+        end.log.write(nlohmann::json{{"event", "compare_bp"},
+                                     {"epoch", last.epoch},
+                                     {"steps", last.steps},
+                                     {"bp_seconds", bp.seconds},
+                                     {"bp_backward_seconds", bp.backward_seconds},
+                                     {"scan_seconds", last.seconds},
+                                     {"scan_backward_seconds", last.backward_seconds},
+                                     {"scan_jacobian_seconds", last.jacobian_seconds}});
+      }
     }
-    bar.finish();
-    last = r;
-    const EvalReport e = evaluate(model, test, 256);
-    guard.check(a, epoch, r.train_loss, e.loss);
-    std::printf(
-        "epoch %lld/%lld  train loss %.4f acc %5.2f%%  test loss %.4f acc %5.2f%%  %.1f s (forward %.1f, backward %.1f "
-        "of which Jacobians %.1f, optimizer %.2f; eval %.1f s)\n",
-        static_cast<long long>(epoch), static_cast<long long>(a.epochs), r.train_loss, 100 * r.train_accuracy, e.loss,
-        100 * e.accuracy, r.seconds, r.forward_seconds, r.backward_seconds, r.jacobian_seconds, r.optimizer_seconds,
-        e.seconds);
-    std::fflush(stdout);
-    log.write(nlohmann::json{{"event", "epoch"},
-                             {"epoch", epoch},
-                             {"train_loss", r.train_loss},
-                             {"train_accuracy", r.train_accuracy},
-                             {"test_loss", e.loss},
-                             {"test_accuracy", e.accuracy},
-                             {"seconds", r.seconds},
-                             {"forward_seconds", r.forward_seconds},
-                             {"backward_seconds", r.backward_seconds},
-                             {"jacobian_seconds", r.jacobian_seconds},
-                             {"scan_seconds", r.scan_seconds},
-                             {"optimizer_seconds", r.optimizer_seconds},
-                             {"steps", optimizer.steps()},
-                             {"samples", r.samples}});
-    if (!a.save.empty()) {
-      TensorFile ck = model.state_dict();
-      ck.metadata["bppsa.epoch"] = std::to_string(epoch);
-      ck.metadata["bppsa.step"] = std::to_string(optimizer.steps());
-      ck.metadata["bppsa.data"] = utf8_text(train.name);
-      ck.metadata["bppsa.backward"] = a.backward.backward;
-      for (const auto& [k, v] : metadata) ck.metadata[k] = v;
-      for (const auto& [k, v] : record) ck.metadata[k] = v;
-      guard.record(ck.metadata);
-      save_checkpoint(a.save, std::move(ck), optimizer.state(params));
-      std::cerr << "saved " << a.save << " (epoch " << epoch << ")\n";
-    }
-  }
+    auto print_comparison = [&] {
+      if (!comparison.empty()) std::printf("%s\n", comparison.c_str());
+      std::fflush(stdout);
+    };
 
-  // --compare-bp: BP's epoch time beside the scan's, measured in this run on the same batches.
-  std::string comparison;
-  if (a.compare_bp) {
-    if (resolved == BackwardMethod::bp)
-      comparison = "epoch time: the run's backward is bp; --compare-bp compares a scan with BP (use a scan backward)";
-    else if (last.steps == 0)
-      comparison = "epoch time: no epoch was trained in this run; nothing to compare";
-    else {
-      std::cerr << "timing one epoch of bp on a copy of the trained model (the same batches as epoch " << last.epoch
-                << "; the model is unchanged)\n";
-      const EpochReport bp = time_bp_epoch(a, model, optimizer, params, train, last.epoch, tc);
-      char line[512];
-      std::snprintf(line, sizeof line,
-                    "epoch time, this run, same %lld batches, %d threads: bp %.1f s (backward %.1f) vs %s %.1f s "
-                    "(backward %.1f, of which Jacobians %.1f): the scan takes %.2f× BP's time",
-                    static_cast<long long>(last.steps), resolve_threads(tc.backward.threads), bp.seconds,
-                    bp.backward_seconds, a.backward.backward.c_str(), last.seconds, last.backward_seconds,
-                    last.jacobian_seconds, last.seconds / std::max(bp.seconds, 1e-9));
-      comparison = line;
-      log.write(nlohmann::json{{"event", "compare_bp"},
-                               {"epoch", last.epoch},
-                               {"steps", last.steps},
-                               {"bp_seconds", bp.seconds},
-                               {"bp_backward_seconds", bp.backward_seconds},
-                               {"scan_seconds", last.seconds},
-                               {"scan_backward_seconds", last.backward_seconds},
-                               {"scan_jacobian_seconds", last.jacobian_seconds}});
+    if (a.check) {
+      const Index n = std::min<Index>(a.batch, train.size());
+      std::vector<Index> idx(static_cast<std::size_t>(n));
+      for (Index i = 0; i < n; ++i) idx[static_cast<std::size_t>(i)] = i;
+      std::vector<float> x;
+      std::vector<std::int64_t> y;
+      gather_batch(train, idx, x, y);
+      std::vector<std::vector<float>> got, ref;
+      const std::string what = check_batch(model, train, idx, x, y, tc.backward, got, ref);
+      std::string where;
+      std::vector<std::string> names;
+      for (const auto& p : end.params) names.push_back(p.name);
+      const double err = max_relative_error(got, ref, names, &where);
+      std::printf("gradient check (one batch of %lld): %s, largest relative error %.3g (%s)\n",
+                  static_cast<long long>(n), what.c_str(), err, where.c_str());
+      print_comparison();
+      if (!(err <= 1e-3)) {
+        std::fprintf(stderr, "bppsa: error: gradient check failed (%.3g > 1e-3)\n", err);
+        return 3;
+      }
+      return 0;
     }
-  }
-  auto print_comparison = [&] {
-    if (!comparison.empty()) std::printf("%s\n", comparison.c_str());
-    std::fflush(stdout);
-  };
-
-  if (a.check) {
-    const Index n = std::min<Index>(a.batch, train.size());
-    std::vector<Index> idx(static_cast<std::size_t>(n));
-    for (Index i = 0; i < n; ++i) idx[static_cast<std::size_t>(i)] = i;
-    std::vector<float> x;
-    std::vector<std::int64_t> y;
-    gather_batch(train, idx, x, y);
-    std::vector<std::vector<float>> got, ref;
-    const std::string what = check_batch(model, train, idx, x, y, tc.backward, got, ref);
-    std::string where;
-    std::vector<std::string> names;
-    for (const auto& p : params) names.push_back(p.name);
-    const double err = max_relative_error(got, ref, names, &where);
-    std::printf("gradient check (one batch of %lld): %s, largest relative error %.3g (%s)\n", static_cast<long long>(n),
-                what.c_str(), err, where.c_str());
     print_comparison();
-    if (!(err <= 1e-3)) {
-      std::fprintf(stderr, "bppsa: error: gradient check failed (%.3g > 1e-3)\n", err);
-      return 3;
-    }
     return 0;
-  }
-  print_comparison();
-  return 0;
+  });
 }
 
 /// `resumed`: the --resume or --init file, read (and checked against the flags) by run().
@@ -361,7 +280,7 @@ int run_recurrent(const Args& a, const TensorFile& resumed) {
     model.reset_parameters(a.seed);
   std::map<std::string, std::string> meta;
   if (!a.init.empty()) meta["bppsa.init"] = utf8_text(a.init);
-  return train_loop(a, model, describe(config), train, test, a.resume.empty() ? TensorFile{} : resumed, meta);
+  return train_single(a, model, describe(config), train, test, a.resume.empty() ? TensorFile{} : resumed, meta);
 }
 
 /// `file`: the --resume or --init file, read (and checked against the flags) by run().
@@ -388,7 +307,7 @@ int run_cnn(const Args& a, const TensorFile& file) {
   }
   const std::string init = !a.init.empty() ? utf8_text(a.init) : file.metadata_or("bppsa.init", "");
   if (!init.empty()) meta["bppsa.init"] = init;
-  return train_loop(a, model, describe(config), train, test, a.resume.empty() ? TensorFile{} : file, meta);
+  return train_single(a, model, describe(config), train, test, a.resume.empty() ? TensorFile{} : file, meta);
 }
 
 /// Flags that cannot work together, refused before any file or data is read.
@@ -547,6 +466,111 @@ void DivergenceGuard::record(std::map<std::string, std::string>& metadata) const
   metadata["bppsa.first_train_loss"] = shortest(first_);
   metadata["bppsa.train_loss"] = shortest(last_);
 }
+
+namespace loop {
+
+void check_training_memory(const TrainArgs& a, const std::string& description, const OptimizerConfig& oc,
+                           const std::vector<NamedParam<float>>& params) {
+  double values = 0;  // the weights and gradients exist; Adam's two moments (SGD's momentum) come next
+  for (const auto& p : params) values += static_cast<double>(p.size);
+  check_memory("train", "training " + description,
+               {{"weights and gradients", 2 * values * sizeof(float)},
+                {a.optimizer + " state", (oc.type == OptimizerType::adam ? 2 : 1) * values * sizeof(float)}},
+               "use a smaller model (--hidden, --layers, --arch)");
+}
+
+void resume_optimizer(const TrainArgs& a, const TensorFile& resumed, const std::string& data,
+                      Optimizer<float>& optimizer, const std::vector<NamedParam<float>>& params) {
+  const std::string saved_data = resumed.metadata_or("bppsa.data");
+  if (!saved_data.empty() && saved_data != data)
+    detail::raise<InvalidArgument>("resume", "--data gives " + data + " but " + a.resume + " was trained on " +
+                                                 saved_data +
+                                                 "; resume with the same --data (and its flags), or start a new "
+                                                 "run from these weights with --init");
+  optimizer.load_state(load_optimizer_state(a.resume, resumed), params);
+}
+
+void start(const TrainArgs& a, const LoopMode& mode, const std::string& description, const std::string& data,
+           const OptimizerConfig& oc, Index first_epoch, const std::map<std::string, std::string>& metadata,
+           JsonLog& log) {
+  std::cerr << "model: " << description << ", " << mode.backward << ", " << a.optimizer << " lr " << a.lr
+            << (oc.schedule == LrSchedule::cosine ? " (cosine to 0 over " + std::to_string(oc.total_steps) + " steps)"
+                                                  : std::string())
+            << ", batch " << a.batch << (a.resume.empty() ? "" : ", resumed from " + a.resume) << "\n";
+  log.open(a.log, !a.resume.empty());
+  if (log.is_open()) {
+    nlohmann::json start{{"event", "start"},
+                         {"model", description},
+                         {"data", data},
+                         {"backward", a.backward.backward},
+                         {"optimizer", a.optimizer},
+                         {"lr", a.lr},
+                         {"lr_schedule", a.lr_schedule},
+                         {"batch", a.batch},
+                         {"seed", a.seed},
+                         {"first_epoch", first_epoch}};
+    for (auto it = mode.start.begin(); it != mode.start.end(); ++it) start[it.key()] = it.value();
+    for (const auto& [k, v] : metadata) start[k] = v;
+    log.write(start);
+  }
+  if (first_epoch > a.epochs)
+    std::cerr << "the checkpoint already completed epoch " << first_epoch - 1 << " of " << a.epochs
+              << "; nothing to train (raise --epochs)\n";
+}
+
+void diverged(const TrainArgs& a, const NonFiniteError& err) {
+  if (a.weight_decay <= kLargeWeightDecay) throw;  // the error being handled, as it was thrown
+  detail::raise<NonFiniteError>("train", std::string(err.what()) + "; note --weight-decay " + number(a.weight_decay) +
+                                             " is large (usual values are "
+                                             "1e-5 to 1e-2): lower it");
+}
+
+void report(const TrainArgs& a, const LoopMode& mode, Index epoch, const EpochReport& r, const EvalReport& e,
+            std::int64_t steps, JsonLog& log) {
+  char times[256];
+  if (mode.rank_times)  // a model-parallel job: rank 0's share of the step, and its gradient all-reduce
+    std::snprintf(times, sizeof times,
+                  "rank 0: forward %.1f, backward %.1f, gradient all-reduce %.2f, optimizer %.2f; eval %.1f s",
+                  r.forward_seconds, r.backward_seconds, r.reduce_seconds, r.optimizer_seconds, e.seconds);
+  else
+    std::snprintf(times, sizeof times, "forward %.1f, backward %.1f of which Jacobians %.1f, optimizer %.2f; eval %.1f s",
+                  r.forward_seconds, r.backward_seconds, r.jacobian_seconds, r.optimizer_seconds, e.seconds);
+  std::printf("epoch %lld/%lld  train loss %.4f acc %5.2f%%  test loss %.4f acc %5.2f%%  %.1f s (%s)\n",
+              static_cast<long long>(epoch), static_cast<long long>(a.epochs), r.train_loss, 100 * r.train_accuracy,
+              e.loss, 100 * e.accuracy, r.seconds, times);
+  std::fflush(stdout);
+  nlohmann::json line{{"event", "epoch"},
+                      {"epoch", epoch},
+                      {"train_loss", r.train_loss},
+                      {"train_accuracy", r.train_accuracy},
+                      {"test_loss", e.loss},
+                      {"test_accuracy", e.accuracy},
+                      {"seconds", r.seconds},
+                      {"forward_seconds", r.forward_seconds},
+                      {"backward_seconds", r.backward_seconds},
+                      {"jacobian_seconds", r.jacobian_seconds},
+                      {"scan_seconds", r.scan_seconds},
+                      {"optimizer_seconds", r.optimizer_seconds},
+                      {"steps", steps},
+                      {"samples", r.samples}};
+  if (mode.rank_times) line["reduce_seconds"] = r.reduce_seconds;
+  log.write(line);
+}
+
+void checkpoint_metadata(const TrainArgs&, const LoopMode& mode, Index epoch, std::int64_t steps,
+                         const std::string& data, const std::map<std::string, std::string>& metadata,
+                         const std::map<std::string, std::string>& record, const DivergenceGuard& guard,
+                         TensorFile& ck) {
+  ck.metadata["bppsa.epoch"] = std::to_string(epoch);
+  ck.metadata["bppsa.step"] = std::to_string(steps);
+  ck.metadata["bppsa.data"] = data;
+  ck.metadata["bppsa.backward"] = mode.record_backward;
+  for (const auto& [k, v] : metadata) ck.metadata[k] = v;
+  for (const auto& [k, v] : record) ck.metadata[k] = v;
+  guard.record(ck.metadata);
+}
+
+}  // namespace loop
 
 double max_relative_error(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b,
                           const std::vector<std::string>& names, std::string* where) {
