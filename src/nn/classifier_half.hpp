@@ -1,7 +1,8 @@
 // The two halves of SequenceClassifier<T>. The front (src/nn/model.cpp) validates batches and
 // call order and holds the Recurrent stack and the Linear head; a ClassifierHalf runs the batch,
 // the loss and the backward: the CPU half (src/nn/cpu/classifier.cpp) through the stack's and
-// the head's host API, the CUDA half (src/nn/cuda/classifier_half.cpp) through gpu::ModelGpu.
+// the head's host API, the CUDA half (src/nn/cuda/classifier_cuda.hpp) on the device over the
+// stack's CUDA half.
 // The front picks the half by device (make_classifier_cpu or make_classifier_cuda); cuda/ defines
 // the CUDA factory, no_gpu/ its stub.
 #pragma once
@@ -39,12 +40,17 @@ class ClassifierHalf {
   /// Waits for the queued work and raises what it reported (NonFiniteError).
   virtual void synchronize() = 0;
   virtual std::size_t device_bytes() const = 0;
-  /// The GPU half with the host's parameter changes uploaded; null on the CPU.
-  virtual gpu::ModelGpu<T>* gpu() = 0;
 };
 
-/// The CPU half (src/nn/cpu/classifier.cpp) and the CUDA half (src/nn/cuda/classifier_half.cpp;
-/// without CUDA, src/nn/no_gpu/gpu_model.cpp throws UnsupportedError); rnn and head outlive them.
+/// The half of a model, for the other halves of its device (the training pass and the
+/// optimizer step reach the CUDA half through it: src/nn/cuda/classifier_cuda.hpp's cuda_half).
+template <class T>
+struct ClassifierAccess {
+  static ClassifierHalf<T>& half(SequenceClassifier<T>& model);
+};
+
+/// The CPU half (src/nn/cpu/classifier.cpp) and the CUDA half (src/nn/cuda/classifier_cuda.cpp;
+/// without CUDA, src/nn/no_gpu/halves.cpp throws UnsupportedError); rnn and head outlive them.
 template <class T>
 std::unique_ptr<ClassifierHalf<T>> make_classifier_cpu(const ModelConfig& config, Recurrent<T>& rnn, Linear<T>& head);
 template <class T>

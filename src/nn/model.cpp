@@ -6,7 +6,6 @@
 
 #include "bppsa/core/error.hpp"
 #include "nn/classifier_half.hpp"
-#include "nn/cuda/gpu_model.hpp"
 
 namespace bppsa {
 
@@ -94,37 +93,6 @@ ModelConfig config_from_state_dict(const TensorFile& file, CellType cell, HeadMo
   return c;
 }
 
-namespace detail::gpu {
-
-void raise_status(const ModelConfig& config, const DeviceStatus& status) {
-  if ((status.flags & kLossNotFinite) != 0)  // the CPU's message (src/nn/loss.cpp)
-    raise<NonFiniteError>("loss", std::string("the ") + to_string(config.loss) +
-                                      " loss is not finite (NaN/Inf): the model diverged or the inputs hold NaN/Inf; "
-                                      "lower the learning rate or check the data");
-  if ((status.flags & kGradNotFinite) != 0)
-    raise<NonFiniteError>("SequenceClassifier::backward",
-                          "gradients are not finite (NaN/Inf): the loss or the weights diverged; lower the "
-                          "learning rate");
-  if ((status.flags & kParamNotFinite) != 0) {
-    std::string name = "?";
-    std::uint64_t at = status.bad_param;
-    for (const auto& [n, shape] : expected_state_dict(config)) {
-      std::uint64_t size = 1;
-      for (const Index d : shape) size *= static_cast<std::uint64_t>(d);
-      if (at < size) {
-        name = n;
-        break;
-      }
-      at -= size;
-    }
-    raise<NonFiniteError>("optimizer", "parameter '" + name +
-                                           "' is not finite (NaN/Inf) after an optimizer step: training diverged; "
-                                           "lower the learning rate");
-  }
-}
-
-}  // namespace detail::gpu
-
 template <class T>
 struct SequenceClassifier<T>::Impl {
   Recurrent<T> rnn;
@@ -154,11 +122,6 @@ void SequenceClassifier<T>::reset_parameters(std::uint64_t seed) {
   impl_->rnn.reset_parameters(seed);
   impl_->head.reset_parameters(seed ^ 0x9E3779B97F4A7C15ull);
   impl_->half->host_written();  // every value replaced: the host copy is the current one
-}
-
-template <class T>
-detail::gpu::ModelGpu<T>* SequenceClassifier<T>::gpu() {
-  return impl_->half->gpu();
 }
 
 template <class T>
@@ -312,6 +275,15 @@ template <class T>
 void SequenceClassifier<T>::load_state_dict(const TensorFile& file) {
   load_params(file, parameters(), describe(config_));
 }
+
+namespace detail {
+template <class T>
+ClassifierHalf<T>& ClassifierAccess<T>::half(SequenceClassifier<T>& model) {
+  return *model.impl_->half;
+}
+template struct ClassifierAccess<float>;
+template struct ClassifierAccess<double>;
+}  // namespace detail
 
 template class SequenceClassifier<float>;
 template class SequenceClassifier<double>;

@@ -1,6 +1,6 @@
 // Recurrent layer stacks, the front: checks shapes and call order, holds the host copies of
 // the parameters, and dispatches to the stack's half (nn/recurrent_half.hpp): the CPU half in
-// src/nn/cpu/recurrent.cpp, the CUDA half in src/nn/cuda/recurrent_half.cpp.
+// src/nn/cpu/recurrent.cpp, the CUDA half in src/nn/cuda/recurrent_stack.cpp.
 #include "bppsa/nn/recurrent.hpp"
 
 #include <random>
@@ -393,8 +393,12 @@ std::pair<Jacobian<T>, Matrix<T>> Recurrent<T>::layer_transfer(Index l, const Ba
 namespace detail {
 
 template <class T>
-gpu::RecurrentGpu<T>* RecurrentAccess<T>::gpu(Recurrent<T>& r) {
-  return r.impl_->half->gpu(r.params_);
+RecurrentHalf<T>& RecurrentAccess<T>::half(Recurrent<T>& r) {
+  return *r.impl_->half;
+}
+template <class T>
+const LayerParamsList<T>& RecurrentAccess<T>::params(const Recurrent<T>& r) {
+  return r.params_;
 }
 template <class T>
 void RecurrentAccess<T>::pull(const Recurrent<T>& r) {

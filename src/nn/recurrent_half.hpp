@@ -1,9 +1,9 @@
 // The two halves of Recurrent<T>. The front (src/nn/recurrent.cpp) validates shapes and call
 // order, holds the host copies of the parameters and what set_initial_state /
 // set_final_state_grad were given, and dispatches to one RecurrentHalf: the CPU half
-// (src/nn/cpu/recurrent.cpp) or the CUDA half (src/nn/cuda/recurrent_half.cpp, over
-// gpu::RecurrentGpu). The front picks the half by device (make_recurrent_cpu or
-// make_recurrent_cuda); cuda/ defines the CUDA factory, no_gpu/ its stub.
+// (src/nn/cpu/recurrent.cpp) or the CUDA half (src/nn/cuda/recurrent_stack.hpp, the GPU stack
+// itself). The front picks the half by device (make_recurrent_cpu or make_recurrent_cuda);
+// cuda/ defines the CUDA factory, no_gpu/ its stub.
 #pragma once
 
 #include <memory>
@@ -14,11 +14,6 @@
 #include "bppsa/nn/recurrent.hpp"
 
 namespace bppsa::detail {
-
-namespace gpu {
-template <class T>
-class RecurrentGpu;
-}  // namespace gpu
 
 template <class T>
 using LayerParamsList = std::vector<RecurrentLayerParams<T>>;
@@ -38,8 +33,6 @@ class RecurrentHalf {
   virtual void pull(LayerParamsList<T>& params, LayerParamsList<T>& grads) const = 0;
   /// The host copies of the parameters are the newest (written, or about to be, by the caller).
   virtual void host_written() = 0;
-  /// The GPU stack with the host's parameter changes uploaded; null on the CPU.
-  virtual gpu::RecurrentGpu<T>* gpu(const LayerParamsList<T>& params) = 0;
 
   /// lengths: per sample, non-increasing, 1..steps (checked by the front); empty = every step.
   virtual void forward(const Eigen::Ref<const Matrix<T>>& x, Index steps, Index batch, const LayerParamsList<T>& params,
@@ -71,7 +64,7 @@ class RecurrentHalf {
 /// The CPU half (src/nn/cpu/recurrent.cpp).
 template <class T>
 std::unique_ptr<RecurrentHalf<T>> make_recurrent_cpu(const RecurrentConfig& config);
-/// The CUDA half (src/nn/cuda/recurrent_half.cpp; without CUDA, src/nn/no_gpu/gpu_model.cpp
+/// The CUDA half (src/nn/cuda/recurrent_stack.cpp; without CUDA, src/nn/no_gpu/halves.cpp
 /// throws UnsupportedError).
 template <class T>
 std::unique_ptr<RecurrentHalf<T>> make_recurrent_cuda(const RecurrentConfig& config);
@@ -85,11 +78,12 @@ double forward_record_bytes(const RecurrentConfig& c, Index steps, Index batch, 
 /// "T steps × batch B through <cell> hidden H × L layers", for messages.
 std::string stack_string(const RecurrentConfig& c, Index steps, Index batch);
 
-/// What the model built on a stack reaches of it: the GPU stack (parameters uploaded), the
-/// host copies brought up to date, and the per-layer matrices the front holds.
+/// What the model built on a stack reaches of it: its half (of the model's device), the host
+/// copies of the parameters (and brought up to date), and the per-layer matrices the front holds.
 template <class T>
 struct RecurrentAccess {
-  static gpu::RecurrentGpu<T>* gpu(Recurrent<T>& r);
+  static RecurrentHalf<T>& half(Recurrent<T>& r);
+  static const LayerParamsList<T>& params(const Recurrent<T>& r);
   static void pull(const Recurrent<T>& r);
   static LayerMatrices<T> initial_states(const Recurrent<T>& r);
   static LayerMatrices<T> final_grads(const Recurrent<T>& r);

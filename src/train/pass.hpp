@@ -52,8 +52,8 @@ EpochReport run_epoch(const PassMaker& make, Index samples, Index epoch, const T
 EvalReport run_evaluation(const PassMaker& make, Index samples, Index batch);
 
 /// The pass of a model on a data set: `optimizer` null evaluates, otherwise it trains with
-/// `options`. The spans and objects must outlive the pass. The CUDA half serves a model on
-/// Device::cuda (src/train/cuda/pass.cpp); every other model runs the host pass.
+/// `options`. The spans and objects must outlive the pass. The front (pass.cpp) picks the half
+/// by the model's device: the CUDA half (make_pass_cuda) for Device::cuda, else the host pass.
 template <class T>
 std::unique_ptr<Pass> make_pass(SequenceClassifier<T>& model, Optimizer<T>* optimizer, const SequenceDataset& data,
                                 std::span<const Index> order, const BackwardOptions& options);
@@ -61,10 +61,13 @@ template <class T>
 std::unique_ptr<Pass> make_pass(ConvNet<T>& model, Optimizer<T>* optimizer, const ImageDataset& data,
                                 std::span<const Index> order, const BackwardOptions& options);
 
-/// Instantiates make_pass for the sequence models in the file that defines it (its cuda/ or
-/// no_gpu/ half).
-#define BPPSA_SEQUENCE_PASS(T)                                                                            \
-  template std::unique_ptr<Pass> make_pass(SequenceClassifier<T>&, Optimizer<T>*, const SequenceDataset&, \
-                                           std::span<const Index>, const BackwardOptions&);
+/// The CUDA half of the sequence models' pass (src/train/cuda/pass.cpp; without CUDA,
+/// src/train/no_gpu/pass.cpp throws UnsupportedError), instantiated there by BPPSA_CUDA_PASS.
+template <class T>
+std::unique_ptr<Pass> make_pass_cuda(SequenceClassifier<T>& model, Optimizer<T>* optimizer, const SequenceDataset& data,
+                                     std::span<const Index> order, const BackwardOptions& options);
+#define BPPSA_CUDA_PASS(T)                                                                                     \
+  template std::unique_ptr<Pass> make_pass_cuda(SequenceClassifier<T>&, Optimizer<T>*, const SequenceDataset&, \
+                                                std::span<const Index>, const BackwardOptions&);
 
 }  // namespace bppsa::detail

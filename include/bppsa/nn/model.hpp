@@ -22,10 +22,10 @@
 
 namespace bppsa {
 
-namespace detail::gpu {
+namespace detail {
 template <class T>
-class ModelGpu;
-}  // namespace detail::gpu
+struct ClassifierAccess;
+}  // namespace detail
 
 enum class HeadMode { last, every };
 const char* to_string(HeadMode h);
@@ -109,10 +109,6 @@ class SequenceClassifier {
   /// GPU memory this model holds (weights, forward record, gradients, scan workspace, resident
   /// data), in bytes; 0 on the CPU.
   std::size_t device_bytes() const;
-  /// Device::cuda: the GPU half (src/nn/cuda/gpu_model.hpp) with every host change uploaded,
-  /// for the library's trainer and optimizer; null on the CPU.
-  detail::gpu::ModelGpu<T>* gpu();
-
   /// ∂ℓ/∂(top-layer outputs), H × (steps·batch), from ∂ℓ/∂logits of the last forward through
   /// the head, whose parameter gradients it sets: every step's block (head=every), or only the
   /// last step's (head=last; dlogits is C × batch). What backward() feeds the recurrent stack.
@@ -138,6 +134,7 @@ class SequenceClassifier {
   std::unique_ptr<Impl> impl_;
   Index stored_ = 0;  ///< the stored batch's size (0: none)
   Index batch_ = 0;   ///< of the last forward_loss (0: none yet, or evaluate ran since)
+  friend struct detail::ClassifierAccess<T>;  ///< the trainer's and the optimizer's halves reach the model's half
 };
 
 /// Reads the model config from a state_dict's tensor shapes (I, H, C, num_layers) for the

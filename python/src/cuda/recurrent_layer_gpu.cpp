@@ -1,11 +1,11 @@
-// The CUDA half of bppsa.nn's layer engine: the GPU stack of bppsa::Recurrent (one layer, one
-// direction) reading and writing PyTorch's device memory directly, every call queued on the
+// The CUDA half of bppsa.nn's layer engine: the CUDA half of bppsa::Recurrent (one layer, one
+// direction: nn/cuda/recurrent_stack.hpp's device API) reading and writing PyTorch's device memory directly, every call queued on the
 // caller's stream (PyTorch's current stream): no host copy and no device synchronisation, except
 // for the gradients' finiteness check when asked for (check_finite).
 #include "bppsa/core/error.hpp"
 #include "cuda/device_scope.hpp"
 #include "layer_half.hpp"
-#include "nn/cuda/gpu_model.hpp"
+#include "nn/cuda/recurrent_stack.hpp"
 
 namespace bppsa::python {
 namespace {
@@ -23,14 +23,14 @@ class LayerGpu final : public LayerHalf<T> {
     DeviceScope scope(index_);
     RecurrentConfig c = config;
     c.device = Device::cuda;
-    stack_ = detail::gpu::make_recurrent_gpu<T>(c);
+    stack_ = std::make_unique<detail::gpu::RecurrentStack<T>>(c);
   }
 
   void forward(const LayerForwardIo<T>& io, Index steps, Index batch, const std::vector<Index>& lengths,
                std::uintptr_t stream) override {
     DeviceScope scope(index_);
     auto& st = *stack_;
-    st.use_stream(reinterpret_cast<CUstream_st*>(stream));
+    st.use_stream(reinterpret_cast<cudaStream_t>(stream));
     st.upload_layer_device(0, {io.w_ih, io.w_hh, io.b_ih, io.b_hh});
     st.resize(steps, batch);
     st.set_lengths(lengths);  // a PackedSequence: each sample's length, longest first
@@ -45,9 +45,9 @@ class LayerGpu final : public LayerHalf<T> {
       detail::raise<InvalidArgument>(kOp, "the CUDA half needs the output's gradient (zeros when none flows back)");
     DeviceScope scope(index_);
     auto& st = *stack_;
-    st.use_stream(reinterpret_cast<CUstream_st*>(stream));
+    st.use_stream(reinterpret_cast<cudaStream_t>(stream));
     // Every step's gradient is injected: telling a many-to-one gradient apart would read it on the host.
-    st.backward_begin(io.grad_out, true);
+    st.backward_begin_device(io.grad_out, true);
     st.backward_layer_device(0, options, {io.grad_hn, io.grad_cn}, 0);
     if (options.check_finite) {
       st.check_grads(0);
@@ -80,7 +80,7 @@ class LayerGpu final : public LayerHalf<T> {
 
  private:
   int index_;
-  std::unique_ptr<detail::gpu::RecurrentGpu<T>> stack_;
+  std::unique_ptr<detail::gpu::RecurrentStack<T>> stack_;
 };
 
 }  // namespace

@@ -121,7 +121,6 @@ class ClassifierCpu final : public ClassifierHalf<T> {
   void host_written() override {}
   void synchronize() override {}
   std::size_t device_bytes() const override { return 0; }
-  gpu::ModelGpu<T>* gpu() override { return nullptr; }
 
  private:
   ModelConfig config_;

@@ -177,7 +177,6 @@ class RecurrentCpu final : public RecurrentHalf<T> {
 
   void pull(LayerParamsList<T>&, LayerParamsList<T>&) const override {}
   void host_written() override {}
-  gpu::RecurrentGpu<T>* gpu(const LayerParamsList<T>&) override { return nullptr; }
 
   void forward(const Eigen::Ref<const Matrix<T>>& x, Index steps, Index batch, const LayerParamsList<T>& params,
                const LayerMatrices<T>& initial_states, std::span<const Index> lengths) override;

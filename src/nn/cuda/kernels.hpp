@@ -1,6 +1,5 @@
-// The launches of the recurrent model's kernels (recurrent_kernels.cu, head_kernels.cu,
-// optimizer_kernels.cu): thin __global__ loops over the __host__ __device__ functions of
-// recurrent_math.hpp, head_math.hpp and optimizer_math.hpp. Every launch is checked
+// The launches of the recurrent model's kernels (recurrent_kernels.cu, head_kernels.cu): thin
+// __global__ loops over the __host__ __device__ functions of recurrent_math.hpp and head_math.hpp. Every launch is checked
 // (BPPSA_CUDA_CHECK_LAUNCH) and runs on the given stream; pointers are device pointers.
 #pragma once
 
@@ -10,7 +9,6 @@
 #include <cstdint>
 
 #include "nn/cuda/head_math.hpp"
-#include "nn/cuda/optimizer_math.hpp"
 #include "nn/cuda/recurrent_math.hpp"
 
 namespace bppsa::detail::gpu {
@@ -99,19 +97,5 @@ void launch_head_columns(const T* out, const Idx* cols, Idx H, Idx N, const std:
 /// full (full_values, H × T·B) = zeros with the head input's gradient d (H × N) at columns cols.
 template <class T>
 void launch_scatter_head_grad(const T* d, const Idx* cols, Idx H, Idx N, T* full, Idx full_values, cudaStream_t s);
-
-// --- optimizer (optimizer_kernels.cu) ------------------------------------------------------------
-/// partials[blk] (kNormBlocks doubles) = Σ grad² over the values block blk's threads own.
-template <class T>
-void launch_norm_partials(const Segments<T>& p, double* partials, cudaStream_t s);
-/// One block: status.grad_norm = √Σ partials, *clip = clip_factor(norm, clip_max).
-template <class T>
-void launch_norm_finish(const double* partials, double clip_max, T* clip, DeviceStatus* status, cudaStream_t s);
-/// The update of every value (m, v: the optimizer's state, same order as the segments);
-/// nothing when the status has kLossNotFinite or kGradNotFinite; kParamNotFinite and
-/// bad_param for a value that is not finite afterwards.
-template <class T>
-void launch_update(const Segments<T>& p, T* m, T* v, const T* clip, const StepConstants<T>& k, DeviceStatus* status,
-                   cudaStream_t s);
 
 }  // namespace bppsa::detail::gpu

@@ -1,6 +1,6 @@
-// CUDA half of the scan, as the Scanner sees it: the GPU part of a plan, built once per plan
-// and run for host data. Declared without CUDA types; defined by scan/cuda/executor.cpp in a
-// CUDA build and by scan/no_gpu/executor.cpp (throwing UnsupportedError) otherwise.
+// CUDA half of the scan, as the other CUDA files see it: the GPU part of a plan, built once per
+// plan and run for host data. Defined by scan/cuda/executor.cpp; the front reaches it through
+// make_scan_cuda (scan_half.hpp) only, so a build without CUDA needs no stub of it.
 #pragma once
 
 #include <memory>
@@ -61,7 +61,7 @@ CudaProducts cuda_products();
 void set_cuda_products(CudaProducts products);
 const char* to_string(CudaProducts products);
 
-/// What each half (cuda/executor.cpp, no_gpu/executor.cpp) instantiates: the same list in both.
+/// What cuda/executor.cpp instantiates.
 #define BPPSA_INSTANTIATE_DEVICE_SCAN(T)                                                                        \
   template class DeviceScan<T>;                                                                                 \
   template struct DeviceScanDeleter<T>;                                                                         \

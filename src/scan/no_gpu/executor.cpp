@@ -1,7 +1,5 @@
-// The scan's GPU half in a build without CUDA (-DBPPSA_WITH_CUDA=OFF): the same functions,
-// throwing UnsupportedError, so that the library links in every configuration.
-#include "scan/cuda/executor.hpp"
-
+// The scan's CUDA half in a build without CUDA (-DBPPSA_WITH_CUDA=OFF): its factory and the
+// resident scanner, throwing UnsupportedError, so that the library links in every configuration.
 #include <string>
 
 #include "bppsa/core/error.hpp"
@@ -9,10 +7,6 @@
 #include "scan/scan_half.hpp"
 
 namespace bppsa::detail {
-
-/// Never constructed here: make_device_scan throws first.
-template <class T>
-class DeviceScan {};
 
 namespace {
 [[noreturn]] void unsupported(const char* what = "ScanOptions::device = Device::cuda") {
@@ -23,34 +17,11 @@ namespace {
 }  // namespace
 
 template <class T>
-void DeviceScanDeleter<T>::operator()(DeviceScan<T>* p) const noexcept {
-  delete p;
-}
-
-template <class T>
-DeviceScanPtr<T> make_device_scan(const Schedule<T>&, const std::vector<ElementInfo<T>>&, Index) {
-  unsupported();
-}
-
-template <class T>
-void run_device_scan(DeviceScan<T>&, const Chain<T>&, const Matrix<T>&, Gradients<T>&, int) {
-  unsupported();
-}
-
-template <class T>
-DeviceScanInfo device_scan_info(const DeviceScan<T>&) {
-  return {};
-}
-
-template <class T>
 std::unique_ptr<ScanHalf<T>> make_scan_cuda(const Schedule<T>&, const Chain<T>&, const HostMemoryCheck&) {
   unsupported();
 }
 BPPSA_INSTANTIATE_SCAN_CUDA(float)
 BPPSA_INSTANTIATE_SCAN_CUDA(double)
-
-BPPSA_INSTANTIATE_DEVICE_SCAN(float)
-BPPSA_INSTANTIATE_DEVICE_SCAN(double)
 
 }  // namespace bppsa::detail
 

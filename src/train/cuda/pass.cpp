@@ -2,15 +2,13 @@
 // the GPU (uploaded once), batches gathered there in the host pass's order, and forward, loss,
 // backward and the optimizer step queued without waiting. wait() reads a step's status (a few
 // bytes, through pinned memory) and its CUDA-event times; the loop reads step k − 1 while step
-// k runs. A model on the CPU runs the host pass.
-#include "train/pass.hpp"
-
+// k runs. The front (src/train/pass.cpp) makes it for a model on Device::cuda only.
 #include <algorithm>
 #include <vector>
 
-#include "nn/cuda/gpu_model.hpp"
+#include "nn/cuda/classifier_cuda.hpp"
 #include "nn/lengths.hpp"
-#include "train/cpu/host_pass.hpp"
+#include "train/pass.hpp"
 
 namespace bppsa::detail {
 namespace {
@@ -25,7 +23,7 @@ class GpuPass final : public Pass {
       : model_(model),
         optimizer_(optimizer),
         options_(options),
-        g_(*model.gpu()),
+        g_(gpu::cuda_half(model)),
         data_slot_(optimizer ? 0 : 1),
         data_(data),
         order_(order.begin(), order.end()) {
@@ -50,11 +48,11 @@ class GpuPass final : public Pass {
         sorted_lengths.push_back(lengths[static_cast<std::size_t>(k)]);
       }
       g_.gather_ids(data_slot_, sorted, slot);
-      g_.set_lengths(sorted_lengths);
+      g_.set_sorted_lengths(sorted_lengths);
     }
-    g_.forward_loss(optimizer_ != nullptr, slot);
+    g_.queue_forward_loss(optimizer_ != nullptr, slot);
     if (optimizer_) {
-      g_.backward(options_, slot);
+      g_.queue_backward(options_, slot);
       optimizer_->step(model_);
       g_.mark(slot, gpu::kOptimizerEnd);
     }
@@ -63,7 +61,7 @@ class GpuPass final : public Pass {
 
   PassTotals wait(int slot, StepTimes& times, double& optimizer_seconds) override {
     const gpu::DeviceStatus st = g_.snapshot_wait(slot);
-    gpu::raise_flagged(g_.stack(), model_.config(), st);  // what the CPU engine would have thrown at that step
+    g_.raise_flagged(st);  // what the CPU engine would have thrown at that step
     times = StepTimes{};
     optimizer_seconds = 0;
     if (optimizer_) g_.step_times(slot, times, optimizer_seconds);
@@ -74,7 +72,7 @@ class GpuPass final : public Pass {
   SequenceClassifier<T>& model_;
   Optimizer<T>* optimizer_;
   BackwardOptions options_;
-  gpu::ModelGpu<T>& g_;
+  gpu::ClassifierCuda<T>& g_;
   int data_slot_;  ///< the GPU's resident-data slot: 0 training, 1 evaluation
   const SequenceDataset& data_;
   std::vector<Index> order_;  ///< the pass's order (empty: 0, 1, 2, …)
@@ -83,15 +81,12 @@ class GpuPass final : public Pass {
 }  // namespace
 
 template <class T>
-std::unique_ptr<Pass> make_pass(SequenceClassifier<T>& model, Optimizer<T>* optimizer, const SequenceDataset& data,
-                                std::span<const Index> order, const BackwardOptions& options) {
-  if (model.device() == Device::cuda) {
-    return std::make_unique<GpuPass<T>>(model, optimizer, data, order, options);
-  }
-  return make_host_pass(model, optimizer, data, order, options);
+std::unique_ptr<Pass> make_pass_cuda(SequenceClassifier<T>& model, Optimizer<T>* optimizer, const SequenceDataset& data,
+                                     std::span<const Index> order, const BackwardOptions& options) {
+  return std::make_unique<GpuPass<T>>(model, optimizer, data, order, options);
 }
 
-BPPSA_SEQUENCE_PASS(float)
-BPPSA_SEQUENCE_PASS(double)
+BPPSA_CUDA_PASS(float)
+BPPSA_CUDA_PASS(double)
 
 }  // namespace bppsa::detail

@@ -1,18 +1,18 @@
-// A pass in a build without CUDA: every model runs the host pass (a Device::cuda model cannot
-// be made there: its constructor throws UnsupportedError).
+// The CUDA half of the pass in a build without CUDA: never reached (a Device::cuda model cannot
+// be made there: its constructor throws UnsupportedError), and refused with the fix if it were.
+#include "bppsa/core/error.hpp"
 #include "train/pass.hpp"
-
-#include "train/cpu/host_pass.hpp"
 
 namespace bppsa::detail {
 
 template <class T>
-std::unique_ptr<Pass> make_pass(SequenceClassifier<T>& model, Optimizer<T>* optimizer, const SequenceDataset& data,
-                                std::span<const Index> order, const BackwardOptions& options) {
-  return make_host_pass(model, optimizer, data, order, options);
+std::unique_ptr<Pass> make_pass_cuda(SequenceClassifier<T>&, Optimizer<T>*, const SequenceDataset&,
+                                     std::span<const Index>, const BackwardOptions&) {
+  raise<UnsupportedError>("train", "built without CUDA: a Device::cuda model's training pass needs bppsa's CUDA "
+                                   "backend; rebuild with -DBPPSA_WITH_CUDA=ON, or use --device cpu");
 }
 
-BPPSA_SEQUENCE_PASS(float)
-BPPSA_SEQUENCE_PASS(double)
+BPPSA_CUDA_PASS(float)
+BPPSA_CUDA_PASS(double)
 
 }  // namespace bppsa::detail

@@ -4,7 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include "bppsa/core/memory.hpp"
-#include "gpu_compare.hpp"
+#include "cuda/gpu_compare.hpp"
 #include "core/cuda/buffer.hpp"
 #include "expect_error.hpp"
 #include "scan/cuda/device_scan.hpp"

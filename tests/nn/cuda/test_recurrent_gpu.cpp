@@ -16,7 +16,7 @@
 #include "bppsa/nn/model.hpp"
 #include "bppsa/train/optimizer.hpp"
 #include "bppsa/train/trainer.hpp"
-#include "gpu_compare.hpp"
+#include "cuda/gpu_compare.hpp"
 #include "expect_error.hpp"
 #include "nn/cuda/fused_scan.hpp"
 

@@ -1,14 +1,14 @@
 // The fused chunked scan (src/scan/cuda/fused/, a layer through src/nn/cuda/fused_scan.hpp) on the GPU against the CPU
-// engine's BP (tests/common/fused_record.hpp): every cell, every compiled kernel (tile × columns, W_hh on chip or not),
+// engine's BP (tests/common/cuda/fused_record.hpp): every cell, every compiled kernel (tile × columns, W_hh on chip or not),
 // exact operand order on small integers, CUDA Graph replays and pointer changes, errors, and a covering set of the
 // issue's sizes (T up to 30000, H 1…256, batch 1…64). GpuSmall.* stays small for compute-sanitizer (memcheck,
 // racecheck); GpuFused.* is the rest.
 #include <cstdlib>
 
-#include "gpu_compare.hpp"
+#include "cuda/gpu_compare.hpp"
 #include "core/cuda/buffer.hpp"
 #include "expect_error.hpp"
-#include "fused_record.hpp"
+#include "cuda/fused_record.hpp"
 #include "nn/cuda/fused_cells.hpp"
 #include "nn/cuda/fused_scan.hpp"
 

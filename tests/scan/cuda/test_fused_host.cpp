@@ -1,6 +1,6 @@
 // The fused chunked scan without a GPU: its chunking, thread mapping and cost model, and whole
 // runs of its kernels' __host__ __device__ phases replayed by g++ over every (block, thread), phase
-// by phase as the barriers order them, against the CPU engine's BP (tests/common/fused_record.hpp).
+// by phase as the barriers order them, against the CPU engine's BP (tests/common/cuda/fused_record.hpp).
 // Hazards: the replay in reversed and shuffled thread orders (and, for kernels without
 // barriers in their loop, thread by thread through all steps) must give the same bits; every
 // device array and shared memory starts as NaN, so a read of a value nobody wrote shows.
@@ -12,7 +12,7 @@
 #include <new>
 #include <numeric>
 
-#include "fused_record.hpp"
+#include "cuda/fused_record.hpp"
 #include "nn/cuda/fused_cells.hpp"
 #include "tolerance.hpp"
 

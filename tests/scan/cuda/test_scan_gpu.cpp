@@ -5,7 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include "bppsa/scan/resident_scanner.hpp"
-#include "gpu_compare.hpp"
+#include "cuda/gpu_compare.hpp"
 #include "expect_error.hpp"
 
 namespace {

@@ -1,4 +1,4 @@
-// The constants of one optimizer step as the GPU update reads them (nn/cuda/optimizer_math.hpp),
+// The constants of one optimizer step as the GPU update reads them (optimizer_math.hpp),
 // computed exactly as Optimizer<T>::step computes them on the CPU (T values, PyTorch's rules).
 #pragma once
 
@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "bppsa/train/optimizer.hpp"
-#include "nn/cuda/optimizer_math.hpp"
+#include "train/cuda/optimizer_math.hpp"
 
 namespace bppsa::detail {
 

@@ -1,9 +1,11 @@
-// The GPU half of SequenceClassifier<T> (gpu_model.hpp): the Linear head and the loss on the
-// device (cuBLAS GEMMs, one thread per column for the loss, one block for the fixed-order
+// The CUDA half of SequenceClassifier<T> (classifier_cuda.hpp): the Linear head and the loss on
+// the device (cuBLAS GEMMs, one thread per column for the loss, one block for the fixed-order
 // reduction), batches uploaded or gathered on the device from data sets kept resident there,
-// CUDA-event timing per step slot, and status snapshots through pinned memory.
-#include <cuda_runtime_api.h>
+// CUDA-event timing per step slot, status snapshots through pinned memory; and the front's
+// host calls over them. Also the CUDA factory of the front.
+#include "nn/cuda/classifier_cuda.hpp"
 
+#include <algorithm>
 #include <array>
 #include <span>
 #include <string>
@@ -13,11 +15,8 @@
 #include "bppsa/core/memory.hpp"
 #include "bppsa/data/dataset.hpp"
 #include "bppsa/nn/model.hpp"
-#include "core/cuda/buffer.hpp"
 #include "jacobian/cuda/library.hpp"
 #include "nn/cuda/blas.hpp"
-#include "nn/cuda/gpu_model.hpp"
-#include "nn/cuda/kernels.hpp"
 #include "nn/lengths.hpp"
 
 namespace bppsa::detail::gpu {
@@ -30,90 +29,19 @@ void ensure(DeviceBuffer<T>& b, Idx n) {
   if (b.size() < static_cast<std::size_t>(n)) b = DeviceBuffer<T>(static_cast<std::size_t>(n));
 }
 
-template <class T>
-class ModelGpuImpl final : public ModelGpu<T> {
- public:
-  ModelGpuImpl(RecurrentGpu<T>& stack, const RecurrentConfig& rnn, Index classes, bool every_step, LossType loss);
-  ~ModelGpuImpl() override;
-
-  RecurrentGpu<T>& stack() override { return stack_; }
-  void upload_head(const Linear<T>& head) override;
-  void download_head(Linear<T>& head, bool values, bool grads) override;
-  Segments<T> segments() override;
-
-  void set_batch(std::span<const float> x, Index batch, Index steps, std::span<const std::int64_t> labels) override;
-  void use_data(int slot, const SequenceDataset& data) override;
-  void set_order(int slot, std::span<const Index> order) override;
-  void gather(int slot, Index first, Index n, int time_slot) override;
-  void gather_ids(int slot, std::span<const std::int64_t> ids, int time_slot) override;
-  void set_lengths(std::span<const Index> lengths) override;
-  void forward_loss(bool grad, int time_slot) override;
-  void backward(const BackwardOptions& options, int time_slot) override;
-  void mark(int time_slot, int point) override;
-  void step_times(int time_slot, StepTimes& times, double& optimizer_seconds) override;
-  void download_predictions(std::vector<std::int64_t>& predictions) override;
-  void reset_totals() override;
-  void snapshot(int slot) override;
-  DeviceStatus snapshot_wait(int slot) override;
-  std::size_t device_bytes() const override;
-
- private:
-  /// A data set resident on the GPU, and what identifies the host copy it came from.
-  struct Resident {
-    const SequenceDataset* source = nullptr;
-    const float* host_x = nullptr;
-    const std::int64_t* host_y = nullptr;
-    Index samples = 0, steps = 0, features = 0;
-    DeviceBuffer<float> x;
-    DeviceBuffer<std::int64_t> y, order;
-    bool ordered = false;
-  };
-
-  cudaStream_t s() const { return stack_.stream(); }
-  Idx columns() const {
-    return lengths_ ? static_cast<Idx>(cols_host_.size()) : every_ ? stack_.steps() * stack_.batch() : stack_.batch();
-  }
-  /// The head's input: every step's outputs (H × TB), the last step's (H × B), or with lengths
-  /// the columns head_columns chose, gathered (H × columns()).
-  const T* head_input() const {
-    if (lengths_) return head_in_.data();
-    return every_ ? stack_.output() : stack_.output() + (stack_.steps() - 1) * stack_.batch() * H_;
-  }
-
-  RecurrentGpu<T>& stack_;
-  Idx I_, H_, C_;
-  bool every_, mse_;
-  std::unique_ptr<BlasHandle> blas_;
-  DeviceBuffer<T> head_, head_grads_;  ///< weight (C × H, row-major) then bias (C)
-  DeviceBuffer<T> logits_, dlogits_, dout_, ones_;
-  DeviceBuffer<double> col_loss_;
-  DeviceBuffer<std::int64_t> labels_, labels_in_, predictions_;
-  DeviceBuffer<float> batch_in_;
-  // With lengths (set_lengths): the output columns the head reads, its gathered input, the
-  // chosen columns' labels, the gradient on every output column (per-step head), the batch's ids.
-  bool lengths_ = false;
-  std::vector<Idx> cols_host_;
-  DeviceBuffer<Idx> cols_;
-  DeviceBuffer<T> head_in_, dfull_;
-  DeviceBuffer<std::int64_t> col_labels_, ids_;
-  cuda::StagedUploads uploads_;  ///< the ids' and columns' copies, queued without waiting
-  std::array<Resident, 2> data_;
-  std::array<std::array<cuda::Event, kTimePoints>, kSlots> events_;
-  std::array<std::array<bool, kTimePoints>, kSlots> marked_{};
-  cuda::PinnedBuffer<DeviceStatus> pinned_;
-  static_assert(kSlots == 2, "one snapshot event per slot");
-  std::array<cuda::Event, kSlots> snap_{cuda::Event(false), cuda::Event(false)};  ///< ordering only
-};
+}  // namespace
 
 template <class T>
-ModelGpuImpl<T>::ModelGpuImpl(RecurrentGpu<T>& stack, const RecurrentConfig& rnn, Index classes, bool every_step,
-                              LossType loss)
-    : stack_(stack),
-      I_(rnn.input),
-      H_(rnn.hidden),
-      C_(classes),
-      every_(every_step),
-      mse_(loss == LossType::mse),
+ClassifierCuda<T>::ClassifierCuda(const ModelConfig& config, Recurrent<T>& rnn, Linear<T>& head)
+    : config_(config),
+      rnn_(rnn),
+      head_host_(head),
+      stack_(static_cast<RecurrentStack<T>&>(RecurrentAccess<T>::half(rnn))),
+      I_(config.rnn.input),
+      H_(config.rnn.hidden),
+      C_(config.classes),
+      every_(config.head == HeadMode::every),
+      mse_(config.loss == LossType::mse),
       pinned_(kSlots) {
   blas_ = std::make_unique<BlasHandle>(s());
   head_ = DeviceBuffer<T>(static_cast<std::size_t>(C_ * H_ + C_));
@@ -124,19 +52,28 @@ ModelGpuImpl<T>::ModelGpuImpl(RecurrentGpu<T>& stack, const RecurrentConfig& rnn
 }
 
 template <class T>
-ModelGpuImpl<T>::~ModelGpuImpl() = default;
+ClassifierCuda<T>::~ClassifierCuda() = default;
 
 template <class T>
-void ModelGpuImpl<T>::upload_head(const Linear<T>& head) {
+void ClassifierCuda<T>::make_current() {
+  stack_.make_current(RecurrentAccess<T>::params(rnn_));
+  if (!head_sync_.host_newer) return;
+  const Linear<T>& head = head_host_;
   BPPSA_CUDA_CHECK(cudaMemcpyAsync(head_.data(), head.weight.data(), static_cast<std::size_t>(C_ * H_) * sizeof(T),
                                    cudaMemcpyHostToDevice, s()));
   BPPSA_CUDA_CHECK(cudaMemcpyAsync(head_.data() + C_ * H_, head.bias.data(), static_cast<std::size_t>(C_) * sizeof(T),
                                    cudaMemcpyHostToDevice, s()));
   stack_.synchronize();
+  head_sync_.host_newer = false;
 }
 
 template <class T>
-void ModelGpuImpl<T>::download_head(Linear<T>& head, bool values, bool grads) {
+void ClassifierCuda<T>::pull() {
+  synchronize();
+  RecurrentAccess<T>::pull(rnn_);
+  Linear<T>& head = head_host_;
+  const bool values = head_sync_.device_newer, grads = head_sync_.grads_newer;
+  if (!values && !grads) return;
   const std::size_t w = static_cast<std::size_t>(C_ * H_) * sizeof(T), b = static_cast<std::size_t>(C_) * sizeof(T);
   if (values) {
     BPPSA_CUDA_CHECK(cudaMemcpyAsync(head.weight.data(), head_.data(), w, cudaMemcpyDeviceToHost, s()));
@@ -148,24 +85,18 @@ void ModelGpuImpl<T>::download_head(Linear<T>& head, bool values, bool grads) {
         cudaMemcpyAsync(head.grad_bias.data(), head_grads_.data() + C_ * H_, b, cudaMemcpyDeviceToHost, s()));
   }
   stack_.synchronize();
+  head_sync_.device_newer = head_sync_.grads_newer = false;
 }
 
 template <class T>
-Segments<T> ModelGpuImpl<T>::segments() {
-  Segments<T> p;
-  p.values[0] = stack_.param_values();
-  p.grads[0] = stack_.param_grads();
-  p.size[0] = stack_.param_count();
-  p.values[1] = head_.data();
-  p.grads[1] = head_grads_.data();
-  p.size[1] = static_cast<Idx>(head_.size());
-  p.count = 2;
-  return p;
+void ClassifierCuda<T>::parameters_stepped() {
+  head_sync_.device_newer = true;
+  stack_.sync.device_newer = true;
 }
 
 template <class T>
-void ModelGpuImpl<T>::set_batch(std::span<const float> x, Index batch, Index steps,
-                                std::span<const std::int64_t> labels) {
+void ClassifierCuda<T>::upload_batch(std::span<const float> x, Index batch, Index steps,
+                                     std::span<const std::int64_t> labels) {
   lengths_ = false;
   stack_.resize(steps, batch);
   ensure(batch_in_, static_cast<Idx>(x.size()));
@@ -180,7 +111,7 @@ void ModelGpuImpl<T>::set_batch(std::span<const float> x, Index batch, Index ste
 }
 
 template <class T>
-void ModelGpuImpl<T>::use_data(int slot, const SequenceDataset& data) {
+void ClassifierCuda<T>::use_data(int slot, const SequenceDataset& data) {
   Resident& r = data_[static_cast<std::size_t>(slot)];
   if (r.source == &data && r.host_x == data.x.data() && r.host_y == data.y.data() && r.samples == data.size() &&
       r.steps == data.steps && r.features == data.features)
@@ -214,7 +145,7 @@ void ModelGpuImpl<T>::use_data(int slot, const SequenceDataset& data) {
 }
 
 template <class T>
-void ModelGpuImpl<T>::set_order(int slot, std::span<const Index> order) {
+void ClassifierCuda<T>::set_order(int slot, std::span<const Index> order) {
   Resident& r = data_[static_cast<std::size_t>(slot)];
   r.ordered = !order.empty();
   if (!r.ordered) return;
@@ -227,7 +158,7 @@ void ModelGpuImpl<T>::set_order(int slot, std::span<const Index> order) {
 }
 
 template <class T>
-void ModelGpuImpl<T>::gather(int slot, Index first, Index n, int time_slot) {
+void ClassifierCuda<T>::gather(int slot, Index first, Index n, int time_slot) {
   const Resident& r = data_[static_cast<std::size_t>(slot)];
   lengths_ = false;
   stack_.resize(r.steps, n);
@@ -238,7 +169,7 @@ void ModelGpuImpl<T>::gather(int slot, Index first, Index n, int time_slot) {
 }
 
 template <class T>
-void ModelGpuImpl<T>::gather_ids(int slot, std::span<const std::int64_t> ids, int time_slot) {
+void ClassifierCuda<T>::gather_ids(int slot, std::span<const std::int64_t> ids, int time_slot) {
   const Resident& r = data_[static_cast<std::size_t>(slot)];
   const auto n = static_cast<Idx>(ids.size());
   for (const std::int64_t i : ids)
@@ -254,7 +185,7 @@ void ModelGpuImpl<T>::gather_ids(int slot, std::span<const std::int64_t> ids, in
 }
 
 template <class T>
-void ModelGpuImpl<T>::set_lengths(std::span<const Index> lengths) {
+void ClassifierCuda<T>::set_sorted_lengths(std::span<const Index> lengths) {
   stack_.set_lengths(lengths);  // checks them
   lengths_ = !lengths.empty() && lengths.back() < stack_.steps();
   if (!lengths_) return;
@@ -268,8 +199,9 @@ void ModelGpuImpl<T>::set_lengths(std::span<const Index> lengths) {
 }
 
 template <class T>
-void ModelGpuImpl<T>::forward_loss(bool grad, int time_slot) {
-  stack_.forward(this->initial_states);
+void ClassifierCuda<T>::queue_forward_loss(bool grad, int time_slot) {
+  stack_.forward_device(
+      stack_.stage_states(RecurrentAccess<T>::initial_states(rnn_), "initial state", "Recurrent::forward"));
   const Idx B = stack_.batch(), N = columns();
   ensure(logits_, C_ * N);
   ensure(col_loss_, N);
@@ -278,7 +210,7 @@ void ModelGpuImpl<T>::forward_loss(bool grad, int time_slot) {
   if (lengths_) {  // the chosen columns and their labels (column j's label at j: a "batch" of N)
     ensure(head_in_, H_ * N);
     ensure(col_labels_, N);
-    launch_head_columns(stack_.output(), cols_.data(), H_, N, labels_.data(), B, head_in_.data(), col_labels_.data(),
+    launch_head_columns(stack_.device_output(), cols_.data(), H_, N, labels_.data(), B, head_in_.data(), col_labels_.data(),
                         s());
   }
   run(blas_->get(), head_logits(C_, H_, N, head_.data(), head_input(), logits_.data()));
@@ -291,7 +223,7 @@ void ModelGpuImpl<T>::forward_loss(bool grad, int time_slot) {
 }
 
 template <class T>
-void ModelGpuImpl<T>::backward(const BackwardOptions& options, int time_slot) {
+void ClassifierCuda<T>::queue_backward(const BackwardOptions& options, int time_slot) {
   const Idx N = columns();
   if (ones_.size() < static_cast<std::size_t>(N)) {
     ones_ = DeviceBuffer<T>(static_cast<std::size_t>(N));
@@ -311,27 +243,28 @@ void ModelGpuImpl<T>::backward(const BackwardOptions& options, int time_slot) {
     launch_scatter_head_grad(dout_.data(), cols_.data(), H_, N, dfull_.data(), full, s());
     top = dfull_.data();
   }
-  stack_.backward_begin(top, every_);
+  stack_.backward_begin_device(top, every_);
+  const std::vector<DeviceState<T>> final_grads =
+      stack_.stage_states(RecurrentAccess<T>::final_grads(rnn_), "final-state gradient", "Recurrent::backward");
   for (Index l = stack_.layers() - 1; l >= 0; --l)
-    stack_.backward_layer(
-        l, options,
-        l < static_cast<Index>(this->final_grads.size()) ? this->final_grads[static_cast<std::size_t>(l)] : nullptr,
+    stack_.backward_layer_device(
+        l, options, l < static_cast<Index>(final_grads.size()) ? final_grads[static_cast<std::size_t>(l)] : DeviceState<T>{},
         time_slot);
   stack_.check_grads();
   launch_check_finite(head_grads_.data(), static_cast<Idx>(head_grads_.size()), kGradNotFinite, stack_.status(), s());
   mark(time_slot, kBackwardEnd);
   stack_.sync.grads_newer = true;
-  this->head_sync.grads_newer = true;
+  head_sync_.grads_newer = true;
 }
 
 template <class T>
-void ModelGpuImpl<T>::mark(int time_slot, int point) {
+void ClassifierCuda<T>::mark(int time_slot, int point) {
   BPPSA_CUDA_CHECK(cudaEventRecord(events_[static_cast<std::size_t>(time_slot)][static_cast<std::size_t>(point)], s()));
   marked_[static_cast<std::size_t>(time_slot)][static_cast<std::size_t>(point)] = true;
 }
 
 template <class T>
-void ModelGpuImpl<T>::step_times(int time_slot, StepTimes& times, double& optimizer_seconds) {
+void ClassifierCuda<T>::step_times(int time_slot, StepTimes& times, double& optimizer_seconds) {
   const auto& ev = events_[static_cast<std::size_t>(time_slot)];
   auto& done = marked_[static_cast<std::size_t>(time_slot)];
   auto seconds = [&](int a, int b) {
@@ -349,7 +282,7 @@ void ModelGpuImpl<T>::step_times(int time_slot, StepTimes& times, double& optimi
 }
 
 template <class T>
-void ModelGpuImpl<T>::download_predictions(std::vector<std::int64_t>& predictions) {
+void ClassifierCuda<T>::download_predictions(std::vector<std::int64_t>& predictions) {
   predictions.resize(static_cast<std::size_t>(stack_.batch()));
   BPPSA_CUDA_CHECK(cudaMemcpyAsync(predictions.data(), predictions_.data(), predictions.size() * sizeof(std::int64_t),
                                    cudaMemcpyDeviceToHost, s()));
@@ -357,7 +290,7 @@ void ModelGpuImpl<T>::download_predictions(std::vector<std::int64_t>& prediction
 }
 
 template <class T>
-void ModelGpuImpl<T>::reset_totals() {
+void ClassifierCuda<T>::reset_totals() {
   DeviceStatus* d = stack_.status();
   BPPSA_CUDA_CHECK(cudaMemsetAsync(&d->loss_sum, 0, sizeof d->loss_sum, s()));
   BPPSA_CUDA_CHECK(cudaMemsetAsync(&d->correct, 0, sizeof d->correct, s()));
@@ -365,20 +298,20 @@ void ModelGpuImpl<T>::reset_totals() {
 }
 
 template <class T>
-void ModelGpuImpl<T>::snapshot(int slot) {
+void ClassifierCuda<T>::snapshot(int slot) {
   BPPSA_CUDA_CHECK(
       cudaMemcpyAsync(pinned_.data() + slot, stack_.status(), sizeof(DeviceStatus), cudaMemcpyDeviceToHost, s()));
   BPPSA_CUDA_CHECK(cudaEventRecord(snap_[static_cast<std::size_t>(slot)], s()));
 }
 
 template <class T>
-DeviceStatus ModelGpuImpl<T>::snapshot_wait(int slot) {
+DeviceStatus ClassifierCuda<T>::snapshot_wait(int slot) {
   BPPSA_CUDA_CHECK(cudaEventSynchronize(snap_[static_cast<std::size_t>(slot)]));
   return pinned_.data()[slot];
 }
 
 template <class T>
-std::size_t ModelGpuImpl<T>::device_bytes() const {
+std::size_t ClassifierCuda<T>::device_bytes() const {
   std::size_t n = stack_.device_bytes() + head_.bytes() + head_grads_.bytes() + logits_.bytes() + dlogits_.bytes() +
                   dout_.bytes() + ones_.bytes() + col_loss_.bytes() + labels_.bytes() + labels_in_.bytes() +
                   predictions_.bytes() + batch_in_.bytes() + cols_.bytes() + head_in_.bytes() + dfull_.bytes() +
@@ -387,17 +320,160 @@ std::size_t ModelGpuImpl<T>::device_bytes() const {
   return n;
 }
 
-}  // namespace
 
 template <class T>
-std::unique_ptr<ModelGpu<T>> make_model_gpu(RecurrentGpu<T>& stack, const RecurrentConfig& rnn, Index classes,
-                                            bool every_step, LossType loss) {
-  return std::make_unique<ModelGpuImpl<T>>(stack, rnn, classes, every_step, loss);
+Idx ClassifierCuda<T>::columns() const {
+  return lengths_ ? static_cast<Idx>(cols_host_.size()) : every_ ? stack_.steps() * stack_.batch() : stack_.batch();
 }
 
-template std::unique_ptr<ModelGpu<float>> make_model_gpu(RecurrentGpu<float>&, const RecurrentConfig&, Index, bool,
-                                                         LossType);
-template std::unique_ptr<ModelGpu<double>> make_model_gpu(RecurrentGpu<double>&, const RecurrentConfig&, Index, bool,
-                                                          LossType);
+template <class T>
+const T* ClassifierCuda<T>::head_input() const {
+  if (lengths_) return head_in_.data();
+  return every_ ? stack_.device_output() : stack_.device_output() + (stack_.steps() - 1) * stack_.batch() * H_;
+}
+
+template <class T>
+void ClassifierCuda<T>::raise_flagged(const DeviceStatus& status) {
+  if (status.flags == 0) return;
+  stack_.clear_flags();
+  if ((status.flags & kLossNotFinite) != 0)  // the CPU's message (src/nn/loss.cpp)
+    raise<NonFiniteError>("loss", std::string("the ") + to_string(config_.loss) +
+                                      " loss is not finite (NaN/Inf): the model diverged or the inputs hold NaN/Inf; "
+                                      "lower the learning rate or check the data");
+  if ((status.flags & kGradNotFinite) != 0)
+    raise<NonFiniteError>("SequenceClassifier::backward",
+                          "gradients are not finite (NaN/Inf): the loss or the weights diverged; lower the "
+                          "learning rate");
+  if ((status.flags & kParamNotFinite) != 0) {
+    std::string name = "?";
+    std::uint64_t at = status.bad_param;
+    for (const auto& [n, shape] : expected_state_dict(config_)) {
+      std::uint64_t size = 1;
+      for (const Index d : shape) size *= static_cast<std::uint64_t>(d);
+      if (at < size) {
+        name = n;
+        break;
+      }
+      at -= size;
+    }
+    raise<NonFiniteError>("optimizer", "parameter '" + name +
+                                           "' is not finite (NaN/Inf) after an optimizer step: training diverged; "
+                                           "lower the learning rate");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// ClassifierHalf: the front's host calls over the device API
+
+template <class T>
+void ClassifierCuda<T>::set_batch(std::span<const float> x, Index batch, Index steps,
+                                  std::span<const std::int64_t> labels, std::span<const Index> lengths) {
+  // The GPU computes the loss without looking at label ranges: check them here, as loss() does.
+  for (Index b = 0; b < batch; ++b)
+    check_label("loss", labels[static_cast<std::size_t>(b)], "prediction " + std::to_string(b), C_);
+  make_current();
+  // With lengths the batch runs sorted longest first, as on the CPU (order_[k]: the caller's
+  // sample at position k).
+  order_ = longest_first(lengths, steps, batch);
+  sorted_lengths_.clear();
+  for (Index b : order_) sorted_lengths_.push_back(lengths.empty() ? steps : lengths[static_cast<std::size_t>(b)]);
+  if (lengths.empty() || std::is_sorted(order_.begin(), order_.end())) {
+    upload_batch(x, batch, steps, labels);
+  } else {
+    const std::size_t per = x.size() / static_cast<std::size_t>(batch);  // one sample: steps × I
+    std::vector<float> xs(x.size());
+    std::vector<std::int64_t> ys(labels.size());
+    for (std::size_t k = 0; k < order_.size(); ++k) {
+      const auto b = static_cast<std::size_t>(order_[k]);
+      std::copy_n(x.begin() + static_cast<std::ptrdiff_t>(b * per), per,
+                  xs.begin() + static_cast<std::ptrdiff_t>(k * per));
+      ys[k] = labels[b];
+    }
+    upload_batch(xs, batch, steps, ys);
+  }
+  set_sorted_lengths(lengths.empty() ? std::span<const Index>() : std::span<const Index>(sorted_lengths_));
+}
+
+template <class T>
+T ClassifierCuda<T>::forward_loss(bool grad, std::vector<std::int64_t>* predictions) {
+  make_current();
+  queue_forward_loss(grad, 0);
+  const DeviceStatus st = stack_.read_status();  // waits for the loss
+  raise_flagged(st);                              // throws NonFiniteError as the CPU's loss() would
+  if (predictions) {
+    download_predictions(*predictions);
+    const std::vector<std::int64_t> sorted = *predictions;  // back to the caller's order
+    for (std::size_t k = 0; k < order_.size() && k < sorted.size(); ++k)
+      (*predictions)[static_cast<std::size_t>(order_[k])] = sorted[k];
+  }
+  return static_cast<T>(st.loss);
+}
+
+template <class T>
+void ClassifierCuda<T>::backward(const BackwardOptions& options, BackwardTimes* times) {
+  make_current();
+  queue_backward(options, 0);
+  if (times) {
+    StepTimes st;
+    double optimizer = 0;
+    step_times(0, st, optimizer);
+    *times = st.detail;
+  }
+}
+
+template <class T>
+void ClassifierCuda<T>::backward_timed(const BackwardOptions& options, double, StepTimes* times) {
+  make_current();
+  queue_backward(options, 0);
+  StepTimes st;
+  double optimizer = 0;
+  step_times(0, st, optimizer);  // CUDA events of the forward and the backward; waits for the backward
+  if (times) *times = st;
+}
+
+template <class T>
+void ClassifierCuda<T>::head_backward(const Matrix<T>&, Matrix<T>&) {
+  raise<UnsupportedError>("SequenceClassifier::head_backward",
+                          "a Device::cuda model runs its head on the GPU inside backward(); head_backward "
+                          "takes host matrices of a Device::cpu model");
+}
+
+template <class T>
+void ClassifierCuda<T>::host_written() {
+  head_sync_.host_newer = true;
+  head_sync_.device_newer = false;
+}
+
+template <class T>
+void ClassifierCuda<T>::synchronize() {
+  raise_flagged(stack_.read_status());
+}
+
+template <class T>
+ClassifierCuda<T>& cuda_half(SequenceClassifier<T>& model) {
+  if (model.device() != Device::cuda)
+    raise<InvalidArgument>("SequenceClassifier", "the CUDA half of a model on the CPU was asked for");
+  auto& half = static_cast<ClassifierCuda<T>&>(ClassifierAccess<T>::half(model));
+  half.make_current();
+  return half;
+}
+
+template class ClassifierCuda<float>;
+template class ClassifierCuda<double>;
+template ClassifierCuda<float>& cuda_half(SequenceClassifier<float>&);
+template ClassifierCuda<double>& cuda_half(SequenceClassifier<double>&);
 
 }  // namespace bppsa::detail::gpu
+
+namespace bppsa::detail {
+
+template <class T>
+std::unique_ptr<ClassifierHalf<T>> make_classifier_cuda(const ModelConfig& config, Recurrent<T>& rnn, Linear<T>& head) {
+  return std::make_unique<gpu::ClassifierCuda<T>>(config, rnn, head);
+}
+template std::unique_ptr<ClassifierHalf<float>> make_classifier_cuda(const ModelConfig&, Recurrent<float>&,
+                                                                     Linear<float>&);
+template std::unique_ptr<ClassifierHalf<double>> make_classifier_cuda(const ModelConfig&, Recurrent<double>&,
+                                                                      Linear<double>&);
+
+}  // namespace bppsa::detail

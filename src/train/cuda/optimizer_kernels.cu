@@ -2,7 +2,7 @@
 // then one block), clip_grad_norm_'s factor on the device, and the Adam/SGD update of every
 // value (optimizer_math.hpp, tested on the host). No host round trip: the factor stays on the GPU.
 #include "core/cuda/check.hpp"
-#include "nn/cuda/kernels.hpp"
+#include "train/cuda/kernels.hpp"
 
 namespace bppsa::detail::gpu {
 namespace {

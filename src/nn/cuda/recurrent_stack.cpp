@@ -1,10 +1,10 @@
-// The GPU half of Recurrent<T> (gpu_model.hpp): device buffers per layer sized once per
+// The CUDA half of Recurrent<T> (recurrent_stack.hpp): device buffers per layer sized once per
 // (steps, batch) and reused; the forward (the input projections of all steps as one cuBLAS
 // GEMM, then one persistent kernel for the recurrence); the backward (the BP kernel, the fused
 // chunked scan or the generic GPU scan for the state gradients, then the pre-activation
 // gradients and every parameter gradient as GEMMs over all T·B columns, and W_ih^T·δ for the
-// layer below).
-#include <cuda_runtime_api.h>
+// layer below); and the front's host-memory calls over them. Also the CUDA factory of the front.
+#include "nn/cuda/recurrent_stack.hpp"
 
 #include <algorithm>
 #include <array>
@@ -14,19 +14,22 @@
 #include "bppsa/core/device.hpp"
 #include "bppsa/core/error.hpp"
 #include "bppsa/core/memory.hpp"
-#include "core/cuda/buffer.hpp"
 #include "jacobian/cuda/library.hpp"
 #include "nn/cuda/blas.hpp"
-#include "nn/cuda/fused_scan.hpp"
-#include "nn/cuda/generic_scan.hpp"
-#include "nn/cuda/gpu_model.hpp"
-#include "nn/cuda/kernels.hpp"
 #include "nn/lengths.hpp"
 
 namespace bppsa::detail::gpu {
 namespace {
 
 using cuda::DeviceBuffer;
+
+/// The config, once a CUDA device is known to be there (DeviceError otherwise).
+const RecurrentConfig& require_gpu(const RecurrentConfig& config) {
+  if (cuda_device_count() == 0)
+    raise<DeviceError>("Recurrent", "no CUDA device: Device::cuda needs an NVIDIA GPU and its driver (" +
+                                        cuda_summary() + "); use Device::cpu (--device cpu)");
+  return config;
+}
 
 int device_attribute(cudaDeviceAttr attr) {
   int device = 0, value = 0;
@@ -55,8 +58,7 @@ void grow(ForEach&& for_each, Check&& check) {
   for_each([](DeviceBuffer<T>& b, Idx n) { ensure(b, n); });
 }
 
-/// How Device::cuda computes a layer's state gradients for a backward method.
-enum class StateGrads { bp, fused, generic };
+/// How Device::cuda computes a layer's state gradients for a backward method;
 /// automatic: the fused scan, or bp when its plan has one chunk (RecurrentStack::state_grads).
 StateGrads state_grads_for(BackwardMethod m) {
   switch (m) {
@@ -84,172 +86,11 @@ ScanStats fused_stats(const FusedScanStats& f) {
   return st;
 }
 
-/// A fused-scan plan and the shape it was made for.
-template <class T>
-struct FusedPlan {
-  std::unique_ptr<FusedRecurrentScan<T>> scan;
-  Idx steps = -1, batch = -1;
-  bool inject = false;
-  bool matches(Idx s, Idx b, bool i) const { return scan && steps == s && batch == b && inject == i; }
-};
-
-/// The two most recent plans of a layer: an epoch alternates between the full batch and its
-/// partial last one, and neither should be planned again every epoch (keep_older: the generic
-/// scan's plans hold T·B Jacobians, so it keeps one and plans again instead).
-template <class P>
-struct TwoPlans {
-  P recent, older;
-  /// The plan `match` accepts, made by `make` (replacing the older one) when neither does.
-  template <class Match, class Make>
-  P& get(Match&& match, Make&& make, bool keep_older) {
-    if (!match(recent)) {
-      std::swap(recent, older);
-      if (!keep_older) older = P{};
-      if (!match(recent)) {
-        recent = P{};  // free the old plan's device memory before the new one is allocated
-        recent = make();
-      }
-    }
-    return recent;
-  }
-};
-
-/// The timing events of one slot: per layer begin, after the Jacobians, after the scan, end.
-struct LayerEvents {
-  std::array<cuda::Event, 4> e;
-};
-
-template <class T>
-class RecurrentStack final : public RecurrentGpu<T> {
- public:
-  explicit RecurrentStack(const RecurrentConfig& config);
-  ~RecurrentStack() override;
-
-  CUstream_st* stream() const override { return run_stream_; }
-  void use_stream(CUstream_st* stream) override;
-  DeviceStatus* status() override { return status_.data(); }
-  DeviceStatus read_status() override;
-  void clear_flags() override;
-  void synchronize() override { sync(); }
-
-  Index layers() const override { return config_.layers; }
-  T* param_values() override { return params_.data(); }
-  T* param_grads() override { return grads_.data(); }
-  Index param_count() const override { return static_cast<Index>(params_.size()); }
-  void upload_params(const std::vector<RecurrentLayerParams<T>>& host) override;
-  void download_params(std::vector<RecurrentLayerParams<T>>& host) override;
-  void download_grads(std::vector<RecurrentLayerParams<T>>& host) override;
-  void upload_layer_device(Index layer, const DeviceLayerParams<T>& p) override;
-  void copy_layer_grads(Index layer, const DeviceLayerGrads<T>& g) override;
-  /// One packed buffer (params_ or grads_: the same per-layer offsets) into the host's layers.
-  void download_layers(const DeviceBuffer<T>& packed, std::vector<RecurrentLayerParams<T>>& host);
-
-  void resize(Index steps, Index batch) override;
-  Index steps() const override { return steps_; }
-  Index batch() const override { return batch_; }
-  void set_lengths(std::span<const Index> lengths) override;
-  std::vector<Index> lengths() const override {
-    return has_len_ ? std::vector<Index>(len_host_.begin(), len_host_.end()) : std::vector<Index>();
-  }
-  T* input() override { return x_.data(); }
-  void upload_input(const T* host) override;
-  void copy_input_device(const T* x) override { copy(x_.data(), x, config_.input * steps_ * batch_); }
-  void forward(const std::vector<const Matrix<T>*>& s0) override;
-  void forward_device(const std::vector<DeviceState<T>>& s0) override;
-  void copy_output(T* out) override;
-  void copy_state(Index layer, Index t, const DeviceStateOut<T>& s) override;
-  const T* output() const override { return layers_.back().h.data() + config_.hidden * batch_; }
-  void download_output(Matrix<T>& out) override;
-  void download_state(Index layer, Index t, Matrix<T>& s) override;
-  void download_final_state(Index layer, Matrix<T>& s) override;
-  void copy_final_state(Index layer, const DeviceStateOut<T>& s) override;
-
-  void check_backward_memory(Index steps, Index batch, const BackwardOptions& options) override;
-  const T* upload_grad_out(const T* host, Index values) override;
-  void backward_begin(const T* top, bool inject) override;
-  void backward_layer(Index layer, const BackwardOptions& options, const Matrix<T>* final_grad, int slot) override;
-  BackwardTimes backward_times(int slot, Index only) override;
-  void backward_layer_device(Index layer, const BackwardOptions& options, const DeviceState<T>& final_grad,
-                             int slot) override;
-  const char* state_grads_method(Index layer) const override;
-  void copy_input_grad(T* gx) override;
-  void copy_state0_grad(Index layer, const DeviceStateOut<T>& g0) override;
-  void download_input_grad(Matrix<T>& gx) override;
-  void download_state0_grad(Index layer, Matrix<T>& g0) override;
-  void check_grads(Index only) override;
-  std::size_t device_bytes() const override;
-
- private:
-  struct Layer {
-    Idx input = 0;                                ///< I of this layer
-    Idx w_ih = 0, w_hh = 0, b_ih = 0, b_hh = 0;   ///< offsets in the parameter arenas
-    DeviceBuffer<T> h, c, gates, aux, ax, w_col;  ///< forward record (w_col: W_hh column-major)
-    DeviceBuffer<T> g, dx, dh, gx, g_final;       ///< backward
-    DeviceBuffer<T> g_last;                       ///< the fused scan's g_T input (apart from g)
-    TwoPlans<std::unique_ptr<GenericLayerScan<T>>> generic;
-    TwoPlans<FusedPlan<T>> fused;
-    std::array<LayerEvents, kSlots> events;
-    StateGrads how = StateGrads::bp;             ///< how its last backward computed the state gradients
-    BackwardMethod method = BackwardMethod::bp;  ///< the method of its last backward
-  };
-
-  LayerArgs<T> args(Index l);
-  /// The device lengths of the current batch, or null (every sample runs every step).
-  const Idx* device_lengths() const { return has_len_ ? len_.data() : nullptr; }
-  void sync() const { BPPSA_CUDA_CHECK(cudaStreamSynchronize(run_stream_)); }
-  /// forward() with layer l's s_0 written by init(l, h, c) into the record's first block (H × B each).
-  template <class Init>
-  void forward_from(Init&& init);
-  /// backward_layer() with the extra gradient on s_T in L.g_final (S × B) when `final_grad`.
-  void backward_from(Index layer, const BackwardOptions& options, bool final_grad, int slot);
-  /// Queued device-to-device copy of n values (nothing when dst is null).
-  void copy(T* dst, const T* src, Idx n);
-  /// The persistent kernels' launch for `rows` state rows per sample: forward H without the gate
-  /// vector, backward S with it.
-  PersistentLaunch launch_for(Idx rows, bool gate_vector) const;
-  void download(const T* src, T* dst, Idx n);
-  /// Layer l's fused-scan plan for the current shape (planned once, kept with the layer).
-  FusedPlan<T>& fused_plan(Index l, bool inject);
-  /// The fused chunked scan's state gradients of layer l (a.g's block T set).
-  void run_fused(Index l, const LayerArgs<T>& a, cudaStream_t s);
-  /// How layer l's state gradients are computed for `m` at the current shape: automatic is the
-  /// fused scan when the layer's plan splits the sequence into chunks, else the BP kernel (a
-  /// one-chunk plan is BP in the fused push kernel, the slower of the two).
-  StateGrads state_grads(BackwardMethod m, Index l, bool inject);
-  /// Every layer's backward buffers for the current shape (a backward's first layer): what
-  /// must grow is freed, checked against the GPU's free memory, then allocated.
-  void prepare_backward(bool fused);
-  /// Device bytes the backward buffers and scan plans hold now.
-  double backward_held() const;
-  /// A state-sized host matrix of layer l that is copied to the device (an initial state or a
-  /// final-state gradient): it must be S × B for the current batch (ShapeError otherwise).
-  void check_state_shape(const Matrix<T>& m, Index l, const char* what, const char* op) const;
-
-  RecurrentConfig config_;
-  std::int32_t cell_;
-  Idx H_, GH_, S_;
-  cuda::Stream stream_;
-  cudaStream_t run_stream_ = stream_.get();  ///< stream_, or the caller's (use_stream)
-  cuda::Event switch_event_{false};          ///< orders a new stream after the old one (use_stream)
-  std::unique_ptr<BlasHandle> blas_;
-  int sms_, smem_optin_;
-  DeviceBuffer<T> params_, grads_;
-  DeviceBuffer<T> x_, ones_, grad_out_;
-  DeviceBuffer<DeviceStatus> status_;
-  std::vector<Layer> layers_;
-  Index steps_ = 0, batch_ = 0;
-  DeviceBuffer<Idx> len_;        ///< per-sample lengths (set_lengths), valid when has_len_
-  std::vector<Idx> len_host_;    ///< what len_ holds
-  cuda::StagedUploads uploads_;  ///< set_lengths' copies, queued without waiting
-  bool has_len_ = false;
-  const T* top_ = nullptr;
-  bool inject_top_ = false;
-  std::array<std::vector<Index>, kSlots> timed_;  ///< layers timed in each slot's last backward
-};
+}  // namespace
 
 template <class T>
 RecurrentStack<T>::RecurrentStack(const RecurrentConfig& config)
-    : config_(config),
+    : config_(require_gpu(config)),
       cell_(config.cell == CellType::gru                ? kGru
             : config.cell == CellType::lstm             ? kLstm
             : config.nonlinearity == Nonlinearity::relu ? kRnnRelu
@@ -284,7 +125,7 @@ RecurrentStack<T>::RecurrentStack(const RecurrentConfig& config)
   const DeviceStatus fresh;
   BPPSA_CUDA_CHECK(cudaMemcpyAsync(status_.data(), &fresh, sizeof fresh, cudaMemcpyHostToDevice, run_stream_));
   allow_persistent_smem<T>(smem_optin_);
-  sync();
+  synchronize();
 }
 
 template <class T>
@@ -294,7 +135,7 @@ template <class T>
 DeviceStatus RecurrentStack<T>::read_status() {
   DeviceStatus s;
   BPPSA_CUDA_CHECK(cudaMemcpyAsync(&s, status_.data(), sizeof s, cudaMemcpyDeviceToHost, run_stream_));
-  sync();
+  synchronize();
   return s;
 }
 
@@ -306,34 +147,39 @@ void RecurrentStack<T>::clear_flags() {
 }
 
 template <class T>
-void RecurrentStack<T>::download(const T* src, T* dst, Idx n) {
+void RecurrentStack<T>::to_device(T* dst, const T* host, Idx n) const {
+  if (n == 0) return;
   BPPSA_CUDA_CHECK(
-      cudaMemcpyAsync(dst, src, static_cast<std::size_t>(n) * sizeof(T), cudaMemcpyDeviceToHost, run_stream_));
-  sync();
+      cudaMemcpyAsync(dst, host, static_cast<std::size_t>(n) * sizeof(T), cudaMemcpyHostToDevice, run_stream_));
+  synchronize();
 }
 
 template <class T>
-void RecurrentStack<T>::upload_params(const std::vector<RecurrentLayerParams<T>>& host) {
-  const cudaStream_t s = run_stream_;
+void RecurrentStack<T>::to_host(T* host, const T* src, Idx n) const {
+  if (n == 0) return;
+  BPPSA_CUDA_CHECK(
+      cudaMemcpyAsync(host, src, static_cast<std::size_t>(n) * sizeof(T), cudaMemcpyDeviceToHost, run_stream_));
+  synchronize();
+}
+
+template <class T>
+void RecurrentStack<T>::upload_layers(const LayerParamsList<T>& host) {
+  std::vector<T> all(params_.size());
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];
     const auto& p = host[l];
-    auto up = [&](Idx off, const T* src, Idx n) {
-      BPPSA_CUDA_CHECK(cudaMemcpyAsync(params_.data() + off, src, static_cast<std::size_t>(n) * sizeof(T),
-                                       cudaMemcpyHostToDevice, s));
-    };
-    up(L.w_ih, p.w_ih.data(), p.w_ih.size());
-    up(L.w_hh, p.w_hh.data(), p.w_hh.size());
-    up(L.b_ih, p.b_ih.data(), p.b_ih.size());
-    up(L.b_hh, p.b_hh.data(), p.b_hh.size());
+    std::copy_n(p.w_ih.data(), p.w_ih.size(), all.data() + L.w_ih);
+    std::copy_n(p.w_hh.data(), p.w_hh.size(), all.data() + L.w_hh);
+    std::copy_n(p.b_ih.data(), p.b_ih.size(), all.data() + L.b_ih);
+    std::copy_n(p.b_hh.data(), p.b_hh.size(), all.data() + L.b_hh);
   }
-  sync();  // the host may change its copies right after
+  to_device(params_.data(), all.data(), static_cast<Idx>(all.size()));
 }
 
 template <class T>
-void RecurrentStack<T>::download_layers(const DeviceBuffer<T>& packed, std::vector<RecurrentLayerParams<T>>& host) {
+void RecurrentStack<T>::download_layers(const DeviceBuffer<T>& packed, LayerParamsList<T>& host) const {
   std::vector<T> all(packed.size());
-  download(packed.data(), all.data(), static_cast<Idx>(all.size()));
+  to_host(all.data(), packed.data(), static_cast<Idx>(all.size()));
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];
     auto& p = host[l];
@@ -342,16 +188,6 @@ void RecurrentStack<T>::download_layers(const DeviceBuffer<T>& packed, std::vect
     std::copy_n(all.data() + L.b_ih, p.b_ih.size(), p.b_ih.data());
     std::copy_n(all.data() + L.b_hh, p.b_hh.size(), p.b_hh.data());
   }
-}
-
-template <class T>
-void RecurrentStack<T>::download_params(std::vector<RecurrentLayerParams<T>>& host) {
-  download_layers(params_, host);
-}
-
-template <class T>
-void RecurrentStack<T>::download_grads(std::vector<RecurrentLayerParams<T>>& host) {
-  download_layers(grads_, host);
 }
 
 template <class T>
@@ -413,14 +249,6 @@ void RecurrentStack<T>::set_lengths(std::span<const Index> lengths) {
 }
 
 template <class T>
-void RecurrentStack<T>::upload_input(const T* host) {
-  BPPSA_CUDA_CHECK(cudaMemcpyAsync(x_.data(), host,
-                                   static_cast<std::size_t>(config_.input * steps_ * batch_) * sizeof(T),
-                                   cudaMemcpyHostToDevice, run_stream_));
-  sync();  // the host buffer may be a temporary
-}
-
-template <class T>
 LayerArgs<T> RecurrentStack<T>::args(Index l) {
   Layer& L = layers_[static_cast<std::size_t>(l)];
   LayerArgs<T> a;
@@ -453,41 +281,30 @@ void RecurrentStack<T>::check_state_shape(const Matrix<T>& m, Index l, const cha
 }
 
 template <class T>
-void RecurrentStack<T>::forward(const std::vector<const Matrix<T>*>& s0) {
-  const cudaStream_t s = run_stream_;
-  const Idx B = batch_;
-  for (std::size_t l = 0; l < s0.size(); ++l)
-    if (s0[l] != nullptr) check_state_shape(*s0[l], static_cast<Index>(l), "initial state", "Recurrent::forward");
-  // s_0: the caller's (host, S × B: h rows over c rows) or zeros.
+void RecurrentStack<T>::forward_device(const std::vector<DeviceState<T>>& s0) {
   forward_from([&](Index l, T* h, T* c) {
-    const Matrix<T>* init = s0.empty() ? nullptr : s0[static_cast<std::size_t>(l)];
-    if (init != nullptr) {
-      BPPSA_CUDA_CHECK(cudaMemcpy2DAsync(h, H_ * sizeof(T), init->data(), S_ * sizeof(T), H_ * sizeof(T), B,
-                                         cudaMemcpyHostToDevice, s));
-      if (c != nullptr)
-        BPPSA_CUDA_CHECK(cudaMemcpy2DAsync(c, H_ * sizeof(T), init->data() + H_, S_ * sizeof(T), H_ * sizeof(T), B,
-                                           cudaMemcpyHostToDevice, s));
-    } else {
-      BPPSA_CUDA_CHECK(cudaMemsetAsync(h, 0, static_cast<std::size_t>(H_ * B) * sizeof(T), s));
-      if (c != nullptr) BPPSA_CUDA_CHECK(cudaMemsetAsync(c, 0, static_cast<std::size_t>(H_ * B) * sizeof(T), s));
-    }
+    const DeviceState<T> d =
+        static_cast<std::size_t>(l) < s0.size() ? s0[static_cast<std::size_t>(l)] : DeviceState<T>{};
+    copy_part(h, H_, d.h, d.ld);
+    if (c != nullptr) copy_part(c, H_, d.c, d.ld);
   });
 }
 
 template <class T>
-void RecurrentStack<T>::forward_device(const std::vector<DeviceState<T>>& s0) {
-  const Idx n = H_ * batch_;
-  forward_from([&](Index l, T* h, T* c) {
-    const DeviceState<T> d =
-        static_cast<std::size_t>(l) < s0.size() ? s0[static_cast<std::size_t>(l)] : DeviceState<T>{};
-    for (auto [dst, src] : {std::pair<T*, const T*>{h, d.h}, std::pair<T*, const T*>{c, d.c}}) {
-      if (dst == nullptr) continue;
-      if (src != nullptr)
-        copy(dst, src, n);
-      else
-        BPPSA_CUDA_CHECK(cudaMemsetAsync(dst, 0, static_cast<std::size_t>(n) * sizeof(T), run_stream_));
-    }
-  });
+std::vector<DeviceState<T>> RecurrentStack<T>::stage_states(const LayerMatrices<T>& host, const char* what,
+                                                            const char* op) {
+  std::vector<DeviceState<T>> d(host.size());
+  if (std::all_of(host.begin(), host.end(), [](const Matrix<T>* m) { return m == nullptr; })) return d;
+  const Idx n = S_ * batch_;
+  ensure(staged_, n * static_cast<Idx>(host.size()));
+  for (std::size_t l = 0; l < host.size(); ++l) {
+    if (host[l] == nullptr) continue;
+    check_state_shape(*host[l], static_cast<Index>(l), what, op);
+    T* at = staged_.data() + static_cast<Idx>(l) * n;
+    to_device(at, host[l]->data(), n);
+    d[l] = {at, cell_ == kLstm ? at + H_ : nullptr, S_};  // S × B: h rows over c rows
+  }
+  return d;
 }
 
 template <class T>
@@ -514,14 +331,27 @@ void RecurrentStack<T>::forward_from(Init&& init) {
 }
 
 template <class T>
-void RecurrentStack<T>::copy(T* dst, const T* src, Idx n) {
+void RecurrentStack<T>::copy(T* dst, const T* src, Idx n) const {
   if (dst == nullptr || n == 0) return;
   BPPSA_CUDA_CHECK(
       cudaMemcpyAsync(dst, src, static_cast<std::size_t>(n) * sizeof(T), cudaMemcpyDeviceToDevice, run_stream_));
 }
 
 template <class T>
-void RecurrentStack<T>::use_stream(CUstream_st* stream) {
+void RecurrentStack<T>::copy_part(T* dst, Idx dst_ld, const T* src, Idx src_ld) const {
+  if (dst == nullptr) return;
+  const std::size_t width = static_cast<std::size_t>(H_) * sizeof(T), rows = static_cast<std::size_t>(batch_);
+  const std::size_t dpitch = static_cast<std::size_t>(dst_ld > 0 ? dst_ld : H_) * sizeof(T);
+  if (src == nullptr) {
+    BPPSA_CUDA_CHECK(cudaMemset2DAsync(dst, dpitch, 0, width, rows, run_stream_));
+    return;
+  }
+  const std::size_t spitch = static_cast<std::size_t>(src_ld > 0 ? src_ld : H_) * sizeof(T);
+  BPPSA_CUDA_CHECK(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDeviceToDevice, run_stream_));
+}
+
+template <class T>
+void RecurrentStack<T>::use_stream(cudaStream_t stream) {
   if (stream == run_stream_) return;
   // What is queued on the old stream still reads and writes this stack's buffers: the new stream
   // waits for it on the device (the host does not).
@@ -559,7 +389,7 @@ void RecurrentStack<T>::copy_layer_grads(Index l, const DeviceLayerGrads<T>& g) 
 
 template <class T>
 void RecurrentStack<T>::copy_output(T* out) {
-  copy(out, output(), H_ * steps_ * batch_);
+  copy(out, device_output(), H_ * steps_ * batch_);
 }
 
 template <class T>
@@ -568,16 +398,17 @@ void RecurrentStack<T>::copy_state(Index l, Index t, const DeviceStateOut<T>& st
   if (t < 0 || t > steps_)
     raise<InvalidArgument>("Recurrent", "state of step " + std::to_string(t) + " of " + std::to_string(steps_));
   const Idx n = H_ * batch_;
-  copy(st.h, L.h.data() + t * n, n);
-  if (cell_ == kLstm) copy(st.c, L.c.data() + t * n, n);
+  copy_part(st.h, st.ld, L.h.data() + t * n, H_);
+  if (cell_ == kLstm) copy_part(st.c, st.ld, L.c.data() + t * n, H_);
 }
 
 template <class T>
 void RecurrentStack<T>::copy_final_state(Index l, const DeviceStateOut<T>& st) {
   const Layer& L = layers_.at(static_cast<std::size_t>(l));
-  if (st.h != nullptr) launch_final_state(L.h.data(), device_lengths(), H_, batch_, steps_, st.h, H_, run_stream_);
+  const Idx ld = st.ld > 0 ? st.ld : H_;
+  if (st.h != nullptr) launch_final_state(L.h.data(), device_lengths(), H_, batch_, steps_, st.h, ld, run_stream_);
   if (cell_ == kLstm && st.c != nullptr)
-    launch_final_state(L.c.data(), device_lengths(), H_, batch_, steps_, st.c, H_, run_stream_);
+    launch_final_state(L.c.data(), device_lengths(), H_, batch_, steps_, st.c, ld, run_stream_);
 }
 
 template <class T>
@@ -593,36 +424,6 @@ PersistentLaunch RecurrentStack<T>::launch_for(Idx rows, bool gate_vector) const
   return p;
 }
 
-template <class T>
-void RecurrentStack<T>::download_output(Matrix<T>& out) {
-  out.resize(H_, steps_ * batch_);
-  download(output(), out.data(), out.size());
-}
-
-template <class T>
-void RecurrentStack<T>::download_state(Index layer, Index t, Matrix<T>& st) {
-  const Layer& L = layers_[static_cast<std::size_t>(layer)];
-  st.resize(S_, batch_);
-  const cudaStream_t s = run_stream_;
-  BPPSA_CUDA_CHECK(cudaMemcpy2DAsync(st.data(), S_ * sizeof(T), L.h.data() + t * batch_ * H_, H_ * sizeof(T),
-                                     H_ * sizeof(T), batch_, cudaMemcpyDeviceToHost, s));
-  if (cell_ == kLstm)
-    BPPSA_CUDA_CHECK(cudaMemcpy2DAsync(st.data() + H_, S_ * sizeof(T), L.c.data() + t * batch_ * H_, H_ * sizeof(T),
-                                       H_ * sizeof(T), batch_, cudaMemcpyDeviceToHost, s));
-  sync();
-}
-
-template <class T>
-void RecurrentStack<T>::download_final_state(Index layer, Matrix<T>& st) {
-  const Layer& L = layers_[static_cast<std::size_t>(layer)];
-  DeviceBuffer<T> d(static_cast<std::size_t>(S_ * batch_));  // S × B: h rows over c rows
-  launch_final_state(L.h.data(), device_lengths(), H_, batch_, steps_, d.data(), S_, run_stream_);
-  if (cell_ == kLstm)
-    launch_final_state(L.c.data(), device_lengths(), H_, batch_, steps_, d.data() + H_, S_, run_stream_);
-  st.resize(S_, batch_);
-  download(d.data(), st.data(), st.size());
-}
-
 // ---------------------------------------------------------------------------------------------
 // Backward
 
@@ -633,7 +434,7 @@ StateGrads RecurrentStack<T>::state_grads(BackwardMethod m, Index l, bool inject
 }
 
 template <class T>
-void RecurrentStack<T>::check_backward_memory(Index steps, Index batch, const BackwardOptions& options) {
+void RecurrentStack<T>::check_backward_memory(Index steps, Index batch, const BackwardOptions& options) const {
   const double TB = static_cast<double>(steps) * static_cast<double>(batch), T1B = TB + static_cast<double>(batch);
   const double H = static_cast<double>(H_), GH = static_cast<double>(GH_), S = static_cast<double>(S_);
   const double size = sizeof(T);
@@ -702,31 +503,9 @@ void RecurrentStack<T>::prepare_backward(bool fused) {
 }
 
 template <class T>
-const T* RecurrentStack<T>::upload_grad_out(const T* host, Index values) {
-  ensure(grad_out_, values);
-  BPPSA_CUDA_CHECK(cudaMemcpyAsync(grad_out_.data(), host, static_cast<std::size_t>(values) * sizeof(T),
-                                   cudaMemcpyHostToDevice, run_stream_));
-  sync();  // the host buffer may be a temporary
-  return grad_out_.data();
-}
-
-template <class T>
-void RecurrentStack<T>::backward_begin(const T* top, bool inject) {
+void RecurrentStack<T>::backward_begin_device(const T* top, bool inject) {
   top_ = top;
   inject_top_ = inject;
-}
-
-template <class T>
-void RecurrentStack<T>::backward_layer(Index l, const BackwardOptions& options, const Matrix<T>* final_grad, int slot) {
-  if (final_grad != nullptr) {
-    check_state_shape(*final_grad, l, "final-state gradient", "Recurrent::backward");
-    Layer& L = layers_[static_cast<std::size_t>(l)];
-    ensure(L.g_final, S_ * batch_);
-    BPPSA_CUDA_CHECK(cudaMemcpyAsync(L.g_final.data(), final_grad->data(),
-                                     static_cast<std::size_t>(S_ * batch_) * sizeof(T), cudaMemcpyHostToDevice,
-                                     run_stream_));
-  }
-  backward_from(l, options, final_grad != nullptr, slot);
 }
 
 template <class T>
@@ -734,20 +513,11 @@ void RecurrentStack<T>::backward_layer_device(Index l, const BackwardOptions& op
                                               int slot) {
   const bool given = final_grad.h != nullptr || final_grad.c != nullptr;
   if (given) {
-    // g_final is S × B: column b holds h's H rows over c's (LSTM); the caller's are H × B each.
+    // g_final is S × B: column b holds h's H rows over c's (LSTM).
     Layer& L = layers_.at(static_cast<std::size_t>(l));
     ensure(L.g_final, S_ * batch_);
-    const std::size_t pitch = static_cast<std::size_t>(S_) * sizeof(T),
-                      width = static_cast<std::size_t>(H_) * sizeof(T);
-    for (Idx part = 0; part * H_ < S_; ++part) {
-      const T* src = part == 0 ? final_grad.h : final_grad.c;
-      T* dst = L.g_final.data() + part * H_;
-      if (src != nullptr)
-        BPPSA_CUDA_CHECK(cudaMemcpy2DAsync(dst, pitch, src, width, width, static_cast<std::size_t>(batch_),
-                                           cudaMemcpyDeviceToDevice, run_stream_));
-      else
-        BPPSA_CUDA_CHECK(cudaMemset2DAsync(dst, pitch, 0, width, static_cast<std::size_t>(batch_), run_stream_));
-    }
+    copy_part(L.g_final.data(), S_, final_grad.h, final_grad.ld);
+    if (cell_ == kLstm) copy_part(L.g_final.data() + H_, S_, final_grad.c, final_grad.ld);
   }
   backward_from(l, options, given, slot);
 }
@@ -780,14 +550,9 @@ void RecurrentStack<T>::copy_state0_grad(Index l, const DeviceStateOut<T>& g0) {
   const Layer& L = layers_.at(static_cast<std::size_t>(l));
   if (L.g.size() < static_cast<std::size_t>(S_ * (steps_ + 1) * batch_))
     raise<InvalidArgument>("Recurrent::backward", "no initial-state gradient: no backward of this shape has run");
-  // Block 0 of g is S × B (h rows over c rows); the caller's are H × B each.
-  const std::size_t pitch = static_cast<std::size_t>(S_) * sizeof(T), width = static_cast<std::size_t>(H_) * sizeof(T);
-  for (Idx part = 0; part * H_ < S_; ++part) {
-    T* dst = part == 0 ? g0.h : g0.c;
-    if (dst != nullptr)
-      BPPSA_CUDA_CHECK(cudaMemcpy2DAsync(dst, width, L.g.data() + part * H_, pitch, width,
-                                         static_cast<std::size_t>(batch_), cudaMemcpyDeviceToDevice, run_stream_));
-  }
+  // Block 0 of g is S × B (h rows over c rows).
+  copy_part(g0.h, g0.ld, L.g.data(), S_);
+  if (cell_ == kLstm) copy_part(g0.c, g0.ld, L.g.data() + H_, S_);
 }
 
 template <class T>
@@ -921,28 +686,6 @@ BackwardTimes RecurrentStack<T>::backward_times(int slot, Index only) {
 }
 
 template <class T>
-void RecurrentStack<T>::download_input_grad(Matrix<T>& gx) {
-  const DeviceBuffer<T>& d = layers_.front().gx;
-  if (d.size() < static_cast<std::size_t>(config_.input * steps_ * batch_)) {  // no backward of this shape yet
-    gx.resize(0, 0);
-    return;
-  }
-  gx.resize(config_.input, steps_ * batch_);
-  download(d.data(), gx.data(), gx.size());
-}
-
-template <class T>
-void RecurrentStack<T>::download_state0_grad(Index layer, Matrix<T>& g0) {
-  const DeviceBuffer<T>& d = layers_[static_cast<std::size_t>(layer)].g;
-  if (d.size() < static_cast<std::size_t>(S_ * (steps_ + 1) * batch_)) {
-    g0.resize(0, 0);
-    return;
-  }
-  g0.resize(S_, batch_);
-  download(d.data(), g0.data(), g0.size());
-}
-
-template <class T>
 void RecurrentStack<T>::check_grads(Index only) {
   // A layer's parameters are one run of the arena: w_ih, w_hh, b_ih, b_hh.
   const Idx begin = only < 0 ? 0 : layers_[static_cast<std::size_t>(only)].w_ih;
@@ -967,17 +710,184 @@ std::size_t RecurrentStack<T>::device_bytes() const {
   return n;
 }
 
-}  // namespace
-
 template <class T>
-std::unique_ptr<RecurrentGpu<T>> make_recurrent_gpu(const RecurrentConfig& config) {
-  if (cuda_device_count() == 0)
-    raise<DeviceError>("Recurrent", "no CUDA device: Device::cuda needs an NVIDIA GPU and its driver (" +
-                                        cuda_summary() + "); use Device::cpu (--device cpu)");
-  return std::make_unique<RecurrentStack<T>>(config);
+void RecurrentStack<T>::synchronize() const {
+  BPPSA_CUDA_CHECK(cudaStreamSynchronize(run_stream_));
 }
 
-template std::unique_ptr<RecurrentGpu<float>> make_recurrent_gpu(const RecurrentConfig&);
-template std::unique_ptr<RecurrentGpu<double>> make_recurrent_gpu(const RecurrentConfig&);
+template <class T>
+std::vector<Index> RecurrentStack<T>::lengths() const {
+  return has_len_ ? std::vector<Index>(len_host_.begin(), len_host_.end()) : std::vector<Index>();
+}
+
+// ---------------------------------------------------------------------------------------------
+// RecurrentHalf: the front's host-memory calls over the device API
+
+template <class T>
+void RecurrentStack<T>::make_current(const LayerParamsList<T>& params) {
+  if (!sync.host_newer) return;
+  upload_layers(params);
+  sync.host_newer = false;
+}
+
+template <class T>
+void RecurrentStack<T>::pull(LayerParamsList<T>& params, LayerParamsList<T>& grads) const {
+  Coherence& s = sync;
+  if (s.device_newer) {
+    download_layers(params_, params);
+    s.device_newer = false;
+  }
+  if (s.grads_newer) {
+    download_layers(grads_, grads);
+    s.grads_newer = false;
+  }
+}
+
+template <class T>
+void RecurrentStack<T>::host_written() {
+  sync.host_newer = true;
+  sync.device_newer = false;
+}
+
+template <class T>
+void RecurrentStack<T>::forward(const Eigen::Ref<const Matrix<T>>& x, Index steps, Index batch,
+                                const LayerParamsList<T>& params, const LayerMatrices<T>& initial_states,
+                                std::span<const Index> lengths) {
+  make_current(params);
+  resize(steps, batch);
+  set_lengths(lengths);
+  if (x.outerStride() == x.rows()) {
+    to_device(x_.data(), x.data(), config_.input * steps * batch);
+  } else {
+    const Matrix<T> packed = x;
+    to_device(x_.data(), packed.data(), config_.input * steps * batch);
+  }
+  forward_device(stage_states(initial_states, "initial state", "Recurrent::forward"));
+}
+
+template <class T>
+Matrix<T> RecurrentStack<T>::state(Index layer, Index t) const {
+  auto& self = const_cast<RecurrentStack&>(*this);  // staging only: the record is not changed
+  ensure(self.staged_, S_ * batch_);
+  self.copy_state(layer, t, {self.staged_.data(), cell_ == kLstm ? self.staged_.data() + H_ : nullptr, S_});
+  Matrix<T> s(S_, batch_);
+  to_host(s.data(), staged_.data(), s.size());
+  return s;
+}
+
+template <class T>
+Matrix<T> RecurrentStack<T>::final_state(Index layer) const {
+  auto& self = const_cast<RecurrentStack&>(*this);
+  ensure(self.staged_, S_ * batch_);
+  self.copy_final_state(layer, {self.staged_.data(), cell_ == kLstm ? self.staged_.data() + H_ : nullptr, S_});
+  Matrix<T> s(S_, batch_);
+  to_host(s.data(), staged_.data(), s.size());
+  return s;
+}
+
+template <class T>
+Eigen::Block<const Matrix<T>, Eigen::Dynamic, Eigen::Dynamic, true> RecurrentStack<T>::output() const {
+  out_.resize(H_, steps_ * batch_);
+  to_host(out_.data(), device_output(), out_.size());
+  const Matrix<T>& out = out_;
+  return out.rightCols(out.cols());
+}
+
+template <class T>
+void RecurrentStack<T>::backward_begin(const Eigen::Ref<const Matrix<T>>& grad_out, bool every_step,
+                                       const LayerParamsList<T>& params) {
+  make_current(params);
+  const Index T_ = steps_, B = batch_;
+  const Matrix<T> packed = grad_out;  // contiguous, whatever the caller's strides
+  // Only each sample's last step when every_step is false (many-to-one), as the CPU reads it.
+  const std::vector<Index> len = lengths();
+  Matrix<T> last(H_, B);
+  for (Index b = 0; b < B && !every_step; ++b)
+    last.col(b) = packed.col((len.empty() ? T_ - 1 : len[static_cast<std::size_t>(b)] - 1) * B + b);
+  const Matrix<T>& top = every_step ? packed : last;
+  ensure(grad_out_, static_cast<Idx>(top.size()));
+  to_device(grad_out_.data(), top.data(), top.size());
+  backward_begin_device(grad_out_.data(), every_step);
+}
+
+template <class T>
+void RecurrentStack<T>::backward_layer(Index l, const BackwardOptions& options, const LayerParamsList<T>& params,
+                                       LayerParamsList<T>&, const Matrix<T>* final_grad, BackwardTimes* times) {
+  make_current(params);
+  if (final_grad != nullptr) check_state_shape(*final_grad, l, "final-state gradient", "Recurrent::backward");
+  const std::vector<DeviceState<T>> g = stage_states({final_grad}, "final-state gradient", "Recurrent::backward");
+  backward_layer_device(l, options, g.front(), 0);
+  check_grads(l);
+  sync.grads_newer = true;
+  const DeviceStatus st = read_status();  // waits: the layer is done when this returns
+  if ((st.flags & kGradNotFinite) != 0) {
+    clear_flags();
+    raise<NonFiniteError>("Recurrent::backward", "gradients of layer " + std::to_string(l) +
+                                                     " are not finite (NaN/Inf): the loss or the weights "
+                                                     "diverged; lower the learning rate");
+  }
+  if (times) {
+    const BackwardTimes t = backward_times(0, l);
+    times->jacobians += t.jacobians;
+    times->scan += t.scan;
+    times->params += t.params;
+    times->last_scan = t.last_scan;
+  }
+}
+
+template <class T>
+std::pair<Jacobian<T>, Matrix<T>> RecurrentStack<T>::layer_transfer(Index, const BackwardOptions&,
+                                                                    const LayerParamsList<T>&) {
+  raise<UnsupportedError>("Recurrent::layer_transfer",
+                          "layer_transfer (model-parallel stages) runs on the CPU; use Device::cpu");
+}
+
+template <class T>
+const Matrix<T>& RecurrentStack<T>::input_grad() const {
+  const DeviceBuffer<T>& d = layers_.front().gx;
+  if (steps_ == 0 || d.size() < static_cast<std::size_t>(config_.input * steps_ * batch_)) {
+    input_grad_.resize(0, 0);  // no backward of this shape yet
+    return input_grad_;
+  }
+  input_grad_.resize(config_.input, steps_ * batch_);
+  to_host(input_grad_.data(), d.data(), input_grad_.size());
+  return input_grad_;
+}
+
+template <class T>
+const Matrix<T>& RecurrentStack<T>::state0_grad(Index layer) const {
+  if (g0_.size() != layers_.size()) g0_.resize(layers_.size());
+  Matrix<T>& g0 = g0_.at(static_cast<std::size_t>(layer));
+  const DeviceBuffer<T>& d = layers_[static_cast<std::size_t>(layer)].g;
+  if (steps_ == 0) return g0;
+  if (d.size() < static_cast<std::size_t>(S_ * (steps_ + 1) * batch_)) {
+    g0.resize(0, 0);
+    return g0;
+  }
+  g0.resize(S_, batch_);
+  to_host(g0.data(), d.data(), g0.size());  // block 0 of g: S × B
+  return g0;
+}
+
+template <class T>
+const Chain<T>& RecurrentStack<T>::chain(Index) const {
+  raise<UnsupportedError>("Recurrent::chain",
+                          "a Device::cuda layer generates its Jacobians on the GPU and "
+                          "keeps no host chain; inspect chains with Device::cpu");
+}
+
+template class RecurrentStack<float>;
+template class RecurrentStack<double>;
 
 }  // namespace bppsa::detail::gpu
+
+namespace bppsa::detail {
+
+template <class T>
+std::unique_ptr<RecurrentHalf<T>> make_recurrent_cuda(const RecurrentConfig& config) {
+  return std::make_unique<gpu::RecurrentStack<T>>(config);
+}
+template std::unique_ptr<RecurrentHalf<float>> make_recurrent_cuda<float>(const RecurrentConfig&);
+template std::unique_ptr<RecurrentHalf<double>> make_recurrent_cuda<double>(const RecurrentConfig&);
+
+}  // namespace bppsa::detail

@@ -1,7 +1,7 @@
 // Per-element arithmetic of the GPU optimizer (torch.optim.Adam / SGD with momentum and weight
 // decay, after clip_grad_norm_'s scaling), step for step as src/train/optimizer.cpp: the same
 // operations in the same order on T values, the constants computed once on the host.
-// Used by optimizer_kernels.cu and replayed by tests/nn/cuda/test_recurrent_host.cpp.
+// Used by optimizer_kernels.cu and replayed by tests/nn/cuda/test_recurrent_host.cpp (the optimizer's part).
 #pragma once
 
 #include "nn/cuda/head_math.hpp"
