@@ -1,8 +1,9 @@
-// LayerEngine: the front of bppsa.nn's layer engine (recurrent_layer.hpp). It checks every tensor
-// of a call (dtype, shape, layout, device) and hands the raw pointers to its half: the CPU's or
-// the CUDA device's (layer_half.hpp).
+// LayerEngine: bppsa.nn's layer engine (recurrent_layer.hpp). It checks every tensor of a call
+// (dtype, shape, layout, device) and hands the raw pointers to bppsa::Recurrent, whose front
+// picks its CPU or CUDA half; the tensors' CUDA device is current for the call.
 #include "recurrent_layer.hpp"
 
+#include "bppsa/core/device.hpp"
 #include "bppsa/core/error.hpp"
 
 namespace bppsa::python {
@@ -11,7 +12,7 @@ namespace {
 constexpr const char* kOp = "bppsa.nn";
 
 RecurrentConfig make_config(const std::string& cell, Index input, Index hidden, const std::string& nonlinearity,
-                            Index proj) {
+                            Index proj, const Place& place) {
   RecurrentConfig c;
   c.cell = parse_cell(cell);
   c.input = input;
@@ -19,6 +20,18 @@ RecurrentConfig make_config(const std::string& cell, Index input, Index hidden, 
   c.layers = 1;
   c.nonlinearity = parse_nonlinearity(nonlinearity);
   c.proj = proj;
+  if (place.device == "cuda") {
+    if (!cuda_built())
+      detail::raise<UnsupportedError>(
+          kOp,
+          "this build of bppsa has no CUDA backend (it was built without nvcc): move the module and its "
+          "inputs to the CPU with .cpu(), or reinstall bppsa with its CUDA backend (docs/pytorch.md)");
+    if (proj > 0)
+      detail::raise<UnsupportedError>(kOp,
+                                      "an LSTM with proj_size runs on the CPU only (the CUDA kernels have no "
+                                      "projection yet): move this module and its inputs to the CPU with .cpu()");
+    c.device = Device::cuda;
+  }
   return c;
 }
 
@@ -37,10 +50,21 @@ Place make_place(const std::string& device, int index) {
 template <class T>
 LayerEngine<T>::LayerEngine(const std::string& cell, Index input, Index hidden, const std::string& nonlinearity,
                             Index proj, const std::string& device, int device_index)
-    : config_(make_config(cell, input, hidden, nonlinearity, proj)),
-      place_(make_place(device, device_index)),
-      gates_(gate_count(config_.cell) * hidden),
-      half_(place_.device == "cuda" ? make_layer_gpu<T>(config_, place_.index) : make_layer_cpu<T>(config_)) {}
+    : place_(make_place(device, device_index)),
+      config_(make_config(cell, input, hidden, nonlinearity, proj, place_)),
+      gates_(gate_count(config_.cell) * hidden) {
+  const CudaDeviceScope scope(cuda_index());  // a stack's buffers, streams and handles belong to its device
+  rnn_ = std::make_unique<Recurrent<T>>(config_);
+}
+
+template <class T>
+LayerEngine<T>::~LayerEngine() {
+  try {
+    const CudaDeviceScope scope(cuda_index());
+    rnn_.reset();
+  } catch (...) {  // a destructor never throws; the stack frees what it can on the current device
+  }
+}
 
 template <class T>
 const T* LayerEngine<T>::in(const TensorRef& t, const std::vector<Index>& shape, const std::string& what) const {
@@ -87,7 +111,8 @@ void LayerEngine<T>::forward(const TensorRef& x, const OptRef& h0, const OptRef&
     if (!c_n) detail::raise<InvalidArgument>(kOp, "an LSTM layer needs a c_n buffer");
     io.c_n = out(c_n, {batch, H}, "c_n");
   }
-  half_->forward(io, steps, batch, lengths, stream);
+  const CudaDeviceScope scope(cuda_index());
+  rnn_->forward_io(io, steps, batch, lengths, stream);
 }
 
 template <class T>
@@ -97,7 +122,7 @@ std::string LayerEngine<T>::backward(const OptRef& grad_out, const OptRef& grad_
                                      const OptRef& grad_w_hh, const OptRef& grad_b_ih, const OptRef& grad_b_hh,
                                      const OptRef& grad_w_hr, bool check_finite, std::uintptr_t stream) {
   const Index H = config_.hidden, I = config_.input, P = output_size(config_), G = gates_;
-  const Index steps = half_->steps(), batch = half_->batch();
+  const Index steps = rnn_->steps(), batch = rnn_->batch();
   const bool lstm = config_.cell == CellType::lstm;
   if (steps == 0) detail::raise<InvalidArgument>(kOp, "backward without a forward");
   BackwardOptions options;
@@ -122,7 +147,8 @@ std::string LayerEngine<T>::backward(const OptRef& grad_out, const OptRef& grad_
   io.grad_b_ih = out(grad_b_ih, {G}, "grad of bias_ih");
   io.grad_b_hh = out(grad_b_hh, {G}, "grad of bias_hh");
   if (config_.proj > 0) io.grad_w_hr = out(grad_w_hr, {P, H}, "grad of weight_hr");
-  return half_->backward(io, options, stream);
+  const CudaDeviceScope scope(cuda_index());
+  return rnn_->backward_io(io, options, stream);
 }
 
 template class LayerEngine<float>;

@@ -2,15 +2,16 @@
 // backward pass needs, and the backward pass (a BPPSA scan or BP, bppsa::Recurrent's) gives
 // the gradients of the input, the initial state and every parameter. Python stacks layers,
 // directions and dropout around it; tensors cross as TensorRef, time-major (T, B, ·). The engine
-// runs where its tensors are: the CPU, or a CUDA device on the caller's stream (layer_half.hpp).
+// is a one-layer bppsa::Recurrent on the tensors' device, run on their memory
+// (Recurrent::forward_io / backward_io): the CPU, or a CUDA device on the caller's stream.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "bppsa/nn/recurrent.hpp"
-#include "layer_half.hpp"
 #include "tensor_ref.hpp"
 
 namespace bppsa::python {
@@ -24,6 +25,9 @@ class LayerEngine {
   /// tensor of a call must be there.
   LayerEngine(const std::string& cell, Index input, Index hidden, const std::string& nonlinearity, Index proj = 0,
               const std::string& device = "cpu", int device_index = -1);
+  ~LayerEngine();
+  LayerEngine(const LayerEngine&) = delete;
+  LayerEngine& operator=(const LayerEngine&) = delete;
 
   /// With P = proj or H: x (T, B, I); h0 (B, P), c0 (B, H) or None (zeros); weights (G·H, I),
   /// (G·H, P), biases (G·H) or None (no bias), w_hr (P, H) with a projection, else None.
@@ -47,10 +51,10 @@ class LayerEngine {
                        const OptRef& grad_w_ih, const OptRef& grad_w_hh, const OptRef& grad_b_ih,
                        const OptRef& grad_b_hh, const OptRef& grad_w_hr, bool check_finite, std::uintptr_t stream = 0);
 
-  /// Frees the last forward's record if larger than a small bound (LayerHalf::release_record).
-  void release_record() { half_->release_record(); }
-  Index steps() const { return half_->steps(); }
-  Index batch() const { return half_->batch(); }
+  /// Frees the last forward's record if larger than a small bound (Recurrent::release_record).
+  void release_record() { rnn_->release_record(); }
+  Index steps() const { return rnn_->steps(); }
+  Index batch() const { return rnn_->batch(); }
   const Place& place() const { return place_; }
 
  private:
@@ -59,10 +63,12 @@ class LayerEngine {
   const T* in(const OptRef& t, const std::vector<Index>& shape, const std::string& what) const;
   T* out(const OptRef& t, const std::vector<Index>& shape, const std::string& what) const;
 
-  RecurrentConfig config_;
   Place place_;
+  RecurrentConfig config_;
   Index gates_;  ///< G·H
-  std::unique_ptr<LayerHalf<T>> half_;
+  /// The CUDA device of the tensors (−1 on the CPU): current during every call on the stack.
+  int cuda_index() const { return place_.device == "cuda" ? place_.index : -1; }
+  std::unique_ptr<Recurrent<T>> rnn_;
 };
 
 extern template class LayerEngine<float>;

@@ -303,6 +303,45 @@ void Recurrent<T>::forward(const Eigen::Ref<const Matrix<T>>& x, Index steps, In
 }
 
 template <class T>
+void Recurrent<T>::forward_io(const LayerForwardIo<T>& io, Index steps, Index batch, std::span<const Index> lengths,
+                              std::uintptr_t stream) {
+  const char* op = "Recurrent::forward_io";
+  if (config_.layers != 1)
+    detail::raise<InvalidArgument>(op, "runs a one-layer stack (this one has " + std::to_string(config_.layers) +
+                                           " layers): stack the layers around it");
+  if (steps < 1 || batch < 1)
+    detail::raise<ShapeError>(op, "need at least one step and one sample (got " + std::to_string(steps) +
+                                      " steps, batch " + std::to_string(batch) + ")");
+  if (io.x == nullptr || io.w_ih == nullptr || io.w_hh == nullptr || io.out == nullptr || io.h_n == nullptr ||
+      (config_.cell == CellType::lstm && io.c_n == nullptr) || (config_.proj > 0 && io.w_hr == nullptr))
+    detail::raise<InvalidArgument>(op, "x, weight_ih, weight_hh, out and h_n are required (and c_n for an LSTM, "
+                                       "weight_hr with a projection)");
+  detail::check_sorted_lengths(op, lengths, batch, steps);
+  impl_->next_layer = -1;
+  impl_->lengths.clear();
+  if (!lengths.empty() && lengths.back() < steps) impl_->lengths.assign(lengths.begin(), lengths.end());
+  impl_->half->forward_io(io, steps, batch, impl_->lengths, stream, params_);
+}
+
+template <class T>
+std::string Recurrent<T>::backward_io(const LayerBackwardIo<T>& io, const BackwardOptions& options,
+                                      std::uintptr_t stream) {
+  if (steps() == 0) detail::raise<InvalidArgument>("Recurrent::backward_io", "call forward_io() before backward_io()");
+  impl_->next_layer = -1;
+  return impl_->half->backward_io(io, options, impl_->lengths, stream, params_, grads_);
+}
+
+template <class T>
+void Recurrent<T>::release_record() {
+  constexpr Index kKeptColumns = 64;  // a decoder's one-step calls keep their buffers
+  if (config_.device == Device::cuda || steps() * batch() <= kKeptColumns) return;
+  impl_->half->pull(params_, grads_);
+  impl_->half = detail::make_recurrent_cpu<T>(config_);
+  impl_->lengths.clear();
+  impl_->next_layer = -1;
+}
+
+template <class T>
 const std::vector<Index>& Recurrent<T>::lengths() const {
   return impl_->lengths;
 }

@@ -6,8 +6,10 @@
 // cuda/ defines the CUDA factory, no_gpu/ its stub.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -56,6 +58,14 @@ class RecurrentHalf {
                               LayerParamsList<T>& grads, const Matrix<T>* final_grad, BackwardTimes* times) = 0;
   virtual std::pair<Jacobian<T>, Matrix<T>> layer_transfer(Index layer, const BackwardOptions& options,
                                                            const LayerParamsList<T>& params) = 0;
+  /// Recurrent::forward_io / backward_io on the caller's memory (the front checked it holds one
+  /// layer). params, grads: the front's host copies (the CPU half's values, the CUDA half's caches,
+  /// left stale: the tensors are the caller's). lengths: backward_io's, those of the forward.
+  virtual void forward_io(const LayerForwardIo<T>& io, Index steps, Index batch, std::span<const Index> lengths,
+                          std::uintptr_t stream, LayerParamsList<T>& params) = 0;
+  virtual std::string backward_io(const LayerBackwardIo<T>& io, const BackwardOptions& options,
+                                  std::span<const Index> lengths, std::uintptr_t stream,
+                                  const LayerParamsList<T>& params, LayerParamsList<T>& grads) = 0;
   virtual const Matrix<T>& input_grad() const = 0;
   virtual const Matrix<T>& state0_grad(Index layer) const = 0;
   virtual const Chain<T>& chain(Index layer) const = 0;

@@ -817,4 +817,142 @@ TEST(RecurrentErrors, ParseNames) {
       {"relu", "plain RNN", "gru"});
 }
 
+
+// Recurrent::forward_io / backward_io (bppsa.nn's path: the caller's C-order tensors read and
+// written in place) against the host API on the same weights, states and gradients: outputs,
+// final states and every gradient, for each cell, with lengths and with LSTM's projection.
+struct IoCase {
+  RecurrentConfig config;
+  bool lengths;
+};
+class RecurrentIo : public ::testing::TestWithParam<IoCase> {};
+
+TEST_P(RecurrentIo, OnCallerMemoryEqualsTheHostApi) {
+  const RecurrentConfig c = GetParam().config;
+  const Index T = 5, B = 3, I = c.input, H = c.hidden, P = output_size(c), S = state_size(c), G = gate_count(c.cell) * H;
+  const bool lstm = c.cell == CellType::lstm;
+  const std::vector<Index> lengths = GetParam().lengths ? std::vector<Index>{5, 4, 2} : std::vector<Index>{};
+  Rng rng(11);
+  Recurrent<double> host(c);
+  host.reset_parameters(4);
+  const RecurrentLayerParams<double> p = host.params(0);
+  const Md x = random_matrix(I, T * B, rng), s0 = random_matrix(S, B, rng), gout = random_matrix(P, T * B, rng),
+           gfin = random_matrix(S, B, rng);
+  // The caller's tensors: C-order (B, P) for h, (B, H) for c, i.e. P × B and H × B column-major.
+  const Md h0 = s0.topRows(P), c0 = s0.bottomRows(H), ghn = gfin.topRows(P), gcn = gfin.bottomRows(H);
+
+  host.set_initial_state(0, s0);
+  host.forward(x, T, B, lengths);
+  host.set_final_state_grad(0, lstm ? gfin : Md(gfin.topRows(P)));
+  host.backward(gout, true, {BackwardMethod::blelloch});
+
+  Recurrent<double> io_rnn(c);  // zero weights: forward_io reads the caller's
+  Md out(P, T * B), hn(P, B), cn(H, B), gx(I, T * B), gh0(P, B), gc0(H, B);
+  RowMatrix<double> gw_ih(G, I), gw_hh(G, P), gw_hr(P, H);
+  Vector<double> gb_ih(G), gb_hh(G);
+  LayerForwardIo<double> f;
+  f.x = x.data();
+  f.h0 = h0.data();
+  f.c0 = lstm ? c0.data() : nullptr;
+  f.w_ih = p.w_ih.data();
+  f.w_hh = p.w_hh.data();
+  f.b_ih = p.b_ih.data();
+  f.b_hh = p.b_hh.data();
+  f.w_hr = c.proj > 0 ? p.w_hr.data() : nullptr;
+  f.out = out.data();
+  f.h_n = hn.data();
+  f.c_n = lstm ? cn.data() : nullptr;
+  io_rnn.forward_io(f, T, B, lengths);
+  LayerBackwardIo<double> b;
+  b.grad_out = gout.data();
+  b.grad_hn = ghn.data();
+  b.grad_cn = lstm ? gcn.data() : nullptr;
+  b.grad_x = gx.data();
+  b.grad_h0 = gh0.data();
+  b.grad_c0 = lstm ? gc0.data() : nullptr;
+  b.grad_w_ih = gw_ih.data();
+  b.grad_w_hh = gw_hh.data();
+  b.grad_b_ih = gb_ih.data();
+  b.grad_b_hh = gb_hh.data();
+  b.grad_w_hr = c.proj > 0 ? gw_hr.data() : nullptr;
+  EXPECT_EQ(io_rnn.backward_io(b, {BackwardMethod::blelloch}), "blelloch");
+
+  const double tol = 1e-12;
+  const Md last = host.final_state(0);
+  EXPECT_LE((out - host.output()).cwiseAbs().maxCoeff(), tol);
+  EXPECT_LE((hn - last.topRows(P)).cwiseAbs().maxCoeff(), tol);
+  if (lstm) {
+    EXPECT_LE((cn - last.bottomRows(H)).cwiseAbs().maxCoeff(), tol);
+  }
+  const auto& g = host.grads(0);
+  EXPECT_LE((gw_ih - g.w_ih).cwiseAbs().maxCoeff(), tol);
+  EXPECT_LE((gw_hh - g.w_hh).cwiseAbs().maxCoeff(), tol);
+  EXPECT_LE((gb_ih - g.b_ih).cwiseAbs().maxCoeff(), tol);
+  EXPECT_LE((gb_hh - g.b_hh).cwiseAbs().maxCoeff(), tol);
+  if (c.proj > 0) {
+    EXPECT_LE((gw_hr - g.w_hr).cwiseAbs().maxCoeff(), tol);
+  }
+  EXPECT_LE((gx - host.input_grad()).cwiseAbs().maxCoeff(), tol);
+  EXPECT_LE((gh0 - host.state0_grad(0).topRows(P)).cwiseAbs().maxCoeff(), tol);
+  if (lstm) {
+    EXPECT_LE((gc0 - host.state0_grad(0).bottomRows(H)).cwiseAbs().maxCoeff(), tol);
+  }
+  // The weights forward_io read are the stack's parameters now.
+  EXPECT_EQ(io_rnn.params(0).w_hh, p.w_hh);
+  EXPECT_EQ(io_rnn.lengths(), GetParam().lengths && lengths.back() < T ? lengths : std::vector<Index>{});
+
+  // A record this small stays for the next call (a decoder's steps).
+  io_rnn.release_record();
+  EXPECT_EQ(io_rnn.steps(), T);
+}
+
+TEST(RecurrentIo, ReleaseRecordFreesALargeOneAndKeepsTheWeights) {
+  Recurrent<double> rnn({CellType::gru, 3, 4, 1});
+  const Index T = 40, B = 2;  // 80 columns: more than the 64 kept
+  Rng rng(5);
+  const Md x = random_matrix(3, T * B, rng), w_ih = random_matrix(12, 3, rng), w_hh = random_matrix(12, 4, rng);
+  Md out(4, T * B), hn(4, B), gout = Md::Ones(4, T * B), gw(12, 3);
+  LayerForwardIo<double> f;
+  f.x = x.data();
+  f.w_ih = w_ih.data();
+  f.w_hh = w_hh.data();
+  f.out = out.data();
+  f.h_n = hn.data();
+  rnn.forward_io(f, T, B);
+  const RowMatrix<double> loaded = rnn.params(0).w_hh;
+  rnn.release_record();
+  EXPECT_EQ(rnn.steps(), 0);
+  EXPECT_EQ(rnn.params(0).w_hh, loaded);
+  LayerBackwardIo<double> b;
+  b.grad_out = gout.data();
+  b.grad_w_ih = gw.data();
+  expect_error<InvalidArgument>([&] { rnn.backward_io(b, {}); }, {"forward_io()"});
+  rnn.forward_io(f, T, B);  // and it runs again on the same weights
+  const Md again = out;
+  rnn.forward_io(f, T, B);
+  EXPECT_EQ(out, again);
+  EXPECT_EQ(rnn.backward_io(b, {BackwardMethod::bp}), "bp");
+}
+
+INSTANTIATE_TEST_SUITE_P(Cells, RecurrentIo,
+                         ::testing::Values(IoCase{{CellType::rnn, 3, 4, 1}, false},
+                                           IoCase{{CellType::gru, 3, 4, 1}, true},
+                                           IoCase{{CellType::lstm, 3, 4, 1}, true},
+                                           IoCase{{CellType::lstm, 3, 4, 1, Nonlinearity::tanh, Device::cpu, 2}, false}));
+
+TEST(RecurrentErrors, IoNeedsOneLayerAndItsTensors) {
+  Recurrent<double> rnn({CellType::gru, 3, 4, 2});
+  LayerForwardIo<double> f;
+  expect_error<InvalidArgument>([&] { rnn.forward_io(f, 2, 1); }, {"one-layer", "2 layers"});
+  Recurrent<double> one({CellType::lstm, 3, 4, 1});
+  const Md x = Md::Zero(3, 2), w_ih = Md::Zero(16, 3), w_hh = Md::Zero(16, 4);
+  Md out(4, 2), hn(4, 1);
+  f.x = x.data();
+  f.w_ih = w_ih.data();
+  f.w_hh = w_hh.data();
+  f.out = out.data();
+  f.h_n = hn.data();  // no c_n for an LSTM
+  expect_error<InvalidArgument>([&] { one.forward_io(f, 2, 1); }, {"c_n"});
+}
+
 }  // namespace

@@ -49,6 +49,21 @@ struct CudaDeviceInfo {
 /// device does not exist or the driver cannot be reached.
 CudaDeviceInfo cuda_device_info(int ordinal = 0);
 
+/// Makes CUDA device `index` current for the scope and restores the previous one after (what a
+/// caller holding tensors on several GPUs, as PyTorch, needs around each call); nothing for
+/// index < 0. Construction throws UnsupportedError without CUDA, DeviceError when the device
+/// cannot be selected.
+class CudaDeviceScope {
+ public:
+  explicit CudaDeviceScope(int index);
+  ~CudaDeviceScope();
+  CudaDeviceScope(const CudaDeviceScope&) = delete;
+  CudaDeviceScope& operator=(const CudaDeviceScope&) = delete;
+
+ private:
+  int previous_ = -1;  ///< the device to restore, or −1
+};
+
 /// One line for logs: "NVIDIA H100 80GB HBM3, sm_90, 132 SMs, 79.1 GiB, driver 13.0,
 /// runtime 13.0"; "no CUDA device (…why…)" or "built without CUDA" otherwise. Never throws.
 std::string cuda_summary();

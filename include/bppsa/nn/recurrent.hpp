@@ -12,6 +12,7 @@
 // (src/nn/cuda/), with this same API: see "On the GPU" at the class.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -73,6 +74,25 @@ struct RecurrentLayerParams {
   RowMatrix<T> w_ih, w_hh;
   Vector<T> b_ih, b_hh;
   RowMatrix<T> w_hr;  ///< LSTM with proj: [proj, H]; empty otherwise
+};
+
+/// A one-layer stack's tensors in the caller's memory (PyTorch's: C order, time-major), on the
+/// stack's device: host memory for Device::cpu, the current CUDA device's for Device::cuda. With
+/// P = output_size and G·H gate rows: x (T, B, I); h0, h_n (B, P); c0, c_n (B, H); w_ih (G·H, I);
+/// w_hh (G·H, P); b_ih, b_hh (G·H); w_hr (P, H). Null: absent (zeros for h0, c0 and the biases).
+template <class T>
+struct LayerForwardIo {
+  const T *x = nullptr, *h0 = nullptr, *c0 = nullptr;
+  const T *w_ih = nullptr, *w_hh = nullptr, *b_ih = nullptr, *b_hh = nullptr, *w_hr = nullptr;
+  T *out = nullptr, *h_n = nullptr, *c_n = nullptr;
+};
+/// A backward's tensors, shaped as their forward counterparts: the incoming gradients (null:
+/// zero) and the gradients to write (null: not wanted).
+template <class T>
+struct LayerBackwardIo {
+  const T *grad_out = nullptr, *grad_hn = nullptr, *grad_cn = nullptr;
+  T *grad_x = nullptr, *grad_h0 = nullptr, *grad_c0 = nullptr;
+  T *grad_w_ih = nullptr, *grad_w_hh = nullptr, *grad_b_ih = nullptr, *grad_b_hh = nullptr, *grad_w_hr = nullptr;
 };
 
 /// On the GPU (config.device = Device::cuda). Parameters, the forward record and every gradient
@@ -176,6 +196,26 @@ class Recurrent {
   /// sample; no Jacobian past a length) and g_in applies at its length, as
   /// set_final_state_grad does.
   std::pair<Jacobian<T>, Matrix<T>> layer_transfer(Index layer, const BackwardOptions& options);
+
+  /// forward() of a one-layer stack on the caller's tensors (LayerForwardIo; what bppsa.nn
+  /// runs): the weights are read from io (they become params(0)), the initial state from h0 / c0,
+  /// and out, h_n (each sample's at its length) and c_n are written. lengths as forward(). On
+  /// Device::cuda every copy and kernel is queued on `stream` (a cudaStream_t; 0: the legacy
+  /// default stream) and nothing waits for it; `stream` is unused on the CPU. The caller has
+  /// checked the tensors' shapes (InvalidArgument for a stack of more than one layer).
+  void forward_io(const LayerForwardIo<T>& io, Index steps, Index batch, std::span<const Index> lengths = {},
+                  std::uintptr_t stream = 0);
+  /// backward() of the last forward_io from the gradients on out, h_n and c_n (those on out past
+  /// a sample's length are not used), writing the gradients asked for. Returns how the state
+  /// gradients were computed: the method that ran (automatic resolved), "fused" for the GPU's
+  /// fused chunked scan. On Device::cuda grad_out is required (zeros when none flows back) and,
+  /// with options.check_finite, the parameter gradients' finiteness is checked (waiting for the
+  /// stream; NonFiniteError).
+  std::string backward_io(const LayerBackwardIo<T>& io, const BackwardOptions& options, std::uintptr_t stream = 0);
+  /// Frees the last forward's record and the backward's buffers when they hold more than a
+  /// small bound (a decoder's next one-step call keeps reusing them); the parameters stay. The
+  /// next backward needs a new forward. Device::cuda keeps its buffers (they are reused per shape).
+  void release_record();
 
   /// Throws ResourceError (bppsa/core/memory.hpp), with the numbers, when a training step of
   /// this many steps and samples cannot fit in this machine's memory: the forward record, the

@@ -1,6 +1,8 @@
 // bppsa.scan on CUDA tensors (scan.hpp): the resident scan (bppsa/scan/resident_scanner.hpp),
 // planned once per layout, device and stream and kept; the caller's tensors are copied into the
 // plan's device buffers and the gradients out of them, all queued on the caller's stream.
+#include <cuda_runtime_api.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <deque>
@@ -9,9 +11,10 @@
 #include <mutex>
 #include <span>
 
+#include "bppsa/core/device.hpp"
 #include "bppsa/core/error.hpp"
 #include "bppsa/scan/resident_scanner.hpp"
-#include "cuda/device_scope.hpp"
+#include "core/cuda/check.hpp"
 #include "scan.hpp"
 
 namespace bppsa::python {
@@ -25,7 +28,7 @@ struct Plan {
   explicit Plan(int device) : device(device) {}
   ~Plan() {
     try {
-      DeviceScope scope(device);  // freed on its own device (an eviction runs under another's)
+      const CudaDeviceScope scope(device);  // freed on its own device (an eviction runs under another's)
       scanner.reset();
     } catch (...) {
     }
@@ -169,7 +172,7 @@ void affine_scan_gpu(const std::vector<ElementRef>& elements, const TensorRef& g
   for (const Layout<T>& l : layouts) key += l.describe() + ";";
   for (const bool b : injected) key += b ? '1' : '0';
 
-  DeviceScope scope(place.index);
+  const CudaDeviceScope scope(place.index);
   const auto s = reinterpret_cast<cudaStream_t>(stream);
   if (n == 0) {
     copy(reinterpret_cast<void*>(checked_data<T>(out[0], {batch, d_last}, kOp, "output 0", place)), g_last.data,

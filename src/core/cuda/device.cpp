@@ -79,6 +79,19 @@ std::string cuda_summary() {
   }
 }
 
+CudaDeviceScope::CudaDeviceScope(int index) {
+  if (index < 0) return;
+  int current = 0;
+  BPPSA_CUDA_CHECK(cudaGetDevice(&current));
+  if (current == index) return;
+  BPPSA_CUDA_CHECK(cudaSetDevice(index));
+  previous_ = current;
+}
+
+CudaDeviceScope::~CudaDeviceScope() {
+  if (previous_ >= 0) detail::cuda::discard(cudaSetDevice(previous_));
+}
+
 namespace detail::cuda {
 
 void require_device_memory(const std::string& op, const std::string& what, const std::vector<DeviceBytes>& items,

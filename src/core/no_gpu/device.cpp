@@ -16,4 +16,12 @@ CudaDeviceInfo cuda_device_info(int) {
 
 std::string cuda_summary() { return "built without CUDA"; }
 
+CudaDeviceScope::CudaDeviceScope(int index) {
+  if (index >= 0)
+    detail::raise<UnsupportedError>("CudaDeviceScope",
+                                    "built without CUDA: no CUDA device to select; rebuild with "
+                                    "-DBPPSA_WITH_CUDA=ON on a machine with the CUDA toolkit, or use the CPU");
+}
+CudaDeviceScope::~CudaDeviceScope() = default;
+
 }  // namespace bppsa

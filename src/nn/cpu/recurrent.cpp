@@ -203,6 +203,10 @@ class RecurrentCpu final : public RecurrentHalf<T> {
                       LayerParamsList<T>& grads, const Matrix<T>* final_grad, BackwardTimes* times) override;
   std::pair<Jacobian<T>, Matrix<T>> layer_transfer(Index l, const BackwardOptions& options,
                                                    const LayerParamsList<T>& params) override;
+  void forward_io(const LayerForwardIo<T>& io, Index steps, Index batch, std::span<const Index> lengths,
+                  std::uintptr_t, LayerParamsList<T>& params) override;
+  std::string backward_io(const LayerBackwardIo<T>& io, const BackwardOptions& options, std::span<const Index> lengths,
+                          std::uintptr_t, const LayerParamsList<T>& params, LayerParamsList<T>& grads) override;
   const Matrix<T>& input_grad() const override { return input_grad_; }
   const Matrix<T>& state0_grad(Index l) const override { return layer_.at(static_cast<std::size_t>(l)).g0; }
   const Chain<T>& chain(Index l) const override { return layer_.at(static_cast<std::size_t>(l)).chain; }
@@ -585,6 +589,90 @@ std::pair<Jacobian<T>, Matrix<T>> RecurrentCpu<T>::layer_transfer(Index l, const
                                   " is not finite (NaN/Inf): the loss or the weights diverged; "
                                   "lower the learning rate");
   return {std::move(m), std::move(v)};
+}
+
+// bppsa.nn's layer on host tensors: the caller's buffers are read and written in place
+// (x, out and the gradients through maps; C order (T, B, ·) is features × T·B column-major).
+template <class T>
+void RecurrentCpu<T>::forward_io(const LayerForwardIo<T>& io, Index steps, Index batch,
+                                 std::span<const Index> lengths, std::uintptr_t, LayerParamsList<T>& params) {
+  using MapCM = Eigen::Map<const Matrix<T>>;
+  using MapM = Eigen::Map<Matrix<T>>;
+  const Index I = config_.input, H = config_.hidden, P = output_size(config_);
+  auto& p = params.front();
+  auto load = [](auto& dst, const T* src) {
+    if (src == nullptr)
+      dst.setZero();
+    else
+      std::copy(src, src + dst.size(), dst.data());
+  };
+  load(p.w_ih, io.w_ih);
+  load(p.w_hh, io.w_hh);
+  load(p.b_ih, io.b_ih);
+  load(p.b_hh, io.b_hh);
+  if (config_.proj > 0) load(p.w_hr, io.w_hr);
+  Matrix<T> s0;
+  if (io.h0 != nullptr || io.c0 != nullptr) {
+    s0 = Matrix<T>::Zero(state_size(config_), batch);
+    if (io.h0 != nullptr) s0.topRows(P) = MapCM(io.h0, P, batch);
+    if (io.c0 != nullptr) s0.bottomRows(H) = MapCM(io.c0, H, batch);
+  }
+  forward(MapCM(io.x, I, steps * batch), steps, batch, params, {s0.size() != 0 ? &s0 : nullptr}, lengths);
+  MapM(io.out, P, steps * batch) = output();
+  const Matrix<T> last = final_state(0);
+  MapM(io.h_n, P, batch) = last.topRows(P);
+  if (io.c_n != nullptr) MapM(io.c_n, H, batch) = last.bottomRows(H);
+}
+
+template <class T>
+std::string RecurrentCpu<T>::backward_io(const LayerBackwardIo<T>& io, const BackwardOptions& options,
+                                         std::span<const Index> lengths, std::uintptr_t,
+                                         const LayerParamsList<T>& params, LayerParamsList<T>& grads) {
+  using MapCM = Eigen::Map<const Matrix<T>>;
+  using MapM = Eigen::Map<Matrix<T>>;
+  const Index H = config_.hidden, I = config_.input, P = output_size(config_), S = state_size(config_);
+  const Index steps = steps_, batch = batch_;
+  // The gradient on the final state: what reaches h_n / c_n from outside the layer.
+  Matrix<T> gf;
+  if (io.grad_hn != nullptr || io.grad_cn != nullptr) {
+    gf = Matrix<T>::Zero(S, batch);
+    if (io.grad_hn != nullptr) gf.topRows(P) = MapCM(io.grad_hn, P, batch);
+    if (io.grad_cn != nullptr) gf.bottomRows(H) = MapCM(io.grad_cn, H, batch);
+  }
+  Matrix<T> zeros;
+  const T* go = io.grad_out;
+  if (go == nullptr) {
+    zeros.setZero(P, steps * batch);
+    go = zeros.data();
+  }
+  // When only each sample's last step has a gradient (a many-to-one head) the scan needs no
+  // injections: the cheaper linear chain gives the same gradients. (Past a length none is used.)
+  bool every_step = false;
+  for (Index b = 0; b < batch && !every_step; ++b) {
+    const Index len = lengths.empty() ? steps : lengths[static_cast<std::size_t>(b)];
+    for (Index t = 0; t + 1 < len && !every_step; ++t) {
+      const T* col = go + (t * batch + b) * P;
+      every_step = std::any_of(col, col + P, [](T v) { return v != T(0); });
+    }
+  }
+  backward_begin(MapCM(go, P, steps * batch), every_step, params);
+  prepare_layer(0, options);
+  backward_layer(0, options, params, grads, gf.size() != 0 ? &gf : nullptr, nullptr);
+
+  auto store = [](T* dst, const auto& src) {
+    if (dst != nullptr) std::copy(src.data(), src.data() + src.size(), dst);
+  };
+  const auto& gp = grads.front();
+  store(io.grad_w_ih, gp.w_ih);
+  store(io.grad_w_hh, gp.w_hh);
+  store(io.grad_b_ih, gp.b_ih);
+  store(io.grad_b_hh, gp.b_hh);
+  if (config_.proj > 0) store(io.grad_w_hr, gp.w_hr);
+  if (io.grad_x != nullptr) MapM(io.grad_x, I, steps * batch) = input_grad_;
+  const Matrix<T>& g0 = layer_.front().g0;
+  if (io.grad_h0 != nullptr) MapM(io.grad_h0, P, batch) = g0.topRows(P);
+  if (io.grad_c0 != nullptr) MapM(io.grad_c0, H, batch) = g0.bottomRows(H);
+  return to_string(resolve_backward(options, batch));
 }
 
 }  // namespace

@@ -224,6 +224,9 @@ void ClassifierCuda<T>::queue_forward_loss(bool grad, int time_slot) {
 
 template <class T>
 void ClassifierCuda<T>::queue_backward(const BackwardOptions& options, int time_slot) {
+  // Checked and staged first: a misshaped final-state gradient throws before any gradient changes.
+  const std::vector<DeviceState<T>> final_grads =
+      stack_.stage_states(RecurrentAccess<T>::final_grads(rnn_), "final-state gradient", "Recurrent::backward");
   const Idx N = columns();
   if (ones_.size() < static_cast<std::size_t>(N)) {
     ones_ = DeviceBuffer<T>(static_cast<std::size_t>(N));
@@ -244,8 +247,6 @@ void ClassifierCuda<T>::queue_backward(const BackwardOptions& options, int time_
     top = dfull_.data();
   }
   stack_.backward_begin_device(top, every_);
-  const std::vector<DeviceState<T>> final_grads =
-      stack_.stage_states(RecurrentAccess<T>::final_grads(rnn_), "final-state gradient", "Recurrent::backward");
   for (Index l = stack_.layers() - 1; l >= 0; --l)
     stack_.backward_layer_device(
         l, options, l < static_cast<Index>(final_grads.size()) ? final_grads[static_cast<std::size_t>(l)] : DeviceState<T>{},

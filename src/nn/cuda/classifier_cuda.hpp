@@ -136,6 +136,7 @@ class ClassifierCuda final : public ClassifierHalf<T> {
   std::array<std::array<cuda::Event, kTimePoints>, kSlots> events_;
   std::array<std::array<bool, kTimePoints>, kSlots> marked_{};
   cuda::PinnedBuffer<DeviceStatus> pinned_;
+  static_assert(kSlots == 2, "one snapshot event per slot");
   std::array<cuda::Event, kSlots> snap_{cuda::Event(false), cuda::Event(false)};  ///< ordering only
   std::vector<Index> order_, sorted_lengths_;  ///< the stored batch's order (longest first) and lengths
 };

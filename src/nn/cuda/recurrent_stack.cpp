@@ -292,14 +292,14 @@ void RecurrentStack<T>::forward_device(const std::vector<DeviceState<T>>& s0) {
 
 template <class T>
 std::vector<DeviceState<T>> RecurrentStack<T>::stage_states(const LayerMatrices<T>& host, const char* what,
-                                                            const char* op) {
+                                                            const char* op, Index first) {
   std::vector<DeviceState<T>> d(host.size());
   if (std::all_of(host.begin(), host.end(), [](const Matrix<T>* m) { return m == nullptr; })) return d;
   const Idx n = S_ * batch_;
   ensure(staged_, n * static_cast<Idx>(host.size()));
   for (std::size_t l = 0; l < host.size(); ++l) {
     if (host[l] == nullptr) continue;
-    check_state_shape(*host[l], static_cast<Index>(l), what, op);
+    check_state_shape(*host[l], first + static_cast<Index>(l), what, op);
     T* at = staged_.data() + static_cast<Idx>(l) * n;
     to_device(at, host[l]->data(), n);
     d[l] = {at, cell_ == kLstm ? at + H_ : nullptr, S_};  // S × B: h rows over c rows
@@ -696,7 +696,7 @@ void RecurrentStack<T>::check_grads(Index only) {
 template <class T>
 std::size_t RecurrentStack<T>::device_bytes() const {
   std::size_t n = params_.bytes() + grads_.bytes() + x_.bytes() + ones_.bytes() + grad_out_.bytes() + status_.bytes() +
-                  len_.bytes();
+                  len_.bytes() + staged_.bytes() + readback_.bytes();
   for (const Layer& L : layers_) {
     for (const DeviceBuffer<T>* b :
          {&L.h, &L.c, &L.gates, &L.aux, &L.ax, &L.w_col, &L.g, &L.dx, &L.dh, &L.gx, &L.g_final})
@@ -767,21 +767,21 @@ void RecurrentStack<T>::forward(const Eigen::Ref<const Matrix<T>>& x, Index step
 
 template <class T>
 Matrix<T> RecurrentStack<T>::state(Index layer, Index t) const {
-  auto& self = const_cast<RecurrentStack&>(*this);  // staging only: the record is not changed
-  ensure(self.staged_, S_ * batch_);
-  self.copy_state(layer, t, {self.staged_.data(), cell_ == kLstm ? self.staged_.data() + H_ : nullptr, S_});
+  auto& self = const_cast<RecurrentStack&>(*this);  // queues copies only: nothing of the record changes
+  ensure(readback_, S_ * batch_);
+  self.copy_state(layer, t, {readback_.data(), cell_ == kLstm ? readback_.data() + H_ : nullptr, S_});
   Matrix<T> s(S_, batch_);
-  to_host(s.data(), staged_.data(), s.size());
+  to_host(s.data(), readback_.data(), s.size());
   return s;
 }
 
 template <class T>
 Matrix<T> RecurrentStack<T>::final_state(Index layer) const {
-  auto& self = const_cast<RecurrentStack&>(*this);
-  ensure(self.staged_, S_ * batch_);
-  self.copy_final_state(layer, {self.staged_.data(), cell_ == kLstm ? self.staged_.data() + H_ : nullptr, S_});
+  auto& self = const_cast<RecurrentStack&>(*this);  // queues a kernel only: nothing of the record changes
+  ensure(readback_, S_ * batch_);
+  self.copy_final_state(layer, {readback_.data(), cell_ == kLstm ? readback_.data() + H_ : nullptr, S_});
   Matrix<T> s(S_, batch_);
-  to_host(s.data(), staged_.data(), s.size());
+  to_host(s.data(), readback_.data(), s.size());
   return s;
 }
 
@@ -814,8 +814,7 @@ template <class T>
 void RecurrentStack<T>::backward_layer(Index l, const BackwardOptions& options, const LayerParamsList<T>& params,
                                        LayerParamsList<T>&, const Matrix<T>* final_grad, BackwardTimes* times) {
   make_current(params);
-  if (final_grad != nullptr) check_state_shape(*final_grad, l, "final-state gradient", "Recurrent::backward");
-  const std::vector<DeviceState<T>> g = stage_states({final_grad}, "final-state gradient", "Recurrent::backward");
+  const std::vector<DeviceState<T>> g = stage_states({final_grad}, "final-state gradient", "Recurrent::backward", l);
   backward_layer_device(l, options, g.front(), 0);
   check_grads(l);
   sync.grads_newer = true;
@@ -867,6 +866,49 @@ const Matrix<T>& RecurrentStack<T>::state0_grad(Index layer) const {
   g0.resize(S_, batch_);
   to_host(g0.data(), d.data(), g0.size());  // block 0 of g: S × B
   return g0;
+}
+
+template <class T>
+void RecurrentStack<T>::forward_io(const LayerForwardIo<T>& io, Index steps, Index batch,
+                                   std::span<const Index> lengths, std::uintptr_t stream, LayerParamsList<T>&) {
+  use_stream(reinterpret_cast<cudaStream_t>(stream));
+  upload_layer_device(0, {io.w_ih, io.w_hh, io.b_ih, io.b_hh});
+  sync.host_newer = false;  // the device's weights are the caller's now; the front's copies are stale
+  sync.device_newer = true;
+  resize(steps, batch);
+  set_lengths(lengths);  // a PackedSequence: each sample's length, longest first
+  copy_input_device(io.x);
+  forward_device({{io.h0, io.c0}});
+  copy_output(io.out);
+  copy_final_state(0, {io.h_n, io.c_n});
+}
+
+template <class T>
+std::string RecurrentStack<T>::backward_io(const LayerBackwardIo<T>& io, const BackwardOptions& options,
+                                           std::span<const Index>, std::uintptr_t stream, const LayerParamsList<T>&,
+                                           LayerParamsList<T>&) {
+  const char* op = "Recurrent::backward_io";
+  if (io.grad_out == nullptr)
+    raise<InvalidArgument>(op, "the CUDA half needs the output's gradient (zeros when none flows back)");
+  use_stream(reinterpret_cast<cudaStream_t>(stream));
+  // Every step's gradient is injected: telling a many-to-one gradient apart would read it on the host.
+  backward_begin_device(io.grad_out, true);
+  backward_layer_device(0, options, {io.grad_hn, io.grad_cn}, 0);
+  sync.grads_newer = true;
+  if (options.check_finite) {
+    check_grads(0);
+    const DeviceStatus status = read_status();  // waits for the stream
+    if ((status.flags & kGradNotFinite) != 0) {
+      clear_flags();
+      raise<NonFiniteError>(op,
+                            "the layer's parameter gradients are not finite (NaN/Inf): the loss, "
+                            "the incoming gradients or the weights diverged");
+    }
+  }
+  copy_layer_grads(0, {io.grad_w_ih, io.grad_w_hh, io.grad_b_ih, io.grad_b_hh});
+  if (io.grad_x != nullptr) copy_input_grad(io.grad_x);
+  copy_state0_grad(0, {io.grad_h0, io.grad_c0});
+  return state_grads_method(0);
 }
 
 template <class T>

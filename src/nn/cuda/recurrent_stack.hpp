@@ -129,6 +129,11 @@ class RecurrentStack final : public RecurrentHalf<T> {
                       LayerParamsList<T>& grads, const Matrix<T>* final_grad, BackwardTimes* times) override;
   std::pair<Jacobian<T>, Matrix<T>> layer_transfer(Index layer, const BackwardOptions& options,
                                                    const LayerParamsList<T>& params) override;
+  // The caller's device memory, every call queued on its stream: no host copy, no wait.
+  void forward_io(const LayerForwardIo<T>& io, Index steps, Index batch, std::span<const Index> lengths,
+                  std::uintptr_t stream, LayerParamsList<T>& params) override;
+  std::string backward_io(const LayerBackwardIo<T>& io, const BackwardOptions& options, std::span<const Index> lengths,
+                          std::uintptr_t stream, const LayerParamsList<T>& params, LayerParamsList<T>& grads) override;
   const Matrix<T>& input_grad() const override;
   const Matrix<T>& state0_grad(Index layer) const override;
   const Chain<T>& chain(Index layer) const override;
@@ -195,8 +200,11 @@ class RecurrentStack final : public RecurrentHalf<T> {
   /// extra gradient on s_T in device memory (both null: none). Timed in `slot`.
   void backward_layer_device(Index layer, const BackwardOptions& options, const DeviceState<T>& final_grad, int slot);
   /// Host matrices the front holds (initial states, final-state gradients; S × batch, h rows
-  /// over c rows) staged on the device for forward_device / backward_layer_device.
-  std::vector<DeviceState<T>> stage_states(const LayerMatrices<T>& host, const char* what, const char* op);
+  /// over c rows; host[k] is layer first + k's, checked against the batch) staged on the device
+  /// for forward_device / backward_layer_device. The pointers stay valid until the next
+  /// stage_states: use them before staging again.
+  std::vector<DeviceState<T>> stage_states(const LayerMatrices<T>& host, const char* what, const char* op,
+                                           Index first = 0);
   /// Where the last backward timed in `slot` spent its time (waits for it): every layer it ran,
   /// or layer `only` alone (a layer-by-layer backward reports each layer once).
   BackwardTimes backward_times(int slot, Index only = -1);
@@ -279,7 +287,8 @@ class RecurrentStack final : public RecurrentHalf<T> {
   int sms_, smem_optin_;
   cuda::DeviceBuffer<T> params_, grads_;
   cuda::DeviceBuffer<T> x_, ones_, grad_out_;
-  cuda::DeviceBuffer<T> staged_;  ///< host states staged for the device (stage_states), layer by layer
+  cuda::DeviceBuffer<T> staged_;          ///< host states staged for the device (stage_states), layer by layer
+  mutable cuda::DeviceBuffer<T> readback_;  ///< a state gathered for the host (state, final_state)
   cuda::DeviceBuffer<DeviceStatus> status_;
   std::vector<Layer> layers_;
   Index steps_ = 0, batch_ = 0;
