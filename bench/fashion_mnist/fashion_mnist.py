@@ -32,7 +32,7 @@ from cpuinfo import cpu_model  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "common"))
 import safetensors_np  # noqa: E402
 
 PUBLISHED_README = "/usr/share/doc/dataset-fashion-mnist/README.md.gz"

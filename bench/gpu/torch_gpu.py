@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "common"))
 sys.path.insert(0, os.path.join(HERE, "..", "common"))  # precision
 sys.path.insert(0, os.path.join(HERE, "..", "paper"))  # torch_paper
 sys.path.insert(0, HERE)

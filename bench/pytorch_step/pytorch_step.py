@@ -40,7 +40,7 @@ STARTED = time.monotonic()  # the budget counts from here: torch's and JAX's imp
 import torch  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.append(os.path.join(HERE, "..", "..", "python"))  # torch_models; bppsa itself from PYTHONPATH (a build)
+sys.path.append(os.path.join(HERE, "..", "..", "tests", "common"))  # torch_models; bppsa itself from PYTHONPATH (a build)
 sys.path.insert(0, os.path.join(HERE, "..", "paper"))  # torch_paper
 sys.path.insert(0, os.path.join(HERE, "..", "common"))  # machine, precision
 sys.path.insert(0, HERE)

@@ -20,7 +20,7 @@ import wave
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+sys.path.insert(0, os.path.join(HERE, "..", "common"))
 import safetensors_np as st  # noqa: E402
 from fake_idx import fake_mnist  # noqa: E402
 

@@ -37,7 +37,7 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 import safetensors_np as st  # noqa: E402
 from fake_idx import fake_mnist  # noqa: E402  (tests/cli/, this script's folder)
 

@@ -21,7 +21,7 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+sys.path.insert(0, os.path.join(HERE, "..", "common"))
 import numpy as np  # noqa: E402
 import safetensors_np as st  # noqa: E402
 from check_cli_guards import BIN, WORK, check, path, read, run, run_checks  # noqa: E402  (same arguments)

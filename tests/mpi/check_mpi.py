@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "common"))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pytorch"))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "cli"))
 import safetensors_np as st  # noqa: E402

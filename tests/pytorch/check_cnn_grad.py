@@ -19,7 +19,7 @@ require_torch()
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 import safetensors_np as st  # noqa: E402
 from torch_models import sequential  # noqa: E402
 
