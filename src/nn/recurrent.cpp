@@ -3,6 +3,8 @@
 // src/nn/cpu/recurrent.cpp, the CUDA half in src/nn/cuda/recurrent_stack.cpp.
 #include "bppsa/nn/recurrent.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "bppsa/core/error.hpp"
@@ -42,6 +44,19 @@ Nonlinearity parse_nonlinearity(std::string_view name) {
 
 Index gate_count(CellType c) { return c == CellType::rnn ? 1 : c == CellType::gru ? 3 : 4; }
 Index state_size(CellType c, Index hidden) { return c == CellType::lstm ? 2 * hidden : hidden; }
+const char* to_string(ForwardMethod m) { return m == ForwardMethod::newton ? "newton" : "sequential"; }
+
+ForwardMethod parse_forward(std::string_view name) {
+  if (name == "sequential") return ForwardMethod::sequential;
+  if (name == "newton") return ForwardMethod::newton;
+  detail::raise<InvalidArgument>("parse_forward",
+                                 "unknown forward method '" + std::string(name) + "'; expected sequential or newton");
+}
+
+int ForwardReport::fallbacks() const {
+  return static_cast<int>(std::count(fell_back.begin(), fell_back.end(), true));
+}
+
 Index output_size(const RecurrentConfig& c) { return c.proj > 0 ? c.proj : c.hidden; }
 Index state_size(const RecurrentConfig& c) { return c.cell == CellType::lstm ? output_size(c) + c.hidden : c.hidden; }
 
@@ -123,6 +138,7 @@ struct Recurrent<T>::Impl {
   std::vector<Matrix<T>> s0;       ///< per layer: initial state, empty = zeros
   std::vector<Matrix<T>> g_final;  ///< per layer: extra gradient on s_T (set_final_state_grad), empty = none
   std::vector<Index> lengths;      ///< of the last forward; empty = every sample ran every step
+  ForwardOptions forward_options;
   // Layer-by-layer backward: the layer whose backward_layer comes next (−1: none,
   // backward_begin first). The layer below needs the layer above's input gradient, hence the
   // strict top-down order.
@@ -337,8 +353,35 @@ void Recurrent<T>::release_record() {
   if (config_.device == Device::cuda || steps() * batch() <= kKeptColumns) return;
   impl_->half->pull(params_, grads_);
   impl_->half = detail::make_recurrent_cpu<T>(config_);
+  impl_->half->set_forward_options(impl_->forward_options);
   impl_->lengths.clear();
   impl_->next_layer = -1;
+}
+
+template <class T>
+void Recurrent<T>::set_forward_options(const ForwardOptions& o) {
+  const char* op = "Recurrent::set_forward_options";
+  if (o.max_iterations < 1)
+    detail::raise<InvalidArgument>(op, "max_iterations must be ≥ 1, got " + std::to_string(o.max_iterations));
+  if (!(o.tolerance >= 0) || !std::isfinite(o.tolerance))
+    detail::raise<InvalidArgument>(op, "tolerance must be ≥ 0 and finite (0 = 16 ε), got " + std::to_string(o.tolerance));
+  if (o.threads < 0 || o.chunks < 0)
+    detail::raise<InvalidArgument>(op, "threads and chunks must be ≥ 0 (0 = automatic)");
+  if (o.algorithm == Algorithm::fused)
+    detail::raise<InvalidArgument>(op, "the Newton forward's linear recurrences run on the scan engine: linear, "
+                                       "blelloch, hybrid or auto, not fused");
+  impl_->half->set_forward_options(o);
+  impl_->forward_options = o;
+}
+
+template <class T>
+const ForwardOptions& Recurrent<T>::forward_options() const {
+  return impl_->forward_options;
+}
+
+template <class T>
+const ForwardReport& Recurrent<T>::forward_report() const {
+  return impl_->half->forward_report();
 }
 
 template <class T>

@@ -36,6 +36,9 @@ class RecurrentHalf {
   /// The host copies of the parameters are the newest (written, or about to be, by the caller).
   virtual void host_written() = 0;
 
+  /// How the next forward runs (values checked by the front); what the last one did.
+  virtual void set_forward_options(const ForwardOptions& options) = 0;
+  virtual const ForwardReport& forward_report() const = 0;
   /// lengths: per sample, non-increasing, 1..steps (checked by the front); empty = every step.
   virtual void forward(const Eigen::Ref<const Matrix<T>>& x, Index steps, Index batch, const LayerParamsList<T>& params,
                        const LayerMatrices<T>& initial_states, std::span<const Index> lengths) = 0;

@@ -955,4 +955,171 @@ TEST(RecurrentErrors, IoNeedsOneLayerAndItsTensors) {
   expect_error<InvalidArgument>([&] { one.forward_io(f, 2, 1); }, {"c_n"});
 }
 
+
+// The Newton forward (ForwardMethod::newton, docs/method.md §9) against the sequential forward
+// of the same stack, which the parity tests hold to PyTorch: every layer's states, the outputs
+// and every gradient of a backward after it, for every cell, two layers, with and without lengths.
+struct NewtonRun {
+  Md out, final0, final1, gx, g00;
+  std::vector<RecurrentLayerParams<double>> grads;
+  ForwardReport report;
+};
+
+NewtonRun run_stack(const RecurrentConfig& c, const std::vector<RecurrentLayerParams<double>>& params, const Md& x,
+                    Index T, Index B, const std::vector<Index>& lengths, const Md& gout, const ForwardOptions& fo) {
+  Recurrent<double> r(c);
+  for (Index l = 0; l < c.layers; ++l) r.params(l) = params[static_cast<std::size_t>(l)];
+  r.set_forward_options(fo);
+  r.forward(x, T, B, lengths);
+  NewtonRun out;
+  out.out = r.output();
+  out.final0 = r.final_state(0);
+  out.final1 = r.final_state(c.layers - 1);
+  out.report = r.forward_report();
+  r.backward(gout, true, {BackwardMethod::blelloch});
+  for (Index l = 0; l < c.layers; ++l) out.grads.push_back(r.grads(l));
+  out.gx = r.input_grad();
+  out.g00 = r.state0_grad(0);
+  return out;
+}
+
+double worst_rel(const Md& a, const Md& b) {
+  return (a - b).cwiseAbs().maxCoeff() / std::max(1.0, b.cwiseAbs().maxCoeff());
+}
+
+class NewtonForward : public ::testing::TestWithParam<std::tuple<CellVariant, bool>> {};
+
+TEST_P(NewtonForward, EqualsTheSequentialForwardAndItsGradients) {
+  const auto [v, with_lengths] = GetParam();
+  const Index T = 40, B = 3, I = 3;
+  const RecurrentConfig c = v.config(I, 4, 2);
+  Rng rng(21 + v.id());
+  Recurrent<double> init(c);
+  init.reset_parameters(5 + v.id());
+  std::vector<RecurrentLayerParams<double>> params;
+  for (Index l = 0; l < c.layers; ++l) params.push_back(init.params(l));
+  const Md x = random_matrix(I, T * B, rng), gout = random_matrix(output_size(c), T * B, rng);
+  const std::vector<Index> lengths = with_lengths ? std::vector<Index>{40, 31, 7} : std::vector<Index>{};
+  const NewtonRun seq = run_stack(c, params, x, T, B, lengths, gout, {});
+  ForwardOptions fo;
+  fo.method = ForwardMethod::newton;
+  const NewtonRun nt = run_stack(c, params, x, T, B, lengths, gout, fo);
+
+  EXPECT_EQ(nt.report.method, ForwardMethod::newton);
+  ASSERT_EQ(nt.report.iterations.size(), 2u);
+  EXPECT_EQ(nt.report.fallbacks(), 0) << "residuals " << nt.report.residual[0] << ", " << nt.report.residual[1];
+  for (std::size_t l = 0; l < 2; ++l) {
+    EXPECT_GE(nt.report.iterations[l], 2);
+    EXPECT_LT(nt.report.iterations[l], fo.max_iterations);
+    EXPECT_LE(nt.report.residual[l], 16 * std::numeric_limits<double>::epsilon());
+  }
+  EXPECT_EQ(seq.report.iterations, (std::vector<int>{0, 0}));
+  const double tol = 1e-10;
+  EXPECT_LE(worst_rel(nt.out, seq.out), tol);
+  EXPECT_LE(worst_rel(nt.final0, seq.final0), tol);
+  EXPECT_LE(worst_rel(nt.final1, seq.final1), tol);
+  EXPECT_LE(worst_rel(nt.gx, seq.gx), tol);
+  EXPECT_LE(worst_rel(nt.g00, seq.g00), tol);
+  for (std::size_t l = 0; l < 2; ++l) {
+    EXPECT_LE(worst_rel(nt.grads[l].w_ih, seq.grads[l].w_ih), tol) << "layer " << l;
+    EXPECT_LE(worst_rel(nt.grads[l].w_hh, seq.grads[l].w_hh), tol) << "layer " << l;
+    EXPECT_LE(worst_rel(nt.grads[l].b_ih, seq.grads[l].b_ih), tol) << "layer " << l;
+    EXPECT_LE(worst_rel(nt.grads[l].b_hh, seq.grads[l].b_hh), tol) << "layer " << l;
+    if (c.proj > 0) {
+      EXPECT_LE(worst_rel(nt.grads[l].w_hr, seq.grads[l].w_hr), tol) << "layer " << l;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cells, NewtonForward, ::testing::Combine(::testing::ValuesIn(kVariants), ::testing::Bool()));
+
+TEST(NewtonForward, FloatMatchesDoubleAsTheSequentialForwardDoes) {
+  const Index T = 200, B = 2, I = 3;
+  const RecurrentConfig c{CellType::gru, I, 8, 1};
+  Recurrent<double> d(c);
+  d.reset_parameters(9);
+  Recurrent<float> sf(c), nf(c);
+  for (Recurrent<float>* f : {&sf, &nf}) {
+    f->params(0).w_ih = d.params(0).w_ih.cast<float>();
+    f->params(0).w_hh = d.params(0).w_hh.cast<float>();
+    f->params(0).b_ih = d.params(0).b_ih.cast<float>();
+    f->params(0).b_hh = d.params(0).b_hh.cast<float>();
+  }
+  Rng rng(4);
+  const Md x = random_matrix(I, T * B, rng);
+  const Eigen::MatrixXf xf = x.cast<float>();
+  d.forward(xf.cast<double>(), T, B);
+  sf.forward(xf, T, B);
+  ForwardOptions fo;
+  fo.method = ForwardMethod::newton;
+  nf.set_forward_options(fo);
+  nf.forward(xf, T, B);
+  EXPECT_EQ(nf.forward_report().fallbacks(), 0) << nf.forward_report().residual[0];
+  const Md truth = d.output();
+  const double seq_err = worst_rel(Md(sf.output().cast<double>()), truth);
+  const double newton_err = worst_rel(Md(nf.output().cast<double>()), truth);
+  EXPECT_LE(newton_err, 1e-5);
+  EXPECT_LE(seq_err, 1e-5);
+}
+
+TEST(NewtonForward, ExpandingWeightsAndNonFiniteInputsGiveTheSequentialResult) {
+  const Index T = 60, B = 2, I = 2;
+  const RecurrentConfig c{CellType::rnn, I, 6, 1};
+  Recurrent<double> init(c);
+  init.reset_parameters(3);
+  std::vector<RecurrentLayerParams<double>> params{init.params(0)};
+  params[0].w_hh *= 6.0;  // spectral radius well above 1: chaotic tanh dynamics
+  Rng rng(8);
+  Md x = random_matrix(I, T * B, rng);
+  const Md gout = random_matrix(6, T * B, rng);
+  ForwardOptions fo;
+  fo.method = ForwardMethod::newton;
+  const NewtonRun seq = run_stack(c, params, x, T, B, {}, gout, {});
+  const NewtonRun nt = run_stack(c, params, x, T, B, {}, gout, fo);
+  // Converged or fell back, the result is the trajectory.
+  EXPECT_LE(worst_rel(nt.out, seq.out), 1e-9) << "fell back: " << nt.report.fell_back[0];
+  if (nt.report.fell_back[0]) {
+    EXPECT_EQ(nt.out, seq.out);
+  }
+
+  // With one iteration allowed nothing converges: the sequential forward, bit for bit.
+  fo.max_iterations = 1;
+  const NewtonRun one = run_stack(c, params, x, T, B, {}, gout, fo);
+  EXPECT_TRUE(one.report.fell_back[0]);
+  EXPECT_EQ(one.report.iterations[0], 1);
+  EXPECT_EQ(one.out, seq.out);
+
+  // A NaN input: the residual is not finite, the layer falls back and gives what the sequential
+  // forward gives (NaN from that step on in that sample), as torch.nn does.
+  Recurrent<double> a(c), b(c);
+  a.params(0) = init.params(0);
+  b.params(0) = init.params(0);
+  x(0, 10 * B + 1) = std::numeric_limits<double>::quiet_NaN();
+  fo.max_iterations = 30;
+  b.set_forward_options(fo);
+  a.forward(x, T, B);
+  b.forward(x, T, B);
+  EXPECT_TRUE(b.forward_report().fell_back[0]);
+  EXPECT_TRUE(std::isnan(b.forward_report().residual[0]));
+  const Md oa = a.output(), ob = b.output();
+  EXPECT_TRUE(oa.col(10 * B + 1).hasNaN());
+  EXPECT_TRUE((oa.array() == ob.array() || (oa.array().isNaN() && ob.array().isNaN())).all());
+}
+
+TEST(RecurrentErrors, ForwardOptions) {
+  Recurrent<double> r({CellType::gru, 3, 4, 1});
+  ForwardOptions o;
+  o.max_iterations = 0;
+  expect_error<InvalidArgument>([&] { r.set_forward_options(o); }, {"max_iterations", "≥ 1"});
+  o = ForwardOptions{};
+  o.tolerance = -1;
+  expect_error<InvalidArgument>([&] { r.set_forward_options(o); }, {"tolerance"});
+  o = ForwardOptions{};
+  o.algorithm = Algorithm::fused;
+  expect_error<InvalidArgument>([&] { r.set_forward_options(o); }, {"fused"});
+  EXPECT_EQ(parse_forward("newton"), ForwardMethod::newton);
+  EXPECT_STREQ(to_string(ForwardMethod::sequential), "sequential");
+  expect_error<InvalidArgument>([] { parse_forward("deer"); }, {"deer", "sequential or newton"});
+}
+
 }  // namespace

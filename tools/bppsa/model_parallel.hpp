@@ -50,6 +50,7 @@ struct TrainArgs {
   std::string init;    ///< cnn: start from these weights (e.g. a dense model to prune)
   double prune = -1;   ///< cnn: global magnitude pruning to this sparsity before training
   std::string device = "cpu";  ///< --device: recurrent models on the CPU or the GPU
+  std::string forward = "sequential";  ///< --forward: the recurrent forward's method
   MpArgs mp;
   CLI::App* app = nullptr;
 };

@@ -278,9 +278,15 @@ int run_recurrent(const Args& a, const TensorFile& resumed) {
     model.load_state_dict(resumed);
   else
     model.reset_parameters(a.seed);
+  ForwardOptions forward;
+  forward.method = parse_forward(a.forward);
+  forward.threads = a.backward.threads;
+  model.rnn().set_forward_options(forward);
   std::map<std::string, std::string> meta;
   if (!a.init.empty()) meta["bppsa.init"] = utf8_text(a.init);
-  return train_single(a, model, describe(config), train, test, a.resume.empty() ? TensorFile{} : resumed, meta);
+  const std::string description =
+      describe(config) + (forward.method == ForwardMethod::newton ? " forward=newton" : "");
+  return train_single(a, model, description, train, test, a.resume.empty() ? TensorFile{} : resumed, meta);
 }
 
 /// `file`: the --resume or --init file, read (and checked against the flags) by run().
@@ -331,6 +337,16 @@ void check_flags(const Args& a) {
                                                   "): the projection maps the hidden state to fewer features");
     if (a.device != "cpu")
       detail::raise<UnsupportedError>("train", proj + " runs on the CPU only: drop --device " + a.device);
+  }
+  if (a.forward != "sequential") {
+    const std::string f = "--forward " + a.forward;
+    if (cnn) detail::raise<InvalidArgument>("train", f + " is for recurrent models (rnn, gru, lstm): drop it");
+    if (a.device != "cpu")
+      detail::raise<UnsupportedError>("train", f + " runs on the CPU only for now: drop --device " + a.device +
+                                                   " or use --forward sequential");
+    if (a.mp.enabled)
+      detail::raise<InvalidArgument>("train", f + " with --model-parallel: a stage runs the sequential forward; "
+                                                  "drop one of them");
   }
 }
 
@@ -601,6 +617,12 @@ Command add_train(CLI::App& app) {
   add_data_options(*sub, a->data);
   add_backward_options(*sub, a->backward);
   add_device_option(*sub, a->device);
+  sub->add_option("--forward", a->forward,
+                  "recurrent models: sequential, or newton (Newton's method on the whole trajectory, each "
+                  "iteration's linear recurrence solved by the scan; exact by certificate, else the sequential "
+                  "forward; CPU only)")
+      ->check(CLI::IsMember({"sequential", "newton"}))
+      ->capture_default_str();
   sub->add_option("--epochs", a->epochs, "epochs in all (a resumed run continues up to this)")
       ->check(CLI::Range(Index{1}, Index{1000000}))
       ->capture_default_str();

@@ -22,6 +22,7 @@
 
 #include "bppsa/core/device.hpp"
 #include "bppsa/nn/backward.hpp"
+#include "bppsa/scan/scanner.hpp"
 
 namespace bppsa {
 
@@ -76,6 +77,40 @@ struct RecurrentLayerParams {
   RowMatrix<T> w_hr;  ///< LSTM with proj: [proj, H]; empty otherwise
 };
 
+/// How forward() computes the states (docs/method.md §9). sequential: one step after another.
+/// newton: Newton's method on the whole trajectory (DEER): every step's cell and Jacobian at
+/// the current iterate in parallel, then the linear recurrence s_t = A_t s_{t−1} + c_t solved
+/// by the scan engine, until a certificate holds; else the sequential forward (a result never
+/// depends on convergence). CPU only for now.
+enum class ForwardMethod { sequential, newton };
+const char* to_string(ForwardMethod m);
+/// "sequential", "newton"; InvalidArgument otherwise.
+ForwardMethod parse_forward(std::string_view name);
+
+struct ForwardOptions {
+  ForwardMethod method = ForwardMethod::sequential;
+  /// newton: iterations before falling back to the sequential forward (≥ 1).
+  int max_iterations = 30;
+  /// newton: the certificate, max over steps and samples of ‖s_t − f(s_{t−1}, x_t)‖∞ /
+  /// max(1, ‖f‖∞); 0 = 16 ε of the scalar type (the per-step rounding of a sequential forward).
+  double tolerance = 0;
+  /// newton: the scan that solves each iteration's linear recurrence.
+  Algorithm algorithm = Algorithm::automatic;
+  int threads = 0;  ///< 0 = OpenMP's default
+  int chunks = 0;   ///< hybrid chunks (0 = automatic)
+};
+
+/// What the last forward() did, per layer: Newton's iterations (0 for a sequential layer), its
+/// final certificate residual, and whether the layer fell back to the sequential forward
+/// (iterations exhausted, or a residual that is not finite).
+struct ForwardReport {
+  ForwardMethod method = ForwardMethod::sequential;
+  std::vector<int> iterations;
+  std::vector<double> residual;
+  std::vector<bool> fell_back;
+  int fallbacks() const;
+};
+
 /// A one-layer stack's tensors in the caller's memory (PyTorch's: C order, time-major), on the
 /// stack's device: host memory for Device::cpu, the current CUDA device's for Device::cuda. With
 /// P = output_size and G·H gate rows: x (T, B, I); h0, h_n (B, P); c0, c_n (B, H); w_ih (G·H, I);
@@ -127,6 +162,13 @@ class Recurrent {
   const RecurrentLayerParams<T>& params(Index layer) const;
   /// Gradients of the last backward(), same shapes as params().
   const RecurrentLayerParams<T>& grads(Index layer) const;
+
+  /// How the next forward() runs (ForwardOptions); InvalidArgument for bad values,
+  /// UnsupportedError for newton on Device::cuda.
+  void set_forward_options(const ForwardOptions& options);
+  const ForwardOptions& forward_options() const;
+  /// What the last forward() did (ForwardReport).
+  const ForwardReport& forward_report() const;
 
   /// PyTorch's default initialisation: every weight and bias U(−1/√H, 1/√H), from `seed`.
   void reset_parameters(std::uint64_t seed);

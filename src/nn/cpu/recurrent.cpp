@@ -13,6 +13,7 @@
 #include "core/finite.hpp"
 #include "core/team.hpp"
 #include "nn/cell.hpp"
+#include "nn/cpu/newton.hpp"
 #include "nn/recurrent_half.hpp"
 
 namespace bppsa {
@@ -177,6 +178,8 @@ class RecurrentCpu final : public RecurrentHalf<T> {
 
   void pull(LayerParamsList<T>&, LayerParamsList<T>&) const override {}
   void host_written() override {}
+  void set_forward_options(const ForwardOptions& options) override { forward_options_ = options; }
+  const ForwardReport& forward_report() const override { return report_; }
 
   void forward(const Eigen::Ref<const Matrix<T>>& x, Index steps, Index batch, const LayerParamsList<T>& params,
                const LayerMatrices<T>& initial_states, std::span<const Index> lengths) override;
@@ -244,6 +247,8 @@ class RecurrentCpu final : public RecurrentHalf<T> {
   std::vector<Layer> layer_;
   Index steps_ = 0, batch_ = 0;
   std::vector<Index> lengths_;  ///< per sample, non-increasing; empty = every sample runs every step
+  ForwardOptions forward_options_;
+  ForwardReport report_;
   Matrix<T> gx_;                ///< gradient on the current layer's input (passes to the layer below)
   Matrix<T> input_grad_;
   Matrix<T> g_last_;
@@ -273,6 +278,8 @@ void RecurrentCpu<T>::forward(const Eigen::Ref<const Matrix<T>>& x, Index steps,
   }
   const Index H = config_.hidden, P = output_size(config_), G = gate_count(config_.cell);
   const auto& ops = cell_ops<T>(config_.cell, config_.nonlinearity);
+  report_ = ForwardReport{};
+  report_.method = forward_options_.method;
   for (Index l = 0; l < config_.layers; ++l) {
     auto& rec = layer_[static_cast<std::size_t>(l)].rec;
     const auto& p = params[static_cast<std::size_t>(l)];
@@ -304,7 +311,13 @@ void RecurrentCpu<T>::forward(const Eigen::Ref<const Matrix<T>>& x, Index steps,
       rec.h.leftCols(batch).setZero();
       if (config_.cell == CellType::lstm) rec.c.leftCols(batch).setZero();
     }
-    ops.forward(p, rec);
+    NewtonOutcome newton;
+    if (forward_options_.method == ForwardMethod::newton)
+      newton = newton_forward(ops, config_, p, rec, forward_options_);
+    if (!newton.converged) ops.forward(p, rec);  // sequential, or Newton's fallback
+    report_.iterations.push_back(newton.iterations);
+    report_.residual.push_back(newton.residual);
+    report_.fell_back.push_back(forward_options_.method == ForwardMethod::newton && !newton.converged);
     for (Index t = 1; t <= steps && !active.empty(); ++t) {  // outputs and states past the length: zeros
       const Index w = rec.width(t);
       rec.h.middleCols(t * batch + w, batch - w).setZero();

@@ -282,6 +282,10 @@ void RecurrentStack<T>::check_state_shape(const Matrix<T>& m, Index l, const cha
 
 template <class T>
 void RecurrentStack<T>::forward_device(const std::vector<DeviceState<T>>& s0) {
+  report_ = ForwardReport{};
+  report_.iterations.assign(static_cast<std::size_t>(config_.layers), 0);
+  report_.residual.assign(static_cast<std::size_t>(config_.layers), 0.0);
+  report_.fell_back.assign(static_cast<std::size_t>(config_.layers), false);
   forward_from([&](Index l, T* h, T* c) {
     const DeviceState<T> d =
         static_cast<std::size_t>(l) < s0.size() ? s0[static_cast<std::size_t>(l)] : DeviceState<T>{};
@@ -741,6 +745,15 @@ void RecurrentStack<T>::pull(LayerParamsList<T>& params, LayerParamsList<T>& gra
     download_layers(grads_, grads);
     s.grads_newer = false;
   }
+}
+
+template <class T>
+void RecurrentStack<T>::set_forward_options(const ForwardOptions& options) {
+  if (options.method != ForwardMethod::sequential)
+    raise<UnsupportedError>("Recurrent::set_forward_options",
+                            std::string("the ") + to_string(options.method) +
+                                " forward runs on the CPU only for now; use ForwardMethod::sequential on Device::cuda "
+                                "(--forward sequential) or Device::cpu");
 }
 
 template <class T>

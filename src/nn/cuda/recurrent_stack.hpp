@@ -114,6 +114,9 @@ class RecurrentStack final : public RecurrentHalf<T> {
   // --- RecurrentHalf: the front's calls, on host memory -------------------------------------
   void pull(LayerParamsList<T>& params, LayerParamsList<T>& grads) const override;
   void host_written() override;
+  /// The GPU runs the sequential forward only (UnsupportedError for newton).
+  void set_forward_options(const ForwardOptions& options) override;
+  const ForwardReport& forward_report() const override { return report_; }
   void forward(const Eigen::Ref<const Matrix<T>>& x, Index steps, Index batch, const LayerParamsList<T>& params,
                const LayerMatrices<T>& initial_states, std::span<const Index> lengths) override;
   Index steps() const override { return steps_; }
@@ -302,6 +305,7 @@ class RecurrentStack final : public RecurrentHalf<T> {
   // Host copies of what the front's accessors return.
   mutable Matrix<T> out_, input_grad_;
   mutable std::vector<Matrix<T>> g0_;
+  ForwardReport report_;  ///< every layer sequential
 };
 
 extern template class RecurrentStack<float>;

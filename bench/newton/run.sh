@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The Newton forward against the sequential one on the CPU (docs/method.md §9): builds bench_newton
+# and writes OUT/newton.jsonl and OUT/newton.md (a table per thread count and one with W_hh scaled
+# to spectral radius 1.5). OUT: bench/results/cpu/newton, or --out DIR; --quick: one short case,
+# into build/newton-quick. Run on a quiet machine.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+# shellcheck source=scripts/lib/bench.sh
+. scripts/lib/bench.sh
+bench_out bench/results/cpu/newton newton-quick "$@"
+quick=0
+for a in "$@"; do [ "$a" = --quick ] && quick=1; done
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DBPPSA_BUILD_BENCH=ON >/dev/null
+cmake --build "$build" -j2 --target bench_newton
+mkdir -p "$out"
+bench_load
+{
+  echo "# Newton forward against the sequential forward (CPU)"
+  echo
+  echo "bppsa $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- include src 2>/dev/null || echo ' (uncommitted changes)'), $(nproc) cores, command: bench/newton/run.sh${*:+ $*}; forward only, float, median of the timed runs"
+  echo
+  if [ "$quick" = 1 ]; then
+    "$build/bench_newton" --cells gru --steps 100 --batch 4 --reps 1 --out "$out/newton.jsonl"
+  else
+    for t in 1 2; do
+      echo "threads $t:"
+      echo
+      "$build/bench_newton" --threads "$t" --out "$out/newton-t$t.jsonl"
+      echo
+    done
+    echo "W_hh scaled to spectral radius 1.5 (expanding dynamics), 1 thread:"
+    echo
+    "$build/bench_newton" --steps 100 1000 --spectral-radius 1.5 --out "$out/newton-radius.jsonl"
+    cat "$out"/newton-t*.jsonl "$out/newton-radius.jsonl" >"$out/newton.jsonl"
+  fi
+} | tee "$out/newton.md"
+echo "wrote $out/newton.md and newton.jsonl" >&2
