@@ -6,6 +6,7 @@ codes (2 invalid flags, 1 errors) for bad flags and malformed files.
 Usage: check_cli.py BPPSA_BINARY WORK_DIR."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -116,6 +117,23 @@ def main():
     if r.returncode == 0:
         ev = json.loads(r.stdout)
         check(ev["samples"] > 0 and 0 <= ev["accuracy"] <= 1, "eval reports accuracy")
+    # --forward newton: the same epoch lines as the sequential forward (the certificate holds it to
+    # the trajectory; the losses print to 4 decimals), with lengths and a projection too; refused
+    # where it does not run.
+    lstm = [a if a != "gru" else "lstm" for a in SMALL]
+    for base, extra in ((SMALL, []), (lstm, ["--proj", "2", "--min-steps", "3"])):
+        line = {}
+        for fwd in ("sequential", "newton"):
+            r = run(base + extra + ["--epochs", "2", "--forward", fwd], label=f"train --forward {fwd} {' '.join(extra)}")
+            line[fwd] = [ln for ln in r.stdout.splitlines() if ln.startswith("epoch")]
+        strip = [re.sub(r"\d+\.\d+ s.*", "", ln) for ln in line["newton"]]
+        check(len(strip) == 2 and strip == [re.sub(r"\d+\.\d+ s.*", "", ln) for ln in line["sequential"]],
+              f"--forward newton trains as the sequential forward does {' '.join(extra)}")
+    run(SMALL + ["--forward", "newton", "--device", "cuda"], 1, "--forward newton runs on the CPU only",
+        "--forward newton --device cuda refused")
+    run(["train", "--model", "cnn", "--data", "bitstream", "--forward", "newton", "--no-progress"], 1,
+        "--forward newton is for recurrent models", "--forward newton --model cnn refused")
+    run(SMALL + ["--forward", "deer"], 2, "--forward", "--forward deer is a usage error")
     # Samples of different lengths (--min-steps): trained, checked against BP, saved, evaluated;
     # refused where they do not run, with the flag named (--model-parallel runs them: tests/mpi).
     var = ["train", "--model", "lstm", "--proj", "2", "--hidden", "4", "--data", "bitstream", "--steps", "15",
