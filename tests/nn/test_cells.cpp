@@ -1106,6 +1106,16 @@ TEST(NewtonForward, ExpandingWeightsAndNonFiniteInputsGiveTheSequentialResult) {
   EXPECT_TRUE((oa.array() == ob.array() || (oa.array().isNaN() && ob.array().isNaN())).all());
 }
 
+TEST(RecurrentErrors, NewtonForwardRefusesWhatDoesNotFitBeforeAllocatingIt) {
+  // LSTM H 1024 (S 2048), 100 steps × batch 64: the dense elements alone are 2.7 TB in double.
+  Recurrent<double> r({CellType::lstm, 2, 1024, 1});
+  ForwardOptions o;
+  o.method = ForwardMethod::newton;
+  r.set_forward_options(o);
+  expect_error<ResourceError>([&] { r.forward(Md::Zero(2, 100 * 64), 100, 64); },
+                              {"Newton forward", "linear recurrence elements", "--forward sequential"});
+}
+
 TEST(RecurrentErrors, ForwardOptions) {
   Recurrent<double> r({CellType::gru, 3, 4, 1});
   ForwardOptions o;

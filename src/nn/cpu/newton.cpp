@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "bppsa/core/memory.hpp"
 #include "bppsa/scan/scanner.hpp"
 
 namespace bppsa::detail {
@@ -34,6 +35,21 @@ NewtonOutcome newton_forward(const CellOps<T>& ops, const RecurrentConfig& confi
   const bool lstm = config.cell == CellType::lstm;
   const double tol = options.tolerance > 0 ? options.tolerance : 16.0 * std::numeric_limits<T>::epsilon();
   const int threads = resolve_threads(options.threads);
+  {
+    // What an iteration holds besides the record: the chain of T·B dense S × S elements, the scan's
+    // workspace (up to twice that for Blelloch's products), the step Jacobians, the wide record.
+    const double per = static_cast<double>(TB) * sizeof(T);
+    const double wide_rec = per * static_cast<double>(rec.x.rows() + rec.ax.rows() + 2 * P + (lstm ? 2 * H : 0) +
+                                                      rec.gates.rows() + rec.aux.rows());
+    check_memory("Recurrent::forward",
+                 "the Newton forward of " + std::to_string(steps) + " steps × batch " + std::to_string(B) +
+                     " (state size " + std::to_string(S) + ")",
+                 {{"linear recurrence elements", per * static_cast<double>(S * S)},
+                  {"scan workspace", 2 * per * static_cast<double>(S * S)},
+                  {"step Jacobians", per * static_cast<double>(S * S)},
+                  {"every step's evaluation", wide_rec}},
+                 "use the sequential forward (--forward sequential), a smaller --batch or shorter sequences");
+  }
   auto running = [&](Index t, Index b) { return b < rec.width(t); };
   for (Index t = 1; t <= steps && !rec.active.empty(); ++t) {  // padding: never read by the sequential forward
     const Index w = rec.width(t);
