@@ -10,6 +10,7 @@ import torch
 from . import _native
 
 BACKWARD_METHODS = ("auto", "blelloch", "hybrid", "bp", "linear")
+FORWARD_METHODS = ("sequential", "newton")
 
 
 class LayerSpec:
@@ -26,6 +27,7 @@ class LayerSpec:
         self.hidden_size = hidden_size
         self.nonlinearity = nonlinearity
         self.proj_size = proj_size  # LSTM: rows of h (0 = hidden_size, no projection)
+        self.last_forward = None  # the last Newton forward's report (_run_forward)
         self._idle = {}
         # Reentrant: an engine may come back (weakref.finalize, run by the garbage collector)
         # while this thread is inside acquire() or release().
@@ -97,10 +99,11 @@ def _weights_key(weights):
     return tuple(None if t is None else (t.data_ptr(), t.shape) for t in weights)
 
 
-def _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths=None):
+def _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths=None, forward="sequential"):
     """Runs the layer on contiguous copies of what is not contiguous (a weight set to a
     transposed view, say): the engine reads C-order buffers. w_hr: the LSTM's projection or None;
-    lengths: per sample, longest first, or None (every sample runs every step)."""
+    lengths: per sample, longest first, or None (every sample runs every step). forward:
+    "sequential" or "newton" (its report kept on the spec: spec.last_forward)."""
     T, B = x.shape[0], x.shape[1]
     H = spec.hidden_size
     P = spec.proj_size or H  # rows of h
@@ -122,8 +125,13 @@ def _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths=
     if held is None or held[0] != key:
         held = engine.bppsa_weight_refs = (key, [_storage_of(t) for t in weights if t is not None],
                                            [r(t) for t in weights])
+    engine.set_forward(forward)
     engine.forward(r(args[0]), r(args[1]), r(args[2]), *held[2], list(lengths or ()), r(out), r(h_n), r(c_n),
                    _native.stream_of(x))
+    if forward != "sequential":
+        iterations, residual, fell_back = engine.forward_report()
+        spec.last_forward = {"method": forward, "iterations": iterations, "residual": residual,
+                             "fell_back": fell_back}
     return out, h_n, c_n
 
 
@@ -162,7 +170,7 @@ class LayerFunction(torch.autograd.Function):
     """apply(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, spec, options, lengths) →
     (out, h_n) or (out, h_n, c_n) for LSTM. x is (T, B, I); h0 (B, P), c0 (B, H) or None (P: the
     LSTM's proj_size, else H); b_ih, b_hh None when the layer has no bias; w_hr (P, H) or None
-    without a projection; options = (method, threads, chunks, check_finite); lengths: per
+    without a projection; options = (method, threads, chunks, check_finite, forward); lengths: per
     sample, longest first, or None. Any strides (contiguous copies are made for the engine).
 
     The tensors are saved with ctx.save_for_backward, so torch enforces its contracts: a second
@@ -175,7 +183,7 @@ class LayerFunction(torch.autograd.Function):
         key = (x.dtype, _device(x))
         engine = spec.acquire(*key)
         try:
-            out, h_n, c_n = _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths)
+            out, h_n, c_n = _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, options[4])
         except BaseException:
             spec.release(key, engine)
             raise
@@ -198,12 +206,12 @@ class LayerFunction(torch.autograd.Function):
         if torch.is_grad_enabled():  # create_graph=True: the result would be silently first-order only
             _no_double_backward(f"bppsa.nn ({ctx.spec.cell.upper()} layer)")
         saved = ctx.saved_tensors  # raises torch's errors: graph freed, or a tensor changed in place
-        method, threads, chunks, check_finite = ctx.options
+        method, threads, chunks, check_finite, forward = ctx.options
         with ctx.lock:
             engine = ctx.engine
             if engine.steps == 0 and saved[0].shape[1] > 0:
                 # An earlier backward of a retained graph freed the record: the forward again.
-                _run_forward(engine, ctx.spec, *saved, ctx.lengths)
+                _run_forward(engine, ctx.spec, *saved, ctx.lengths, forward)
             grads = _run_backward(engine, saved, ctx.needs_input_grad[:8], grad_out, grad_hn, grad_cn, method,
                                   threads, chunks, check_finite)
             # The record goes with its backward, not with the graph (which lives as long as the
@@ -214,18 +222,18 @@ class LayerFunction(torch.autograd.Function):
 
 
 def run_layer(spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, method, threads, chunks, check_finite=False,
-              lengths=None):
+              lengths=None, forward="sequential"):
     """One layer-direction: through autograd when a gradient is needed, else on an engine of
     its own for this call (nothing recorded for a backward pass)."""
     tensors = (x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
         res = LayerFunction.apply(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, spec,
-                                  (method, threads, chunks, check_finite), lengths)
+                                  (method, threads, chunks, check_finite, forward), lengths)
         return res if len(res) == 3 else (res[0], res[1], None)
     key = (x.dtype, _device(x))
     engine = spec.acquire(*key)
     try:  # (spec.borrowed's work, without a context manager's cost at every T 1 call)
         with torch.no_grad():
-            return _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths)
+            return _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, forward)
     finally:
         spec.release(key, engine)

@@ -16,6 +16,12 @@ bppsa's own options are keyword-only:
   at each call, as torch.nn's modules do; 1..1024 fixes it; 0 = every core this process may use.
 - ``check_finite``: False (default) lets NaN/Inf propagate into the gradients, as torch.nn does;
   True raises FloatingPointError naming the layer.
+- ``forward``: ``'sequential'`` (default: one step after another) or ``'newton'`` (Newton's method
+  on the whole trajectory, each iteration's linear recurrence solved by the scan engine; exact by
+  certificate, else that layer's sequential forward; docs/method.md §9). ``last_forward`` then
+  holds each layer-direction's iterations, certificate residual and fallback. CPU only, and in
+  eager mode only for now (under torch.compile, torch.export and CUDA graph capture it is refused);
+  on a CPU it is slower than the sequential forward at every size measured.
 
 The modules subclass torch.nn.RNN, GRU and LSTM (so ``isinstance(m, torch.nn.RNNBase)`` holds and
 the constructor is the installed torch's). Under ``torch.compile`` and ``torch.export`` each layer
@@ -43,7 +49,7 @@ import torch
 from torch.nn.utils.rnn import PackedSequence
 
 from . import _native, _ops
-from ._recurrent import BACKWARD_METHODS, LayerSpec, run_layer
+from ._recurrent import BACKWARD_METHODS, FORWARD_METHODS, LayerSpec, run_layer
 
 __all__ = ["RNN", "GRU", "LSTM", "to_torch"]
 
@@ -206,18 +212,19 @@ class _Bppsa:
 
     _cell = None  # "rnn", "gru", "lstm"
 
-    def __init__(self, *args, backward="auto", threads=None, check_finite=False, **kwargs):
+    def __init__(self, *args, backward="auto", threads=None, check_finite=False, forward="sequential", **kwargs):
         # Before torch allocates anything (a CUDA device, say); again after, for positional arguments.
         _check_factory(type(self).__name__, kwargs.get("dtype"), kwargs.get("device"))
         super().__init__(*args, **kwargs)  # torch.nn.RNN's, GRU's or LSTM's (the next class in the MRO)
-        self._bppsa_init(backward, threads, check_finite)
+        self._bppsa_init(backward, threads, check_finite, forward)
 
-    def _bppsa_init(self, backward, threads, check_finite):
+    def _bppsa_init(self, backward, threads, check_finite, forward="sequential"):
         name = type(self).__name__
         _check_factory(name, self.weight_ih_l0.dtype, self.weight_ih_l0.device)
         self._specs = self._layer_specs()
         self.set_backward(backward, threads)
         self.set_check_finite(check_finite)
+        self.set_forward(forward)
 
     def _layer_specs(self):
         """Each layer-direction's LayerSpec (its sizes and a pool of idle engines, empty at first)."""
@@ -251,6 +258,19 @@ class _Bppsa:
         self.bppsa_backward = backward
         self.bppsa_threads = threads
 
+    def set_forward(self, forward="sequential"):
+        """Chooses how the forward pass is computed: 'sequential' or 'newton' (see the module docstring)."""
+        if forward not in FORWARD_METHODS:
+            raise ValueError(f"bppsa: unknown forward method {forward!r}; use 'sequential' or 'newton'")
+        self.bppsa_forward = forward
+
+    @property
+    def last_forward(self):
+        """The last Newton forward of each layer-direction (layer-major, as h_n): a dict of its
+        method, iterations, certificate residual and whether it fell back to the sequential
+        forward; None for one that has not run Newton."""
+        return [spec.last_forward for spec in self._specs]
+
     def set_check_finite(self, check_finite=False):
         """check_finite=True: a NaN/Inf state gradient raises FloatingPointError naming the layer.
         False (default): non-finite values propagate into the gradients, as in torch.nn."""
@@ -268,6 +288,8 @@ class _Bppsa:
             s += f", threads={self.bppsa_threads}"
         if self.bppsa_check_finite:
             s += ", check_finite=True"
+        if getattr(self, "bppsa_forward", "sequential") != "sequential":
+            s += f", forward={self.bppsa_forward!r}"
         return s
 
     def __prepare_scriptable__(self):
@@ -410,6 +432,13 @@ class _Bppsa:
 
         layer_input = x.contiguous()
         capture = _ops.capturing(layer_input)
+        forward = getattr(self, "bppsa_forward", "sequential")  # absent in a module pickled before it existed
+        if forward not in FORWARD_METHODS:  # assigned directly
+            raise ValueError(f"bppsa: unknown forward method {forward!r}; use 'sequential' or 'newton'")
+        if capture and forward != "sequential":
+            raise NotImplementedError(f"bppsa.nn.{type(self).__name__}: forward={forward!r} runs in eager mode "
+                                      "only for now; under torch.compile, torch.export or CUDA graph capture use "
+                                      "forward='sequential' (set_forward)")
         h_n, c_n = [], []
         for layer in range(self.num_layers):
             outputs = []
@@ -429,7 +458,7 @@ class _Bppsa:
                                              lengths)
                 else:
                     out, hk, ck = run_layer(self._specs[k], xin, h0k, c0k, w_ih, w_hh, b_ih, b_hh, w_hr,
-                                            self.bppsa_backward, threads, 0, check_finite, lengths)
+                                            self.bppsa_backward, threads, 0, check_finite, lengths, forward)
                 outputs.append(out if direction == 0 else _reverse(out, lengths))
                 h_n.append(hk)
                 if lstm:
@@ -457,15 +486,16 @@ class _Bppsa:
 
 class RNN(_Bppsa, torch.nn.RNN):
     """torch.nn.RNN (tanh or relu) with a BPPSA backward pass: a subclass of torch.nn.RNN taking
-    the installed torch's arguments, plus keyword-only backward='auto', threads=None and
-    check_finite=False."""
+    the installed torch's arguments, plus keyword-only backward='auto', threads=None,
+    check_finite=False and forward='sequential'."""
 
     _cell = "rnn"
 
 
 class GRU(_Bppsa, torch.nn.GRU):
     """torch.nn.GRU with a BPPSA backward pass: a subclass of torch.nn.GRU taking the installed
-    torch's arguments, plus keyword-only backward='auto', threads=None and check_finite=False."""
+    torch's arguments, plus keyword-only backward='auto', threads=None, check_finite=False and
+    forward='sequential'."""
 
     _cell = "gru"
 
@@ -473,7 +503,8 @@ class GRU(_Bppsa, torch.nn.GRU):
 class LSTM(_Bppsa, torch.nn.LSTM):
     """torch.nn.LSTM with a BPPSA backward pass, proj_size included (h_t = W_hr (o_t ⊙ tanh c_t),
     scanned with its own Jacobian): a subclass of torch.nn.LSTM taking the installed torch's
-    arguments, plus keyword-only backward='auto', threads=None and check_finite=False."""
+    arguments, plus keyword-only backward='auto', threads=None, check_finite=False and
+    forward='sequential'."""
 
     _cell = "lstm"
 

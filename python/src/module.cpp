@@ -30,6 +30,8 @@ void bind_layer(py::module_& m, const char* name) {
            py::arg("grad_x"), py::arg("grad_h0"), py::arg("grad_c0"), py::arg("grad_w_ih"), py::arg("grad_w_hh"),
            py::arg("grad_b_ih"), py::arg("grad_b_hh"), py::arg("grad_w_hr"), py::arg("check_finite"),
            py::arg("stream") = 0)
+      .def("set_forward", &LayerEngine<T>::set_forward, py::arg("method"))
+      .def("forward_report", &LayerEngine<T>::forward_report)
       .def("release_record", &LayerEngine<T>::release_record)
       .def_property_readonly("steps", &LayerEngine<T>::steps)
       .def_property_readonly("batch", &LayerEngine<T>::batch);

@@ -151,6 +151,26 @@ std::string LayerEngine<T>::backward(const OptRef& grad_out, const OptRef& grad_
   return rnn_->backward_io(io, options, stream);
 }
 
+template <class T>
+void LayerEngine<T>::set_forward(const std::string& method) {
+  const ForwardMethod m = parse_forward(method);
+  if (m == rnn_->forward_options().method) return;
+  if (m != ForwardMethod::sequential && place_.device == "cuda")
+    detail::raise<UnsupportedError>(kOp, "forward='" + method +
+                                             "' runs on the CPU only for now: use forward='sequential' on CUDA "
+                                             "tensors, or move the module and its inputs with .cpu()");
+  ForwardOptions o = rnn_->forward_options();
+  o.method = m;
+  rnn_->set_forward_options(o);
+}
+
+template <class T>
+std::tuple<int, double, bool> LayerEngine<T>::forward_report() const {
+  const ForwardReport& r = rnn_->forward_report();
+  if (r.iterations.empty()) return {0, 0.0, false};
+  return {r.iterations.front(), r.residual.front(), static_cast<bool>(r.fell_back.front())};
+}
+
 template class LayerEngine<float>;
 template class LayerEngine<double>;
 

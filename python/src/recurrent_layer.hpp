@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "bppsa/nn/recurrent.hpp"
@@ -51,6 +52,12 @@ class LayerEngine {
                        const OptRef& grad_w_ih, const OptRef& grad_w_hh, const OptRef& grad_b_ih,
                        const OptRef& grad_b_hh, const OptRef& grad_w_hr, bool check_finite, std::uintptr_t stream = 0);
 
+  /// How the next forwards run: "sequential" or "newton" (Recurrent's ForwardMethod; newton is
+  /// CPU only: NotImplementedError on CUDA).
+  void set_forward(const std::string& method);
+  /// The last forward's (iterations, certificate residual, fell back) for newton; (0, 0, false)
+  /// for a sequential one.
+  std::tuple<int, double, bool> forward_report() const;
   /// Frees the last forward's record if larger than a small bound (Recurrent::release_record).
   void release_record() { rnn_->release_record(); }
   Index steps() const { return rnn_->steps(); }

@@ -1,0 +1,79 @@
+# bppsa.nn's forward='newton' (docs/method.md §9): outputs, final states and every gradient equal
+# torch.nn's (the independent oracle) for every cell, stacked and bidirectional, packed; the
+# report of the last forward; refusals.
+import pytest
+import torch
+
+import bppsa.nn
+
+
+CASES = [("RNN", {}), ("RNN", {"nonlinearity": "relu"}), ("GRU", {}), ("LSTM", {}), ("LSTM", {"proj_size": 3})]
+
+
+def _pair(name, dtype, **kw):
+    torch.manual_seed(3)
+    ref = getattr(torch.nn, name)(4, 6, num_layers=2, bidirectional=True, dtype=dtype, **kw)
+    mod = getattr(bppsa.nn, name)(4, 6, num_layers=2, bidirectional=True, dtype=dtype, forward="newton", **kw)
+    mod.load_state_dict(ref.state_dict())
+    return ref, mod
+
+
+def _rel(a, b):
+    return ((a - b).abs().max() / b.abs().max().clamp(min=1)).item()
+
+
+@pytest.mark.parametrize("name,kw", CASES)
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-10), (torch.float32, 1e-5)])
+def test_newton_equals_torch_nn(name, kw, dtype, tol):
+    ref, mod = _pair(name, dtype, **kw)
+    x = torch.randn(30, 3, 4, dtype=dtype)
+    outs, grads = [], []
+    for m in (ref, mod):
+        xi = x.clone().requires_grad_()
+        out, state = m(xi)
+        h = state[0] if isinstance(state, tuple) else state
+        (out.square().sum() + h.sum()).backward()
+        outs.append((out.detach(), h.detach()))
+        grads.append([xi.grad] + [p.grad for p in m.parameters()])
+    assert _rel(outs[1][0], outs[0][0]) <= tol and _rel(outs[1][1], outs[0][1]) <= tol
+    for g_mod, g_ref in zip(grads[1], grads[0]):
+        assert _rel(g_mod, g_ref) <= 10 * tol
+    report = mod.last_forward
+    assert len(report) == 4 and all(r is not None for r in report)
+    for r in report:
+        assert r["method"] == "newton" and r["fell_back"] is False and 1 <= r["iterations"] < 30, r
+        assert r["residual"] <= 16 * torch.finfo(dtype).eps
+
+
+def test_newton_packed_sequences():
+    ref, mod = _pair("GRU", torch.float64)
+    seqs = [torch.randn(n, 4, dtype=torch.float64) for n in (9, 4, 7)]
+    packed = torch.nn.utils.rnn.pack_sequence(seqs, enforce_sorted=False)
+    (o_ref, h_ref), (o_mod, h_mod) = ref(packed), mod(packed)
+    assert _rel(o_mod.data, o_ref.data) <= 1e-10 and _rel(h_mod, h_ref) <= 1e-10
+    assert all(not r["fell_back"] for r in mod.last_forward)
+
+
+def test_newton_falls_back_and_reports_it():
+    # A NaN input: the certificate's residual is not finite, each layer falls back to the
+    # sequential forward, whose result (NaN from there on, as torch.nn's) is returned.
+    ref, mod = _pair("RNN", torch.float64)
+    x = torch.randn(12, 2, 4, dtype=torch.float64)
+    x[5, 1, 0] = float("nan")
+    o_ref, _ = ref(x)
+    o_mod, _ = mod(x)
+    assert torch.equal(o_ref.isnan(), o_mod.isnan())
+    assert _rel(o_mod.nan_to_num(), o_ref.nan_to_num()) <= 1e-10
+    assert mod.last_forward[0]["fell_back"] is True
+
+
+def test_forward_option_errors_and_repr():
+    with pytest.raises(ValueError, match="unknown forward method 'deer'"):
+        bppsa.nn.GRU(3, 4, forward="deer")
+    m = bppsa.nn.GRU(3, 4)
+    assert m.bppsa_forward == "sequential" and "forward=" not in repr(m) and m.last_forward == [None]
+    m.set_forward("newton")
+    assert "forward='newton'" in repr(m)
+    m.bppsa_forward = "bogus"
+    with pytest.raises(ValueError, match="unknown forward method"):
+        m(torch.randn(5, 1, 3))
