@@ -186,6 +186,22 @@ def _dropout_between(output, p, rows):
     return flat.new_zeros(flat.shape).index_copy(0, rows, data).reshape(output.shape)
 
 
+def _autocast_dtype(input, weight):
+    """The dtype torch.nn's recurrent layers return under autocast for the input's device (they run
+    in autocast's lower precision there), or None: autocast off, or weights that are not float32."""
+    if weight.dtype != torch.float32:
+        return None
+    device = (input.data if isinstance(input, PackedSequence) else input).device.type
+    try:  # PyTorch >= 2.4
+        return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
+    except (AttributeError, TypeError, RuntimeError):
+        if device == "cpu":
+            return torch.get_autocast_cpu_dtype() if torch.is_autocast_cpu_enabled() else None
+        if device == "cuda":
+            return torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else None
+        return None
+
+
 class _InputDtypeError(NotImplementedError, ValueError):
     """An input in a dtype bppsa does not compute in (float16, bfloat16, integer, complex), for a
     module in one it does: torch.nn raises ValueError for an input whose dtype is not its weights'."""
@@ -369,12 +385,37 @@ class _Bppsa:
     def forward(self, input, hx=None):
         if _records_torch_ops() or _under_torch_func(input):
             return super().forward(input, hx)
+        # The weights' dtype from _flat_weights: reading weight_ih_l0 would evaluate a parametrization.
+        flat = getattr(self, "_flat_weights", None)
+        cast = _autocast_dtype(input, flat[0] if flat else next(self.parameters()))
+        if cast is not None:
+            return self._autocast_forward(input, hx, cast)
         if not _ops.AVAILABLE:
             if _native.is_compiling():  # (decorating would import torch._dynamo with bppsa)
                 return torch.compiler.disable(self._bppsa_forward)(input, hx)
             if _torch_forward_without_ops(input):
                 return super().forward(input, hx)
         return self._bppsa_forward(input, hx)
+
+    def _autocast_forward(self, input, hx, dtype):
+        """Under autocast: the layers computed in the weights' float32 (the input and hx converted
+        up, autocast off inside), the results converted to the dtype torch.nn returns there."""
+        data = input.data if isinstance(input, PackedSequence) else input
+        w = torch.float32  # what _autocast_dtype found the weights to be
+        up = lambda t: None if t is None else t.to(w)  # noqa: E731
+        if isinstance(input, PackedSequence):
+            input = PackedSequence(up(input.data), input.batch_sizes, input.sorted_indices, input.unsorted_indices)
+        else:
+            input = up(input)
+        hx = tuple(up(t) for t in hx) if isinstance(hx, tuple) else up(hx)
+        with torch.autocast(device_type=data.device.type, enabled=False):
+            out, state = self.forward(input, hx)
+        if isinstance(out, PackedSequence):
+            out = PackedSequence(out.data.to(dtype), out.batch_sizes, out.sorted_indices, out.unsorted_indices)
+        else:
+            out = out.to(dtype)
+        state = tuple(t.to(dtype) for t in state) if isinstance(state, tuple) else state.to(dtype)
+        return out, state
 
     def _forward_weights(self):
         """The weights of this forward, by name, read as torch.nn's forward reads them: its
