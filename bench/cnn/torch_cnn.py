@@ -8,7 +8,7 @@ wrote), timed and trained the same way. One JSON object on stdout.
 
 The folder D:
   init.safetensors   initial weights under nn.Sequential names ("0.weight", "0.bias", ...);
-                     metadata "bppsa.arch" (architecture string, python/torch_models.py's
+                     metadata "bppsa.arch" (architecture string, tests/common/torch_models.py's
                      `sequential`) and "bppsa.input" ("CxHxW", e.g. "1x32x32")
   data.safetensors   x_train F32 [N,C,H,W], y_train I64 [N], x_test F32 [M,C,H,W],
                      y_test I64 [M] (already normalised)

@@ -1,5 +1,4 @@
-// Timing harness of the fused chunked scan (src/nn/cuda/fused_scan.hpp) for bench_fused_scan and
-// one GPU test: one layer's backward on a synthetic record, timed with CUDA events. No CUDA types
+// Timing harness of the fused chunked scan (src/nn/cuda/fused_scan.hpp) for bench_fused_scan: one layer's backward on a synthetic record, timed with CUDA events. No CUDA types
 // here; compile fused_bench.cpp into the program (link bppsa::bppsa and CUDA::cudart, include <source>/src).
 #pragma once
 

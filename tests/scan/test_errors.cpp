@@ -262,7 +262,7 @@ TEST(Errors, AResidentChainIsCheckedBeforeTheDeviceIsTouched) {
   expect_error<InvalidArgument>(make({2, {&d34, &d45}, {}}, ScanOptions{Algorithm::hybrid, 0, -1}), {"chunks"});
 
   // A consistent chain gets as far as the device: a build without CUDA or a machine without a
-  // GPU says so (tests/gpu runs the scan itself against the CPU engine).
+  // GPU says so (bppsa_test_gpu runs the scan itself against the CPU engine).
   const ResidentChain<float> good{2, {&d34, &d45}, {false, true}};
   if (cuda_device_count() == 0) {
     testutil::expect_no_gpu_error([&] { ResidentScanner<float> s(good, blelloch); });

@@ -1,5 +1,5 @@
 // The flat kernels of the GPU scan: thin __global__ wrappers around the item loops of
-// items.hpp (tested on the host by tests/cuda_host/test_cuda_host.cpp), plus their checked launches.
+// items.hpp (tested on the host by tests/scan/cuda/test_scan_host.cpp), plus their checked launches.
 #include "core/cuda/check.hpp"
 #include "jacobian/cuda/kernels.hpp"
 

@@ -1063,7 +1063,7 @@ TEST(CudaRecurrentHost, StoredBatchesAndModelStepsAreTheSameOnTheCpu) {
 }
 
 TEST(CudaRecurrentHost, DeviceCudaWithoutAGpuIsAClearError) {
-  if (cuda_device_count() > 0) GTEST_SKIP() << "a GPU is usable here: tests/gpu covers Device::cuda";
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a GPU is usable here: bppsa_test_gpu covers Device::cuda";
   // A build without CUDA says so; a CUDA build on a machine without a GPU says that.
   ModelConfig mc;
   mc.rnn.device = Device::cuda;
