@@ -10,7 +10,6 @@
 #include <memory>
 
 #include "bppsa/core/error.hpp"
-#include "train/cpu/host_pass.hpp"
 #include "train/pass.hpp"
 
 namespace bppsa {
@@ -56,12 +55,6 @@ Optimizer<T>* no_optimizer(const Model<T>&) {
 }  // namespace
 
 namespace detail {
-template <class T>
-std::unique_ptr<Pass> make_pass(ConvNet<T>& model, Optimizer<T>* optimizer, const ImageDataset& data,
-                                std::span<const Index> order, const BackwardOptions& options) {
-  return make_host_pass(model, optimizer, data, order, options);
-}
-
 EvalReport run_evaluation(const PassMaker& make, Index samples, Index batch) {
   if (batch < 1)
     detail::raise<InvalidArgument>("evaluate", "batch size must be ≥ 1 (got " + std::to_string(batch) + ")");

@@ -76,7 +76,7 @@ class HostPass final : public Pass {
 };
 
 template <class Model, class Data, class T>
-std::unique_ptr<Pass> make_host_pass(Model& model, Optimizer<T>* optimizer, const Data& data,
+std::unique_ptr<Pass> make_pass_cpu(Model& model, Optimizer<T>* optimizer, const Data& data,
                                      std::span<const Index> order, const BackwardOptions& options) {
   return std::make_unique<HostPass<Model, Data, T>>(model, optimizer, data, order, options);
 }
