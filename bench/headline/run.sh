@@ -19,15 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck source=scripts/lib/bench.sh
 . scripts/lib/bench.sh
-device=cuda
-args=("$@")
-for ((i = 0; i < ${#args[@]}; i++)); do
-  case "${args[i]}" in
-    --device) device=${args[i + 1]:-} ;;
-    --device=*) device=${args[i]#--device=} ;;
-  esac
-done
-[ "$device" = cpu ] || bench_need_gpu bench_headline
+bench_need_gpu_for_device bench_headline "$@"
 bench_bppsa_python
 bench_load
 "$py" bench/headline/headline.py "$@"

@@ -21,15 +21,7 @@ cd "$(dirname "$0")/../.."
 . scripts/lib/bench.sh
 bench_out "" pytorch-step-quick "$@"
 [ -n "$out" ] || { echo "usage: bench/pytorch_step/run.sh (--out DIR | --quick) [--device cpu] [pytorch_step.py's options]" >&2; exit 2; }
-device=cuda
-args=("$@")
-for ((i = 0; i < ${#args[@]}; i++)); do
-  case "${args[i]}" in
-    --device) device=${args[i + 1]:-} ;;
-    --device=*) device=${args[i]#--device=} ;;
-  esac
-done
-[ "$device" = cpu ] || bench_need_gpu bench_pytorch_step
+bench_need_gpu_for_device bench_pytorch_step "$@"
 bench_bppsa_python
 bench_load
 "$py" bench/pytorch_step/pytorch_step.py --out "$out" "$@"

@@ -17,7 +17,7 @@
 # installed into the environment (`pip install .`); it says which on stderr. And
 #   bench_need_gpu NAME
 # exits 77 with a message when PyTorch sees no CUDA device (nothing measured), 1 when torch does
-# not import.
+# not import; bench_need_gpu_for_device NAME "$@" does so unless the arguments say --device cpu.
 
 # shellcheck disable=SC2034  # py, build and out are the caller's
 # shellcheck source=scripts/lib/python_env.sh
@@ -71,4 +71,19 @@ bench_need_gpu() {
       exit 1
       ;;
   esac
+}
+
+# bench_need_gpu_for_device NAME ARGS...: bench_need_gpu NAME unless ARGS hold --device cpu (the
+# drivers that run on the CPU too default to cuda).
+bench_need_gpu_for_device() {
+  local name=$1 device=cuda i
+  shift
+  local args=("$@")
+  for ((i = 0; i < ${#args[@]}; i++)); do
+    case "${args[i]}" in
+      --device) device=${args[i + 1]:-} ;;
+      --device=*) device=${args[i]#--device=} ;;
+    esac
+  done
+  [ "$device" = cpu ] || bench_need_gpu "$name"
 }
