@@ -129,9 +129,9 @@ def _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths=
     engine.forward(r(args[0]), r(args[1]), r(args[2]), *held[2], list(lengths or ()), r(out), r(h_n), r(c_n),
                    _native.stream_of(x))
     if forward != "sequential":
-        iterations, residual, fell_back = engine.forward_report()
+        iterations, residual, fell_back, fallback_step = engine.forward_report()
         spec.last_forward = {"method": forward, "iterations": iterations, "residual": residual,
-                             "fell_back": fell_back}
+                             "fell_back": fell_back, "fallback_step": fallback_step}
     return out, h_n, c_n
 
 

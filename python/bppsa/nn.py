@@ -283,8 +283,8 @@ class _Bppsa:
     @property
     def last_forward(self):
         """The last Newton forward of each layer-direction (layer-major, as h_n): a dict of its
-        method, iterations, certificate residual and whether it fell back to the sequential
-        forward; None for one that has not run Newton."""
+        method, iterations, certificate residual, whether it fell back to the sequential forward
+        and from which step (fallback_step, 1-based; 0: none); None for one that has not run Newton."""
         return [spec.last_forward for spec in self._specs]
 
     def set_check_finite(self, check_finite=False):

@@ -165,10 +165,11 @@ void LayerEngine<T>::set_forward(const std::string& method) {
 }
 
 template <class T>
-std::tuple<int, double, bool> LayerEngine<T>::forward_report() const {
+std::tuple<int, double, bool, Index> LayerEngine<T>::forward_report() const {
   const ForwardReport& r = rnn_->forward_report();
-  if (r.iterations.empty()) return {0, 0.0, false};
-  return {r.iterations.front(), r.residual.front(), static_cast<bool>(r.fell_back.front())};
+  if (r.iterations.empty()) return {0, 0.0, false, 0};
+  return {r.iterations.front(), r.residual.front(), static_cast<bool>(r.fell_back.front()),
+          r.fallback_step.front()};
 }
 
 template class LayerEngine<float>;

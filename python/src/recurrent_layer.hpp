@@ -55,9 +55,9 @@ class LayerEngine {
   /// How the next forwards run: "sequential" or "newton" (Recurrent's ForwardMethod; newton is
   /// CPU only: NotImplementedError on CUDA).
   void set_forward(const std::string& method);
-  /// The last forward's (iterations, certificate residual, fell back) for newton; (0, 0, false)
-  /// for a sequential one.
-  std::tuple<int, double, bool> forward_report() const;
+  /// The last forward's (iterations, certificate residual, fell back, the step it fell back from)
+  /// for newton; (0, 0, false, 0) for a sequential one.
+  std::tuple<int, double, bool, Index> forward_report() const;
   /// Frees the last forward's record if larger than a small bound (Recurrent::release_record).
   void release_record() { rnn_->release_record(); }
   Index steps() const { return rnn_->steps(); }

@@ -1078,14 +1078,28 @@ TEST(NewtonForward, ExpandingWeightsAndNonFiniteInputsGiveTheSequentialResult) {
   const NewtonRun nt = run_stack(c, params, x, T, B, {}, gout, fo);
   // Converged or fell back, the result is the trajectory.
   EXPECT_LE(worst_rel(nt.out, seq.out), 1e-9) << "fell back: " << nt.report.fell_back[0];
-  if (nt.report.fell_back[0]) {
-    EXPECT_EQ(nt.out, seq.out);
+  // Each iteration certifies at least one more step (the certified ones are frozen, the first
+  // uncertified one takes its exact value): T + 1 iterations always converge.
+  fo.max_iterations = static_cast<int>(T) + 1;
+  const NewtonRun all = run_stack(c, params, x, T, B, {}, gout, fo);
+  EXPECT_EQ(all.report.fallbacks(), 0);
+  EXPECT_LE(all.report.iterations[0], T + 1);
+  EXPECT_LE(worst_rel(all.out, seq.out), 1e-9);
+  // Stopped early, the sequential forward runs from the first uncertified step, which is past
+  // the steps the iterations certified (at least one each); the result is the trajectory.
+  fo.max_iterations = 3;
+  const NewtonRun three = run_stack(c, params, x, T, B, {}, gout, fo);
+  if (three.report.fell_back[0]) {
+    EXPECT_GE(three.report.fallback_step[0], 3);
   }
+  EXPECT_LE(worst_rel(three.out, seq.out), 1e-9);
+  EXPECT_LE(worst_rel(three.gx, seq.gx), 1e-9);
 
   // With one iteration allowed nothing converges: the sequential forward, bit for bit.
   fo.max_iterations = 1;
   const NewtonRun one = run_stack(c, params, x, T, B, {}, gout, fo);
   EXPECT_TRUE(one.report.fell_back[0]);
+  EXPECT_EQ(one.report.fallback_step[0], 1);
   EXPECT_EQ(one.report.iterations[0], 1);
   EXPECT_EQ(one.out, seq.out);
 

@@ -80,8 +80,9 @@ struct RecurrentLayerParams {
 /// How forward() computes the states (docs/method.md §9). sequential: one step after another.
 /// newton: Newton's method on the whole trajectory (DEER): every step's cell and Jacobian at
 /// the current iterate in parallel, then the linear recurrence s_t = A_t s_{t−1} + c_t solved
-/// by the scan engine, until a certificate holds; else the sequential forward (a result never
-/// depends on convergence). CPU only for now.
+/// by the scan engine, until a certificate holds at every step (certified steps are frozen: each
+/// iteration certifies at least one more); else the sequential forward from the first uncertified
+/// step (a result never depends on convergence). CPU only for now.
 enum class ForwardMethod { sequential, newton };
 const char* to_string(ForwardMethod m);
 /// "sequential", "newton"; InvalidArgument otherwise.
@@ -102,12 +103,14 @@ struct ForwardOptions {
 
 /// What the last forward() did, per layer: Newton's iterations (0 for a sequential layer), its
 /// final certificate residual, and whether the layer fell back to the sequential forward
-/// (iterations exhausted, or a residual that is not finite).
+/// (iterations exhausted, or a residual that is not finite) and from which step (1-based: the
+/// steps before it are Newton's, certified; 0 = none).
 struct ForwardReport {
   ForwardMethod method = ForwardMethod::sequential;
   std::vector<int> iterations;
   std::vector<double> residual;
   std::vector<bool> fell_back;
+  std::vector<Index> fallback_step;
   int fallbacks() const;
 };
 

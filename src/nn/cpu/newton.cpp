@@ -86,6 +86,37 @@ NewtonOutcome newton_forward(const CellOps<T>& ops, const RecurrentConfig& confi
   Gradients<T> solved;
   const Matrix<T> s0 = state_block(rec, 0, P, S, lstm);
 
+  // Keeps the evaluated gates and auxiliaries of every step (they belong to the iterate's
+  // states), then runs the sequential forward from step `first` on: the fallback.
+  auto finish = [&](Index first) {
+    rec.gates = wide.gates;
+    rec.aux = wide.aux;
+    rec.m = wide.m;
+    if (first > steps) return;
+    const Index n = steps - first + 1, c0 = (first - 1) * B;
+    LayerRecord<T> tail;
+    tail.steps = n;
+    tail.batch = B;
+    tail.hidden = H;
+    if (!rec.active.empty()) tail.active.assign(rec.active.begin() + (first - 1), rec.active.end());
+    tail.x = rec.x.middleCols(c0, n * B);
+    tail.ax = rec.ax.middleCols(c0, n * B);
+    tail.h.resize(P, (n + 1) * B);
+    tail.h.leftCols(B) = rec.h.middleCols(c0, B);  // s_{first−1}: certified
+    if (lstm) {
+      tail.c.resize(H, (n + 1) * B);
+      tail.c.leftCols(B) = rec.c.middleCols(c0, B);
+    }
+    tail.gates.resize(rec.gates.rows(), rec.gates.rows() != 0 ? n * B : 0);
+    tail.aux.resize(rec.aux.rows(), rec.aux.rows() != 0 ? n * B : 0);
+    ops.forward(p, tail);
+    rec.h.middleCols(first * B, n * B) = tail.h.rightCols(n * B);
+    if (lstm) rec.c.middleCols(first * B, n * B) = tail.c.rightCols(n * B);
+    if (rec.gates.size() != 0) rec.gates.middleCols(c0, n * B) = tail.gates;
+    if (rec.aux.size() != 0) rec.aux.middleCols(c0, n * B) = tail.aux;
+    if (rec.m.size() != 0) rec.m.middleCols(c0, n * B) = tail.m;
+  };
+
   NewtonOutcome out;
   for (int k = 1; k <= options.max_iterations; ++k) {
     wide.h.leftCols(TB) = rec.h.leftCols(TB);
@@ -109,25 +140,36 @@ NewtonOutcome newton_forward(const CellOps<T>& ops, const RecurrentConfig& confi
       worst[static_cast<std::size_t>(t - 1)] = r;
     }
     double residual = 0;
-    for (const double r : worst) residual = std::isnan(r) || std::isnan(residual) ? r : std::max(residual, r);
+    Index first = steps + 1;  // the first step the certificate does not hold at (NaN included)
+    for (Index t = steps; t >= 1; --t) {
+      const double r = worst[static_cast<std::size_t>(t - 1)];
+      residual = std::isnan(r) || std::isnan(residual) ? std::numeric_limits<double>::quiet_NaN() : std::max(residual, r);
+      if (!(r <= tol)) first = t;
+    }
     out.iterations = k;
     out.residual = residual;
-    if (!std::isfinite(residual)) return out;  // diverged: the sequential forward decides
-    if (residual <= tol) {
-      // Certified: the iterate is the trajectory to within what a sequential forward's own
-      // rounding leaves; the gates and auxiliaries of its steps are those just evaluated.
-      rec.gates = wide.gates;
-      rec.aux = wide.aux;
-      rec.m = wide.m;
+    if (first > steps) {  // certified: the trajectory to within what a sequential forward's rounding leaves
+      finish(first);
       out.converged = true;
       return out;
     }
-    if (k == options.max_iterations) return out;
+    if (k == options.max_iterations || !std::isfinite(residual)) {  // the sequential forward from `first`
+      finish(first);
+      out.fallback_step = first;
+      return out;
+    }
 
     // Newton's linear recurrence at the iterate: A_t = ∂f/∂s_{t−1} (the transpose of the cell's
-    // J_t^T), c_t = f_t − A_t s_{t−1}; a step past a sample's length carries its state.
+    // J_t^T), c_t = f_t − A_t s_{t−1}. The certified steps before `first` keep their states
+    // (A = 0, c = s_t) and step `first` takes f(s_{first−1}) (A = 0, c = y): at least one more step
+    // is exact after every iteration. A step past a sample's length carries its state.
     if (jacobians.empty()) jacobians.push_back(ops.element(p, wide, w_hh_t, TB));
-    fill_jacobians(ops, p, wide, jacobians, 1, 2);
+    {  // the Jacobians of the steps after `first` only (sample (t − 1)·B + b of the wide record)
+      std::vector<JacobianSlot<T>> slots;
+      slots.reserve(static_cast<std::size_t>(TB - first * B));
+      for (Index j = first * B; j < TB; ++j) slots.push_back({j, &jacobians.jacobian(1), j});
+      ops.fill(p, wide, slots);
+    }
     const Jacobian<T>& jt = jacobians.jacobian(1);
     std::vector<Matrix<T>> c(static_cast<std::size_t>(steps));
 #pragma omp parallel for num_threads(threads) schedule(static)
@@ -143,21 +185,31 @@ NewtonOutcome newton_forward(const CellOps<T>& ops, const RecurrentConfig& confi
           continue;
         }
         const Index f = TB + (t - 1) * B + b;
-        ab = jt.to_dense((t - 1) * B + b).transpose();
+        if (t < first) {
+          ab.setZero();
+          ct.col(b).topRows(P) = rec.h.col(t * B + b);
+          if (lstm) ct.col(b).bottomRows(H) = rec.c.col(t * B + b);
+          continue;
+        }
         ct.col(b).topRows(P) = wide.h.col(f);
         if (lstm) ct.col(b).bottomRows(H) = wide.c.col(f);
+        if (t == first) {
+          ab.setZero();
+          continue;
+        }
+        ab = jt.to_dense((t - 1) * B + b).transpose();
         ct.col(b).noalias() -= ab * prev.col(b);
       }
     }
     for (Index t = 1; t <= steps; ++t) linear.set_injection(steps - t, std::move(c[static_cast<std::size_t>(t - 1)]));
     scanner.run(linear, s0, solved);
-    for (Index t = 1; t <= steps; ++t) {
+    for (Index t = first; t <= steps; ++t) {
       const Matrix<T>& s = solved.g(steps - t);
       rec.h.middleCols(t * B, B) = s.topRows(P);
       if (lstm) rec.c.middleCols(t * B, B) = s.bottomRows(H);
     }
   }
-  return out;
+  return out;  // (max_iterations ≥ 1: the loop returns)
 }
 
 template NewtonOutcome newton_forward(const CellOps<float>&, const RecurrentConfig&,

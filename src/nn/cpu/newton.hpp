@@ -3,9 +3,11 @@
 // evaluates the cell at every step of the current iterate at once (one record of T·B one-step
 // samples: the cell's own forward and Jacobian generator), then solves the linear recurrence
 // s_t = A_t s_{t−1} + c_t, A_t = ∂f/∂s at the iterate, with the scan engine (an affine chain run
-// in reverse time). It stops when the certificate holds and leaves the record as the sequential
-// forward would (states, gates and the cell's auxiliaries); otherwise the caller runs the
-// sequential forward.
+// in reverse time). Certified steps are frozen and the first uncertified one takes its exact
+// value, so every iteration certifies at least one more step. It stops when every step is
+// certified, or after max_iterations (or at a residual that is not finite) runs the sequential
+// forward from the first uncertified step; either way the record is complete, as the sequential
+// forward leaves it (states, gates and the cell's auxiliaries).
 #pragma once
 
 #include "nn/cell.hpp"
@@ -16,7 +18,8 @@ namespace bppsa::detail {
 struct NewtonOutcome {
   int iterations = 0;
   double residual = 0;     ///< the last certificate residual (NaN/Inf: diverged)
-  bool converged = false;  ///< false: the caller runs the sequential forward on `rec`
+  bool converged = false;  ///< every step certified
+  Index fallback_step = 0;  ///< else the first step the sequential forward ran (1-based)
 };
 
 /// rec as ops.forward takes it (x, ax, block 0 of h and c set, the other arrays sized); with

@@ -313,11 +313,13 @@ void RecurrentCpu<T>::forward(const Eigen::Ref<const Matrix<T>>& x, Index steps,
     }
     NewtonOutcome newton;
     if (forward_options_.method == ForwardMethod::newton)
-      newton = newton_forward(ops, config_, p, rec, forward_options_);
-    if (!newton.converged) ops.forward(p, rec);  // sequential, or Newton's fallback
+      newton = newton_forward(ops, config_, p, rec, forward_options_);  // its fallback included
+    else
+      ops.forward(p, rec);
     report_.iterations.push_back(newton.iterations);
     report_.residual.push_back(newton.residual);
-    report_.fell_back.push_back(forward_options_.method == ForwardMethod::newton && !newton.converged);
+    report_.fell_back.push_back(newton.fallback_step > 0);
+    report_.fallback_step.push_back(newton.fallback_step);
     for (Index t = 1; t <= steps && !active.empty(); ++t) {  // outputs and states past the length: zeros
       const Index w = rec.width(t);
       rec.h.middleCols(t * batch + w, batch - w).setZero();

@@ -286,6 +286,7 @@ void RecurrentStack<T>::forward_device(const std::vector<DeviceState<T>>& s0) {
   report_.iterations.assign(static_cast<std::size_t>(config_.layers), 0);
   report_.residual.assign(static_cast<std::size_t>(config_.layers), 0.0);
   report_.fell_back.assign(static_cast<std::size_t>(config_.layers), false);
+  report_.fallback_step.assign(static_cast<std::size_t>(config_.layers), 0);
   forward_from([&](Index l, T* h, T* c) {
     const DeviceState<T> d =
         static_cast<std::size_t>(l) < s0.size() ? s0[static_cast<std::size_t>(l)] : DeviceState<T>{};
