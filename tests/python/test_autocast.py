@@ -12,6 +12,11 @@ import bppsa.nn
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("packed", [False, True])
 def test_autocast_returns_torch_nn_dtypes_and_float32_values(name, dtype, packed):
+    try:
+        with torch.autocast("cpu", dtype=dtype):
+            pass
+    except RuntimeError as e:  # PyTorch < 2.x: CPU autocast takes bfloat16 only
+        pytest.skip(f"this PyTorch's CPU autocast refuses {dtype}: {e}")
     torch.manual_seed(0)
     ref = getattr(torch.nn, name)(4, 5, num_layers=2)
     mod = getattr(bppsa.nn, name)(4, 5, num_layers=2)
