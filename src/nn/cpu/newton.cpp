@@ -150,7 +150,6 @@ NewtonOutcome newton_forward(const CellOps<T>& ops, const RecurrentConfig& confi
     out.residual = residual;
     if (first > steps) {  // certified: the trajectory to within what a sequential forward's rounding leaves
       finish(first);
-      out.converged = true;
       return out;
     }
     if (k == options.max_iterations || !std::isfinite(residual)) {  // the sequential forward from `first`

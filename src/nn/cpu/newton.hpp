@@ -18,8 +18,7 @@ namespace bppsa::detail {
 struct NewtonOutcome {
   int iterations = 0;
   double residual = 0;     ///< the last certificate residual (NaN/Inf: diverged)
-  bool converged = false;  ///< every step certified
-  Index fallback_step = 0;  ///< else the first step the sequential forward ran (1-based)
+  Index fallback_step = 0;  ///< the first step the sequential forward ran (1-based); 0: every step certified
 };
 
 /// rec as ops.forward takes it (x, ax, block 0 of h and c set, the other arrays sized); with
