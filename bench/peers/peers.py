@@ -88,11 +88,11 @@ def run_worker(peer, cfg, data, a, check):
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
     except subprocess.TimeoutExpired:
-        return {"peer": peer, "config": cfg["name"], **{k: cfg[k] for k in ("cell", "hidden", "steps", "batch")},
+        return {"peer": peer, "config": cfg["name"], **{k: cfg[k] for k in common.SHAPE_KEYS},
                 "error": f"timeout: the worker ran over {a.timeout:.0f} s"}
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("@@RESULT ")]
     if not lines:
-        return {"peer": peer, "config": cfg["name"], **{k: cfg[k] for k in ("cell", "hidden", "steps", "batch")},
+        return {"peer": peer, "config": cfg["name"], **{k: cfg[k] for k in common.SHAPE_KEYS},
                 "error": f"worker exited {r.returncode} without a result: {r.stderr.strip()[-600:]}"}
     rec = json.loads(lines[-1][len("@@RESULT "):])
     rec["worker_s"] = time.perf_counter() - t0
@@ -110,6 +110,8 @@ def main():
     ap.add_argument("--cap", type=float, default=10.0, help="a step longer than this is skipped as over budget")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per worker")
     ap.add_argument("--only", help="comma-separated peers (default: all)")
+    ap.add_argument("--grid", choices=("peers", "cost-model"), default="peers",
+                    help="the shapes: the peers table's (default) or those auto's cost model is fitted to")
     ap.add_argument("--perturb-jax-bppsa", type=float, default=0.0,
                     help="scale the JAX BPPSA's Jacobians by 1+x: its gradient check must then stop the run")
     a = ap.parse_args()
@@ -122,7 +124,7 @@ def main():
     doc = {"machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "threads": a.threads,
                        "busy_core": common.busy_core(), "platform": platform.platform(),
                        "load_before": open("/proc/loadavg").read().split()[:3]},
-           "versions": versions(), "quick": a.quick, "seed": SEED,
+           "versions": versions(), "quick": a.quick, "grid": a.grid, "seed": SEED,
            "settings": {"reps": a.reps, "warmup": a.warmup, "budget_s": a.budget, "cap_s": a.cap,
                         "threads": {"torch": f"torch.set_num_threads({a.threads})",
                                     "bppsa": f"threads={a.threads}",
@@ -132,7 +134,7 @@ def main():
     t_start = time.perf_counter()
     stop = None
     with tempfile.TemporaryDirectory() as tmp:
-        for cfg in common.configs(a.quick):
+        for cfg in common.configs(a.quick, a.grid):
             data = os.path.join(tmp, "data.npz")
             make_data(cfg, data)
             ref = None
@@ -140,7 +142,7 @@ def main():
                 skip = over_budget(peer, cfg, doc["records"], a.cap)
                 if skip:
                     rec = {"peer": peer, "config": cfg["name"],
-                           **{k: cfg[k] for k in ("cell", "hidden", "steps", "batch")}, "skipped": skip}
+                           **{k: cfg[k] for k in common.SHAPE_KEYS}, "skipped": skip}
                 else:
                     rec = run_worker(peer, cfg, data, a, check=peer == "jax assoc-scan BPPSA")
                 doc["records"].append(rec)

@@ -17,9 +17,19 @@ def config(cell, hidden, steps, batch):
             "batch": batch, "features": FEATURES, "classes": CLASSES}
 
 
-def configs(quick):
+SHAPE_KEYS = ("cell", "hidden", "steps", "batch", "features")  # what every record repeats of its configuration
+
+
+def configs(quick, grid="peers"):
     """The sweep. Quick: two tiny shapes that still take every peer and the tanh-RNN and
-    jacrev (LSTM, 2H state) paths of the JAX BPPSA."""
+    jacrev (LSTM, 2H state) paths of the JAX BPPSA. grid "cost-model": the shapes bench/auto/run.sh
+    fits auto's cost model to (every cell at H 16–256, T 30–3000, B 1–64; quick: two small ones
+    for each of two cells, enough for a fit)."""
+    if grid == "cost-model":
+        if quick:
+            return [config(c, h, 10, 2) for c in ("RNN", "LSTM") for h in (8, 16)]
+        return [config(c, h, t, b) for c in ("RNN", "GRU", "LSTM") for h in (16, 64, 256) for t in (30, 300, 3000)
+                for b in (1, 16, 64)]
     if quick:
         return [config("RNN", 20, 20, 16), config("LSTM", 8, 10, 4)]
     out = [config("RNN", 20, t, 16) for t in (10, 30, 100, 300, 1000, 3000, 10000, 30000)]

@@ -29,7 +29,7 @@ def main():
     ap.add_argument("--perturb", type=float, default=0.0, help="JAX BPPSA: scale its Jacobians (test the check)")
     a = ap.parse_args()
     cfg = json.loads(a.config)
-    rec = {"peer": a.peer, "config": cfg["name"], **{k: cfg[k] for k in ("cell", "hidden", "steps", "batch")},
+    rec = {"peer": a.peer, "config": cfg["name"], **{k: cfg[k] for k in common.SHAPE_KEYS},
            "threads": a.threads}
     try:
         run(a, cfg, rec)

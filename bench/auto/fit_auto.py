@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""Fits the step cost model behind `auto` (bppsa/nn/cost_model.hpp) to measured training steps.
+
+    bench/auto/fit_auto.py SWEEP.json [SWEEP.json …] --out DIR [--write-builtin FILE] [--max-regret 1.10]
+
+SWEEP.json: what bench/peers/peers.py writes (bench/auto/run.sh runs it on the cost model's grid
+at every thread count): per shape and thread count the median training step of torch.nn and of
+bppsa.nn with backward bp, blelloch and hybrid. For every (cell, candidate, thread count) the
+model is a non-negative combination of the features below, fitted by non-negative least squares
+on relative errors. Writes DIR/model.json (load it with BPPSA_COST_MODEL=DIR/model.json or
+bppsa::load_cost_model), DIR/fit.md (the fit's errors, in-sample and leave-one-shape-out, and at
+every shape what auto picks against the best measured method) and, with --write-builtin, the
+model as the library's built-in fit (src/nn/cost_model_fit.inc). Exit 3 when auto's pick at some
+shape of the sweep is slower than the best bppsa method measured there by more than --max-regret
+(in-sample), 2 on bad arguments or files."""
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+
+import numpy as np
+from scipy.optimize import nnls
+
+FORMAT = "bppsa-cost-model/1"
+FEATURES = ["1", "T", "T*B*S", "T*B*S^2", "T*B*S^3", "T*B*S*I", "T*S^2"]
+CANDIDATES = {"bppsa.nn bp": "bp", "bppsa.nn blelloch": "blelloch", "bppsa.nn hybrid": "hybrid",
+              "torch.nn": "torch.nn"}
+METHODS = ["bp", "hybrid", "blelloch"]  # auto's choices, in the library's order of preference on a tie
+
+
+def state_size(cell, hidden, proj=0):
+    return (proj or hidden) + hidden if cell == "lstm" else hidden
+
+
+def features(cell, hidden, steps, batch, inputs, proj=0):
+    """The model's features of a shape, as src/nn/cost_model.cpp computes them."""
+    s, t = float(state_size(cell, hidden, proj)), float(steps)
+    tb = t * batch
+    return [1.0, t, tb * s, tb * s * s, tb * s ** 3, tb * s * inputs, t * s * s]
+
+
+def load_points(paths):
+    """{(cell, hidden, steps, batch, inputs, threads): {candidate: ms or inf (skipped as over budget)}}."""
+    shapes = {}
+    for path in paths:
+        try:
+            with open(path) as f:
+                doc = json.load(f)
+            records = doc["records"]
+            default_threads = doc["machine"]["threads"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            sys.exit(f"fit_auto: {path}: not a sweep written by bench/peers/peers.py ({e}); rerun bench/auto/run.sh")
+        for r in records:
+            cand = CANDIDATES.get(r.get("peer"))
+            if cand is None:
+                continue
+            key = (r["cell"].lower(), int(r["hidden"]), int(r["steps"]), int(r["batch"]),
+                   int(r.get("features", 1)), int(r.get("threads", default_threads)))
+            if "step" in r:
+                shapes.setdefault(key, {})[cand] = 1e3 * r["step"]["median"]
+            elif "over budget" in str(r.get("skipped", "")):
+                shapes.setdefault(key, {})[cand] = math.inf
+    return shapes
+
+
+def fit_group(rows, times):
+    """NNLS on relative errors (each row divided by its time), columns scaled to unit maximum."""
+    a = np.array(rows) / np.array(times)[:, None]
+    scale = np.abs(a).max(axis=0)
+    scale[scale == 0] = 1.0
+    coef, _ = nnls(a / scale, np.ones(len(times)), maxiter=50 * len(FEATURES))
+    return (coef / scale).tolist()
+
+
+def predict(coef, row):
+    return float(np.dot(coef, row))
+
+
+def fit(shapes):
+    """The groups of the model, and per group its points (key, row, measured ms)."""
+    points = {}
+    for key, by_cand in shapes.items():
+        cell, hidden, steps, batch, inputs, threads = key
+        row = features(cell, hidden, steps, batch, inputs)
+        for cand, ms in by_cand.items():
+            if math.isfinite(ms):
+                points.setdefault((cell, cand, threads), []).append((key, row, ms))
+    groups = {}
+    for g, pts in sorted(points.items()):
+        if len(pts) < 2:
+            continue  # one point fits anything: no model
+        groups[g] = fit_group([p[1] for p in pts], [p[2] for p in pts])
+    return groups, points
+
+
+def loo_predictions(points):
+    """Each point predicted by its group's model fitted without the point's shape."""
+    out = {}
+    for g, pts in points.items():
+        for i, (key, row, ms) in enumerate(pts):
+            rest = pts[:i] + pts[i + 1:]
+            if len(rest) >= 2:
+                out[(g, key)] = predict(fit_group([p[1] for p in rest], [p[2] for p in rest]), row)
+    return out
+
+
+def choose(groups, key, cands, predictions=None):
+    """The candidate of `cands` with the least prediction at a shape (None: no fit)."""
+    cell, hidden, steps, batch, inputs, threads = key
+    row = features(cell, hidden, steps, batch, inputs)
+    best, least = None, math.inf
+    for c in cands:
+        g = (cell, c, threads)
+        if predictions is not None and (g, key) in predictions:
+            ms = predictions[(g, key)]
+        elif g in groups:
+            ms = predict(groups[g], row)
+        else:
+            continue
+        if ms < least:
+            best, least = c, ms
+    return best
+
+
+def regret(by_cand, pick, cands):
+    measured = {c: by_cand[c] for c in cands if c in by_cand}
+    if pick is None or not measured:
+        return None
+    best = min(measured.values())
+    return by_cand.get(pick, math.inf) / best if best > 0 else None
+
+
+def rel_errors(groups, points, predictions=None):
+    errs = {}
+    for g, pts in points.items():
+        if g not in groups:
+            continue
+        for key, row, ms in pts:
+            p = predictions.get((g, key)) if predictions is not None else predict(groups[g], row)
+            if p is not None:
+                errs.setdefault(g, []).append(abs(p - ms) / ms)
+    return errs
+
+
+def fmt_ms(ms):
+    return "skipped" if ms is None else ("over budget" if math.isinf(ms) else f"{ms:.3g}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("sweeps", nargs="+", help="peers.json files of bench/peers/peers.py")
+    ap.add_argument("--out", required=True, help="folder for model.json and fit.md")
+    ap.add_argument("--write-builtin", help="also write the model as the library's built-in fit (a .inc file)")
+    ap.add_argument("--max-regret", type=float, default=1.10,
+                    help="exit 3 when auto's pick is slower than the best bppsa method by more than this (in-sample)")
+    a = ap.parse_args()
+    shapes = load_points(a.sweeps)
+    if not shapes:
+        sys.exit(f"fit_auto: no bppsa.nn or torch.nn step times in {', '.join(a.sweeps)}; rerun bench/auto/run.sh")
+    groups, points = fit(shapes)
+    loo = loo_predictions({g: p for g, p in points.items() if g in groups})
+    fitted_on = sorted({os.path.basename(os.path.dirname(os.path.abspath(p))) or p for p in a.sweeps})
+    machines = set()
+    for p in a.sweeps:
+        with open(p) as f:
+            doc = json.load(f)
+        m = doc["machine"]
+        machines.add(f"{m.get('cpu', '?')}, {m.get('cores', '?')} cores, bppsa {doc['versions'].get('bppsa')}, "
+                     f"torch {doc['versions'].get('torch')}")
+    model = {"format": FORMAT, "fitted_on": "; ".join(sorted(machines)), "sweeps": fitted_on, "features": FEATURES,
+             "groups": [{"cell": c, "candidate": cand, "threads": t, "coef": coef, "points": len(points[(c, cand, t)])}
+                        for (c, cand, t), coef in groups.items()]}
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "model.json"), "w") as f:
+        json.dump(model, f, indent=1)
+        f.write("\n")
+    if a.write_builtin:
+        with open(a.write_builtin, "w") as f:
+            f.write("// Written by bench/auto/fit_auto.py --write-builtin: the built-in step cost model (JSON).\n")
+            f.write('R"json(' + json.dumps(model, separators=(", ", ": ")) + ')json"\n')
+
+    ins, out_of = rel_errors(groups, points), rel_errors(groups, points, loo)
+    lines = ["# The step cost model behind `auto`, fitted to measured steps", "",
+             f"Sweeps: {', '.join(a.sweeps)}. Machine: {model['fitted_on']}.", "",
+             "Relative error of the predicted step time: in-sample, and with each shape left out of its "
+             "group's fit (leave-one-out).", "",
+             "| cell | candidate | threads | points | median | max | LOO median | LOO max |", "|---|---|---|---|---|---|---|---|"]
+    for g in groups:
+        e, lo = ins.get(g, []), out_of.get(g, [])
+        lines.append(f"| {g[0]} | {g[1]} | {g[2]} | {len(points[g])} | {statistics.median(e):.1%} | {max(e):.1%} | "
+                     + (f"{statistics.median(lo):.1%} | {max(lo):.1%} |" if lo else "– | – |"))
+    lines += ["", "At every shape: auto's pick among bppsa's methods (in-sample; leave-one-out) against the best "
+              "measured, and whether torch.nn is predicted faster (bppsa.nn's fallback).", "",
+              "| cell | H | T | B | threads | " + " | ".join(METHODS) + " | torch.nn | auto | regret | LOO auto | "
+              "LOO regret | torch.nn predicted faster |", "|---|---|---|---|---|" + "---|" * (len(METHODS) + 6)]
+    worst, worst_loo, failures = 1.0, 1.0, []
+    for key in sorted(shapes):
+        by = shapes[key]
+        pick = choose(groups, key, METHODS)
+        pick_loo = choose(groups, key, METHODS, loo)
+        r, rl = regret(by, pick, METHODS), regret(by, pick_loo, METHODS)
+        if r is not None:
+            worst = max(worst, r)
+            if r > a.max_regret:
+                failures.append(f"{key}: auto picks {pick} at {r:.2f}× the best")
+        if rl is not None:
+            worst_loo = max(worst_loo, rl)
+        torch_wins = choose(groups, key, [pick, "torch.nn"]) == "torch.nn" if pick else None
+        cell, hidden, steps, batch, _, threads = key
+        lines.append(f"| {cell} | {hidden} | {steps} | {batch} | {threads} | "
+                     + " | ".join(fmt_ms(by.get(m)) for m in METHODS) + f" | {fmt_ms(by.get('torch.nn'))} | "
+                     f"{pick} | {'–' if r is None else f'{r:.2f}'} | {pick_loo} | {'–' if rl is None else f'{rl:.2f}'} | "
+                     f"{'–' if torch_wins is None else ('yes' if torch_wins else 'no')} |")
+    lines += ["", f"Worst regret: {worst:.2f} in-sample, {worst_loo:.2f} leave-one-out (limit {a.max_regret:.2f}, "
+              "in-sample)."]
+    with open(os.path.join(a.out, "fit.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print(f"fit_auto: {len(groups)} groups from {len(shapes)} shapes; worst regret {worst:.2f} in-sample, "
+          f"{worst_loo:.2f} leave-one-out; wrote {a.out}/model.json and fit.md")
+    if failures:
+        print("fit_auto: auto is more than the limit slower than the best method at:\n  " + "\n  ".join(failures),
+              file=sys.stderr)
+        sys.exit(3)
+
+
+if __name__ == "__main__":
+    main()

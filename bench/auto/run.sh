@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Refits the step cost model behind `auto` on this machine (bench/auto/, docs/benchmarks.md): runs
+# bench/peers/peers.py on the cost model's grid (torch.nn and bppsa.nn bp/blelloch/hybrid, a fresh
+# worker per shape and peer) at every thread count from 1 to the cores, then bench/auto/fit_auto.py.
+#   bench/auto/run.sh                  the full grid on a quiet machine (about 1 h on 2 cores):
+#                                      bench/results/cpu/auto/{threads-N/peers.json,model.json,fit.md}
+#   bench/auto/run.sh --quick          smoke test (CI, about a minute) into build/auto-quick: 4 tiny
+#                                      shapes, 1 thread; not for fitting
+#   bench/auto/run.sh --builtin        also make the fit the library's built-in model (src/nn/cost_model_fit.inc)
+# Other arguments: --out DIR, --threads "1 2" (the counts to measure). Use the fit elsewhere with
+# BPPSA_COST_MODEL=OUT/model.json (bppsa.nn, the CLI, the C++ library).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+# shellcheck source=scripts/lib/bench.sh
+. scripts/lib/bench.sh
+bench_out bench/results/cpu/auto auto-quick "$@"
+quick=() builtin=() threads=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) quick=(--quick) ;;
+    --builtin) builtin=(--write-builtin src/nn/cost_model_fit.inc) ;;
+    --out) shift ;;
+    --threads)
+      threads=${2:?--threads needs a list such as "1 2"}
+      shift
+      ;;
+    *)
+      echo "bench/auto/run.sh: unknown argument '$1' (use --quick, --builtin, --out DIR, --threads \"1 2\")" >&2
+      exit 2
+      ;;
+  esac
+  shift
+done
+if [ -z "$threads" ]; then
+  if [ ${#quick[@]} -eq 0 ]; then threads=$(seq 1 "$(nproc)"); else threads=1; fi
+fi
+bench_bppsa_python
+bench_load
+mkdir -p "$out"
+sweeps=()
+for t in $threads; do
+  "$py" bench/peers/peers.py --grid cost-model --threads "$t" --out "$out/threads-$t" \
+    --only "torch.nn,bppsa.nn bp,bppsa.nn blelloch,bppsa.nn hybrid" "${quick[@]}"
+  sweeps+=("$out/threads-$t/peers.json")
+done
+# The quick grid is too small to hold auto to the limit: its fit is only checked to run.
+limit=()
+[ ${#quick[@]} -eq 0 ] || limit=(--max-regret 1e9)
+"$py" bench/auto/fit_auto.py "${sweeps[@]}" --out "$out" "${builtin[@]}" "${limit[@]}"

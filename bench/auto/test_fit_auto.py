@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Checks bench/auto/fit_auto.py on synthetic sweeps whose step times come from known models:
+the fit must reproduce them (predictions to 1e-6 at shapes it never saw), pick the method that is
+truly fastest, write a model the library's format names, and exit 3 when a measured time makes
+auto's pick too slow. Run by CI; needs numpy and scipy."""
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import fit_auto  # noqa: E402
+
+# The truth, per (cell, candidate): coefficients of fit_auto.FEATURES (ms per unit).
+TRUTH = {
+    ("rnn", "bp"): [0.05, 2e-3, 0, 4e-7, 0, 1e-7, 2e-6],
+    ("rnn", "blelloch"): [0.4, 1e-3, 1e-6, 0, 3e-9, 1e-7, 0],
+    ("rnn", "hybrid"): [0.2, 1.5e-3, 5e-7, 2e-7, 1e-9, 1e-7, 0],
+    ("rnn", "torch.nn"): [0.1, 8e-3, 0, 3e-7, 0, 2e-7, 4e-6],
+    ("gru", "bp"): [0.08, 3e-3, 0, 6e-7, 0, 3e-7, 5e-6],
+    ("gru", "hybrid"): [0.3, 2e-3, 0, 5e-7, 5e-9, 3e-7, 0],
+}
+SHAPES = [(h, t, b, i) for h in (8, 32, 96) for t in (20, 200, 2000) for b in (1, 8, 32) for i in (1, 5)]
+
+
+def truth_ms(cell, cand, h, t, b, i):
+    return sum(c * f for c, f in zip(TRUTH[(cell, cand)], fit_auto.features(cell, h, t, b, i)))
+
+
+def sweep(path, threads, shapes, scale=None):
+    recs = []
+    for (cell, cand) in TRUTH:
+        peer = "torch.nn" if cand == "torch.nn" else f"bppsa.nn {cand}"
+        for h, t, b, i in shapes:
+            ms = truth_ms(cell, cand, h, t, b, i) * (scale(cell, cand, h, t, b, i) if scale else 1.0)
+            recs.append({"peer": peer, "cell": cell.upper(), "hidden": h, "steps": t, "batch": b, "features": i,
+                         "threads": threads, "step": {"median": ms / 1e3}})
+    doc = {"machine": {"cpu": "synthetic", "cores": threads, "threads": threads},
+           "versions": {"bppsa": "test", "torch": "none"}, "records": recs}
+    with open(path, "w") as f:
+        json.dump(doc, f)
+
+
+def run(*args):
+    return subprocess.run([sys.executable, os.path.join(HERE, "fit_auto.py"), *args], capture_output=True, text=True)
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        # Fitted on two thirds of the shapes, checked on the rest.
+        train = [s for k, s in enumerate(SHAPES) if k % 3 != 1]  # every feature varies in both parts
+        held = [s for k, s in enumerate(SHAPES) if k % 3 == 1]
+        sweep(os.path.join(tmp, "s2.json"), 2, train)
+        out = os.path.join(tmp, "fit")
+        r = run(os.path.join(tmp, "s2.json"), "--out", out, "--write-builtin", os.path.join(tmp, "fit.inc"))
+        assert r.returncode == 0, r.stderr + r.stdout
+        with open(os.path.join(out, "model.json")) as f:
+            model = json.load(f)
+        assert model["format"] == "bppsa-cost-model/1" and model["features"] == fit_auto.FEATURES, model
+        groups = {(g["cell"], g["candidate"], g["threads"]): g["coef"] for g in model["groups"]}
+        assert set(groups) == {(c, k, 2) for (c, k) in TRUTH}, sorted(groups)
+        worst = 0.0
+        for (cell, cand) in TRUTH:
+            for h, t, b, i in held:
+                p = fit_auto.predict(groups[(cell, cand, 2)], fit_auto.features(cell, h, t, b, i))
+                worst = max(worst, abs(p - truth_ms(cell, cand, h, t, b, i)) / truth_ms(cell, cand, h, t, b, i))
+        assert worst < 1e-6, f"held-out predictions off by {worst:.3g} (relative)"
+        # auto's pick is the truly fastest method at every shape (the fit reproduces the truth)
+        for h, t, b, i in SHAPES:
+            key = ("rnn", h, t, b, i, 2)
+            truth = min(fit_auto.METHODS, key=lambda m: truth_ms("rnn", m, h, t, b, i))
+            assert fit_auto.choose(groups, key, fit_auto.METHODS) == truth, (key, truth)
+        fit_md = open(os.path.join(out, "fit.md")).read()
+        assert "Worst regret: 1.00 in-sample" in fit_md, fit_md[-400:]
+        inc = open(os.path.join(tmp, "fit.inc")).read()
+        assert inc.splitlines()[1].startswith('R"json({"format": "bppsa-cost-model/1"'), inc[:200]
+        assert json.loads(inc.splitlines()[1][len('R"json('):-len(')json"')]) == model
+
+        # A shape where the measured hybrid is 3× what the rest of the sweep says: the model, fitted
+        # to the rest, still picks hybrid there, 3× slower than bp: exit 3 names the shape.
+        h, t, b, i = 32, 200, 8, 1
+        pick = min(fit_auto.METHODS, key=lambda m: truth_ms("rnn", m, h, t, b, i))
+        second = sorted(fit_auto.METHODS, key=lambda m: truth_ms("rnn", m, h, t, b, i))[1]
+        factor = 3 * truth_ms("rnn", second, h, t, b, i) / truth_ms("rnn", pick, h, t, b, i)
+        sweep(os.path.join(tmp, "bad.json"), 2, SHAPES,
+              scale=lambda c, k, *s: factor if (c, k, *s) == ("rnn", pick, h, t, b, i) else 1.0)
+        r = run(os.path.join(tmp, "bad.json"), "--out", os.path.join(tmp, "bad"))
+        assert r.returncode == 3 and f"('rnn', {h}, {t}, {b}, {i}, 2)" in r.stderr, (r.returncode, r.stderr)
+
+        # Not a sweep: a clear message, non-zero exit
+        with open(os.path.join(tmp, "junk.json"), "w") as f:
+            f.write("[1, 2")
+        r = run(os.path.join(tmp, "junk.json"), "--out", os.path.join(tmp, "junk"))
+        assert r.returncode != 0 and "not a sweep" in r.stderr and "junk.json" in r.stderr, r.stderr
+    print("fit_auto checks passed: held-out error %.2g, picks the true fastest method, exit 3 on a bad pick" % worst)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,205 @@
+// The step cost model (bppsa/nn/cost_model.hpp): per (cell, candidate, threads) a non-negative
+// combination of the features below, fitted by bench/auto/fit_auto.py to measured step times.
+#include "bppsa/nn/cost_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "bppsa/core/error.hpp"
+#include "bppsa/io/file.hpp"
+
+namespace bppsa {
+
+namespace {
+
+constexpr const char* kOp = "cost model";
+constexpr const char* kFormat = "bppsa-cost-model/1";
+// The features, in the file's order: fixed cost, per step, and per step and sample the
+// elementwise work (S), the matrix-vector products (S²), the scan's dense products (S³) and the
+// input projection (S·I); per step S² for reading the recurrent weights once a step at any batch.
+constexpr const char* kFeatures[] = {"1", "T", "T*B*S", "T*B*S^2", "T*B*S^3", "T*B*S*I", "T*S^2"};
+constexpr std::size_t kFeatureCount = std::size(kFeatures);
+
+struct Group {
+  CellType cell;
+  StepCandidate candidate;
+  int threads;
+  std::vector<double> coef;  // ms per unit of each feature
+};
+
+struct Model {
+  std::string source;
+  std::vector<Group> groups;
+};
+
+// The built-in fit: the JSON text bench/auto/fit_auto.py writes into cost_model_fit.inc.
+constexpr const char* kBuiltIn =
+#include "nn/cost_model_fit.inc"
+    ;
+
+[[noreturn]] void bad_model(const std::string& where, const std::string& what);
+
+StepCandidate parse_candidate(const std::string& name, const std::string& where) {
+  if (name == "bp") return StepCandidate::bp;
+  if (name == "blelloch") return StepCandidate::blelloch;
+  if (name == "hybrid") return StepCandidate::hybrid;
+  if (name == "torch.nn") return StepCandidate::torch_nn;
+  bad_model(where, "unknown candidate '" + name + "' (expected bp, blelloch, hybrid or torch.nn)");
+}
+
+[[noreturn]] void bad_model(const std::string& where, const std::string& what) {
+  detail::raise<FormatError>(kOp, where + ": " + what + "; write it with bench/auto/fit_auto.py");
+}
+
+/// The model in `text`; FormatError naming `where` (a file, or the built-in fit) on any fault.
+Model parse_model(const std::string& text, const std::string& where, std::string source) {
+  auto bad = [&](const std::string& what) { bad_model(where, what); };
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    bad(std::string("not JSON (") + e.what() + ")");
+  }
+  if (!doc.is_object() || doc.value("format", std::string()) != kFormat)
+    bad(std::string("not a cost model (its \"format\" must be \"") + kFormat + "\")");
+  const auto features = doc.find("features");
+  if (features == doc.end() || !features->is_array() || features->size() != kFeatureCount)
+    bad("\"features\" must list the " + std::to_string(kFeatureCount) + " features this bppsa uses");
+  for (std::size_t k = 0; k < kFeatureCount; ++k)
+    if (!(*features)[k].is_string() || (*features)[k].get<std::string>() != kFeatures[k])
+      bad(std::string("feature ") + std::to_string(k) + " must be \"" + kFeatures[k] + "\"");
+  const auto groups = doc.find("groups");
+  if (groups == doc.end() || !groups->is_array()) bad("\"groups\" must be an array");
+  Model m;
+  m.source = std::move(source);
+  for (std::size_t i = 0; i < groups->size(); ++i) {
+    const auto& g = (*groups)[i];
+    const std::string at = "group " + std::to_string(i);
+    if (!g.is_object() || !g.contains("cell") || !g.contains("candidate") || !g.contains("threads") ||
+        !g.contains("coef") || !g["cell"].is_string() || !g["candidate"].is_string() ||
+        !g["threads"].is_number_integer() || !g["coef"].is_array())
+      bad(at + " needs \"cell\", \"candidate\", \"threads\" (an integer) and \"coef\" (an array)");
+    Group out;
+    const std::string cell = g["cell"].get<std::string>();
+    if (cell != "rnn" && cell != "gru" && cell != "lstm") bad(at + ": unknown cell '" + cell + "'");
+    out.cell = parse_cell(cell);
+    out.candidate = parse_candidate(g["candidate"].get<std::string>(), where + ": " + at);
+    out.threads = g["threads"].get<int>();
+    if (out.threads < 1) bad(at + ": threads must be ≥ 1");
+    if (g["coef"].size() != kFeatureCount)
+      bad(at + ": \"coef\" must have " + std::to_string(kFeatureCount) + " numbers");
+    for (const auto& c : g["coef"]) {
+      if (!c.is_number() || !std::isfinite(c.get<double>()) || c.get<double>() < 0)
+        bad(at + ": every coefficient must be a finite number ≥ 0");
+      out.coef.push_back(c.get<double>());
+    }
+    for (const Group& seen : m.groups)
+      if (seen.cell == out.cell && seen.candidate == out.candidate && seen.threads == out.threads)
+        bad(at + " repeats an earlier group's cell, candidate and threads");
+    m.groups.push_back(std::move(out));
+  }
+  return m;
+}
+
+Model read_model(const std::string& path, std::string source) {
+  const std::vector<unsigned char> bytes = read_file(path);  // IoError naming the path
+  return parse_model(std::string(bytes.begin(), bytes.end()), path, std::move(source));
+}
+
+std::mutex g_mutex;
+std::shared_ptr<const Model> g_model;  // set at first use
+
+std::shared_ptr<const Model> model_in_use() {
+  std::lock_guard lock(g_mutex);
+  if (!g_model) {
+    if (const char* env = std::getenv("BPPSA_COST_MODEL"); env != nullptr && *env != '\0') {
+      g_model = std::make_shared<const Model>(read_model(env, std::string("BPPSA_COST_MODEL=") + env));
+    } else {
+      Model m = parse_model(kBuiltIn, "the built-in cost model (src/nn/cost_model_fit.inc)", "");
+      const nlohmann::json doc = nlohmann::json::parse(kBuiltIn);
+      m.source = m.groups.empty() ? "none" : "built-in (" + doc.value("fitted_on", std::string("?")) + ")";
+      g_model = std::make_shared<const Model>(std::move(m));
+    }
+  }
+  return g_model;
+}
+
+std::vector<double> features(const StepShape& s) {
+  const double S = static_cast<double>(s.cell == CellType::lstm ? (s.proj > 0 ? s.proj : s.hidden) + s.hidden
+                                                                 : s.hidden);
+  const double T = static_cast<double>(s.steps), TB = T * static_cast<double>(s.batch);
+  const double I = static_cast<double>(s.input);
+  return {1.0, T, TB * S, TB * S * S, TB * S * S * S, TB * S * I, T * S * S};
+}
+
+}  // namespace
+
+const char* to_string(StepCandidate c) {
+  switch (c) {
+    case StepCandidate::bp:
+      return "bp";
+    case StepCandidate::blelloch:
+      return "blelloch";
+    case StepCandidate::hybrid:
+      return "hybrid";
+    case StepCandidate::torch_nn:
+      return "torch.nn";
+  }
+  return "?";
+}
+
+double predict_step_ms(const StepShape& shape, StepCandidate candidate) {
+  const auto model = model_in_use();
+  const int threads = resolve_threads(shape.threads);
+  const Group* best = nullptr;
+  for (const Group& g : model->groups) {
+    if (g.cell != shape.cell || g.candidate != candidate) continue;
+    // the largest fitted count at or below the request, else the smallest above it
+    const auto rank = [&](const Group* x) {
+      return x->threads <= threads ? std::make_pair(0, threads - x->threads) : std::make_pair(1, x->threads - threads);
+    };
+    if (best == nullptr || rank(&g) < rank(best)) best = &g;
+  }
+  if (best == nullptr) return std::numeric_limits<double>::quiet_NaN();
+  const std::vector<double> f = features(shape);
+  double ms = 0;
+  for (std::size_t k = 0; k < kFeatureCount; ++k) ms += best->coef[k] * f[k];
+  return ms;
+}
+
+BackwardMethod resolve_backward(const BackwardOptions& options, const StepShape& shape) {
+  if (options.method != BackwardMethod::automatic) return options.method;
+  BackwardMethod pick = BackwardMethod::automatic;
+  double least = std::numeric_limits<double>::infinity();
+  for (const auto& [c, m] : {std::pair{StepCandidate::bp, BackwardMethod::bp},
+                             std::pair{StepCandidate::hybrid, BackwardMethod::hybrid},
+                             std::pair{StepCandidate::blelloch, BackwardMethod::blelloch}}) {
+    const double ms = predict_step_ms(shape, c);
+    if (ms < least) {  // NaN (no fit) never wins
+      least = ms;
+      pick = m;
+    }
+  }
+  return pick != BackwardMethod::automatic ? pick : resolve_backward(options, shape.batch);
+}
+
+std::string cost_model_source() { return model_in_use()->source; }
+
+void load_cost_model(const std::string& path) {
+  if (path.empty()) {
+    std::lock_guard lock(g_mutex);
+    g_model.reset();  // the next use reads BPPSA_COST_MODEL or the built-in fit again
+    return;
+  }
+  auto m = std::make_shared<const Model>(read_model(path, path));
+  std::lock_guard lock(g_mutex);
+  g_model = std::move(m);
+}
+
+}  // namespace bppsa

@@ -1,0 +1,153 @@
+// The step cost model behind `auto` (bppsa/nn/cost_model.hpp): predictions from hand-written
+// models against their closed forms, the thread-count fallback, auto's choice, and bad files.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <string>
+
+#include "bppsa/core/error.hpp"
+#include "bppsa/nn/cost_model.hpp"
+#include "expect_error.hpp"
+#include "temp_dir.hpp"
+
+namespace {
+
+using namespace bppsa;
+
+constexpr const char* kFeatures = R"("features": ["1", "T", "T*B*S", "T*B*S^2", "T*B*S^3", "T*B*S*I", "T*S^2"])";
+
+std::string model_json(const std::string& groups) {
+  return std::string(R"({"format": "bppsa-cost-model/1", "fitted_on": "a test", )") + kFeatures +
+         R"(, "groups": [)" + groups + "]}";
+}
+
+std::string group(const std::string& cell, const std::string& candidate, int threads, const std::string& coef) {
+  return R"({"cell": ")" + cell + R"(", "candidate": ")" + candidate + R"(", "threads": )" + std::to_string(threads) +
+         R"(, "coef": [)" + coef + "]}";
+}
+
+std::string write(const testutil::TempDir& dir, const std::string& name, const std::string& text) {
+  const auto path = dir.path / name;
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+StepShape shape(CellType cell, Index hidden, Index steps, Index batch, int threads, Index input = 3, Index proj = 0) {
+  StepShape s;
+  s.cell = cell;
+  s.input = input;
+  s.hidden = hidden;
+  s.proj = proj;
+  s.steps = steps;
+  s.batch = batch;
+  s.threads = threads;
+  return s;
+}
+
+// Each test loads its own model and leaves the process's default in place for the other suites.
+class CostModel : public ::testing::Test {
+ protected:
+  void TearDown() override { load_cost_model(""); }
+  testutil::TempDir dir;
+};
+
+TEST_F(CostModel, PredictsEachFeatureAsItsClosedForm) {
+  // one coefficient per group, each on another feature
+  load_cost_model(write(dir, "m.json",
+                        model_json(group("rnn", "bp", 2, "2, 0, 0, 0, 0, 0, 0") + "," +
+                                   group("rnn", "blelloch", 2, "0, 0.5, 0, 0, 0, 0, 0") + "," +
+                                   group("rnn", "hybrid", 2, "0, 0, 1e-3, 0, 0, 0, 0") + "," +
+                                   group("gru", "bp", 2, "0, 0, 0, 1e-4, 0, 0, 0") + "," +
+                                   group("lstm", "bp", 2, "0, 0, 0, 0, 1e-6, 0, 0") + "," +
+                                   group("lstm", "hybrid", 2, "0, 0, 0, 0, 0, 1e-5, 0") + "," +
+                                   group("lstm", "torch.nn", 2, "0, 0, 0, 0, 0, 0, 1e-3"))));
+  EXPECT_DOUBLE_EQ(predict_step_ms(shape(CellType::rnn, 20, 1000, 16, 2), StepCandidate::bp), 2.0);
+  EXPECT_DOUBLE_EQ(predict_step_ms(shape(CellType::rnn, 20, 1000, 16, 2), StepCandidate::blelloch), 500.0);
+  EXPECT_DOUBLE_EQ(predict_step_ms(shape(CellType::rnn, 20, 1000, 16, 2), StepCandidate::hybrid),
+                   1e-3 * 1000 * 16 * 20);
+  EXPECT_DOUBLE_EQ(predict_step_ms(shape(CellType::gru, 64, 100, 4, 2), StepCandidate::bp), 1e-4 * 100 * 4 * 64 * 64);
+  // LSTM: S = 2H, or P + H with a projection
+  EXPECT_DOUBLE_EQ(predict_step_ms(shape(CellType::lstm, 32, 10, 2, 2), StepCandidate::bp),
+                   1e-6 * 10 * 2 * 64.0 * 64 * 64);
+  EXPECT_DOUBLE_EQ(predict_step_ms(shape(CellType::lstm, 32, 10, 2, 2, 7, 8), StepCandidate::bp),
+                   1e-6 * 10 * 2 * 40.0 * 40 * 40);
+  EXPECT_DOUBLE_EQ(predict_step_ms(shape(CellType::lstm, 32, 10, 2, 2, 7), StepCandidate::hybrid),
+                   1e-5 * 10 * 2 * 64 * 7);
+  EXPECT_DOUBLE_EQ(predict_step_ms(shape(CellType::lstm, 32, 10, 2, 2), StepCandidate::torch_nn),
+                   1e-3 * 10 * 64 * 64);
+  // no fit: NaN
+  EXPECT_TRUE(std::isnan(predict_step_ms(shape(CellType::gru, 64, 100, 4, 2), StepCandidate::blelloch)));
+  EXPECT_NE(cost_model_source().find("m.json"), std::string::npos);
+}
+
+TEST_F(CostModel, ServesTheNearestFittedThreadCount) {
+  load_cost_model(write(dir, "m.json",
+                        model_json(group("gru", "bp", 1, "1, 0, 0, 0, 0, 0, 0") + "," +
+                                   group("gru", "bp", 4, "4, 0, 0, 0, 0, 0, 0") + "," +
+                                   group("rnn", "bp", 4, "40, 0, 0, 0, 0, 0, 0"))));
+  EXPECT_DOUBLE_EQ(predict_step_ms(shape(CellType::gru, 8, 10, 1, 1), StepCandidate::bp), 1.0);
+  EXPECT_DOUBLE_EQ(predict_step_ms(shape(CellType::gru, 8, 10, 1, 3), StepCandidate::bp), 1.0);  // largest below
+  EXPECT_DOUBLE_EQ(predict_step_ms(shape(CellType::gru, 8, 10, 1, 4), StepCandidate::bp), 4.0);
+  EXPECT_DOUBLE_EQ(predict_step_ms(shape(CellType::gru, 8, 10, 1, 16), StepCandidate::bp), 4.0);
+  EXPECT_DOUBLE_EQ(predict_step_ms(shape(CellType::rnn, 8, 10, 1, 1), StepCandidate::bp), 40.0);  // smallest above
+}
+
+TEST_F(CostModel, AutoPicksTheLeastPredictedMethod) {
+  // bp: 0.01 ms a step; blelloch: 5 ms fixed + 1e-3 a step; hybrid: 2 ms fixed + 4e-3 a step.
+  // Least: bp up to T 333, hybrid up to T 1000, blelloch beyond.
+  load_cost_model(write(dir, "m.json",
+                        model_json(group("rnn", "bp", 2, "0, 0.01, 0, 0, 0, 0, 0") + "," +
+                                   group("rnn", "blelloch", 2, "5, 1e-3, 0, 0, 0, 0, 0") + "," +
+                                   group("rnn", "hybrid", 2, "2, 4e-3, 0, 0, 0, 0, 0"))));
+  BackwardOptions o;
+  o.method = BackwardMethod::automatic;
+  o.threads = 2;
+  EXPECT_EQ(resolve_backward(o, shape(CellType::rnn, 20, 100, 1, 2)), BackwardMethod::bp);
+  EXPECT_EQ(resolve_backward(o, shape(CellType::rnn, 20, 800, 1, 2)), BackwardMethod::hybrid);
+  EXPECT_EQ(resolve_backward(o, shape(CellType::rnn, 20, 5000, 1, 2)), BackwardMethod::blelloch);
+  // an explicit method is itself
+  o.method = BackwardMethod::blelloch;
+  EXPECT_EQ(resolve_backward(o, shape(CellType::rnn, 20, 100, 1, 2)), BackwardMethod::blelloch);
+  // a cell without a fit: the batch rule (threads < 2·batch: bp, else the scan's own choice)
+  o.method = BackwardMethod::automatic;
+  EXPECT_EQ(resolve_backward(o, shape(CellType::gru, 20, 100, 16, 2)), BackwardMethod::bp);
+  EXPECT_EQ(resolve_backward(o, shape(CellType::gru, 20, 100, 1, 2)), BackwardMethod::automatic);
+}
+
+TEST_F(CostModel, RefusesBadFilesAndKeepsTheModelInUse) {
+  const std::string good = write(dir, "good.json", model_json(group("rnn", "bp", 2, "7, 0, 0, 0, 0, 0, 0")));
+  load_cost_model(good);
+  const StepShape s = shape(CellType::rnn, 20, 10, 1, 2);
+  testutil::expect_error<IoError>([&] { load_cost_model((dir.path / "missing.json").string()); }, {"missing.json"});
+  testutil::expect_error<IoError>([&] { load_cost_model(dir.path.string()); }, {dir.path.string()});
+  struct Case {
+    const char* name;
+    std::string text;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"not_json.json", "{\"format\": ", "not JSON"},
+      {"format.json", R"({"format": "something else"})", "\"format\""},
+      {"features.json",
+       R"({"format": "bppsa-cost-model/1", "features": ["1", "T"], "groups": []})", "\"features\""},
+      {"cell.json", model_json(group("tcn", "bp", 2, "1, 0, 0, 0, 0, 0, 0")), "unknown cell 'tcn'"},
+      {"candidate.json", model_json(group("rnn", "jax", 2, "1, 0, 0, 0, 0, 0, 0")), "unknown candidate 'jax'"},
+      {"threads.json", model_json(group("rnn", "bp", 0, "1, 0, 0, 0, 0, 0, 0")), "threads must be"},
+      {"count.json", model_json(group("rnn", "bp", 2, "1, 0, 0")), "7 numbers"},
+      {"negative.json", model_json(group("rnn", "bp", 2, "1, -1, 0, 0, 0, 0, 0")), "≥ 0"},
+      {"repeat.json",
+       model_json(group("rnn", "bp", 2, "1, 0, 0, 0, 0, 0, 0") + "," + group("rnn", "bp", 2, "2, 0, 0, 0, 0, 0, 0")),
+       "repeats"},
+  };
+  for (const Case& c : cases) {
+    const std::string path = write(dir, c.name, c.text);
+    testutil::expect_error<FormatError>([&] { load_cost_model(path); }, {path, c.says, "bench/auto/fit_auto.py"});
+    EXPECT_DOUBLE_EQ(predict_step_ms(s, StepCandidate::bp), 7.0) << c.name;  // unchanged
+  }
+  EXPECT_NE(cost_model_source().find("good.json"), std::string::npos);
+  load_cost_model("");  // back to the model of first use
+  EXPECT_EQ(cost_model_source().find("good.json"), std::string::npos);
+}
+
+}  // namespace
