@@ -94,16 +94,36 @@ def _contiguous(t):
     return None if t is None else t.contiguous()
 
 
-def _weights_key(weights):
-    """Each weight's address and shape: while they hold, the TensorRefs made for them last hold too."""
-    return tuple(None if t is None else (t.data_ptr(), t.shape) for t in weights)
+def engine_inputs(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr):
+    """What the engine reads: each tensor itself, or a contiguous copy of one that is not (a weight
+    set to a transposed view, say): the engine reads C-order buffers. The CPU engine reads the
+    weights and x in place, in the forward and again in the backward: the caller keeps this list
+    alive (and its tensors unchanged) until the backward has run."""
+    return [_contiguous(t) for t in (x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr)]
 
 
-def _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths=None, forward="sequential"):
-    """Runs the layer on contiguous copies of what is not contiguous (a weight set to a
-    transposed view, say): the engine reads C-order buffers. w_hr: the LSTM's projection or None;
-    lengths: per sample, longest first, or None (every sample runs every step). forward:
-    "sequential" or "newton" (its report kept on the spec: spec.last_forward)."""
+def _weight_refs(engine, weights):
+    """The TensorRefs of weights (w_ih, w_hh, b_ih, b_hh, w_hr; contiguous), kept on the engine
+    while the weights keep their addresses and shapes: only the references are kept, never the
+    values (the engine reads the tensors' memory at every call, so a write through an alias with
+    a version counter of its own, w.data.add_(…) as word_language_model's update, is seen). The
+    weights' storages are held with them, so that no other buffer can take one of their
+    addresses meanwhile."""
+    key = tuple(None if t is None else (t.data_ptr(), t.shape) for t in weights)
+    held = getattr(engine, "bppsa_weight_refs", None)
+    if held is None or held[0] != key:
+        r = _native.ref
+        held = engine.bppsa_weight_refs = (key, [_storage_of(t) for t in weights if t is not None],
+                                           [r(t) for t in weights])
+    return held[2]
+
+
+def _run_forward(engine, spec, args, lengths=None, forward="sequential"):
+    """Runs the layer on args (engine_inputs: x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, contiguous).
+    w_hr: the LSTM's projection or None; lengths: per sample, longest first, or None (every sample
+    runs every step). forward: "sequential" or "newton" (its report kept on the spec:
+    spec.last_forward)."""
+    x = args[0]
     T, B = x.shape[0], x.shape[1]
     H = spec.hidden_size
     P = spec.proj_size or H  # rows of h
@@ -112,22 +132,10 @@ def _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths=
     c_n = _empty((B, H), x) if spec.cell == "lstm" else None
     if B == 0:  # nothing to compute (torch returns the empty tensors too)
         return out, h_n, c_n
-    args = [_contiguous(t) for t in (x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr)]
-    # The engine copies the weights in at every forward: a version-keyed cache would miss writes
-    # through an alias with a counter of its own (w.data.add_(…), as gradcheck and
-    # word_language_model's update do). Their TensorRefs are kept on the engine (same addresses
-    # and shapes; contiguous), with the weights' storages, so that no other buffer can take one of
-    # their addresses meanwhile.
-    weights = args[3:]
-    key = _weights_key(weights)
-    held = getattr(engine, "bppsa_weight_refs", None)
     r = _native.ref
-    if held is None or held[0] != key:
-        held = engine.bppsa_weight_refs = (key, [_storage_of(t) for t in weights if t is not None],
-                                           [r(t) for t in weights])
     engine.set_forward(forward)
-    engine.forward(r(args[0]), r(args[1]), r(args[2]), *held[2], list(lengths or ()), r(out), r(h_n), r(c_n),
-                   _native.stream_of(x))
+    engine.forward(r(x), r(args[1]), r(args[2]), *_weight_refs(engine, args[3:]), list(lengths or ()), r(out),
+                   r(h_n), r(c_n), _native.stream_of(x))
     if forward != "sequential":
         iterations, residual, fell_back, fallback_step = engine.forward_report()
         spec.last_forward = {"method": forward, "iterations": iterations, "residual": residual,
@@ -141,9 +149,9 @@ def _storage_of(t):
 
 
 def _run_backward(engine, saved, needs, grad_out, grad_hn, grad_cn, method, threads, chunks, check_finite):
-    """The engine's backward pass after its forward: the gradients of the saved inputs (x, h0, c0,
-    w_ih, w_hh, b_ih, b_hh, w_hr) that `needs` asks for, None for the others. A CUDA engine reads
-    every step's output gradient: zeros stand in for an absent one."""
+    """The engine's backward pass after its forward on saved (the engine_inputs it read: x, h0,
+    c0, w_ih, w_hh, b_ih, b_hh, w_hr): the gradients of those that `needs` asks for, None for the
+    others. A CUDA engine reads every step's output gradient: zeros stand in for an absent one."""
     x = saved[0]
     grads = [torch.empty(t.shape, dtype=t.dtype, device=t.device) if need and t is not None else None
              for t, need in zip(saved, needs)]
@@ -155,7 +163,7 @@ def _run_backward(engine, saved, needs, grad_out, grad_hn, grad_cn, method, thre
     # Named, so that the contiguous copies outlive the call that reads them.
     grad_out, grad_hn, grad_cn = _contiguous(grad_out), _contiguous(grad_hn), _contiguous(grad_cn)
     r = _native.ref
-    engine.backward(r(grad_out), r(grad_hn), r(grad_cn), method, _native.resolve_threads(threads), chunks,
+    engine.backward(*_weight_refs(engine, saved[3:]), r(grad_out), r(grad_hn), r(grad_cn), method, _native.resolve_threads(threads), chunks,
                     *[r(g) for g in grads], check_finite, _native.stream_of(x))
     return grads
 
@@ -182,12 +190,16 @@ class LayerFunction(torch.autograd.Function):
     def forward(ctx, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, spec, options, lengths):
         key = (x.dtype, _device(x))
         engine = spec.acquire(*key)
+        args = engine_inputs(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr)
         try:
-            out, h_n, c_n = _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, options[4])
+            out, h_n, c_n = _run_forward(engine, spec, args, lengths, options[4])
         except BaseException:
             spec.release(key, engine)
             raise
         ctx.engine = engine
+        # What the engine read, held until the graph goes: the backward reads the same memory
+        # (the tensors themselves when contiguous, which save_for_backward below guards).
+        ctx.engine_args = args
         ctx.spec = spec
         ctx.options = options
         ctx.lengths = lengths
@@ -209,10 +221,11 @@ class LayerFunction(torch.autograd.Function):
         method, threads, chunks, check_finite, forward = ctx.options
         with ctx.lock:
             engine = ctx.engine
-            if engine.steps == 0 and saved[0].shape[1] > 0:
+            args = ctx.engine_args
+            if engine.steps == 0 and args[0].shape[1] > 0:
                 # An earlier backward of a retained graph freed the record: the forward again.
-                _run_forward(engine, ctx.spec, *saved, ctx.lengths, forward)
-            grads = _run_backward(engine, saved, ctx.needs_input_grad[:8], grad_out, grad_hn, grad_cn, method,
+                _run_forward(engine, ctx.spec, args, ctx.lengths, forward)
+            grads = _run_backward(engine, args, ctx.needs_input_grad[:8], grad_out, grad_hn, grad_cn, method,
                                   threads, chunks, check_finite)
             # The record goes with its backward, not with the graph (which lives as long as the
             # caller holds an output): a forward of the next micro-batch, run while the last
@@ -234,6 +247,6 @@ def run_layer(spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, method, threads, ch
     engine = spec.acquire(*key)
     try:  # (spec.borrowed's work, without a context manager's cost at every T 1 call)
         with torch.no_grad():
-            return _run_forward(engine, spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, forward)
+            return _run_forward(engine, spec, engine_inputs(*tensors), lengths, forward)
     finally:
         spec.release(key, engine)

@@ -116,7 +116,8 @@ void LayerEngine<T>::forward(const TensorRef& x, const OptRef& h0, const OptRef&
 }
 
 template <class T>
-std::string LayerEngine<T>::backward(const OptRef& grad_out, const OptRef& grad_hn, const OptRef& grad_cn,
+std::string LayerEngine<T>::backward(const TensorRef& w_ih, const TensorRef& w_hh, const OptRef& b_ih,
+                                     const OptRef& b_hh, const OptRef& w_hr, const OptRef& grad_out, const OptRef& grad_hn, const OptRef& grad_cn,
                                      const std::string& method, int threads, int chunks, const OptRef& grad_x,
                                      const OptRef& grad_h0, const OptRef& grad_c0, const OptRef& grad_w_ih,
                                      const OptRef& grad_w_hh, const OptRef& grad_b_ih, const OptRef& grad_b_hh,
@@ -134,6 +135,11 @@ std::string LayerEngine<T>::backward(const OptRef& grad_out, const OptRef& grad_
   options.check_finite = check_finite;
 
   LayerBackwardIo<T> io;
+  io.w_ih = in(w_ih, {G, I}, "weight_ih");
+  io.w_hh = in(w_hh, {G, P}, "weight_hh");
+  io.b_ih = in(b_ih, {G}, "bias_ih");
+  io.b_hh = in(b_hh, {G}, "bias_hh");
+  if (config_.proj > 0) io.w_hr = in(w_hr, {P, H}, "weight_hr");
   io.grad_out = in(grad_out, {steps, batch, P}, "grad of output");
   io.grad_hn = in(grad_hn, {batch, P}, "grad of h_n");
   if ((grad_cn || grad_c0) && !lstm)

@@ -40,14 +40,16 @@ class LayerEngine {
                const OptRef& b_ih, const OptRef& b_hh, const OptRef& w_hr, const std::vector<Index>& lengths,
                const TensorRef& out, const TensorRef& h_n, const OptRef& c_n, std::uintptr_t stream = 0);
 
-  /// From the gradients on out (those past a sample's length are not used), h_n and c_n
-  /// (None = zero) of the last forward(): writes the
+  /// From the weights the last forward() read (the same tensors, unchanged: the CPU reads them in
+  /// place, as it read them and x in the forward, which must both still be alive) and the
+  /// gradients on out (those past a sample's length are not used), h_n and c_n (None = zero): writes the
   /// gradients whose buffers are given (None = not needed). method: bp, blelloch, hybrid,
   /// auto, linear. check_finite: raise on NaN/Inf state gradients (else they propagate, as in
   /// torch; on CUDA the parameter gradients are checked, which waits for the stream). Returns
   /// the method that ran (auto resolved; on CUDA "fused" for the fused chunked scan). On CUDA,
   /// grad_out is required (zeros when none flows back).
-  std::string backward(const OptRef& grad_out, const OptRef& grad_hn, const OptRef& grad_cn, const std::string& method,
+  std::string backward(const TensorRef& w_ih, const TensorRef& w_hh, const OptRef& b_ih, const OptRef& b_hh,
+                       const OptRef& w_hr, const OptRef& grad_out, const OptRef& grad_hn, const OptRef& grad_cn, const std::string& method,
                        int threads, int chunks, const OptRef& grad_x, const OptRef& grad_h0, const OptRef& grad_c0,
                        const OptRef& grad_w_ih, const OptRef& grad_w_hh, const OptRef& grad_b_ih,
                        const OptRef& grad_b_hh, const OptRef& grad_w_hr, bool check_finite, std::uintptr_t stream = 0);

@@ -6,11 +6,48 @@
 #include <algorithm>
 #include <memory>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "bppsa/nn/recurrent.hpp"
 
 namespace bppsa::detail {
+
+/// One layer's weights as the cells, the Newton forward and the backward pass read them: maps
+/// of memory the view does not own (a stack's RecurrentLayerParams, or the caller's C-order
+/// tensors in forward_io / backward_io), which must stay alive and unchanged while the view is
+/// used. PyTorch's shapes (RecurrentLayerParams); w_hr is 0 × 0 without a projection.
+/// Copying a view rebinds nothing: it is built, never assigned (Eigen's Map assigns values).
+template <class T>
+struct LayerWeights {
+  using MatrixView = Eigen::Map<const RowMatrix<T>>;
+  using VectorView = Eigen::Map<const Vector<T>>;
+  MatrixView w_ih, w_hh;
+  VectorView b_ih, b_hh;
+  MatrixView w_hr;
+
+  LayerWeights(MatrixView w_ih_, MatrixView w_hh_, VectorView b_ih_, VectorView b_hh_, MatrixView w_hr_)
+      : w_ih(w_ih_), w_hh(w_hh_), b_ih(b_ih_), b_hh(b_hh_), w_hr(w_hr_) {}
+  /// A view of owned parameters (implicit: every function taking a view takes them).
+  LayerWeights(const RecurrentLayerParams<T>& p)  // NOLINT(google-explicit-constructor)
+      : LayerWeights(MatrixView(p.w_ih.data(), p.w_ih.rows(), p.w_ih.cols()),
+                     MatrixView(p.w_hh.data(), p.w_hh.rows(), p.w_hh.cols()), VectorView(p.b_ih.data(), p.b_ih.size()),
+                     VectorView(p.b_hh.data(), p.b_hh.size()),
+                     MatrixView(p.w_hr.data(), p.w_hr.rows(), p.w_hr.cols())) {}
+  LayerWeights(const RecurrentLayerParams<T>&&) = delete;  // a view of a temporary would dangle
+  LayerWeights(const LayerWeights&) = default;
+  LayerWeights& operator=(const LayerWeights&) = delete;
+};
+
+/// Where a backward pass writes one layer's parameter gradients: maps of a stack's grads() or of
+/// the caller's buffers, shaped as LayerWeights; a null data() is a gradient not wanted (not
+/// computed).
+template <class T>
+struct LayerGradients {
+  Eigen::Map<RowMatrix<T>> w_ih, w_hh;
+  Eigen::Map<Vector<T>> b_ih, b_hh;
+  Eigen::Map<RowMatrix<T>> w_hr;
+};
 
 /// What forward records for one layer. Column blocks are time-major with B columns each:
 /// states at block t = 0..T (block 0 is s_0), per-step quantities at block t − 1 for t = 1..T.
@@ -22,7 +59,16 @@ struct LayerRecord {
   Index steps = 0, batch = 0, hidden = 0;
   std::vector<Index> active;  ///< per step t (at t − 1): samples running it; empty = all
   Index width(Index t) const { return active.empty() ? batch : active[static_cast<std::size_t>(t - 1)]; }
-  Matrix<T> x;      ///< I × TB: the layer's input
+  Matrix<T> x;      ///< I × TB: the layer's input, when the record holds a copy of it (else empty)
+  /// The layer's input when it lives elsewhere (the caller's in forward_io, the layer below's h):
+  /// I × TB from here, alive and unchanged until the backward has run; null: x.
+  const T* x_view = nullptr;
+  Index x_rows = 0;
+  /// The layer's input, I × TB (x or x_view).
+  Eigen::Map<const Matrix<T>> input() const {
+    return x_view != nullptr ? Eigen::Map<const Matrix<T>>(x_view, x_rows, steps * batch)
+                             : Eigen::Map<const Matrix<T>>(x.data(), x.rows(), x.cols());
+  }
   Matrix<T> h;      ///< P × (T+1)B (P: the LSTM's proj if set, else H)
   Matrix<T> c;      ///< LSTM: H × (T+1)B
   Matrix<T> gates;  ///< G·H × TB, gates after their nonlinearity (rnn: unused, h is enough)
@@ -58,35 +104,35 @@ template <class T>
 struct CellOps {
   /// Recurrence over all steps (step t on its first rec.width(t) samples); rec.x, rec.ax and
   /// block 0 of rec.h (and rec.c) are set.
-  void (*forward)(const RecurrentLayerParams<T>& p, LayerRecord<T>& rec);
+  void (*forward)(const LayerWeights<T>& p, LayerRecord<T>& rec);
   /// A chain element of `count` samples in the cell's natural kind (values not yet filled).
-  Jacobian<T> (*element)(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec,
+  Jacobian<T> (*element)(const LayerWeights<T>& p, const LayerRecord<T>& rec,
                          const std::shared_ptr<Matrix<T>>& w_hh_t, Index count);
   /// Fills J_t^T of each slot.
-  void (*fill)(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, std::span<const JacobianSlot<T>> slots);
+  void (*fill)(const LayerWeights<T>& p, const LayerRecord<T>& rec, std::span<const JacobianSlot<T>> slots);
   /// Pre-activation gradients for steps [t0, t1) (each on its first rec.width(t) samples)
   /// from the state gradients in g.
-  void (*preact)(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out,
+  void (*preact)(const LayerWeights<T>& p, const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out,
                  Index t0, Index t1);
   /// The part of g_{t−1} that does not pass through W_hh (GRU: z ⊙ g; LSTM: c-row f ⊙ δc),
   /// added into `prev` (S × the first prev.cols() samples); rnn: nothing. Called right after
   /// preact(…, pg, t, t + 1) with pg.keep_dc set (BP through time): the LSTM reads that step's δc
   /// from pg.dc.
-  void (*direct)(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, const Matrix<T>& g,
+  void (*direct)(const LayerWeights<T>& p, const LayerRecord<T>& rec, const Matrix<T>& g,
                  const PreactGrads<T>& pg, Index t, Eigen::Ref<Matrix<T>> prev);
 };
 
 /// The padded chain of a layer: J_t^T for t = 1..T, every one of B samples.
 template <class T>
-void make_chain(const CellOps<T>& ops, const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec,
+void make_chain(const CellOps<T>& ops, const std::type_identity_t<LayerWeights<T>>& p, const LayerRecord<T>& rec,
                 const std::shared_ptr<Matrix<T>>& w_hh_t, Chain<T>& chain) {
   for (Index t = 1; t <= rec.steps; ++t) chain.push_back(ops.element(p, rec, w_hh_t, rec.batch));
 }
 
 /// Fills J_t^T of the padded chain for steps t in [t0, t1) (1-based), every sample.
 template <class T>
-void fill_jacobians(const CellOps<T>& ops, const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, Chain<T>& chain,
-                    Index t0, Index t1) {
+void fill_jacobians(const CellOps<T>& ops, const std::type_identity_t<LayerWeights<T>>& p, const LayerRecord<T>& rec,
+                    Chain<T>& chain, Index t0, Index t1) {
   std::vector<JacobianSlot<T>> slots;
   slots.reserve(static_cast<std::size_t>(std::max<Index>(t1 - t0, 0) * rec.batch));
   for (Index t = t0; t < t1; ++t)

@@ -4,6 +4,7 @@
 #include "bppsa/nn/recurrent.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <random>
 
@@ -143,6 +144,10 @@ struct Recurrent<T>::Impl {
   // backward_begin first). The layer below needs the layer above's input gradient, hence the
   // strict top-down order.
   Index next_layer = -1;
+  /// The last forward was forward_io, on these weights (w_ih, w_hh, b_ih, b_hh, w_hr): its
+  /// backward is backward_io, on the same ones.
+  bool io_forward = false;
+  std::array<const void*, 5> io_weights{};
 
   static detail::LayerMatrices<T> present(const std::vector<Matrix<T>>& m) {
     detail::LayerMatrices<T> out;
@@ -312,6 +317,7 @@ void Recurrent<T>::forward(const Eigen::Ref<const Matrix<T>>& x, Index steps, In
                                         shape_string(s0.rows(), s0.cols()) + ", expected " + shape_string(S, batch));
   }
   impl_->next_layer = -1;  // a layer-by-layer backward in progress belonged to the previous forward
+  impl_->io_forward = false;
   impl_->lengths.clear();
   // All the same length as the batch's steps: the plain (padded) path gives the same result.
   if (!lengths.empty() && lengths.back() < steps) impl_->lengths.assign(lengths.begin(), lengths.end());
@@ -334,15 +340,23 @@ void Recurrent<T>::forward_io(const LayerForwardIo<T>& io, Index steps, Index ba
                                        "weight_hr with a projection)");
   detail::check_sorted_lengths(op, lengths, batch, steps);
   impl_->next_layer = -1;
+  impl_->io_forward = false;  // until it has run
   impl_->lengths.clear();
   if (!lengths.empty() && lengths.back() < steps) impl_->lengths.assign(lengths.begin(), lengths.end());
   impl_->half->forward_io(io, steps, batch, impl_->lengths, stream, params_);
+  impl_->io_forward = true;
+  impl_->io_weights = {io.w_ih, io.w_hh, io.b_ih, io.b_hh, config_.proj > 0 ? io.w_hr : nullptr};
 }
 
 template <class T>
 std::string Recurrent<T>::backward_io(const LayerBackwardIo<T>& io, const BackwardOptions& options,
                                       std::uintptr_t stream) {
-  if (steps() == 0) detail::raise<InvalidArgument>("Recurrent::backward_io", "call forward_io() before backward_io()");
+  const char* op = "Recurrent::backward_io";
+  if (steps() == 0 || !impl_->io_forward) detail::raise<InvalidArgument>(op, "call forward_io() before backward_io()");
+  if (impl_->io_weights != std::array<const void*, 5>{io.w_ih, io.w_hh, io.b_ih, io.b_hh,
+                                                      config_.proj > 0 ? io.w_hr : nullptr})
+    detail::raise<InvalidArgument>(op, "the weights (w_ih, w_hh, b_ih, b_hh, w_hr) must be those forward_io read, "
+                                       "at the same addresses and unchanged: the backward reads them in place");
   impl_->next_layer = -1;
   return impl_->half->backward_io(io, options, impl_->lengths, stream, params_, grads_);
 }
@@ -356,6 +370,7 @@ void Recurrent<T>::release_record() {
   impl_->half->set_forward_options(impl_->forward_options);
   impl_->lengths.clear();
   impl_->next_layer = -1;
+  impl_->io_forward = false;
 }
 
 template <class T>
@@ -443,6 +458,9 @@ void Recurrent<T>::backward_begin(const Eigen::Ref<const Matrix<T>>& grad_out, b
   const Index T_ = steps(), B = batch(), P = output_size(config_), S = state_size(config_);
   impl_->next_layer = -1;
   if (T_ == 0) detail::raise<InvalidArgument>(op, "call forward() before backward()");
+  if (impl_->io_forward)
+    detail::raise<InvalidArgument>(op, "the last forward was forward_io, on the caller's weights: its backward is "
+                                       "backward_io (or run forward() first)");
   if (grad_out.rows() != P || grad_out.cols() != T_ * B)
     detail::raise<ShapeError>(op, "output gradient is " + shape_string(grad_out.rows(), grad_out.cols()) +
                                       ", expected " + shape_string(P, T_ * B) +
@@ -468,7 +486,7 @@ void Recurrent<T>::backward_layer(Index l, const BackwardOptions& options, Backw
 
 template <class T>
 std::pair<Jacobian<T>, Matrix<T>> Recurrent<T>::layer_transfer(Index l, const BackwardOptions& options) {
-  impl_->check_order(l, "Recurrent::layer_transfer");
+  impl_->check_order(l, "Recurrent::layer_transfer");  // (backward_begin refused a forward_io's record)
   return impl_->half->layer_transfer(l, options, params_);
 }
 

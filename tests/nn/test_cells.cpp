@@ -864,6 +864,11 @@ TEST_P(RecurrentIo, OnCallerMemoryEqualsTheHostApi) {
   f.c_n = lstm ? cn.data() : nullptr;
   io_rnn.forward_io(f, T, B, lengths);
   LayerBackwardIo<double> b;
+  b.w_ih = f.w_ih;  // the weights the forward read
+  b.w_hh = f.w_hh;
+  b.b_ih = f.b_ih;
+  b.b_hh = f.b_hh;
+  b.w_hr = f.w_hr;
   b.grad_out = gout.data();
   b.grad_hn = ghn.data();
   b.grad_cn = lstm ? gcn.data() : nullptr;
@@ -897,8 +902,8 @@ TEST_P(RecurrentIo, OnCallerMemoryEqualsTheHostApi) {
   if (lstm) {
     EXPECT_LE((gc0 - host.state0_grad(0).bottomRows(H)).cwiseAbs().maxCoeff(), tol);
   }
-  // The weights forward_io read are the stack's parameters now.
-  EXPECT_EQ(io_rnn.params(0).w_hh, p.w_hh);
+  // forward_io computed on the caller's weights in place: the stack's own parameters are untouched.
+  EXPECT_TRUE(io_rnn.params(0).w_hh.isZero());
   EXPECT_EQ(io_rnn.lengths(), GetParam().lengths && lengths.back() < T ? lengths : std::vector<Index>{});
 
   // A record this small stays for the next call (a decoder's steps).
@@ -924,6 +929,8 @@ TEST(RecurrentIo, ReleaseRecordFreesALargeOneAndKeepsTheWeights) {
   EXPECT_EQ(rnn.steps(), 0);
   EXPECT_EQ(rnn.params(0).w_hh, loaded);
   LayerBackwardIo<double> b;
+  b.w_ih = w_ih.data();
+  b.w_hh = w_hh.data();
   b.grad_out = gout.data();
   b.grad_w_ih = gw.data();
   expect_error<InvalidArgument>([&] { rnn.backward_io(b, {}); }, {"forward_io()"});
@@ -932,6 +939,89 @@ TEST(RecurrentIo, ReleaseRecordFreesALargeOneAndKeepsTheWeights) {
   rnn.forward_io(f, T, B);
   EXPECT_EQ(out, again);
   EXPECT_EQ(rnn.backward_io(b, {BackwardMethod::bp}), "bp");
+}
+
+// The CPU half reads the caller's weights in place at every call (no copy, no cache): weights
+// changed in the caller's memory between two forward_io calls, at the same addresses, give the
+// host API's results for the new weights, forward and backward; a backward_io on other weights, or
+// backward() after forward_io, is refused.
+TEST_P(RecurrentIo, ReadsTheCallersWeightsAtEveryCall) {
+  const RecurrentConfig c = GetParam().config;
+  const Index T = 4, B = 2, I = c.input, H = c.hidden, P = output_size(c), G = gate_count(c.cell) * H;
+  const bool lstm = c.cell == CellType::lstm;
+  const std::vector<Index> lengths = GetParam().lengths ? std::vector<Index>{4, 3} : std::vector<Index>{};
+  Rng rng(21);
+  Recurrent<double> host(c);
+  host.reset_parameters(8);
+  RecurrentLayerParams<double> w = host.params(0);  // the caller's weights: these buffers throughout
+  const Md x = random_matrix(I, T * B, rng), gout = random_matrix(P, T * B, rng);
+  Recurrent<double> io_rnn(c);
+  Md out(P, T * B), hn(P, B), cn(H, B), gx(I, T * B);
+  RowMatrix<double> gw_ih(G, I), gw_hh(G, P), gw_hr(P, H);
+  Vector<double> gb_ih(G), gb_hh(G);
+  LayerForwardIo<double> f;
+  f.x = x.data();
+  f.w_ih = w.w_ih.data();
+  f.w_hh = w.w_hh.data();
+  f.b_ih = w.b_ih.data();
+  f.b_hh = w.b_hh.data();
+  f.w_hr = c.proj > 0 ? w.w_hr.data() : nullptr;
+  f.out = out.data();
+  f.h_n = hn.data();
+  f.c_n = lstm ? cn.data() : nullptr;
+  LayerBackwardIo<double> b;
+  b.w_ih = f.w_ih;
+  b.w_hh = f.w_hh;
+  b.b_ih = f.b_ih;
+  b.b_hh = f.b_hh;
+  b.w_hr = f.w_hr;
+  b.grad_out = gout.data();
+  b.grad_x = gx.data();
+  b.grad_w_ih = gw_ih.data();
+  b.grad_w_hh = gw_hh.data();
+  b.grad_b_ih = gb_ih.data();
+  b.grad_b_hh = gb_hh.data();
+  b.grad_w_hr = c.proj > 0 ? gw_hr.data() : nullptr;
+  const double tol = 1e-12;
+  for (int call = 0; call < 3; ++call) {
+    if (call > 0) {  // changed in place, as an optimizer step (or p.data.add_) does
+      w.w_hh *= 0.5;
+      w.w_ih.array() += 0.25;
+      w.b_ih.array() -= 0.1;
+      if (c.proj > 0) w.w_hr *= -1.0;
+    }
+    host.params(0) = w;
+    host.forward(x, T, B, lengths);
+    host.backward(gout, true, {BackwardMethod::bp});
+    io_rnn.forward_io(f, T, B, lengths);
+    EXPECT_LE((out - host.output()).cwiseAbs().maxCoeff(), tol) << "call " << call;
+    EXPECT_LE((hn - host.final_state(0).topRows(P)).cwiseAbs().maxCoeff(), tol) << "call " << call;
+    EXPECT_EQ(io_rnn.backward_io(b, {BackwardMethod::bp}), "bp");
+    const auto& g = host.grads(0);
+    EXPECT_LE((gw_ih - g.w_ih).cwiseAbs().maxCoeff(), tol) << "call " << call;
+    EXPECT_LE((gw_hh - g.w_hh).cwiseAbs().maxCoeff(), tol) << "call " << call;
+    EXPECT_LE((gb_ih - g.b_ih).cwiseAbs().maxCoeff(), tol) << "call " << call;
+    EXPECT_LE((gb_hh - g.b_hh).cwiseAbs().maxCoeff(), tol) << "call " << call;
+    if (c.proj > 0) {
+      EXPECT_LE((gw_hr - g.w_hr).cwiseAbs().maxCoeff(), tol) << "call " << call;
+    }
+    EXPECT_LE((gx - host.input_grad()).cwiseAbs().maxCoeff(), tol) << "call " << call;
+  }
+  // Gradients not asked for are not written.
+  gw_hh.setConstant(7);
+  b.grad_w_hh = nullptr;
+  io_rnn.forward_io(f, T, B, lengths);
+  io_rnn.backward_io(b, {BackwardMethod::blelloch});
+  EXPECT_TRUE((gw_hh.array() == 7).all());
+  EXPECT_LE((gw_ih - host.grads(0).w_ih).cwiseAbs().maxCoeff(), 1e-10);
+  // The backward reads the forward's weights: other addresses are refused, as is backward().
+  const RowMatrix<double> moved = w.w_hh;
+  b.w_hh = moved.data();
+  expect_error<InvalidArgument>([&] { io_rnn.backward_io(b, {}); }, {"weights", "forward_io read"});
+  b.w_hh = f.w_hh;
+  expect_error<InvalidArgument>([&] { io_rnn.backward(gout, true, {}); }, {"forward_io", "backward_io"});
+  io_rnn.forward(x, T, B, lengths);  // the host API's forward: no backward_io for it
+  expect_error<InvalidArgument>([&] { io_rnn.backward_io(b, {}); }, {"forward_io()"});
 }
 
 INSTANTIATE_TEST_SUITE_P(Cells, RecurrentIo,

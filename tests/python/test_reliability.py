@@ -41,8 +41,8 @@ def test_native_engine_refuses_thread_counts_too():
     w_ih, w_hh = torch.randn(12, 3), torch.randn(12, 4)
     e.forward(r(x), None, None, r(w_ih), r(w_hh), None, None, None, [], r(out), r(hn), None)
     with pytest.raises(ValueError, match=rf"threads must be in 0..{MAX}"):
-        e.backward(r(torch.ones(5, 2, 4)), None, None, "blelloch", 70000, 0, None, None, None, None, None, None, None,
-                   None, False)
+        e.backward(r(w_ih), r(w_hh), None, None, None, r(torch.ones(5, 2, 4)), None, None, "blelloch", 70000, 0, None,
+                   None, None, None, None, None, None, None, False)
     g = torch.randn(2, 3)
     outs = [torch.empty(2, 3) for _ in range(3)]
     el = [bppsa._native._C.ElementRef("dense", 3, 3, 1, r(torch.randn(1, 3, 3))) for _ in range(2)]

@@ -118,16 +118,21 @@ struct ForwardReport {
 /// stack's device: host memory for Device::cpu, the current CUDA device's for Device::cuda. With
 /// P = output_size and G·H gate rows: x (T, B, I); h0, h_n (B, P); c0, c_n (B, H); w_ih (G·H, I);
 /// w_hh (G·H, P); b_ih, b_hh (G·H); w_hr (P, H). Null: absent (zeros for h0, c0 and the biases).
+/// On Device::cpu the weights and x are read in place, by the forward and again by backward_io:
+/// they must stay alive and unchanged until backward_io has returned (or until the next forward
+/// when no backward follows).
 template <class T>
 struct LayerForwardIo {
   const T *x = nullptr, *h0 = nullptr, *c0 = nullptr;
   const T *w_ih = nullptr, *w_hh = nullptr, *b_ih = nullptr, *b_hh = nullptr, *w_hr = nullptr;
   T *out = nullptr, *h_n = nullptr, *c_n = nullptr;
 };
-/// A backward's tensors, shaped as their forward counterparts: the incoming gradients (null:
-/// zero) and the gradients to write (null: not wanted).
+/// A backward's tensors, shaped as their forward counterparts: the weights forward_io read (the
+/// same addresses, unchanged since), the incoming gradients (null: zero) and the gradients to
+/// write (null: not wanted, and on Device::cpu not computed).
 template <class T>
 struct LayerBackwardIo {
+  const T *w_ih = nullptr, *w_hh = nullptr, *b_ih = nullptr, *b_hh = nullptr, *w_hr = nullptr;
   const T *grad_out = nullptr, *grad_hn = nullptr, *grad_cn = nullptr;
   T *grad_x = nullptr, *grad_h0 = nullptr, *grad_c0 = nullptr;
   T *grad_w_ih = nullptr, *grad_w_hh = nullptr, *grad_b_ih = nullptr, *grad_b_hh = nullptr, *grad_w_hr = nullptr;
@@ -243,15 +248,21 @@ class Recurrent {
   std::pair<Jacobian<T>, Matrix<T>> layer_transfer(Index layer, const BackwardOptions& options);
 
   /// forward() of a one-layer stack on the caller's tensors (LayerForwardIo; what bppsa.nn
-  /// runs): the weights are read from io (they become params(0)), the initial state from h0 / c0,
-  /// and out, h_n (each sample's at its length) and c_n are written. lengths as forward(). On
+  /// runs): the weights are read from io, the initial state from h0 / c0, and out, h_n (each
+  /// sample's at its length) and c_n are written. lengths as forward(). Device::cpu computes on
+  /// io's weights and x in place (no copy; params(0) are left as they were), and keeps reading
+  /// them until backward_io; Device::cuda uploads the weights (they become params(0)). Its backward
+  /// is backward_io (backward() and layer_transfer() refuse it: InvalidArgument). On
   /// Device::cuda every copy and kernel is queued on `stream` (a cudaStream_t; 0: the legacy
   /// default stream) and nothing waits for it; `stream` is unused on the CPU. The caller has
   /// checked the tensors' shapes (InvalidArgument for a stack of more than one layer).
   void forward_io(const LayerForwardIo<T>& io, Index steps, Index batch, std::span<const Index> lengths = {},
                   std::uintptr_t stream = 0);
   /// backward() of the last forward_io from the gradients on out, h_n and c_n (those on out past
-  /// a sample's length are not used), writing the gradients asked for. Returns how the state
+  /// a sample's length are not used), writing the gradients asked for (into io only: on
+  /// Device::cpu grads() and input_grad() are not updated). io's weights must be the forward's
+  /// (InvalidArgument for other addresses; values changed in between are not detected and give
+  /// wrong gradients), as must the x it read (Device::cpu). Returns how the state
   /// gradients were computed: the method that ran (automatic resolved), "fused" for the GPU's
   /// fused chunked scan. On Device::cuda grad_out is required (zeros when none flows back) and,
   /// with options.check_finite, the parameter gradients' finiteness is checked (waiting for the

@@ -9,7 +9,7 @@ namespace bppsa::detail {
 namespace {
 
 template <class T>
-void forward(const RecurrentLayerParams<T>& p, LayerRecord<T>& rec) {
+void forward(const LayerWeights<T>& p, LayerRecord<T>& rec) {
   const Index B = rec.batch, H = rec.hidden;
   Matrix<T> ah(3 * H, B);
   for (Index t = 1; t <= rec.steps; ++t) {
@@ -30,13 +30,13 @@ void forward(const RecurrentLayerParams<T>& p, LayerRecord<T>& rec) {
 }
 
 template <class T>
-Jacobian<T> element(const RecurrentLayerParams<T>&, const LayerRecord<T>& rec, const std::shared_ptr<Matrix<T>>&,
+Jacobian<T> element(const LayerWeights<T>&, const LayerRecord<T>& rec, const std::shared_ptr<Matrix<T>>&,
                     Index count) {
   return Jacobian<T>::dense(rec.hidden, rec.hidden, count);
 }
 
 template <class T>
-void fill(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, std::span<const JacobianSlot<T>> slots) {
+void fill(const LayerWeights<T>& p, const LayerRecord<T>& rec, std::span<const JacobianSlot<T>> slots) {
   const Index H = rec.hidden;
   Vector<T> alpha(H), beta(H), gamma(H);
   for (const JacobianSlot<T>& slot : slots) {
@@ -58,7 +58,7 @@ void fill(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, std::span
 }
 
 template <class T>
-void preact(const RecurrentLayerParams<T>&, const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out,
+void preact(const LayerWeights<T>&, const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out,
             Index t0, Index t1) {
   const Index B = rec.batch, H = rec.hidden;
   for (Index t = t0; t < t1; ++t) {
@@ -79,7 +79,7 @@ void preact(const RecurrentLayerParams<T>&, const LayerRecord<T>& rec, const Mat
 }
 
 template <class T>
-void direct(const RecurrentLayerParams<T>&, const LayerRecord<T>& rec, const Matrix<T>& g, const PreactGrads<T>&,
+void direct(const LayerWeights<T>&, const LayerRecord<T>& rec, const Matrix<T>& g, const PreactGrads<T>&,
             Index t, Eigen::Ref<Matrix<T>> prev) {
   const Index B = rec.batch, H = rec.hidden, w = prev.cols();
   prev.array() += rec.gates.middleCols((t - 1) * B, w).middleRows(H, H).array() * g.middleCols(t * B, w).array();

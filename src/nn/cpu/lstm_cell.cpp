@@ -16,12 +16,12 @@ namespace {
 
 /// Rows of h: the projection's when there is one.
 template <class T>
-Index out_rows(const RecurrentLayerParams<T>& p, Index hidden) {
+Index out_rows(const LayerWeights<T>& p, Index hidden) {
   return p.w_hr.size() != 0 ? p.w_hr.rows() : hidden;
 }
 
 template <class T>
-void forward(const RecurrentLayerParams<T>& p, LayerRecord<T>& rec) {
+void forward(const LayerWeights<T>& p, LayerRecord<T>& rec) {
   const Index B = rec.batch, H = rec.hidden;
   const bool proj = p.w_hr.size() != 0;
   if (proj)
@@ -54,14 +54,14 @@ void forward(const RecurrentLayerParams<T>& p, LayerRecord<T>& rec) {
 }
 
 template <class T>
-Jacobian<T> element(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, const std::shared_ptr<Matrix<T>>&,
+Jacobian<T> element(const LayerWeights<T>& p, const LayerRecord<T>& rec, const std::shared_ptr<Matrix<T>>&,
                     Index count) {
   const Index S = out_rows(p, rec.hidden) + rec.hidden;
   return Jacobian<T>::dense(S, S, count);
 }
 
 template <class T>
-void fill(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, std::span<const JacobianSlot<T>> slots) {
+void fill(const LayerWeights<T>& p, const LayerRecord<T>& rec, std::span<const JacobianSlot<T>> slots) {
   const Index H = rec.hidden, P = out_rows(p, H);
   const bool proj = p.w_hr.size() != 0;
   Vector<T> ai(H), af(H), ag(H), ao(H), kappa(H);
@@ -102,7 +102,7 @@ void fill(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, std::span
 }
 
 template <class T>
-void preact(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out,
+void preact(const LayerWeights<T>& p, const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out,
             Index t0, Index t1) {
   const Index B = rec.batch, H = rec.hidden, P = out_rows(p, H);
   const bool proj = p.w_hr.size() != 0;
@@ -135,7 +135,7 @@ void preact(const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec, const M
 }
 
 template <class T>
-void direct(const RecurrentLayerParams<T>&, const LayerRecord<T>& rec, const Matrix<T>&, const PreactGrads<T>& pg,
+void direct(const LayerWeights<T>&, const LayerRecord<T>& rec, const Matrix<T>&, const PreactGrads<T>& pg,
             Index t, Eigen::Ref<Matrix<T>> prev) {
   const Index B = rec.batch, H = rec.hidden, w = prev.cols();
   const auto f = rec.gates.middleCols((t - 1) * B, w).middleRows(H, H).array();

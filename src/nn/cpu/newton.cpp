@@ -28,7 +28,7 @@ Matrix<T> state_block(const LayerRecord<T>& rec, Index t, Index P, Index S, bool
 }  // namespace
 
 template <class T>
-NewtonOutcome newton_forward(const CellOps<T>& ops, const RecurrentConfig& config, const RecurrentLayerParams<T>& p,
+NewtonOutcome newton_forward(const CellOps<T>& ops, const RecurrentConfig& config, const LayerWeights<T>& p,
                              LayerRecord<T>& rec, const ForwardOptions& options) {
   const Index steps = rec.steps, B = rec.batch, TB = steps * B, H = config.hidden, P = output_size(config),
               S = state_size(config);
@@ -39,7 +39,7 @@ NewtonOutcome newton_forward(const CellOps<T>& ops, const RecurrentConfig& confi
     // What an iteration holds besides the record: the chain of T·B dense S × S elements, the scan's
     // workspace (up to twice that for Blelloch's products), the step Jacobians, the wide record.
     const double per = static_cast<double>(TB) * sizeof(T);
-    const double wide_rec = per * static_cast<double>(rec.x.rows() + rec.ax.rows() + 2 * P + (lstm ? 2 * H : 0) +
+    const double wide_rec = per * static_cast<double>(rec.ax.rows() + 2 * P + (lstm ? 2 * H : 0) +
                                                       rec.gates.rows() + rec.aux.rows());
     check_memory("Recurrent::forward",
                  "the Newton forward of " + std::to_string(steps) + " steps × batch " + std::to_string(B) +
@@ -66,7 +66,8 @@ NewtonOutcome newton_forward(const CellOps<T>& ops, const RecurrentConfig& confi
   wide.steps = 1;
   wide.batch = TB;
   wide.hidden = H;
-  wide.x = rec.x;
+  wide.x_view = rec.input().data();  // (the cells read ax, not x)
+  wide.x_rows = rec.input().rows();
   wide.ax = rec.ax;
   wide.h.resize(P, 2 * TB);
   if (lstm) wide.c.resize(H, 2 * TB);
@@ -99,7 +100,8 @@ NewtonOutcome newton_forward(const CellOps<T>& ops, const RecurrentConfig& confi
     tail.batch = B;
     tail.hidden = H;
     if (!rec.active.empty()) tail.active.assign(rec.active.begin() + (first - 1), rec.active.end());
-    tail.x = rec.x.middleCols(c0, n * B);
+    tail.x_view = rec.input().data() + c0 * rec.input().rows();
+    tail.x_rows = rec.input().rows();
     tail.ax = rec.ax.middleCols(c0, n * B);
     tail.h.resize(P, (n + 1) * B);
     tail.h.leftCols(B) = rec.h.middleCols(c0, B);  // s_{first−1}: certified
@@ -212,8 +214,8 @@ NewtonOutcome newton_forward(const CellOps<T>& ops, const RecurrentConfig& confi
 }
 
 template NewtonOutcome newton_forward(const CellOps<float>&, const RecurrentConfig&,
-                                      const RecurrentLayerParams<float>&, LayerRecord<float>&, const ForwardOptions&);
+                                      const LayerWeights<float>&, LayerRecord<float>&, const ForwardOptions&);
 template NewtonOutcome newton_forward(const CellOps<double>&, const RecurrentConfig&,
-                                      const RecurrentLayerParams<double>&, LayerRecord<double>&, const ForwardOptions&);
+                                      const LayerWeights<double>&, LayerRecord<double>&, const ForwardOptions&);
 
 }  // namespace bppsa::detail

@@ -25,7 +25,7 @@ struct NewtonOutcome {
 /// per-sample lengths the padding of rec.ax is zeroed (nothing reads it) and the steps past a
 /// length carry the state (the caller zeroes them, as after a sequential forward).
 template <class T>
-NewtonOutcome newton_forward(const CellOps<T>& ops, const RecurrentConfig& config, const RecurrentLayerParams<T>& p,
+NewtonOutcome newton_forward(const CellOps<T>& ops, const RecurrentConfig& config, const LayerWeights<T>& p,
                              LayerRecord<T>& rec, const ForwardOptions& options);
 
 }  // namespace bppsa::detail

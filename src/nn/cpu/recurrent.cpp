@@ -91,7 +91,7 @@ void parallel_product(int threads, D&& dst, const A& a, const B& b, bool by_colu
 /// gradients. `above` (P × TB, P the rows of h, the gradient on the layer's outputs) is injected into the h rows of
 /// g_{t−1} when `inject`.
 template <class T>
-void bp_recurrence(const CellOps<T>& ops, CellType cell, const RecurrentLayerParams<T>& p, const LayerRecord<T>& rec,
+void bp_recurrence(const CellOps<T>& ops, CellType cell, const LayerWeights<T>& p, const LayerRecord<T>& rec,
                    const Matrix<T>& above, bool inject, Matrix<T>& g, PreactGrads<T>& pg, int threads) {
   const Index T_ = rec.steps, B = rec.batch, P = p.w_hh.cols();  // P: rows of h
   auto& dh = cell == CellType::gru ? pg.dh : pg.dx;
@@ -129,8 +129,8 @@ Matrix<T> gather_running(const LayerRecord<T>& rec, const M& src) {
   return out;
 }
 /// The inverse: src's columns back to their places in dst (rows × T·B); the others untouched.
-template <class T>
-void scatter_running(const LayerRecord<T>& rec, const Matrix<T>& src, Matrix<T>& dst) {
+template <class T, class D>
+void scatter_running(const LayerRecord<T>& rec, const Matrix<T>& src, D&& dst) {
   for (Index t = 1, j = 0; t <= rec.steps; j += rec.width(t), ++t)
     dst.middleCols((t - 1) * rec.batch, rec.width(t)) = src.middleCols(j, rec.width(t));
 }
@@ -154,20 +154,31 @@ Matrix<T>& injection_of(Chain<T>& chain, Index k) {
 }
 
 /// ∂ℓ/∂W_ih = dx·x^T, ∂ℓ/∂W_hh = dh·h_prev^T, the biases' sums and, with a projection,
-/// ∂ℓ/∂W_hr = g_h·m^T: GEMMs over the same columns of every argument.
+/// ∂ℓ/∂W_hr = g_h·m^T: GEMMs over the same columns of every argument, each into its place in gp
+/// (skipped where gp has none).
 template <class T, class X, class Hp, class Gh>
-void param_gradients(int threads, const RecurrentLayerParams<T>& p, const Matrix<T>& dx, const Matrix<T>& dh,
-                     const X& x, const Hp& h_prev, const Gh& g_h, const Matrix<T>& m, RecurrentLayerParams<T>& gp) {
-  gp.w_ih.resize(dx.rows(), x.rows());
-  parallel_product(threads, gp.w_ih, dx, x.transpose());
-  gp.b_ih = dx.rowwise().sum();
-  gp.w_hh.resize(dh.rows(), h_prev.rows());
-  parallel_product(threads, gp.w_hh, dh, h_prev.transpose());
-  gp.b_hh = dh.rowwise().sum();
-  if (p.w_hr.size() != 0) {
-    gp.w_hr.resize(g_h.rows(), m.rows());
-    parallel_product(threads, gp.w_hr, g_h, m.transpose());
-  }
+void param_gradients(int threads, const LayerWeights<T>& p, const Matrix<T>& dx, const Matrix<T>& dh, const X& x,
+                     const Hp& h_prev, const Gh& g_h, const Matrix<T>& m, LayerGradients<T>& gp) {
+  if (gp.w_ih.data() != nullptr) parallel_product(threads, gp.w_ih, dx, x.transpose());
+  if (gp.b_ih.data() != nullptr) gp.b_ih = dx.rowwise().sum();
+  if (gp.w_hh.data() != nullptr) parallel_product(threads, gp.w_hh, dh, h_prev.transpose());
+  if (gp.b_hh.data() != nullptr) gp.b_hh = dh.rowwise().sum();
+  if (p.w_hr.size() != 0 && gp.w_hr.data() != nullptr) parallel_product(threads, gp.w_hr, g_h, m.transpose());
+}
+
+/// A stack's own gradients of a layer, sized as its weights, as the backward pass writes them.
+template <class T>
+LayerGradients<T> gradients_of(RecurrentLayerParams<T>& g, const LayerWeights<T>& w) {
+  g.w_ih.resize(w.w_ih.rows(), w.w_ih.cols());
+  g.w_hh.resize(w.w_hh.rows(), w.w_hh.cols());
+  g.b_ih.resize(w.w_ih.rows());
+  g.b_hh.resize(w.w_hh.rows());
+  g.w_hr.resize(w.w_hr.rows(), w.w_hr.cols());
+  return {{g.w_ih.data(), g.w_ih.rows(), g.w_ih.cols()},
+          {g.w_hh.data(), g.w_hh.rows(), g.w_hh.cols()},
+          {g.b_ih.data(), g.b_ih.size()},
+          {g.b_hh.data(), g.b_hh.size()},
+          {g.w_hr.data(), g.w_hr.rows(), g.w_hr.cols()}};
 }
 
 template <class T>
@@ -182,7 +193,19 @@ class RecurrentCpu final : public RecurrentHalf<T> {
   const ForwardReport& forward_report() const override { return report_; }
 
   void forward(const Eigen::Ref<const Matrix<T>>& x, Index steps, Index batch, const LayerParamsList<T>& params,
-               const LayerMatrices<T>& initial_states, std::span<const Index> lengths) override;
+               const LayerMatrices<T>& initial_states, std::span<const Index> lengths) override {
+    const std::vector<LayerWeights<T>> w(params.begin(), params.end());
+    run_forward(w, x, /*copy_x=*/true, steps, batch, lengths, [&](Index l, LayerRecord<T>& rec) {
+      const Matrix<T>* s0 = initial_states[static_cast<std::size_t>(l)];
+      if (s0) {
+        rec.h.leftCols(batch) = s0->topRows(output_size(config_));
+        if (config_.cell == CellType::lstm) rec.c.leftCols(batch) = s0->bottomRows(config_.hidden);
+      } else {
+        rec.h.leftCols(batch).setZero();
+        if (config_.cell == CellType::lstm) rec.c.leftCols(batch).setZero();
+      }
+    });
+  }
   Index steps() const override { return steps_; }
   Index batch() const override { return batch_; }
   Matrix<T> state(Index layer, Index t) const override;
@@ -203,7 +226,11 @@ class RecurrentCpu final : public RecurrentHalf<T> {
     every_step_ = every_step;
   }
   void backward_layer(Index l, const BackwardOptions& options, const LayerParamsList<T>& params,
-                      LayerParamsList<T>& grads, const Matrix<T>* final_grad, BackwardTimes* times) override;
+                      LayerParamsList<T>& grads, const Matrix<T>* final_grad, BackwardTimes* times) override {
+    const LayerWeights<T> w(params[static_cast<std::size_t>(l)]);
+    LayerGradients<T> gp = gradients_of(grads[static_cast<std::size_t>(l)], w);
+    backward_on(l, options, w, gp, final_grad, times, InputGrad{});
+  }
   std::pair<Jacobian<T>, Matrix<T>> layer_transfer(Index l, const BackwardOptions& options,
                                                    const LayerParamsList<T>& params) override;
   void forward_io(const LayerForwardIo<T>& io, Index steps, Index batch, std::span<const Index> lengths,
@@ -215,6 +242,25 @@ class RecurrentCpu final : public RecurrentHalf<T> {
   const Chain<T>& chain(Index l) const override { return layer_.at(static_cast<std::size_t>(l)).chain; }
 
  private:
+  /// Where layer 0's input gradient goes: input_grad_ (dst null), the caller's buffer, or nowhere.
+  struct InputGrad {
+    bool wanted = true;
+    T* dst = nullptr;
+  };
+  /// Every layer's forward on weights w (one per layer). x: layer 0's input, copied into the record
+  /// when copy_x, else read in place until the backward (contiguous columns). init(l, rec) sets
+  /// block 0 of rec.h (and rec.c): the initial state.
+  template <class Init>
+  void run_forward(std::span<const LayerWeights<T>> w, const Eigen::Ref<const Matrix<T>>& x, bool copy_x, Index steps,
+                   Index batch, std::span<const Index> lengths, Init&& init);
+  /// One layer's backward on its weights p: parameter gradients into gp, the input gradient
+  /// passed below (layer 0: as gx says) and the layer's g0.
+  void backward_on(Index l, const BackwardOptions& options, const LayerWeights<T>& p, LayerGradients<T>& gp,
+                   const Matrix<T>* final_grad, BackwardTimes* times, InputGrad gx);
+  /// The weights of forward_io / backward_io: views of the caller's tensors (absent biases:
+  /// zeros of the half's own).
+  LayerWeights<T> io_weights(const T* w_ih, const T* w_hh, const T* b_ih, const T* b_hh, const T* w_hr);
+
   struct Layer {
     LayerRecord<T> rec;
     Matrix<T> g;   ///< state gradients S × (T+1)B
@@ -229,14 +275,14 @@ class RecurrentCpu final : public RecurrentHalf<T> {
   };
   /// The layer's chain generated for the current forward (rebuilt when the shape changed),
   /// values filled for every step.
-  void fill_chain(Layer& L, const RecurrentLayerParams<T>& p, int threads, const char* op);
+  void fill_chain(Layer& L, const LayerWeights<T>& p, int threads, const char* op);
   /// With lengths: the layer's samples' chains, each at its own length, joined into one chain
   /// of batch 1 (docs/method.md §4.6; rebuilt when the lengths changed), values filled for
   /// every running step. Returns each sample's base: its J_t^T is element base_b + t.
-  std::vector<Index> fill_chain_by_length(Layer& L, const RecurrentLayerParams<T>& p, int threads, const char* op);
+  std::vector<Index> fill_chain_by_length(Layer& L, const LayerWeights<T>& p, int threads, const char* op);
   /// With lengths: the scan of one layer over that chain; L.g holds each sample's top (its
   /// last state's gradient) and receives every running step's.
-  void scan_by_length(Layer& L, const RecurrentLayerParams<T>& p, const Matrix<T>& above, bool inject,
+  void scan_by_length(Layer& L, const LayerWeights<T>& p, const Matrix<T>& above, bool inject,
                       const BackwardOptions& options, int threads, BackwardTimes& local, const char* op);
   /// Record column of sample b's last step's state (block lengths[b]).
   Index last_col(Index b) const {
@@ -254,12 +300,14 @@ class RecurrentCpu final : public RecurrentHalf<T> {
   Matrix<T> g_last_;
   Matrix<T> grad_out_;  ///< backward_begin's copy of the head gradient
   bool every_step_ = false;
+  Vector<T> zero_bias_;  ///< G·H zeros: an absent bias of forward_io / backward_io
+  Matrix<T> final_grad_;  ///< backward_io's gradient on the final state
 };
 
 template <class T>
-void RecurrentCpu<T>::forward(const Eigen::Ref<const Matrix<T>>& x, Index steps, Index batch,
-                              const LayerParamsList<T>& params, const LayerMatrices<T>& initial_states,
-                              std::span<const Index> lengths) {
+template <class Init>
+void RecurrentCpu<T>::run_forward(std::span<const LayerWeights<T>> w, const Eigen::Ref<const Matrix<T>>& x,
+                                  bool copy_x, Index steps, Index batch, std::span<const Index> lengths, Init&& init) {
   FlushDenormals flush;
   check_memory("Recurrent::forward", "a forward pass of " + stack_string(config_, steps, batch),
                {{"forward record", forward_record_bytes(config_, steps, batch, sizeof(T))}},
@@ -278,24 +326,31 @@ void RecurrentCpu<T>::forward(const Eigen::Ref<const Matrix<T>>& x, Index steps,
   }
   const Index H = config_.hidden, P = output_size(config_), G = gate_count(config_.cell);
   const auto& ops = cell_ops<T>(config_.cell, config_.nonlinearity);
-  report_ = ForwardReport{};
-  report_.method = forward_options_.method;
+  report_.method = forward_options_.method;  // (cleared, not replaced: a T 1 call allocates nothing here)
+  report_.iterations.clear();
+  report_.residual.clear();
+  report_.fell_back.clear();
+  report_.fallback_step.clear();
   for (Index l = 0; l < config_.layers; ++l) {
     auto& rec = layer_[static_cast<std::size_t>(l)].rec;
-    const auto& p = params[static_cast<std::size_t>(l)];
+    const LayerWeights<T>& p = w[static_cast<std::size_t>(l)];
     rec.steps = steps;
     rec.batch = batch;
     rec.hidden = H;
     rec.active = active;
-    if (l == 0)
+    if (l == 0 && copy_x) {
       rec.x = x;
-    else
-      rec.x = layer_[static_cast<std::size_t>(l - 1)].rec.h.rightCols(steps * batch);
+      rec.x_view = nullptr;
+    } else {  // the caller's, or the layer below's outputs: read in place
+      rec.x.resize(0, 0);
+      rec.x_view = l == 0 ? x.data() : layer_[static_cast<std::size_t>(l - 1)].rec.h.rightCols(steps * batch).data();
+      rec.x_rows = l == 0 ? x.rows() : output_size(config_);
+    }
     if (active.empty()) {
-      rec.ax.noalias() = p.w_ih * rec.x;
+      rec.ax.noalias() = p.w_ih * rec.input();
       rec.ax.colwise() += p.b_ih;
     } else {  // the input projection of the running steps only (the padding is never read)
-      Matrix<T> ax = p.w_ih * gather_running(rec, rec.x);
+      Matrix<T> ax = p.w_ih * gather_running(rec, rec.input());
       ax.colwise() += p.b_ih;
       rec.ax.resize(G * H, steps * batch);
       scatter_running(rec, ax, rec.ax);
@@ -304,13 +359,7 @@ void RecurrentCpu<T>::forward(const Eigen::Ref<const Matrix<T>>& x, Index steps,
     if (config_.cell == CellType::lstm) rec.c.resize(H, (steps + 1) * batch);
     if (config_.cell != CellType::rnn) rec.gates.resize(G * H, steps * batch);
     if (config_.cell != CellType::rnn) rec.aux.resize(H, steps * batch);
-    if (const Matrix<T>* s0 = initial_states[static_cast<std::size_t>(l)]) {
-      rec.h.leftCols(batch) = s0->topRows(P);
-      if (config_.cell == CellType::lstm) rec.c.leftCols(batch) = s0->bottomRows(H);
-    } else {
-      rec.h.leftCols(batch).setZero();
-      if (config_.cell == CellType::lstm) rec.c.leftCols(batch).setZero();
-    }
+    init(l, rec);
     NewtonOutcome newton;
     if (forward_options_.method == ForwardMethod::newton)
       newton = newton_forward(ops, config_, p, rec, forward_options_);  // its fallback included
@@ -359,7 +408,7 @@ void RecurrentCpu<T>::check_backward_memory(Index steps, Index batch, const Back
 }
 
 template <class T>
-void RecurrentCpu<T>::fill_chain(Layer& L, const RecurrentLayerParams<T>& p, int threads, const char* op) {
+void RecurrentCpu<T>::fill_chain(Layer& L, const LayerWeights<T>& p, int threads, const char* op) {
   const Index T_ = steps_, B = batch_, S = state_size(config_);
   const auto& ops = cell_ops<T>(config_.cell, config_.nonlinearity);
   // S = W_hh^T first: make_chain reads the RNN's shared matrix's shape from it.
@@ -384,7 +433,7 @@ void RecurrentCpu<T>::fill_chain(Layer& L, const RecurrentLayerParams<T>& p, int
 // samples a zero diagonal element (base_{b+1} = base_b + L_b + 1) cuts the products, and the
 // upper sample's top gradient enters as its injection. Work and memory follow Σ L_b, not T·B.
 template <class T>
-std::vector<Index> RecurrentCpu<T>::fill_chain_by_length(Layer& L, const RecurrentLayerParams<T>& p, int threads,
+std::vector<Index> RecurrentCpu<T>::fill_chain_by_length(Layer& L, const LayerWeights<T>& p, int threads,
                                                          const char* op) {
   const Index B = batch_, S = state_size(config_);
   const auto& ops = cell_ops<T>(config_.cell, config_.nonlinearity);
@@ -426,7 +475,7 @@ std::vector<Index> RecurrentCpu<T>::fill_chain_by_length(Layer& L, const Recurre
 }
 
 template <class T>
-void RecurrentCpu<T>::scan_by_length(Layer& L, const RecurrentLayerParams<T>& p, const Matrix<T>& above, bool inject,
+void RecurrentCpu<T>::scan_by_length(Layer& L, const LayerWeights<T>& p, const Matrix<T>& above, bool inject,
                                      const BackwardOptions& options, int threads, BackwardTimes& local,
                                      const char* op) {
   const Index B = batch_, P = output_size(config_);
@@ -462,8 +511,9 @@ void RecurrentCpu<T>::scan_by_length(Layer& L, const RecurrentLayerParams<T>& p,
 }
 
 template <class T>
-void RecurrentCpu<T>::backward_layer(Index l, const BackwardOptions& options, const LayerParamsList<T>& params,
-                                     LayerParamsList<T>& grads, const Matrix<T>* final_grad, BackwardTimes* times) {
+void RecurrentCpu<T>::backward_on(Index l, const BackwardOptions& options, const LayerWeights<T>& p,
+                                  LayerGradients<T>& gp, const Matrix<T>* final_grad, BackwardTimes* times,
+                                  InputGrad gx_to) {
   const char* op = "Recurrent::backward";
   FlushDenormals flush;
   const Index T_ = steps_, B = batch_, H = config_.hidden, P = output_size(config_), S = state_size(config_);
@@ -474,8 +524,6 @@ void RecurrentCpu<T>::backward_layer(Index l, const BackwardOptions& options, co
 
   auto& L = layer_[static_cast<std::size_t>(l)];
   auto& rec = L.rec;
-  const auto& p = params[static_cast<std::size_t>(l)];
-  auto& gp = grads[static_cast<std::size_t>(l)];
   // Gradient on this layer's outputs h_1..h_T (P × TB): from the head or the layer above.
   const Matrix<T>& above = (l == config_.layers - 1) ? grad_out_ : gx_;
   const bool inject = every_step_ || l < config_.layers - 1;
@@ -527,23 +575,38 @@ void RecurrentCpu<T>::backward_layer(Index l, const BackwardOptions& options, co
                         [&](Index t0r, Index t1r) { ops.preact(p, rec, L.g, L.pg, t0r, t1r); });
   // The parameter-gradient GEMMs (T·B deep; with lengths, over the Σ L_b running steps
   // gathered, the padding skipped), shared among the threads.
+  // The input gradient W_ih^T · dx: into the layer below's gx_, input_grad_ or the caller's buffer.
   Matrix<T>& gx = l == 0 ? input_grad_ : gx_;
+  const Index I = p.w_ih.cols();
+  const bool want_gx = l > 0 || gx_to.wanted;
   if (lengths_.empty()) {
-    param_gradients(threads, p, L.pg.dx, dh, rec.x, rec.h.leftCols(T_ * B), L.g.topRows(P).rightCols(T_ * B), rec.m,
-                    gp);
-    Matrix<T> next(p.w_ih.cols(), L.pg.dx.cols());
-    parallel_product(threads, next, p.w_ih.transpose(), L.pg.dx, /*by_columns=*/true);
-    gx = std::move(next);
+    param_gradients(threads, p, L.pg.dx, dh, rec.input(), rec.h.leftCols(T_ * B), L.g.topRows(P).rightCols(T_ * B),
+                    rec.m, gp);
+    if (l == 0 && gx_to.dst != nullptr) {
+      parallel_product(threads, Eigen::Map<Matrix<T>>(gx_to.dst, I, T_ * B), p.w_ih.transpose(), L.pg.dx,
+                       /*by_columns=*/true);
+    } else if (want_gx) {
+      gx.resize(I, T_ * B);  // (the same size at every call of a shape: no allocation)
+      parallel_product(threads, gx, p.w_ih.transpose(), L.pg.dx, /*by_columns=*/true);
+    }
   } else {
     const Matrix<T> dx = gather_running(rec, L.pg.dx);
     const Matrix<T> dhr = config_.cell == CellType::gru ? gather_running(rec, L.pg.dh) : Matrix<T>();
-    param_gradients(threads, p, dx, config_.cell == CellType::gru ? dhr : dx, gather_running(rec, rec.x),
+    param_gradients(threads, p, dx, config_.cell == CellType::gru ? dhr : dx, gather_running(rec, rec.input()),
                     gather_running(rec, rec.h.leftCols(T_ * B)), gather_running(rec, L.g.topRows(P).rightCols(T_ * B)),
                     config_.proj > 0 ? gather_running(rec, rec.m) : Matrix<T>(), gp);
-    Matrix<T> next(p.w_ih.cols(), dx.cols());
-    parallel_product(threads, next, p.w_ih.transpose(), dx, /*by_columns=*/true);
-    gx.setZero(p.w_ih.cols(), T_ * B);  // nothing flows into the padding
-    scatter_running(rec, next, gx);
+    if (want_gx) {
+      Matrix<T> next(I, dx.cols());
+      parallel_product(threads, next, p.w_ih.transpose(), dx, /*by_columns=*/true);
+      if (l == 0 && gx_to.dst != nullptr) {
+        Eigen::Map<Matrix<T>> dst(gx_to.dst, I, T_ * B);
+        dst.setZero();  // nothing flows into the padding
+        scatter_running(rec, next, dst);
+      } else {
+        gx.setZero(I, T_ * B);
+        scatter_running(rec, next, gx);
+      }
+    }
   }
   L.g0 = L.g.leftCols(B);
   local.params += omp_get_wtime() - t2;
@@ -563,7 +626,7 @@ std::pair<Jacobian<T>, Matrix<T>> RecurrentCpu<T>::layer_transfer(Index l, const
   const Index T_ = steps_, B = batch_, H = config_.hidden, P = output_size(config_), S = state_size(config_);
   const auto& ops = cell_ops<T>(config_.cell, config_.nonlinearity);
   auto& L = layer_[static_cast<std::size_t>(l)];
-  const auto& p = params[static_cast<std::size_t>(l)];
+  const LayerWeights<T> p(params[static_cast<std::size_t>(l)]);
 
   // M: the layer's Jacobian chain, generated as the scan path does (same chain, so a scan
   // backward_layer after this reuses it), folded from J_1^T: acc = J_1^T · … · J_t^T. The
@@ -606,53 +669,66 @@ std::pair<Jacobian<T>, Matrix<T>> RecurrentCpu<T>::layer_transfer(Index l, const
   return {std::move(m), std::move(v)};
 }
 
+template <class T>
+LayerWeights<T> RecurrentCpu<T>::io_weights(const T* w_ih, const T* w_hh, const T* b_ih, const T* b_hh,
+                                            const T* w_hr) {
+  using MV = typename LayerWeights<T>::MatrixView;
+  using VV = typename LayerWeights<T>::VectorView;
+  const Index I = config_.input, H = config_.hidden, P = output_size(config_), G = gate_count(config_.cell) * H;
+  if ((b_ih == nullptr || b_hh == nullptr) && zero_bias_.size() != G) zero_bias_.setZero(G);
+  const bool proj = config_.proj > 0;
+  return {MV(w_ih, G, I), MV(w_hh, G, P), VV(b_ih != nullptr ? b_ih : zero_bias_.data(), G),
+          VV(b_hh != nullptr ? b_hh : zero_bias_.data(), G), MV(proj ? w_hr : nullptr, proj ? P : 0, proj ? H : 0)};
+}
+
 // bppsa.nn's layer on host tensors: the caller's buffers are read and written in place
-// (x, out and the gradients through maps; C order (T, B, ·) is features × T·B column-major).
+// (the weights and x through maps, which the record keeps until backward_io; C order (T, B, ·)
+// is features × T·B column-major, a (G·H, I) weight is a G·H × I row-major matrix).
 template <class T>
 void RecurrentCpu<T>::forward_io(const LayerForwardIo<T>& io, Index steps, Index batch,
-                                 std::span<const Index> lengths, std::uintptr_t, LayerParamsList<T>& params) {
+                                 std::span<const Index> lengths, std::uintptr_t, LayerParamsList<T>&) {
   using MapCM = Eigen::Map<const Matrix<T>>;
   using MapM = Eigen::Map<Matrix<T>>;
   const Index I = config_.input, H = config_.hidden, P = output_size(config_);
-  auto& p = params.front();
-  auto load = [](auto& dst, const T* src) {
-    if (src == nullptr)
-      dst.setZero();
-    else
-      std::copy(src, src + dst.size(), dst.data());
-  };
-  load(p.w_ih, io.w_ih);
-  load(p.w_hh, io.w_hh);
-  load(p.b_ih, io.b_ih);
-  load(p.b_hh, io.b_hh);
-  if (config_.proj > 0) load(p.w_hr, io.w_hr);
-  Matrix<T> s0;
-  if (io.h0 != nullptr || io.c0 != nullptr) {
-    s0 = Matrix<T>::Zero(state_size(config_), batch);
-    if (io.h0 != nullptr) s0.topRows(P) = MapCM(io.h0, P, batch);
-    if (io.c0 != nullptr) s0.bottomRows(H) = MapCM(io.c0, H, batch);
-  }
-  forward(MapCM(io.x, I, steps * batch), steps, batch, params, {s0.size() != 0 ? &s0 : nullptr}, lengths);
+  const bool lstm = config_.cell == CellType::lstm;
+  const LayerWeights<T> w = io_weights(io.w_ih, io.w_hh, io.b_ih, io.b_hh, io.w_hr);
+  run_forward(std::span<const LayerWeights<T>>(&w, 1), MapCM(io.x, I, steps * batch), /*copy_x=*/false, steps, batch,
+              lengths, [&](Index, LayerRecord<T>& rec) {
+                if (io.h0 != nullptr)
+                  rec.h.leftCols(batch) = MapCM(io.h0, P, batch);
+                else
+                  rec.h.leftCols(batch).setZero();
+                if (lstm && io.c0 != nullptr)
+                  rec.c.leftCols(batch) = MapCM(io.c0, H, batch);
+                else if (lstm)
+                  rec.c.leftCols(batch).setZero();
+              });
   MapM(io.out, P, steps * batch) = output();
-  const Matrix<T> last = final_state(0);
-  MapM(io.h_n, P, batch) = last.topRows(P);
-  if (io.c_n != nullptr) MapM(io.c_n, H, batch) = last.bottomRows(H);
+  const LayerRecord<T>& rec = layer_.front().rec;
+  MapM h_n(io.h_n, P, batch);
+  for (Index b = 0; b < batch; ++b) h_n.col(b) = rec.h.col(last_col(b));
+  if (io.c_n != nullptr) {
+    MapM c_n(io.c_n, H, batch);
+    for (Index b = 0; b < batch; ++b) c_n.col(b) = rec.c.col(last_col(b));
+  }
 }
 
 template <class T>
 std::string RecurrentCpu<T>::backward_io(const LayerBackwardIo<T>& io, const BackwardOptions& options,
-                                         std::span<const Index> lengths, std::uintptr_t,
-                                         const LayerParamsList<T>& params, LayerParamsList<T>& grads) {
+                                         std::span<const Index> lengths, std::uintptr_t, const LayerParamsList<T>&,
+                                         LayerParamsList<T>&) {
   using MapCM = Eigen::Map<const Matrix<T>>;
   using MapM = Eigen::Map<Matrix<T>>;
-  const Index H = config_.hidden, I = config_.input, P = output_size(config_), S = state_size(config_);
+  const Index H = config_.hidden, I = config_.input, P = output_size(config_), S = state_size(config_),
+              G = gate_count(config_.cell) * H;
   const Index steps = steps_, batch = batch_;
   // The gradient on the final state: what reaches h_n / c_n from outside the layer.
-  Matrix<T> gf;
+  const Matrix<T>* gf = nullptr;
   if (io.grad_hn != nullptr || io.grad_cn != nullptr) {
-    gf = Matrix<T>::Zero(S, batch);
-    if (io.grad_hn != nullptr) gf.topRows(P) = MapCM(io.grad_hn, P, batch);
-    if (io.grad_cn != nullptr) gf.bottomRows(H) = MapCM(io.grad_cn, H, batch);
+    final_grad_.setZero(S, batch);
+    if (io.grad_hn != nullptr) final_grad_.topRows(P) = MapCM(io.grad_hn, P, batch);
+    if (io.grad_cn != nullptr) final_grad_.bottomRows(H) = MapCM(io.grad_cn, H, batch);
+    gf = &final_grad_;
   }
   Matrix<T> zeros;
   const T* go = io.grad_out;
@@ -670,20 +746,17 @@ std::string RecurrentCpu<T>::backward_io(const LayerBackwardIo<T>& io, const Bac
       every_step = std::any_of(col, col + P, [](T v) { return v != T(0); });
     }
   }
-  backward_begin(MapCM(go, P, steps * batch), every_step, params);
+  const LayerWeights<T> w = io_weights(io.w_ih, io.w_hh, io.b_ih, io.b_hh, io.w_hr);
+  const bool proj = config_.proj > 0;
+  LayerGradients<T> gp{{io.grad_w_ih, G, I},
+                       {io.grad_w_hh, G, P},
+                       {io.grad_b_ih, G},
+                       {io.grad_b_hh, G},
+                       {proj ? io.grad_w_hr : nullptr, proj ? P : 0, proj ? H : 0}};
+  backward_begin(MapCM(go, P, steps * batch), every_step, {});
   prepare_layer(0, options);
-  backward_layer(0, options, params, grads, gf.size() != 0 ? &gf : nullptr, nullptr);
+  backward_on(0, options, w, gp, gf, nullptr, InputGrad{io.grad_x != nullptr, io.grad_x});
 
-  auto store = [](T* dst, const auto& src) {
-    if (dst != nullptr) std::copy(src.data(), src.data() + src.size(), dst);
-  };
-  const auto& gp = grads.front();
-  store(io.grad_w_ih, gp.w_ih);
-  store(io.grad_w_hh, gp.w_hh);
-  store(io.grad_b_ih, gp.b_ih);
-  store(io.grad_b_hh, gp.b_hh);
-  if (config_.proj > 0) store(io.grad_w_hr, gp.w_hr);
-  if (io.grad_x != nullptr) MapM(io.grad_x, I, steps * batch) = input_grad_;
   const Matrix<T>& g0 = layer_.front().g0;
   if (io.grad_h0 != nullptr) MapM(io.grad_h0, P, batch) = g0.topRows(P);
   if (io.grad_c0 != nullptr) MapM(io.grad_c0, H, batch) = g0.bottomRows(H);

@@ -37,7 +37,7 @@ struct Act<Nonlinearity::relu> {
 };
 
 template <class T, Nonlinearity N>
-void forward(const RecurrentLayerParams<T>& p, LayerRecord<T>& rec) {
+void forward(const LayerWeights<T>& p, LayerRecord<T>& rec) {
   const Index B = rec.batch;
   for (Index t = 1; t <= rec.steps; ++t) {
     const Index w = rec.width(t);
@@ -50,13 +50,13 @@ void forward(const RecurrentLayerParams<T>& p, LayerRecord<T>& rec) {
 }
 
 template <class T>
-Jacobian<T> element(const RecurrentLayerParams<T>&, const LayerRecord<T>&, const std::shared_ptr<Matrix<T>>& w_hh_t,
+Jacobian<T> element(const LayerWeights<T>&, const LayerRecord<T>&, const std::shared_ptr<Matrix<T>>& w_hh_t,
                     Index count) {
   return Jacobian<T>::shared_dense_diag(w_hh_t, count);
 }
 
 template <class T, Nonlinearity N>
-void fill(const RecurrentLayerParams<T>&, const LayerRecord<T>& rec, std::span<const JacobianSlot<T>> slots) {
+void fill(const LayerWeights<T>&, const LayerRecord<T>& rec, std::span<const JacobianSlot<T>> slots) {
   const Index B = rec.batch, H = rec.hidden;
   for (const JacobianSlot<T>& slot : slots) {
     Eigen::Map<Vector<T>> d(slot.j->sample(slot.sample).data(), H);
@@ -65,7 +65,7 @@ void fill(const RecurrentLayerParams<T>&, const LayerRecord<T>& rec, std::span<c
 }
 
 template <class T, Nonlinearity N>
-void preact(const RecurrentLayerParams<T>&, const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out,
+void preact(const LayerWeights<T>&, const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out,
             Index t0, Index t1) {
   const Index B = rec.batch;
   for (Index t = t0; t < t1; ++t) {
@@ -76,7 +76,7 @@ void preact(const RecurrentLayerParams<T>&, const LayerRecord<T>& rec, const Mat
 }
 
 template <class T>
-void direct(const RecurrentLayerParams<T>&, const LayerRecord<T>&, const Matrix<T>&, const PreactGrads<T>&, Index,
+void direct(const LayerWeights<T>&, const LayerRecord<T>&, const Matrix<T>&, const PreactGrads<T>&, Index,
             Eigen::Ref<Matrix<T>>) {}
 
 template <class T, Nonlinearity N>
