@@ -5,6 +5,7 @@
 #include <iostream>
 #include <new>
 
+#include "bppsa/core/build_info.hpp"
 #include "bppsa/core/error.hpp"
 #include "commands.hpp"
 #include "options.hpp"
@@ -12,7 +13,8 @@
 int main(int argc, char** argv) {
   CLI::App app{"bppsa — back-propagation by parallel scan (BPPSA, Wang, Bai & Pekhimenko, MLSys 2020)"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "bppsa 0.1.0");
+  const bppsa::BuildInfo build = bppsa::build_info();  // first line "bppsa <version>", then the build's facts
+  app.set_version_flag("--version", "bppsa " + build.version + "\n" + bppsa::to_string(build));
   const bppsa::cli::Command scan_check = bppsa::cli::add_scan_check(app);
   const bppsa::cli::Command train = bppsa::cli::add_train(app);
   const bppsa::cli::Command eval = bppsa::cli::add_eval(app);
