@@ -474,7 +474,7 @@ gc_wheel_build() {
   echo "== gpu_check: built and installed in $((SECONDS - t0))s"
   grep -E '^(Eigen3|CLI11|nlohmann_json|pybind11)_DIR|^ZLIB_(INCLUDE_DIR|LIBRARY)|^BPPSA_WITH_CUDA|^CMAKE_CUDA_COMPILER:|^BPPSA_CUDA_ARCHITECTURES|^CMAKE_GENERATOR:' \
     "$GC_WHEEL/build/CMakeCache.txt"
-  "$py" -m pip show -f bppsa | grep -E '^(Name|Version|Location)|_C\.'
+  "$py" -m pip show -f bppsa | grep -E '^(Name|Version|Location)|/_C_|/_cpu\.'
   return 0
 }
 # The installed package, imported from a folder outside the tree: where it came from, its CUDA backend,

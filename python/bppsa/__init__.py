@@ -4,12 +4,26 @@
   pass through time is a BPPSA scan (``import bppsa.nn as nn`` keeps the rest of torch.nn).
 - ``bppsa.scan(jacobians, g_last)``: the scan engine itself, differentiable.
 """
-from . import _C, _native
+from . import _native
+from ._native import _C
 from . import nn
 from ._scan import scan
 
 __version__ = _C.__version__
-__all__ = ["nn", "scan", "default_threads", "__version__"]
+__all__ = ["nn", "scan", "default_threads", "build_info", "__version__"]
+
+
+def build_info():
+    """What this process runs: the native engine's ``version``, the CPU level it was compiled for
+    (``cpu_isa``, its flag ``cpu_flag``), what Eigen vectorises with there (``vectorization``),
+    ``cuda``; the ``variant`` module loaded, the x86-64 levels this CPU runs (``cpu_supports``,
+    best last; ``cpu_best``), the variants ``installed``, and ``override`` ($BPPSA_CPU_ISA or None)."""
+    loaded = _native.LOADED
+    info = dict(_C.build_info())
+    info.update(variant=_C.__name__, cpu_supports=list(loaded.supported),
+                cpu_best=loaded.supported[-1] if loaded.supported else None,
+                installed=list(loaded.installed), override=loaded.override)
+    return info
 
 
 def default_threads():

@@ -1,10 +1,14 @@
-# The boundary to bppsa's native engine (bppsa._C): tensors cross as TensorRef views of their
-# storage (pointer, dtype, shape, strides, device), checked again on the C++ side.
+# The boundary to bppsa's native engine (bppsa._C, the one variant _variants chose for this CPU):
+# tensors cross as TensorRef views of their storage (pointer, dtype, shape, strides, device), checked
+# again on the C++ side.
 import os
 
 import torch
 
-from . import _C
+from . import _variants
+
+LOADED = _variants.load()
+_C = LOADED.module
 
 _DTYPES = {
     torch.float32: "float32",

@@ -1,9 +1,10 @@
-// The native half of the `bppsa` Python package (bppsa._C): the recurrent layer engine and the
-// scan, taking tensors as TensorRef views (no libtorch: one build serves any PyTorch), with
-// bppsa's errors turned into the matching Python exceptions.
+// The native half of the `bppsa` Python package (bppsa._C, built once per CPU level): the recurrent
+// layer engine and the scan, taking tensors as TensorRef views (no libtorch: one build serves any
+// PyTorch), with bppsa's errors turned into the matching Python exceptions.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "bppsa/core/build_info.hpp"
 #include "bppsa/core/device.hpp"
 #include "bppsa/core/error.hpp"
 #include "bppsa/core/memory.hpp"
@@ -40,9 +41,20 @@ void bind_layer(py::module_& m, const char* name) {
 
 }  // namespace
 
-PYBIND11_MODULE(_C, m) {
+// BPPSA_MODULE_NAME: _C_<level>, one module per CPU level (python/CMakeLists.txt; bppsa/_variants.py loads one).
+PYBIND11_MODULE(BPPSA_MODULE_NAME, m) {
   m.doc() = "bppsa's native engine (use the bppsa package, not this module)";
   m.attr("__version__") = BPPSA_VERSION;
+  m.def("build_info", [] {
+    const BuildInfo info = bppsa::build_info();
+    py::dict d;
+    d["version"] = info.version;
+    d["cpu_isa"] = info.cpu_isa;
+    d["cpu_flag"] = info.cpu_flag;
+    d["vectorization"] = info.vectorization;
+    d["cuda"] = info.cuda;
+    return d;
+  }, "The library copy's build: version, cpu_isa, cpu_flag, vectorization (Eigen's widest SIMD), cuda");
 
   // bppsa::Error → Python: shapes and arguments are ValueErrors, NaN/Inf FloatingPointError,
   // memory MemoryError, files OSError, missing features NotImplementedError.

@@ -45,7 +45,7 @@ bench_load() {
 
 bench_bppsa_python() {
   if grep -Eiqs '^BPPSA_BUILD_PYTHON:BOOL=(on|true|yes|y|1)$' "$build/CMakeCache.txt" &&
-    [ -d "$build/python/CMakeFiles/bppsa_python.dir" ]; then
+    [ -d "$build/python/CMakeFiles/bppsa_python_cpu.dir" ]; then
     if [ "${BPPSA_BENCH_PREBUILT:-0}" != 1 ]; then
       cmake --build "$build" -j"$(nproc)" --target bppsa_python
     fi
