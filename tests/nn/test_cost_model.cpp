@@ -5,9 +5,11 @@
 #include <cmath>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "bppsa/core/error.hpp"
 #include "bppsa/nn/cost_model.hpp"
+#include "bppsa/nn/recurrent.hpp"
 #include "expect_error.hpp"
 #include "temp_dir.hpp"
 
@@ -150,4 +152,51 @@ TEST_F(CostModel, RefusesBadFilesAndKeepsTheModelInUse) {
   EXPECT_EQ(cost_model_source().find("good.json"), std::string::npos);
 }
 
+TEST_F(CostModel, RecurrentAutoRunsThePredictedMethod) {
+  // Each method in turn predicted fastest for the GRU: a two-layer stack's `auto` backward runs it
+  // (the last scan's algorithm says which; BP runs none) with the same gradients as asking for it.
+  RecurrentConfig cfg;
+  cfg.cell = CellType::gru;
+  cfg.input = 3;
+  cfg.hidden = 4;
+  cfg.layers = 2;
+  const Index steps = 6, batch = 2;
+  Recurrent<double> rnn(cfg);
+  rnn.reset_parameters(5);
+  const Matrix<double> x = Matrix<double>::Random(3, steps * batch);
+  const Matrix<double> grad = Matrix<double>::Random(4, steps * batch);
+  const auto grads_with = [&](BackwardMethod m, BackwardTimes* times) {
+    rnn.forward(x, steps, batch);
+    BackwardOptions o;
+    o.method = m;
+    o.threads = 2;
+    rnn.backward(grad, true, o, times);
+    return std::vector<RecurrentLayerParams<double>>{rnn.grads(0), rnn.grads(1)};
+  };
+  for (const auto& [name, method] : {std::pair{"bp", BackwardMethod::bp}, std::pair{"blelloch", BackwardMethod::blelloch},
+                                     std::pair{"hybrid", BackwardMethod::hybrid}}) {
+    SCOPED_TRACE(name);
+    const std::string slow = "9, 0, 0, 0, 0, 0, 0", fast = "1, 0, 0, 0, 0, 0, 0";
+    std::string groups;
+    for (const char* c : {"bp", "blelloch", "hybrid"})
+      groups += (groups.empty() ? "" : ",") + group("gru", c, 1, std::string(c) == name ? fast : slow);
+    load_cost_model(write(dir, std::string(name) + ".json", model_json(groups)));
+    BackwardTimes times;
+    const auto automatic = grads_with(BackwardMethod::automatic, &times);
+    if (method == BackwardMethod::bp) {
+      EXPECT_EQ(times.jacobians, 0.0);  // BP forms no Jacobians
+    } else {
+      EXPECT_GT(times.jacobians, 0.0);
+      EXPECT_EQ(times.last_scan.algorithm, scan_algorithm(method));
+    }
+    const auto asked = grads_with(method, nullptr);
+    ASSERT_EQ(automatic.size(), asked.size());
+    for (std::size_t l = 0; l < asked.size(); ++l) {
+      EXPECT_EQ(automatic[l].w_hh, asked[l].w_hh);
+      EXPECT_EQ(automatic[l].w_ih, asked[l].w_ih);
+    }
+  }
+}
+
 }  // namespace
+

@@ -9,6 +9,7 @@
 #include "bppsa/core/error.hpp"
 #include "bppsa/core/memory.hpp"
 #include "bppsa/jacobian/product.hpp"
+#include "bppsa/nn/cost_model.hpp"
 #include "core/denormals.hpp"
 #include "core/finite.hpp"
 #include "core/team.hpp"
@@ -220,6 +221,19 @@ class RecurrentCpu final : public RecurrentHalf<T> {
   void prepare_layer(Index, const BackwardOptions& options) const override {
     check_backward_memory(steps_, batch_, options);
   }
+  /// options with `automatic` resolved by the step cost model for layer l at this shape
+  /// (bppsa/nn/cost_model.hpp): bp, blelloch or hybrid, or `automatic` (the scan's own choice).
+  BackwardOptions resolved(Index l, Index steps, Index batch, const BackwardOptions& options) const {
+    BackwardOptions o = options;
+    o.method = resolve_backward(options, StepShape{.cell = config_.cell,
+                                                   .input = l == 0 ? config_.input : output_size(config_),
+                                                   .hidden = config_.hidden,
+                                                   .proj = config_.proj,
+                                                   .steps = steps,
+                                                   .batch = batch,
+                                                   .threads = options.threads});
+    return o;
+  }
   void backward_begin(const Eigen::Ref<const Matrix<T>>& grad_out, bool every_step,
                       const LayerParamsList<T>&) override {
     grad_out_ = grad_out;
@@ -402,8 +416,7 @@ Matrix<T> RecurrentCpu<T>::state(Index layer, Index t) const {
 template <class T>
 void RecurrentCpu<T>::check_backward_memory(Index steps, Index batch, const BackwardOptions& options) const {
   require_cpu_method(options.method, "Recurrent::backward");
-  const BackwardMethod m = resolve_backward(options, batch);
-  check_step_memory(config_, steps, batch, sizeof(T), m == BackwardMethod::bp ? m : options.method,
+  check_step_memory(config_, steps, batch, sizeof(T), resolved(0, steps, batch, options).method,
                     "Recurrent::backward");
 }
 
@@ -511,15 +524,16 @@ void RecurrentCpu<T>::scan_by_length(Layer& L, const LayerWeights<T>& p, const M
 }
 
 template <class T>
-void RecurrentCpu<T>::backward_on(Index l, const BackwardOptions& options, const LayerWeights<T>& p,
+void RecurrentCpu<T>::backward_on(Index l, const BackwardOptions& asked, const LayerWeights<T>& p,
                                   LayerGradients<T>& gp, const Matrix<T>* final_grad, BackwardTimes* times,
                                   InputGrad gx_to) {
   const char* op = "Recurrent::backward";
   FlushDenormals flush;
   const Index T_ = steps_, B = batch_, H = config_.hidden, P = output_size(config_), S = state_size(config_);
   const auto& ops = cell_ops<T>(config_.cell, config_.nonlinearity);
+  const BackwardOptions options = resolved(l, T_, B, asked);
   const int threads = resolve_threads(options.threads);
-  const bool scan = resolve_backward(options, B) != BackwardMethod::bp;
+  const bool scan = options.method != BackwardMethod::bp;
   BackwardTimes local;
 
   auto& L = layer_[static_cast<std::size_t>(l)];
@@ -760,7 +774,7 @@ std::string RecurrentCpu<T>::backward_io(const LayerBackwardIo<T>& io, const Bac
   const Matrix<T>& g0 = layer_.front().g0;
   if (io.grad_h0 != nullptr) MapM(io.grad_h0, P, batch) = g0.topRows(P);
   if (io.grad_c0 != nullptr) MapM(io.grad_c0, H, batch) = g0.bottomRows(H);
-  return to_string(resolve_backward(options, batch));
+  return to_string(resolved(0, steps, batch, options).method);
 }
 
 }  // namespace
