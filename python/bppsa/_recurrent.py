@@ -153,7 +153,7 @@ def _run_backward(engine, saved, needs, grad_out, grad_hn, grad_cn, method, thre
     c0, w_ih, w_hh, b_ih, b_hh, w_hr): the gradients of those that `needs` asks for, None for the
     others. A CUDA engine reads every step's output gradient: zeros stand in for an absent one."""
     x = saved[0]
-    grads = [torch.empty_like(t) if need and t is not None else None  # (empty_like: half torch.empty's cost)
+    grads = [torch.empty_like(t) if need and t is not None else None
              for t, need in zip(saved, needs)]
     if x.shape[1] == 0:  # empty batch: nothing flows back (zero parameter gradients, as torch)
         return [None if g is None else g.zero_() for g in grads]

@@ -117,11 +117,12 @@ void LayerEngine<T>::forward(const TensorRef& x, const OptRef& h0, const OptRef&
 
 template <class T>
 std::string LayerEngine<T>::backward(const TensorRef& w_ih, const TensorRef& w_hh, const OptRef& b_ih,
-                                     const OptRef& b_hh, const OptRef& w_hr, const OptRef& grad_out, const OptRef& grad_hn, const OptRef& grad_cn,
-                                     const std::string& method, int threads, int chunks, const OptRef& grad_x,
-                                     const OptRef& grad_h0, const OptRef& grad_c0, const OptRef& grad_w_ih,
-                                     const OptRef& grad_w_hh, const OptRef& grad_b_ih, const OptRef& grad_b_hh,
-                                     const OptRef& grad_w_hr, bool check_finite, std::uintptr_t stream) {
+                                     const OptRef& b_hh, const OptRef& w_hr, const OptRef& grad_out,
+                                     const OptRef& grad_hn, const OptRef& grad_cn, const std::string& method,
+                                     int threads, int chunks, const OptRef& grad_x, const OptRef& grad_h0,
+                                     const OptRef& grad_c0, const OptRef& grad_w_ih, const OptRef& grad_w_hh,
+                                     const OptRef& grad_b_ih, const OptRef& grad_b_hh, const OptRef& grad_w_hr,
+                                     bool check_finite, std::uintptr_t stream) {
   const Index H = config_.hidden, I = config_.input, P = output_size(config_), G = gates_;
   const Index steps = rnn_->steps(), batch = rnn_->batch();
   const bool lstm = config_.cell == CellType::lstm;

@@ -59,7 +59,7 @@ struct LayerRecord {
   Index steps = 0, batch = 0, hidden = 0;
   std::vector<Index> active;  ///< per step t (at t − 1): samples running it; empty = all
   Index width(Index t) const { return active.empty() ? batch : active[static_cast<std::size_t>(t - 1)]; }
-  Matrix<T> x;      ///< I × TB: the layer's input, when the record holds a copy of it (else empty)
+  Matrix<T> x;  ///< I × TB: the layer's input, when the record holds a copy of it (else empty)
   /// The layer's input when it lives elsewhere (the caller's in forward_io, the layer below's h):
   /// I × TB from here, alive and unchanged until the backward has run; null: x.
   const T* x_view = nullptr;
@@ -106,20 +106,20 @@ struct CellOps {
   /// block 0 of rec.h (and rec.c) are set.
   void (*forward)(const LayerWeights<T>& p, LayerRecord<T>& rec);
   /// A chain element of `count` samples in the cell's natural kind (values not yet filled).
-  Jacobian<T> (*element)(const LayerWeights<T>& p, const LayerRecord<T>& rec,
-                         const std::shared_ptr<Matrix<T>>& w_hh_t, Index count);
+  Jacobian<T> (*element)(const LayerWeights<T>& p, const LayerRecord<T>& rec, const std::shared_ptr<Matrix<T>>& w_hh_t,
+                         Index count);
   /// Fills J_t^T of each slot.
   void (*fill)(const LayerWeights<T>& p, const LayerRecord<T>& rec, std::span<const JacobianSlot<T>> slots);
   /// Pre-activation gradients for steps [t0, t1) (each on its first rec.width(t) samples)
   /// from the state gradients in g.
-  void (*preact)(const LayerWeights<T>& p, const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out,
-                 Index t0, Index t1);
+  void (*preact)(const LayerWeights<T>& p, const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out, Index t0,
+                 Index t1);
   /// The part of g_{t−1} that does not pass through W_hh (GRU: z ⊙ g; LSTM: c-row f ⊙ δc),
   /// added into `prev` (S × the first prev.cols() samples); rnn: nothing. Called right after
   /// preact(…, pg, t, t + 1) with pg.keep_dc set (BP through time): the LSTM reads that step's δc
   /// from pg.dc.
-  void (*direct)(const LayerWeights<T>& p, const LayerRecord<T>& rec, const Matrix<T>& g,
-                 const PreactGrads<T>& pg, Index t, Eigen::Ref<Matrix<T>> prev);
+  void (*direct)(const LayerWeights<T>& p, const LayerRecord<T>& rec, const Matrix<T>& g, const PreactGrads<T>& pg,
+                 Index t, Eigen::Ref<Matrix<T>> prev);
 };
 
 /// The padded chain of a layer: J_t^T for t = 1..T, every one of B samples.

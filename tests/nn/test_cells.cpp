@@ -827,9 +827,48 @@ struct IoCase {
 };
 class RecurrentIo : public ::testing::TestWithParam<IoCase> {};
 
+/// The caller's tensors of forward_io: weights w (w_hr with a projection), x, h0/c0 (null: zeros)
+/// and the outputs (c_n for an LSTM).
+LayerForwardIo<double> forward_io_of(const RecurrentConfig& c, const RecurrentLayerParams<double>& w, const Md& x,
+                                     const double* h0, const double* c0, Md& out, Md& hn, Md& cn) {
+  LayerForwardIo<double> f;
+  f.x = x.data();
+  f.h0 = h0;
+  f.c0 = c0;
+  f.w_ih = w.w_ih.data();
+  f.w_hh = w.w_hh.data();
+  f.b_ih = w.b_ih.data();
+  f.b_hh = w.b_hh.data();
+  f.w_hr = c.proj > 0 ? w.w_hr.data() : nullptr;
+  f.out = out.data();
+  f.h_n = hn.data();
+  f.c_n = c.cell == CellType::lstm ? cn.data() : nullptr;
+  return f;
+}
+/// backward_io's tensors after forward_io f: its weights, the output gradient and every
+/// parameter gradient into g (w_hr's with a projection) and the input gradient into gx.
+LayerBackwardIo<double> backward_io_of(const RecurrentConfig& c, const LayerForwardIo<double>& f, const Md& gout,
+                                       RecurrentLayerParams<double>& g, Md& gx) {
+  LayerBackwardIo<double> b;
+  b.w_ih = f.w_ih;
+  b.w_hh = f.w_hh;
+  b.b_ih = f.b_ih;
+  b.b_hh = f.b_hh;
+  b.w_hr = f.w_hr;
+  b.grad_out = gout.data();
+  b.grad_x = gx.data();
+  b.grad_w_ih = g.w_ih.data();
+  b.grad_w_hh = g.w_hh.data();
+  b.grad_b_ih = g.b_ih.data();
+  b.grad_b_hh = g.b_hh.data();
+  b.grad_w_hr = c.proj > 0 ? g.w_hr.data() : nullptr;
+  return b;
+}
+
 TEST_P(RecurrentIo, OnCallerMemoryEqualsTheHostApi) {
   const RecurrentConfig c = GetParam().config;
-  const Index T = 5, B = 3, I = c.input, H = c.hidden, P = output_size(c), S = state_size(c), G = gate_count(c.cell) * H;
+  const Index T = 5, B = 3, I = c.input, H = c.hidden, P = output_size(c), S = state_size(c),
+              G = gate_count(c.cell) * H;
   const bool lstm = c.cell == CellType::lstm;
   const std::vector<Index> lengths = GetParam().lengths ? std::vector<Index>{5, 4, 2} : std::vector<Index>{};
   Rng rng(11);
@@ -848,39 +887,17 @@ TEST_P(RecurrentIo, OnCallerMemoryEqualsTheHostApi) {
 
   Recurrent<double> io_rnn(c);  // zero weights: forward_io reads the caller's
   Md out(P, T * B), hn(P, B), cn(H, B), gx(I, T * B), gh0(P, B), gc0(H, B);
-  RowMatrix<double> gw_ih(G, I), gw_hh(G, P), gw_hr(P, H);
-  Vector<double> gb_ih(G), gb_hh(G);
-  LayerForwardIo<double> f;
-  f.x = x.data();
-  f.h0 = h0.data();
-  f.c0 = lstm ? c0.data() : nullptr;
-  f.w_ih = p.w_ih.data();
-  f.w_hh = p.w_hh.data();
-  f.b_ih = p.b_ih.data();
-  f.b_hh = p.b_hh.data();
-  f.w_hr = c.proj > 0 ? p.w_hr.data() : nullptr;
-  f.out = out.data();
-  f.h_n = hn.data();
-  f.c_n = lstm ? cn.data() : nullptr;
+  RecurrentLayerParams<double> gw{RowMatrix<double>(G, I), RowMatrix<double>(G, P), Vector<double>(G),
+                                  Vector<double>(G), RowMatrix<double>(P, H)};
+  const LayerForwardIo<double> f = forward_io_of(c, p, x, h0.data(), lstm ? c0.data() : nullptr, out, hn, cn);
   io_rnn.forward_io(f, T, B, lengths);
-  LayerBackwardIo<double> b;
-  b.w_ih = f.w_ih;  // the weights the forward read
-  b.w_hh = f.w_hh;
-  b.b_ih = f.b_ih;
-  b.b_hh = f.b_hh;
-  b.w_hr = f.w_hr;
-  b.grad_out = gout.data();
+  LayerBackwardIo<double> b = backward_io_of(c, f, gout, gw, gx);
   b.grad_hn = ghn.data();
   b.grad_cn = lstm ? gcn.data() : nullptr;
-  b.grad_x = gx.data();
   b.grad_h0 = gh0.data();
   b.grad_c0 = lstm ? gc0.data() : nullptr;
-  b.grad_w_ih = gw_ih.data();
-  b.grad_w_hh = gw_hh.data();
-  b.grad_b_ih = gb_ih.data();
-  b.grad_b_hh = gb_hh.data();
-  b.grad_w_hr = c.proj > 0 ? gw_hr.data() : nullptr;
   EXPECT_EQ(io_rnn.backward_io(b, {BackwardMethod::blelloch}), "blelloch");
+  const auto& [gw_ih, gw_hh, gb_ih, gb_hh, gw_hr] = gw;
 
   const double tol = 1e-12;
   const Md last = host.final_state(0);
@@ -957,31 +974,11 @@ TEST_P(RecurrentIo, ReadsTheCallersWeightsAtEveryCall) {
   const Md x = random_matrix(I, T * B, rng), gout = random_matrix(P, T * B, rng);
   Recurrent<double> io_rnn(c);
   Md out(P, T * B), hn(P, B), cn(H, B), gx(I, T * B);
-  RowMatrix<double> gw_ih(G, I), gw_hh(G, P), gw_hr(P, H);
-  Vector<double> gb_ih(G), gb_hh(G);
-  LayerForwardIo<double> f;
-  f.x = x.data();
-  f.w_ih = w.w_ih.data();
-  f.w_hh = w.w_hh.data();
-  f.b_ih = w.b_ih.data();
-  f.b_hh = w.b_hh.data();
-  f.w_hr = c.proj > 0 ? w.w_hr.data() : nullptr;
-  f.out = out.data();
-  f.h_n = hn.data();
-  f.c_n = lstm ? cn.data() : nullptr;
-  LayerBackwardIo<double> b;
-  b.w_ih = f.w_ih;
-  b.w_hh = f.w_hh;
-  b.b_ih = f.b_ih;
-  b.b_hh = f.b_hh;
-  b.w_hr = f.w_hr;
-  b.grad_out = gout.data();
-  b.grad_x = gx.data();
-  b.grad_w_ih = gw_ih.data();
-  b.grad_w_hh = gw_hh.data();
-  b.grad_b_ih = gb_ih.data();
-  b.grad_b_hh = gb_hh.data();
-  b.grad_w_hr = c.proj > 0 ? gw_hr.data() : nullptr;
+  RecurrentLayerParams<double> gw{RowMatrix<double>(G, I), RowMatrix<double>(G, P), Vector<double>(G),
+                                  Vector<double>(G), RowMatrix<double>(P, H)};
+  const LayerForwardIo<double> f = forward_io_of(c, w, x, nullptr, nullptr, out, hn, cn);
+  LayerBackwardIo<double> b = backward_io_of(c, f, gout, gw, gx);
+  auto& [gw_ih, gw_hh, gb_ih, gb_hh, gw_hr] = gw;
   const double tol = 1e-12;
   for (int call = 0; call < 3; ++call) {
     if (call > 0) {  // changed in place, as an optimizer step (or p.data.add_) does

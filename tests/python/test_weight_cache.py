@@ -126,16 +126,6 @@ def test_final_state_of_one_layer_is_a_tensor_of_its_own(cell):
             assert not s.requires_grad
 
 
-def _step_results(module, x, h):
-    """One decoder step with gradients: output, new state and every parameter's gradient."""
-    module.zero_grad(set_to_none=True)
-    out, hn = module(x, h)
-    loss = (out * torch.linspace(-1, 1, out.shape[-1], dtype=out.dtype)).sum() + sum(
-        (s * (i + 2)).sum() for i, s in enumerate(flat_state(hn)))
-    loss.backward()
-    return [out.detach(), *[s.detach() for s in flat_state(hn)], *[p.grad.clone() for p in module.parameters()]]
-
-
 @pytest.mark.parametrize("cell", CELLS)
 def test_weights_written_through_data_between_t1_calls(cell):
     """The CPU engine reads the module's weights in place at every call: writes through .data (no
@@ -151,7 +141,7 @@ def test_weights_written_through_data_between_t1_calls(cell):
             for k, p in enumerate(m.parameters()):
                 p.data.add_(0.05 * (k + 1) * (-1) ** step)
         assert [p._version for p in ours.parameters()] == versions  # what a version-keyed cache would miss
-        expected, got = _step_results(ref, x, h), _step_results(ours, x, h)
+        expected, got = _call(ref, x, h), _call(ours, x, h)
         for i, (a, b) in enumerate(zip(got, expected)):
             assert rel_err(a, b) <= TOL, f"step {step}: result {i} differs from torch.nn's by {rel_err(a, b):.3g}"
         with torch.no_grad():
@@ -168,7 +158,7 @@ def test_optimizer_steps_between_t1_calls(cell):
     gen = torch.Generator().manual_seed(4)
     for step in range(4):
         x = torch.randn(1, 2, 4, dtype=torch.float64, generator=gen)
-        expected, got = _step_results(ref, x, None), _step_results(ours, x, None)
+        expected, got = _call(ref, x, None), _call(ours, x, None)
         for i, (a, b) in enumerate(zip(got, expected)):
             assert rel_err(a, b) <= TOL, f"step {step}: result {i} differs from torch.nn's by {rel_err(a, b):.3g}"
         for opt in opts:
