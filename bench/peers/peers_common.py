@@ -21,8 +21,10 @@ SHAPE_KEYS = ("cell", "hidden", "steps", "batch", "features")  # what every reco
 
 
 def configs(quick, grid="peers"):
-    """The sweep. Quick: two tiny shapes that still take every peer and the tanh-RNN and
-    jacrev (LSTM, 2H state) paths of the JAX BPPSA. grid "cost-model": the shapes bench/auto/run.sh
+    """The sweep: the paper's RNN against T and B, GRU and LSTM at H 64 and 256, and every cell at
+    the large states (H 512 and 1024 at T 28, 100, 1000 and B 1, 16, 64). Quick: two tiny shapes
+    that still take every peer and the tanh-RNN and jacrev (LSTM, 2H state) paths of the JAX
+    BPPSA. grid "cost-model": the shapes bench/auto/run.sh
     fits auto's cost model to (every cell at H 16–256, T 30–3000, B 1–64; quick: two small ones
     for each of two cells, enough for a fit)."""
     if grid == "cost-model":
@@ -35,6 +37,8 @@ def configs(quick, grid="peers"):
     out = [config("RNN", 20, t, 16) for t in (10, 30, 100, 300, 1000, 3000, 10000, 30000)]
     out += [config("RNN", 20, 1000, b) for b in (1, 4, 64, 256)]
     out += [config(c, h, 1000, 16) for c in ("GRU", "LSTM") for h in (64, 256)]
+    out += [config(c, h, t, b) for c in ("RNN", "GRU", "LSTM") for h in (512, 1024) for t in (28, 100, 1000)
+            for b in (1, 16, 64)]
     return out
 
 
