@@ -3,14 +3,17 @@
 - ``bppsa.nn.RNN``, ``bppsa.nn.GRU``, ``bppsa.nn.LSTM``: drop-in torch.nn modules whose backward
   pass through time is a BPPSA scan (``import bppsa.nn as nn`` keeps the rest of torch.nn).
 - ``bppsa.scan(jacobians, g_last)``: the scan engine itself, differentiable.
+- ``bppsa.load_cost_model(path)``, ``bppsa.cost_model_source()``: the step cost model behind
+  ``backward='auto'`` (docs/cost_model.md).
 """
 from . import _native
 from ._native import _C
 from . import nn
 from ._scan import scan
+from ._auto import cost_model_source, load_cost_model
 
 __version__ = _C.__version__
-__all__ = ["nn", "scan", "default_threads", "build_info", "__version__"]
+__all__ = ["nn", "scan", "default_threads", "build_info", "load_cost_model", "cost_model_source", "__version__"]
 
 
 def build_info():

@@ -28,6 +28,7 @@ class LayerSpec:
         self.nonlinearity = nonlinearity
         self.proj_size = proj_size  # LSTM: rows of h (0 = hidden_size, no projection)
         self.last_forward = None  # the last Newton forward's report (_run_forward)
+        self.last_backward = None  # the method of the last backward (_run_backward), or "torch.nn" (nn.py)
         self._idle = {}
         # Reentrant: an engine may come back (weakref.finalize, run by the garbage collector)
         # while this thread is inside acquire() or release().
@@ -148,10 +149,12 @@ def _storage_of(t):
     return t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
 
 
-def _run_backward(engine, saved, needs, grad_out, grad_hn, grad_cn, method, threads, chunks, check_finite):
+def _run_backward(engine, saved, needs, grad_out, grad_hn, grad_cn, method, threads, chunks, check_finite,
+                  spec=None):
     """The engine's backward pass after its forward on saved (the engine_inputs it read: x, h0,
     c0, w_ih, w_hh, b_ih, b_hh, w_hr): the gradients of those that `needs` asks for, None for the
-    others. A CUDA engine reads every step's output gradient: zeros stand in for an absent one."""
+    others. A CUDA engine reads every step's output gradient: zeros stand in for an absent one.
+    With spec: spec.last_backward is the method that ran ('auto' resolved)."""
     x = saved[0]
     grads = [torch.empty_like(t) if need and t is not None else None
              for t, need in zip(saved, needs)]
@@ -163,8 +166,11 @@ def _run_backward(engine, saved, needs, grad_out, grad_hn, grad_cn, method, thre
     # Named, so that the contiguous copies outlive the call that reads them.
     grad_out, grad_hn, grad_cn = _contiguous(grad_out), _contiguous(grad_hn), _contiguous(grad_cn)
     r = _native.ref
-    engine.backward(*_weight_refs(engine, saved[3:]), r(grad_out), r(grad_hn), r(grad_cn), method, _native.resolve_threads(threads), chunks,
-                    *[r(g) for g in grads], check_finite, _native.stream_of(x))
+    ran = engine.backward(*_weight_refs(engine, saved[3:]), r(grad_out), r(grad_hn), r(grad_cn), method,
+                          _native.resolve_threads(threads), chunks, *[r(g) for g in grads], check_finite,
+                          _native.stream_of(x))
+    if spec is not None:
+        spec.last_backward = ran
     return grads
 
 
@@ -226,7 +232,7 @@ class LayerFunction(torch.autograd.Function):
                 # An earlier backward of a retained graph freed the record: the forward again.
                 _run_forward(engine, ctx.spec, args, ctx.lengths, forward)
             grads = _run_backward(engine, args, ctx.needs_input_grad[:8], grad_out, grad_hn, grad_cn, method,
-                                  threads, chunks, check_finite)
+                                  threads, chunks, check_finite, ctx.spec)
             # The record goes with its backward, not with the graph (which lives as long as the
             # caller holds an output): a forward of the next micro-batch, run while the last
             # one's output is still referenced, does not find it held.

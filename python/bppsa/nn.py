@@ -48,7 +48,7 @@ import sys
 import torch
 from torch.nn.utils.rnn import PackedSequence
 
-from . import _native, _ops
+from . import _auto, _native, _ops
 from ._recurrent import BACKWARD_METHODS, FORWARD_METHODS, LayerSpec, run_layer
 
 __all__ = ["RNN", "GRU", "LSTM", "to_torch"]
@@ -257,6 +257,7 @@ class _Bppsa:
         torch.load(weights_only=True) needs no class but the module's own allowlisted."""
         state = dict(super().__getstate__())  # a copy: object.__getstate__ may return the live __dict__
         state.pop("_specs", None)
+        state.pop("_bppsa_auto_cache", None)  # auto's decisions, remade on the loaded machine
         return state
 
     def __setstate__(self, state):
@@ -279,6 +280,14 @@ class _Bppsa:
         if forward not in FORWARD_METHODS:
             raise ValueError(f"bppsa: unknown forward method {forward!r}; use 'sequential' or 'newton'")
         self.bppsa_forward = forward
+
+    @property
+    def last_backward(self):
+        """The backward method of each layer-direction's last call (layer-major, as h_n): 'bp',
+        'blelloch' or 'hybrid' (what 'auto' resolved to), or 'torch.nn' where backward='auto' ran
+        torch.nn's own implementation (the step cost model predicted it faster); None before a
+        backward. Not updated under torch.compile (its operator runs an engine of its own)."""
+        return [spec.last_backward for spec in self._specs]
 
     @property
     def last_forward(self):
@@ -385,6 +394,10 @@ class _Bppsa:
     def forward(self, input, hx=None):
         if _records_torch_ops() or _under_torch_func(input):
             return super().forward(input, hx)
+        if self._auto_runs_torch(input):
+            for spec in self._specs:
+                spec.last_backward = "torch.nn"
+            return super().forward(input, hx)
         # The weights' dtype from _flat_weights: reading weight_ih_l0 would evaluate a parametrization.
         flat = getattr(self, "_flat_weights", None)
         cast = _autocast_dtype(input, flat[0] if flat else next(self.parameters()))
@@ -396,6 +409,25 @@ class _Bppsa:
             if _torch_forward_without_ops(input):
                 return super().forward(input, hx)
         return self._bppsa_forward(input, hx)
+
+    def _auto_runs_torch(self, input):
+        """backward='auto' on CPU tensors in eager mode, where the step cost model predicts torch.nn's
+        own kernels faster than bppsa for this module and call's shape (_auto.py)."""
+        if self.bppsa_backward != "auto" or _native.is_compiling() or _native.is_exporting():
+            return False
+        if isinstance(input, PackedSequence):
+            data = input.data
+            steps, batch = len(input.batch_sizes), int(input.batch_sizes[0]) if len(input.batch_sizes) else 0
+        else:
+            data = input
+            if not isinstance(input, torch.Tensor) or input.dim() not in (2, 3):
+                return False  # torch's or bppsa's own checks report it
+            steps = input.shape[1 if self.batch_first and input.dim() == 3 else 0]
+            batch = 1 if input.dim() == 2 else input.shape[0 if self.batch_first else 1]
+        if data.device.type != "cpu" or _native.is_fake(data) or steps == 0 or batch == 0:
+            return False
+        threads = _native.check_threads(f"bppsa.nn.{type(self).__name__}", self.bppsa_threads, "bppsa_threads")
+        return _auto.runs_torch(self, int(steps), int(batch), _native.resolve_threads(threads))
 
     def _autocast_forward(self, input, hx, dtype):
         """Under autocast: the layers computed in the weights' float32 (the input and hx converted

@@ -8,6 +8,7 @@
 #include "bppsa/core/device.hpp"
 #include "bppsa/core/error.hpp"
 #include "bppsa/core/memory.hpp"
+#include "bppsa/nn/cost_model.hpp"
 #include "recurrent_layer.hpp"
 #include "scan.hpp"
 
@@ -121,6 +122,29 @@ PYBIND11_MODULE(BPPSA_MODULE_NAME, m) {
         check_memory(op, what, v, fix);
       },
       py::arg("op"), py::arg("what"), py::arg("items"), py::arg("fix"));
+
+  // The step cost model behind backward='auto' (bppsa/nn/cost_model.hpp): one layer's predicted
+  // step in ms per candidate (NaN: no fit), the model's source, and loading another.
+  m.def(
+      "predict_step",
+      [](const std::string& cell, Index input, Index hidden, Index proj, Index steps, Index batch, int threads) {
+        const StepShape s{.cell = parse_cell(cell),
+                          .input = input,
+                          .hidden = hidden,
+                          .proj = proj,
+                          .steps = steps,
+                          .batch = batch,
+                          .threads = threads};
+        py::dict out;
+        for (StepCandidate c :
+             {StepCandidate::bp, StepCandidate::blelloch, StepCandidate::hybrid, StepCandidate::torch_nn})
+          out[to_string(c)] = predict_step_ms(s, c);
+        return out;
+      },
+      py::arg("cell"), py::arg("input"), py::arg("hidden"), py::arg("proj"), py::arg("steps"), py::arg("batch"),
+      py::arg("threads"));
+  m.def("cost_model_source", &cost_model_source);
+  m.def("load_cost_model", &load_cost_model, py::arg("path"));
 
   bind_layer<float>(m, "LayerEngineF32");
   bind_layer<double>(m, "LayerEngineF64");

@@ -1,0 +1,60 @@
+"""backward='auto' at the module level: where the step cost model (bppsa/nn/cost_model.hpp, fitted by
+bench/auto/fit_auto.py) predicts torch.nn's own kernels faster for a module's training step than
+bppsa's fastest method, the module runs torch.nn's forward and autograd (it is a subclass of the
+torch.nn class). CPU tensors in eager mode only; elsewhere bppsa's engine runs as asked."""
+import math
+
+from . import _native
+
+_CACHE_SIZE = 64  # decisions kept per module, by (steps, batch, threads, model generation)
+BPPSA_METHODS = ("bp", "hybrid", "blelloch")
+_generation = 0  # bumped by load_cost_model: every module's cached decisions are then stale
+
+
+def load_cost_model(path=""):
+    """Replaces the step cost model behind backward='auto' for the whole process by the model.json
+    bench/auto/fit_auto.py wrote (also the CLI's and the C++ library's; "" returns to
+    BPPSA_COST_MODEL or the built-in fit). Raises OSError/ValueError naming the file on a fault."""
+    global _generation
+    _native._C.load_cost_model(path)
+    _generation += 1
+
+
+def cost_model_source():
+    """Where the model in use came from: a file, "BPPSA_COST_MODEL=<path>", "built-in (<machine>)"
+    or "none" (no fit: bppsa's engine always runs, its methods chosen by the batch rule)."""
+    return _native._C.cost_model_source()
+
+
+def _layer_inputs(module):
+    """Each layer's input size (every direction of a layer reads the same)."""
+    out = module.proj_size or module.hidden_size
+    dirs = 2 if module.bidirectional else 1
+    return [module.input_size] + [out * dirs] * (module.num_layers - 1)
+
+
+def predictions(module, steps, batch, threads):
+    """Predicted ms of one training step of the whole module: {candidate: ms}, NaN where the model
+    has no fit. bppsa's layers each resolve their own method, so "bppsa" sums every layer's least."""
+    dirs = 2 if module.bidirectional else 1
+    total = {"bppsa": 0.0, "torch.nn": 0.0}
+    for inputs in _layer_inputs(module):
+        p = _native._C.predict_step(module._cell, inputs, module.hidden_size, module.proj_size, steps, batch, threads)
+        total["bppsa"] += dirs * min((p[m] for m in BPPSA_METHODS), key=lambda v: math.inf if math.isnan(v) else v)
+        total["torch.nn"] += dirs * p["torch.nn"]
+    return total
+
+
+def runs_torch(module, steps, batch, threads):
+    """Whether backward='auto' runs torch.nn's implementation for this call's shape: torch.nn
+    predicted strictly faster than bppsa (never where the model lacks either prediction)."""
+    cache = module.__dict__.setdefault("_bppsa_auto_cache", {})
+    key = (steps, batch, threads, _generation)
+    hit = cache.get(key)
+    if hit is None:
+        p = predictions(module, steps, batch, threads)
+        hit = bool(p["torch.nn"] < p["bppsa"])  # NaN compares False
+        if len(cache) >= _CACHE_SIZE:
+            cache.pop(next(iter(cache)))
+        cache[key] = hit
+    return hit

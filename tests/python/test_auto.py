@@ -1,0 +1,111 @@
+# backward='auto' and the step cost model (issue 45, items 3 and 4): a model that predicts torch.nn
+# faster makes the module run torch.nn's own implementation (outputs and gradients bit-identical to
+# torch.nn's, no engine used); one that predicts bppsa faster runs bppsa's engine with the method the
+# model picks (per layer); explicit methods ignore the model; bad model files are refused by name.
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import bppsa
+from bppsa import nn
+from util import flat_state, rel_err, twins
+
+FEATURES = ["1", "T", "T*B*S", "T*B*S^2", "T*B*S^3", "T*B*S*I", "T*S^2"]
+CELLS = ["RNN", "GRU", "LSTM"]
+
+
+def write_model(path, per_candidate, cells=("rnn", "gru", "lstm")):
+    """A model predicting a fixed time (ms) per candidate, at every thread count from 1."""
+    groups = [{"cell": c, "candidate": k, "threads": 1, "coef": [ms, 0, 0, 0, 0, 0, 0]}
+              for c in cells for k, ms in per_candidate.items()]
+    with open(path, "w") as f:
+        json.dump({"format": "bppsa-cost-model/1", "fitted_on": "test", "features": FEATURES, "groups": groups}, f)
+    return str(path)
+
+
+@pytest.fixture
+def model_file(tmp_path):
+    yield lambda per_candidate, **kw: write_model(tmp_path / "model.json", per_candidate, **kw)
+    bppsa.load_cost_model("")  # back to the process's default for the other tests
+
+
+def _step(module, x):
+    module.zero_grad(set_to_none=True)
+    out, h = module(x)
+    (out.square().sum() + sum(s.sum() for s in flat_state(h))).backward()
+    return [out.detach(), *[s.detach() for s in flat_state(h)], *[p.grad.clone() for p in module.parameters()]]
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_auto_runs_torch_nn_where_the_model_predicts_it_faster(cell, model_file):
+    bppsa.load_cost_model(model_file({"bp": 5.0, "blelloch": 6.0, "hybrid": 7.0, "torch.nn": 1.0}))
+    ref, ours = twins(cell, 4, 5, num_layers=2, bidirectional=True)
+    x = torch.randn(7, 3, 4)
+    expected, got = _step(ref, x), _step(ours, x)
+    for a, b in zip(got, expected):
+        assert torch.equal(a, b)  # torch.nn's own kernels: the same bits
+    assert ours.last_backward == ["torch.nn"] * 4
+    assert not any(spec._idle for spec in ours._specs), "torch.nn's path must not build bppsa engines"
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_auto_runs_the_method_the_model_predicts_fastest(cell, model_file):
+    for fastest in ("blelloch", "hybrid", "bp"):
+        times = {"bp": 5.0, "blelloch": 6.0, "hybrid": 7.0, "torch.nn": 50.0}
+        times[fastest] = 1.0
+        bppsa.load_cost_model(model_file(times))
+        ref, ours = twins(cell, 4, 5, num_layers=2)
+        x = torch.randn(9, 2, 4, dtype=torch.float64)
+        ref.double()
+        ours.double()
+        for a, b in zip(_step(ours, x), _step(ref, x)):
+            assert rel_err(a, b) <= 1e-10
+        assert ours.last_backward == [fastest, fastest], (fastest, ours.last_backward)
+
+
+def test_explicit_methods_and_no_fit_never_run_torch_nn(model_file):
+    bppsa.load_cost_model(model_file({"bp": 5.0, "blelloch": 6.0, "hybrid": 7.0, "torch.nn": 1.0}))
+    _, ours = twins("GRU", 3, 4, backward="hybrid")
+    _step(ours, torch.randn(6, 2, 3))
+    assert ours.last_backward == ["hybrid"]
+    # a model with no torch.nn prediction for the cell: bppsa, by the model's least method
+    bppsa.load_cost_model(model_file({"bp": 5.0, "blelloch": 1.0, "hybrid": 7.0}, cells=("gru",)))
+    _, ours = twins("GRU", 3, 4)
+    _step(ours, torch.randn(6, 2, 3))
+    assert ours.last_backward == ["blelloch"]
+    # no fit for the cell at all: the batch rule (threads < 2·batch: bp)
+    _, ours = twins("LSTM", 3, 4, threads=2)
+    _step(ours, torch.randn(6, 4, 3))
+    assert ours.last_backward == ["bp"]
+
+
+def test_a_new_model_replaces_cached_decisions(model_file):
+    ref, ours = twins("RNN", 3, 4)
+    x = torch.randn(5, 2, 3)
+    bppsa.load_cost_model(model_file({"bp": 5.0, "blelloch": 6.0, "hybrid": 7.0, "torch.nn": 1.0}))
+    _step(ours, x)
+    assert ours.last_backward == ["torch.nn"]
+    bppsa.load_cost_model(model_file({"bp": 1.0, "blelloch": 6.0, "hybrid": 7.0, "torch.nn": 50.0}))
+    _step(ours, x)
+    assert ours.last_backward == ["bp"]
+    assert "model.json" in bppsa.cost_model_source()
+
+
+def test_bad_model_files_are_refused_by_name(tmp_path):
+    bad = tmp_path / "broken.json"
+    bad.write_text('{"format": "bppsa-cost-model/1", "features": ["1"], "groups": []}')
+    with pytest.raises(ValueError, match="broken.json"):
+        bppsa.load_cost_model(str(bad))
+    with pytest.raises(OSError, match="missing.json"):
+        bppsa.load_cost_model(str(tmp_path / "missing.json"))
+    # through the environment: the first forward names the variable's file
+    code = ("import torch, bppsa.nn as nn\n"
+            "m = nn.GRU(3, 4)\n"
+            "m(torch.randn(5, 2, 3))[0].sum().backward()\n")
+    env = dict(os.environ, BPPSA_COST_MODEL=str(bad))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode != 0 and "broken.json" in r.stderr, r.stderr[-2000:]
