@@ -26,22 +26,15 @@ def cost_model_source():
     return _native._C.cost_model_source()
 
 
-def _layer_inputs(module):
-    """Each layer's input size (every direction of a layer reads the same)."""
-    out = module.proj_size or module.hidden_size
-    dirs = 2 if module.bidirectional else 1
-    return [module.input_size] + [out * dirs] * (module.num_layers - 1)
-
-
 def predictions(module, steps, batch, threads):
     """Predicted ms of one training step of the whole module: {candidate: ms}, NaN where the model
-    has no fit. bppsa's layers each resolve their own method, so "bppsa" sums every layer's least."""
-    dirs = 2 if module.bidirectional else 1
+    has no fit. bppsa's layer-directions each resolve their own method, so "bppsa" sums each one's least."""
     total = {"bppsa": 0.0, "torch.nn": 0.0}
-    for inputs in _layer_inputs(module):
-        p = _native._C.predict_step(module._cell, inputs, module.hidden_size, module.proj_size, steps, batch, threads)
-        total["bppsa"] += dirs * min((p[m] for m in BPPSA_METHODS), key=lambda v: math.inf if math.isnan(v) else v)
-        total["torch.nn"] += dirs * p["torch.nn"]
+    for spec in module._specs:  # each layer-direction's sizes
+        p = _native._C.predict_step(spec.cell, spec.input_size, spec.hidden_size, spec.proj_size, steps, batch,
+                                    threads)
+        total["bppsa"] += min((p[m] for m in BPPSA_METHODS), key=lambda v: math.inf if math.isnan(v) else v)
+        total["torch.nn"] += p["torch.nn"]
     return total
 
 

@@ -35,6 +35,7 @@ struct Group {
 
 struct Model {
   std::string source;
+  std::string fitted_on;  // the file's "fitted_on": the machine and versions of its sweeps
   std::vector<Group> groups;
 };
 
@@ -78,6 +79,8 @@ Model parse_model(const std::string& text, const std::string& where, std::string
   if (groups == doc.end() || !groups->is_array()) bad("\"groups\" must be an array");
   Model m;
   m.source = std::move(source);
+  const auto fitted_on = doc.find("fitted_on");
+  m.fitted_on = fitted_on != doc.end() && fitted_on->is_string() ? fitted_on->get<std::string>() : "?";
   for (std::size_t i = 0; i < groups->size(); ++i) {
     const auto& g = (*groups)[i];
     const std::string at = "group " + std::to_string(i);
@@ -122,8 +125,7 @@ std::shared_ptr<const Model> model_in_use() {
       g_model = std::make_shared<const Model>(read_model(env, std::string("BPPSA_COST_MODEL=") + env));
     } else {
       Model m = parse_model(kBuiltIn, "the built-in cost model (src/nn/cost_model_fit.inc)", "");
-      const nlohmann::json doc = nlohmann::json::parse(kBuiltIn);
-      m.source = m.groups.empty() ? "none" : "built-in (" + doc.value("fitted_on", std::string("?")) + ")";
+      m.source = m.groups.empty() ? "none" : "built-in (" + m.fitted_on + ")";
       g_model = std::make_shared<const Model>(std::move(m));
     }
   }
