@@ -49,11 +49,18 @@ function(bppsa_cpu_isa_flag option level out)
   set(${out} "${_flag}" PARENT_SCOPE)
 endfunction()
 
-# bppsa_cpu_isa_options(LEVEL FLAG OUT): FLAG and what compiling for LEVEL needs with it. GCC before 13
-# warns -Wmaybe-uninitialized inside its own AVX-512 intrinsics (PR 105593) wherever Eigen uses them,
-# so that warning is off where the level has AVX-512.
+# bppsa_cpu_isa_options(LEVEL FLAG OUT): FLAG and what compiling for LEVEL needs with it.
+# -ffp-contract=off: GCC (GNU mode) fuses a·b + c into an FMA wherever its optimiser sees fit, so the
+# same source line inlined at two call sites may round differently where the level has FMA (AVX2,
+# AVX-512, aarch64), and results would change with the path a computation takes (thread counts, the
+# host replays of the GPU kernels); Eigen's vector kernels call FMA explicitly and are unaffected.
+# GCC before 13 warns -Wmaybe-uninitialized inside its own AVX-512 intrinsics (PR 105593) wherever
+# Eigen uses them, so that warning is off where the level has AVX-512.
 function(bppsa_cpu_isa_options level flag out)
   set(_options ${flag})
+  if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+    list(APPEND _options -ffp-contract=off)
+  endif()
   if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13 AND flag)
     if(level STREQUAL "native" AND NOT DEFINED CACHE{BPPSA_NATIVE_AVX512})
       set(CMAKE_REQUIRED_FLAGS ${flag})
@@ -83,10 +90,10 @@ function(bppsa_target_cpu_isa target level)
   endif()
 endfunction()
 
-# Default generic: with AVX2/AVX-512 (FMA in Eigen's vector bodies, scalar heads and tails placed by
-# alignment and by the thread partition) results are not bit-identical across thread counts and runs,
-# which the tests and docs promise today; native and the levels are opt-in until that is resolved.
-set(BPPSA_CPU_ISA generic CACHE STRING
+# Default native: the machine building it. Results stay bit-identical across thread counts and runs
+# at every level: numeric buffers start on 64-byte boundaries (bppsa/core/aligned.hpp), so Eigen peels
+# the same scalar heads wherever a product lands, and -ffp-contract=off (above) fixes the roundings.
+set(BPPSA_CPU_ISA native CACHE STRING
     "Vector ISA of bppsa's C++ code: generic (the compiler's default), native (this machine), or on x86-64 x86-64, x86-64-v2, x86-64-v3 (AVX2), x86-64-v4 (AVX-512)")
 set_property(CACHE BPPSA_CPU_ISA PROPERTY STRINGS ${BPPSA_CPU_LEVELS})
 bppsa_cpu_isa_flag(BPPSA_CPU_ISA "${BPPSA_CPU_ISA}" BPPSA_CPU_ISA_FLAG)

@@ -4,6 +4,7 @@
 
 #include <omp.h>
 
+#include "bppsa/core/aligned.hpp"
 #include "bppsa/nn/layers.hpp"
 #include "bppsa/nn/linear.hpp"
 
@@ -36,11 +37,11 @@ class Conv2d final : public Layer<T> {
   /// im2col of one sample, transposed: P × (C·KH·KW) column-major (P = H'·W').
   void im2col(const T* x, T* cols) const;
   void col2im(const T* cols, T* x) const;
-  std::vector<T> cols_;  ///< the last forward's im2col, sample after sample
+  AlignedVector<T> cols_;  ///< the last forward's im2col, sample after sample
   Index batch_ = 0;
   // Buffers kept between steps (no allocation in the backward hot path): per-thread col2im
   // input of backward_input; the fixed partial sums of param_grads.
-  std::vector<std::vector<T>> dcols_;
+  std::vector<AlignedVector<T>> dcols_;
   std::vector<Matrix<T>> part_;
   std::vector<Vector<T>> part_b_;
   ConvPattern pattern_;  ///< built on first use, rebuilt when the mask changes

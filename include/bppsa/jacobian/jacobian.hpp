@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "bppsa/core/aligned.hpp"
 #include "bppsa/core/types.hpp"
 #include "bppsa/jacobian/csr_pattern.hpp"
 
@@ -90,7 +91,7 @@ class Jacobian {
 
  private:
   Layout<T> layout_;
-  std::vector<T> values_;
+  AlignedVector<T> values_;
 };
 
 /// A non-owning view: layout plus values (sample after sample). Product kernels take views

@@ -15,7 +15,7 @@ namespace bppsa {
 /// Per-thread temporary storage for the kernels; reuse one per thread across calls.
 template <class T>
 struct Scratch {
-  std::vector<T> values;               ///< row-scaled copies, S·diag temporaries
+  AlignedVector<T> values;             ///< row-scaled copies, S·diag temporaries
   std::vector<std::int32_t> position;  ///< SpGEMM: column → slot in the current output row
 };
 

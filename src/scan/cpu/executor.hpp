@@ -10,8 +10,8 @@ namespace bppsa::detail {
 /// Buffers a schedule needs, sized once per plan and reused by every run.
 template <class T>
 struct Workspace {
-  std::vector<std::vector<T>> slots;
-  std::vector<std::vector<T>> v_slots;
+  std::vector<AlignedVector<T>> slots;
+  std::vector<AlignedVector<T>> v_slots;
   std::vector<Scratch<T>> scratch;  ///< one per thread
 
   void reserve(const Schedule<T>& schedule, Index batch, int threads);
