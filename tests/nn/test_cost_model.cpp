@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -198,5 +199,20 @@ TEST_F(CostModel, RecurrentAutoRunsThePredictedMethod) {
   }
 }
 
-}  // namespace
+TEST_F(CostModel, TheBuiltInFitPredictsEveryCandidateOfEveryCell) {
+  // The process's default without BPPSA_COST_MODEL: the fit bench/auto/run.sh --builtin wrote into
+  // src/nn/cost_model_fit.inc, with a positive prediction for each candidate at 1 and 2 threads.
+  if (const char* env = std::getenv("BPPSA_COST_MODEL"); env != nullptr && *env != '\0')
+    GTEST_SKIP() << "BPPSA_COST_MODEL is set: the built-in fit is not the default here";
+  load_cost_model("");
+  EXPECT_EQ(cost_model_source().rfind("built-in (", 0), 0u) << cost_model_source();
+  for (const CellType cell : {CellType::rnn, CellType::gru, CellType::lstm})
+    for (const int threads : {1, 2})
+      for (const StepCandidate c :
+           {StepCandidate::bp, StepCandidate::blelloch, StepCandidate::hybrid, StepCandidate::torch_nn}) {
+        const double ms = predict_step_ms(shape(cell, 64, 300, 16, threads, 64), c);
+        EXPECT_TRUE(std::isfinite(ms) && ms > 0) << to_string(c) << " at " << threads << " threads: " << ms;
+      }
+}
 
+}  // namespace

@@ -35,6 +35,14 @@ if _FROM is not None and _FROM != _ROOT:
                        "scripts/setup.sh here (it installs this checkout's package)")
 
 
+# The suite tests bppsa's engine against torch.nn, so backward='auto' must run it: with the built-in step
+# cost model, auto would run torch.nn's own kernels wherever the fit predicts them faster, and those
+# tests would compare torch.nn with itself. No fit here (the batch rule picks bppsa's method);
+# test_auto.py tests the fallback with models of its own and the built-in model in a process of its own.
+NO_COST_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cost_model_none.json")
+os.environ.setdefault("BPPSA_COST_MODEL", NO_COST_MODEL)
+
+
 def pytest_report_header(config):
     return f"bppsa {bppsa.__version__} from {os.path.dirname(bppsa.__file__)}; torch {torch.__version__}"
 

@@ -109,3 +109,43 @@ def test_bad_model_files_are_refused_by_name(tmp_path):
     env = dict(os.environ, BPPSA_COST_MODEL=str(bad))
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert r.returncode != 0 and "broken.json" in r.stderr, r.stderr[-2000:]
+
+
+BUILT_IN = r"""
+import json, torch, bppsa
+from bppsa import nn, _auto, _native
+out = {"source": bppsa.cost_model_source(), "predictions": [], "decisions": []}
+for cell in ("rnn", "gru", "lstm"):
+    for hidden, steps, batch in ((16, 30, 1), (256, 300, 16), (64, 3000, 64)):
+        for threads in (1, 2):
+            out["predictions"].append(_native._C.predict_step(cell, hidden, hidden, 0, steps, batch, threads))
+for kind, hidden, steps, batch in (("RNN", 16, 30, 1), ("GRU", 64, 30, 16), ("LSTM", 256, 30, 16)):
+    torch.manual_seed(0)
+    m = getattr(nn, kind)(hidden, hidden)
+    m(torch.randn(steps, batch, hidden))[0].square().sum().backward()
+    threads = _native.resolve_threads(_native.check_threads("test", m.bppsa_threads, "bppsa_threads"))
+    p = _auto.predictions(m, steps, batch, threads)
+    out["decisions"].append({"kind": kind, "predicted": p, "ran": m.last_backward})
+print(json.dumps(out))
+"""
+
+
+def test_the_built_in_model_is_the_default_and_decides_auto():
+    """Outside the suite's pin (conftest.py), backward='auto' consults the fit built into the library
+    (src/nn/cost_model_fit.inc, bench/auto/run.sh --builtin): it predicts every candidate for every
+    cell at 1 and 2 threads, and a module runs torch.nn's kernels exactly where the sum of its
+    layer-directions' predictions says torch.nn is faster."""
+    env = {k: v for k, v in os.environ.items() if k != "BPPSA_COST_MODEL"}
+    r = subprocess.run([sys.executable, "-c", BUILT_IN], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["source"].startswith("built-in ("), out["source"]
+    for p in out["predictions"]:
+        assert set(p) == {"bp", "blelloch", "hybrid", "torch.nn"}, p
+        assert all(v > 0 for v in p.values()), p  # finite and positive (NaN fails too)
+    for d in out["decisions"]:
+        p = d["predicted"]
+        if p["torch.nn"] < p["bppsa"]:
+            assert d["ran"] == ["torch.nn"], d
+        else:
+            assert d["ran"] and all(m in ("bp", "blelloch", "hybrid") for m in d["ran"]), d

@@ -7,6 +7,7 @@
 
 #include "bppsa/bppsa.hpp"
 #include "expect_error.hpp"
+#include "no_cost_model.hpp"
 
 namespace {
 
@@ -145,6 +146,7 @@ TEST(Train, ScanThatCannotFitIsRefusedBeforeAllocating) {
 }
 
 TEST(Train, AutoIsBpWhenTheBatchKeepsEveryThreadBusy) {
+  const testutil::NoCostModel no_fit;  // the batch rule, which decides where the step cost model has no fit
   BackwardOptions o;
   o.method = BackwardMethod::automatic;
   o.threads = 2;

@@ -1,0 +1,25 @@
+// For the tests of auto's batch rule: a scope in which the step cost model has no fit (the rule
+// decides), whatever is built in; the process's default (BPPSA_COST_MODEL or the built-in fit) after.
+#pragma once
+
+#include <fstream>
+
+#include "bppsa/nn/cost_model.hpp"
+#include "temp_dir.hpp"
+
+namespace testutil {
+
+struct NoCostModel {
+  TempDir dir;
+  NoCostModel() {
+    const auto path = dir.path / "none.json";
+    std::ofstream(path) << R"({"format": "bppsa-cost-model/1", "fitted_on": "a test", "features": ["1", "T", )"
+                           R"("T*B*S", "T*B*S^2", "T*B*S^3", "T*B*S*I", "T*S^2"], "groups": []})";
+    bppsa::load_cost_model(path.string());
+  }
+  ~NoCostModel() { bppsa::load_cost_model(""); }
+  NoCostModel(const NoCostModel&) = delete;
+  NoCostModel& operator=(const NoCostModel&) = delete;
+};
+
+}  // namespace testutil
