@@ -12,18 +12,14 @@
 #include "bppsa/nn/cost_model.hpp"
 #include "bppsa/nn/recurrent.hpp"
 #include "expect_error.hpp"
+#include "no_cost_model.hpp"
 #include "temp_dir.hpp"
 
 namespace {
 
 using namespace bppsa;
 
-constexpr const char* kFeatures = R"("features": ["1", "T", "T*B*S", "T*B*S^2", "T*B*S^3", "T*B*S*I", "T*S^2"])";
-
-std::string model_json(const std::string& groups) {
-  return std::string(R"({"format": "bppsa-cost-model/1", "fitted_on": "a test", )") + kFeatures +
-         R"(, "groups": [)" + groups + "]}";
-}
+std::string model_json(const std::string& groups) { return testutil::cost_model_json(groups); }
 
 std::string group(const std::string& cell, const std::string& candidate, int threads, const std::string& coef) {
   return R"({"cell": ")" + cell + R"(", "candidate": ")" + candidate + R"(", "threads": )" + std::to_string(threads) +
