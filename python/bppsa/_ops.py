@@ -58,7 +58,8 @@ def _layer_forward_impl(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, cell, 
                         chunks, check_finite):
     spec = _spec(cell, x, w_hh, w_hr, nonlinearity)
     with spec.borrowed(x.dtype, _device(x)) as engine:
-        out, h_n, c_n = _run_forward(engine, spec, engine_inputs(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr), lengths)
+        out, h_n, c_n = _run_forward(engine, spec, engine_inputs(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr), lengths,
+                                     threads=decode_threads(threads))
     return out, h_n, _absent(x) if c_n is None else c_n
 
 
@@ -76,7 +77,7 @@ def _layer_backward_impl(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, grad_
     spec = _spec(cell, x, w_hh, w_hr, nonlinearity)
     with spec.borrowed(x.dtype, _device(x)) as engine:
         if x.shape[1] > 0:
-            _run_forward(engine, spec, args, lengths)  # the record it reads
+            _run_forward(engine, spec, args, lengths, threads=decode_threads(threads))  # the record it reads
         grads = _run_backward(engine, args, needs, grad_out, grad_hn, grad_cn if cell == "lstm" else None, method,
                               decode_threads(threads), chunks, check_finite)
     return [_absent(x) if g is None else g for g in grads]

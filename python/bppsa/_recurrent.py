@@ -119,11 +119,11 @@ def _weight_refs(engine, weights):
     return held[2]
 
 
-def _run_forward(engine, spec, args, lengths=None, forward="sequential"):
+def _run_forward(engine, spec, args, lengths=None, forward="sequential", threads=None):
     """Runs the layer on args (engine_inputs: x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, contiguous).
     w_hr: the LSTM's projection or None; lengths: per sample, longest first, or None (every sample
     runs every step). forward: "sequential" or "newton" (its report kept on the spec:
-    spec.last_forward)."""
+    spec.last_forward); threads: as the module's (None follows torch.get_num_threads())."""
     x = args[0]
     T, B = x.shape[0], x.shape[1]
     H = spec.hidden_size
@@ -134,7 +134,7 @@ def _run_forward(engine, spec, args, lengths=None, forward="sequential"):
     if B == 0:  # nothing to compute (torch returns the empty tensors too)
         return out, h_n, c_n
     r = _native.ref
-    engine.set_forward(forward)
+    engine.set_forward(forward, _native.resolve_threads(threads))
     engine.forward(r(x), r(args[1]), r(args[2]), *_weight_refs(engine, args[3:]), list(lengths or ()), r(out),
                    r(h_n), r(c_n), _native.stream_of(x))
     if forward != "sequential":
@@ -198,7 +198,7 @@ class LayerFunction(torch.autograd.Function):
         engine = spec.acquire(*key)
         args = engine_inputs(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr)
         try:
-            out, h_n, c_n = _run_forward(engine, spec, args, lengths, options[4])
+            out, h_n, c_n = _run_forward(engine, spec, args, lengths, options[4], options[1])
         except BaseException:
             spec.release(key, engine)
             raise
@@ -230,7 +230,7 @@ class LayerFunction(torch.autograd.Function):
             args = ctx.engine_args
             if engine.steps == 0 and args[0].shape[1] > 0:
                 # An earlier backward of a retained graph freed the record: the forward again.
-                _run_forward(engine, ctx.spec, args, ctx.lengths, forward)
+                _run_forward(engine, ctx.spec, args, ctx.lengths, forward, threads)
             grads = _run_backward(engine, args, ctx.needs_input_grad[:8], grad_out, grad_hn, grad_cn, method,
                                   threads, chunks, check_finite, ctx.spec)
             # The record goes with its backward, not with the graph (which lives as long as the
@@ -253,6 +253,6 @@ def run_layer(spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, method, threads, ch
     engine = spec.acquire(*key)
     try:  # (spec.borrowed's work, without a context manager's cost at every T 1 call)
         with torch.no_grad():
-            return _run_forward(engine, spec, engine_inputs(*tensors), lengths, forward)
+            return _run_forward(engine, spec, engine_inputs(*tensors), lengths, forward, threads)
     finally:
         spec.release(key, engine)

@@ -12,8 +12,9 @@ bppsa's own options are keyword-only:
   count), ``'blelloch'`` (the modified Blelloch scan, Θ(log T) levels), ``'hybrid'`` (chunked
   scan: reduce chunks, scan their totals, push prefixes through), or ``'bp'`` (sequential BP
   through time, bppsa's own).
-- ``threads``: threads of the backward pass: None (default) follows ``torch.get_num_threads()``
-  at each call, as torch.nn's modules do; 1..1024 fixes it; 0 = every core this process may use.
+- ``threads``: threads of the forward's GEMMs and of the backward pass: None (default) follows
+  ``torch.get_num_threads()`` at each call, as torch.nn's modules do; 1..1024 fixes it; 0 = every
+  core this process may use.
 - ``check_finite``: False (default) lets NaN/Inf propagate into the gradients, as torch.nn does;
   True raises FloatingPointError naming the layer.
 - ``forward``: ``'sequential'`` (default: one step after another) or ``'newton'`` (Newton's method

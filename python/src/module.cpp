@@ -28,12 +28,11 @@ void bind_layer(py::module_& m, const char* name) {
            py::arg("c0"), py::arg("w_ih"), py::arg("w_hh"), py::arg("b_ih"), py::arg("b_hh"), py::arg("w_hr"),
            py::arg("lengths"), py::arg("out"), py::arg("h_n"), py::arg("c_n"), py::arg("stream") = 0)
       .def("backward", &LayerEngine<T>::backward, py::call_guard<py::gil_scoped_release>(), py::arg("w_ih"),
-           py::arg("w_hh"), py::arg("b_ih"), py::arg("b_hh"), py::arg("w_hr"), py::arg("grad_out"),
-           py::arg("grad_hn"), py::arg("grad_cn"), py::arg("method"), py::arg("threads"), py::arg("chunks"),
-           py::arg("grad_x"), py::arg("grad_h0"), py::arg("grad_c0"), py::arg("grad_w_ih"), py::arg("grad_w_hh"),
-           py::arg("grad_b_ih"), py::arg("grad_b_hh"), py::arg("grad_w_hr"), py::arg("check_finite"),
-           py::arg("stream") = 0)
-      .def("set_forward", &LayerEngine<T>::set_forward, py::arg("method"))
+           py::arg("w_hh"), py::arg("b_ih"), py::arg("b_hh"), py::arg("w_hr"), py::arg("grad_out"), py::arg("grad_hn"),
+           py::arg("grad_cn"), py::arg("method"), py::arg("threads"), py::arg("chunks"), py::arg("grad_x"),
+           py::arg("grad_h0"), py::arg("grad_c0"), py::arg("grad_w_ih"), py::arg("grad_w_hh"), py::arg("grad_b_ih"),
+           py::arg("grad_b_hh"), py::arg("grad_w_hr"), py::arg("check_finite"), py::arg("stream") = 0)
+      .def("set_forward", &LayerEngine<T>::set_forward, py::arg("method"), py::arg("threads") = 0)
       .def("forward_report", &LayerEngine<T>::forward_report)
       .def("release_record", &LayerEngine<T>::release_record)
       .def_property_readonly("steps", &LayerEngine<T>::steps)
@@ -46,16 +45,19 @@ void bind_layer(py::module_& m, const char* name) {
 PYBIND11_MODULE(BPPSA_MODULE_NAME, m) {
   m.doc() = "bppsa's native engine (use the bppsa package, not this module)";
   m.attr("__version__") = BPPSA_VERSION;
-  m.def("build_info", [] {
-    const BuildInfo info = bppsa::build_info();
-    py::dict d;
-    d["version"] = info.version;
-    d["cpu_isa"] = info.cpu_isa;
-    d["cpu_flag"] = info.cpu_flag;
-    d["vectorization"] = info.vectorization;
-    d["cuda"] = info.cuda;
-    return d;
-  }, "The library copy's build: version, cpu_isa, cpu_flag, vectorization (Eigen's widest SIMD), cuda");
+  m.def(
+      "build_info",
+      [] {
+        const BuildInfo info = bppsa::build_info();
+        py::dict d;
+        d["version"] = info.version;
+        d["cpu_isa"] = info.cpu_isa;
+        d["cpu_flag"] = info.cpu_flag;
+        d["vectorization"] = info.vectorization;
+        d["cuda"] = info.cuda;
+        return d;
+      },
+      "The library copy's build: version, cpu_isa, cpu_flag, vectorization (Eigen's widest SIMD), cuda");
 
   // bppsa::Error → Python: shapes and arguments are ValueErrors, NaN/Inf FloatingPointError,
   // memory MemoryError, files OSError, missing features NotImplementedError.

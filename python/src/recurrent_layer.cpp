@@ -159,15 +159,17 @@ std::string LayerEngine<T>::backward(const TensorRef& w_ih, const TensorRef& w_h
 }
 
 template <class T>
-void LayerEngine<T>::set_forward(const std::string& method) {
+void LayerEngine<T>::set_forward(const std::string& method, int threads) {
   const ForwardMethod m = parse_forward(method);
-  if (m == rnn_->forward_options().method) return;
+  threads = checked_threads(threads, kOp);
+  if (m == rnn_->forward_options().method && threads == rnn_->forward_options().threads) return;
   if (m != ForwardMethod::sequential && place_.device == "cuda")
     detail::raise<UnsupportedError>(kOp, "forward='" + method +
                                              "' runs on the CPU only for now: use forward='sequential' on CUDA "
                                              "tensors, or move the module and its inputs with .cpu()");
   ForwardOptions o = rnn_->forward_options();
   o.method = m;
+  o.threads = threads;
   rnn_->set_forward_options(o);
 }
 
@@ -175,8 +177,7 @@ template <class T>
 std::tuple<int, double, bool, Index> LayerEngine<T>::forward_report() const {
   const ForwardReport& r = rnn_->forward_report();
   if (r.iterations.empty()) return {0, 0.0, false, 0};
-  return {r.iterations.front(), r.residual.front(), static_cast<bool>(r.fell_back.front()),
-          r.fallback_step.front()};
+  return {r.iterations.front(), r.residual.front(), static_cast<bool>(r.fell_back.front()), r.fallback_step.front()};
 }
 
 template class LayerEngine<float>;

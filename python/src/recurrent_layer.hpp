@@ -49,14 +49,14 @@ class LayerEngine {
   /// the method that ran (auto resolved; on CUDA "fused" for the fused chunked scan). On CUDA,
   /// grad_out is required (zeros when none flows back).
   std::string backward(const TensorRef& w_ih, const TensorRef& w_hh, const OptRef& b_ih, const OptRef& b_hh,
-                       const OptRef& w_hr, const OptRef& grad_out, const OptRef& grad_hn, const OptRef& grad_cn, const std::string& method,
-                       int threads, int chunks, const OptRef& grad_x, const OptRef& grad_h0, const OptRef& grad_c0,
-                       const OptRef& grad_w_ih, const OptRef& grad_w_hh, const OptRef& grad_b_ih,
+                       const OptRef& w_hr, const OptRef& grad_out, const OptRef& grad_hn, const OptRef& grad_cn,
+                       const std::string& method, int threads, int chunks, const OptRef& grad_x, const OptRef& grad_h0,
+                       const OptRef& grad_c0, const OptRef& grad_w_ih, const OptRef& grad_w_hh, const OptRef& grad_b_ih,
                        const OptRef& grad_b_hh, const OptRef& grad_w_hr, bool check_finite, std::uintptr_t stream = 0);
 
   /// How the next forwards run: "sequential" or "newton" (Recurrent's ForwardMethod; newton is
-  /// CPU only: NotImplementedError on CUDA).
-  void set_forward(const std::string& method);
+  /// CPU only: NotImplementedError on CUDA), on up to `threads` threads (0: every core).
+  void set_forward(const std::string& method, int threads = 0);
   /// The last forward's (iterations, certificate residual, fell back, the step it fell back from)
   /// for newton; (0, 0, false, 0) for a sequential one.
   std::tuple<int, double, bool, Index> forward_report() const;

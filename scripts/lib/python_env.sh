@@ -100,10 +100,29 @@ bppsa_prune_venvs() {
   done
 }
 
-# bppsa_install_here PYTHON: this checkout's package into PYTHON's environment, under its lock.
+# bppsa_cpu_level: the best x86-64 level this CPU and its OS run (x86-64-v4, -v3 or x86-64), asked of
+# libgcc's CPU model as bppsa._cpu asks it; nothing on another processor or without GCC 12's level names.
+bppsa_cpu_level() {
+  [ "$(uname -m)" = x86_64 ] || return 0
+  local tmp level
+  tmp=$(mktemp -d) || return 0
+  if printf '%s\n' 'int main() { __builtin_cpu_init();' \
+      '  return __builtin_cpu_supports("x86-64-v4") ? 4 : __builtin_cpu_supports("x86-64-v3") ? 3 : 1; }' |
+      c++ -x c++ - -o "$tmp/level" 2>/dev/null; then
+    level=0; "$tmp/level" || level=$?
+    case $level in 4) echo x86-64-v4 ;; 3) echo x86-64-v3 ;; 1) echo x86-64 ;; esac
+  fi
+  rm -rf "$tmp"
+}
+
+# bppsa_install_here PYTHON: this checkout's package into PYTHON's environment, under its lock. A set-up
+# is for this machine: one variant, the best x86-64 level it runs (a third of pip's default build, which
+# holds all three; docs/pytorch.md#cpu-variants-avx2-and-avx-512). $BPPSA_PYTHON_ISAS names others.
 bppsa_install_here() {
-  local py=$1
-  echo "setup: pip install . into $(dirname "$(dirname "$py")")"
-  bppsa_locked "$(dirname "$(dirname "$py")")" "$py" -m pip install --quiet --no-build-isolation --no-deps . ||
+  local py=$1 isas=${BPPSA_PYTHON_ISAS:-$(bppsa_cpu_level)} cs=()
+  [ -n "$isas" ] && cs=(--config-settings=cmake.define.BPPSA_PYTHON_ISAS="$isas")
+  echo "setup: pip install . into $(dirname "$(dirname "$py")") (CPU variants: ${isas:-as pip builds them})"
+  bppsa_locked "$(dirname "$(dirname "$py")")" "$py" -m pip install --quiet --no-build-isolation --no-deps \
+    "${cs[@]}" . ||
     { echo "setup: 'pip install .' failed (rerun it without --quiet for the build log)" >&2; return 1; }
 }

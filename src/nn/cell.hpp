@@ -103,8 +103,9 @@ struct JacobianSlot {
 template <class T>
 struct CellOps {
   /// Recurrence over all steps (step t on its first rec.width(t) samples); rec.x, rec.ax and
-  /// block 0 of rec.h (and rec.c) are set.
-  void (*forward)(const LayerWeights<T>& p, LayerRecord<T>& rec);
+  /// block 0 of rec.h (and rec.c) are set. Each step's GEMMs run on up to `threads` threads, in
+  /// blocks that do not depend on their number (nor do the results).
+  void (*forward)(const LayerWeights<T>& p, LayerRecord<T>& rec, int threads);
   /// A chain element of `count` samples in the cell's natural kind (values not yet filled).
   Jacobian<T> (*element)(const LayerWeights<T>& p, const LayerRecord<T>& rec, const std::shared_ptr<Matrix<T>>& w_hh_t,
                          Index count);

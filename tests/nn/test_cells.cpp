@@ -1,12 +1,14 @@
 // Recurrent cells and stacks: generated Jacobians and gradients vs finite differences, BPPSA vs BP, errors.
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <tuple>
 
 #include "bppsa/nn/model.hpp"
 #include "bppsa/nn/recurrent.hpp"
 #include "core/denormals.hpp"
+#include "core/team.hpp"
 #include "expect_error.hpp"
 #include "oracle.hpp"
 
@@ -636,6 +638,57 @@ TEST(RecurrentThreads, BlellochBitIdenticalAcrossThreadCounts) {
   }
 }
 
+// The forward's GEMMs (the input projection in blocks of columns, each step's W_hh product in
+// blocks of rows, Newton's wide step in blocks of columns) shared among 1, 2 or 3 threads, with
+// every team full however small the product: the outputs and final states are the same bits,
+// for each cell, with a projection, with lengths and under Newton. The shapes give each product
+// several blocks (4H ≥ 160 rows, T·B ≥ 600 columns).
+template <class T>
+void expect_forward_thread_independent(const RecurrentConfig& c, ForwardMethod method, bool lengths) {
+  const Index steps = 60, batch = 12;
+  Rng rng(7);
+  const Matrix<T> x = random_matrix(c.input, steps * batch, rng).template cast<T>();
+  std::vector<Index> lens;
+  if (lengths)
+    for (Index b = 0; b < batch; ++b) lens.push_back(steps - 4 * b);
+  const detail::FlopsPerThread full_teams(0);
+  std::vector<Matrix<T>> first;
+  for (int threads : {1, 2, 3}) {
+    Recurrent<T> rnn(c);
+    rnn.reset_parameters(5);
+    rnn.set_forward_options({.method = method, .threads = threads});
+    rnn.forward(x, steps, batch, lens);
+    std::vector<Matrix<T>> got{rnn.output()};
+    for (Index l = 0; l < c.layers; ++l) got.push_back(rnn.final_state(l));
+    if (threads == 1) {
+      first = got;
+      continue;
+    }
+    for (std::size_t k = 0; k < got.size(); ++k) {
+      ASSERT_EQ(got[k].size(), first[k].size());
+      EXPECT_EQ(std::memcmp(got[k].data(), first[k].data(), sizeof(T) * static_cast<std::size_t>(got[k].size())), 0)
+          << to_string(c.cell) << (c.proj ? " with a projection" : "") << (lengths ? ", lengths" : "")
+          << (method == ForwardMethod::newton ? ", newton" : "") << ": result " << k << " differs with " << threads
+          << " threads";
+    }
+  }
+}
+
+TEST(RecurrentThreads, ForwardBitIdenticalAcrossThreadCounts) {
+  for (CellType cell : kCells)
+    for (bool lengths : {false, true}) {
+      const RecurrentConfig c{cell, 24, 40, 2};
+      expect_forward_thread_independent<float>(c, ForwardMethod::sequential, lengths);
+      expect_forward_thread_independent<double>(c, ForwardMethod::sequential, lengths);
+    }
+  RecurrentConfig proj{CellType::lstm, 24, 80, 2};
+  proj.proj = 70;  // W_hr: 70 rows, two blocks
+  expect_forward_thread_independent<float>(proj, ForwardMethod::sequential, false);
+  expect_forward_thread_independent<double>(proj, ForwardMethod::sequential, true);
+  for (CellType cell : kCells)
+    expect_forward_thread_independent<double>({cell, 8, 12, 1}, ForwardMethod::newton, false);
+}
+
 // ---------------------------------------------------------------------------------------
 // 4b. Subnormals are flushed while the engine computes, on its own threads only.
 
@@ -820,7 +873,6 @@ TEST(RecurrentErrors, ParseNames) {
       {"relu", "plain RNN", "gru"});
 }
 
-
 // Recurrent::forward_io / backward_io (bppsa.nn's path: the caller's C-order tensors read and
 // written in place) against the host API on the same weights, states and gradients: outputs,
 // final states and every gradient, for each cell, with lengths and with LSTM's projection.
@@ -968,7 +1020,6 @@ TEST(RecurrentIo, ReleaseRecordFreesALargeOneAndKeepsTheWeights) {
 TEST_P(RecurrentIo, ReadsTheCallersWeightsAtEveryCall) {
   const RecurrentConfig c = GetParam().config;
   const Index T = 4, B = 2, I = c.input, H = c.hidden, P = output_size(c), G = gate_count(c.cell) * H;
-  const bool lstm = c.cell == CellType::lstm;
   const std::vector<Index> lengths = GetParam().lengths ? std::vector<Index>{4, 3} : std::vector<Index>{};
   Rng rng(21);
   Recurrent<double> host(c);
@@ -1024,11 +1075,11 @@ TEST_P(RecurrentIo, ReadsTheCallersWeightsAtEveryCall) {
   expect_error<InvalidArgument>([&] { io_rnn.backward_io(b, {}); }, {"forward_io()"});
 }
 
-INSTANTIATE_TEST_SUITE_P(Cells, RecurrentIo,
-                         ::testing::Values(IoCase{{CellType::rnn, 3, 4, 1}, false},
-                                           IoCase{{CellType::gru, 3, 4, 1}, true},
-                                           IoCase{{CellType::lstm, 3, 4, 1}, true},
-                                           IoCase{{CellType::lstm, 3, 4, 1, Nonlinearity::tanh, Device::cpu, 2}, false}));
+INSTANTIATE_TEST_SUITE_P(
+    Cells, RecurrentIo,
+    ::testing::Values(IoCase{{CellType::rnn, 3, 4, 1}, false}, IoCase{{CellType::gru, 3, 4, 1}, true},
+                      IoCase{{CellType::lstm, 3, 4, 1}, true},
+                      IoCase{{CellType::lstm, 3, 4, 1, Nonlinearity::tanh, Device::cpu, 2}, false}));
 
 TEST(RecurrentErrors, IoNeedsOneLayerAndItsTensors) {
   Recurrent<double> rnn({CellType::gru, 3, 4, 2});
@@ -1044,7 +1095,6 @@ TEST(RecurrentErrors, IoNeedsOneLayerAndItsTensors) {
   f.h_n = hn.data();  // no c_n for an LSTM
   expect_error<InvalidArgument>([&] { one.forward_io(f, 2, 1); }, {"c_n"});
 }
-
 
 // The Newton forward (ForwardMethod::newton, docs/method.md §9) against the sequential forward
 // of the same stack, which the parity tests hold to PyTorch: every layer's states, the outputs

@@ -4,19 +4,20 @@
 // J^T = W_hr^T D(α) + W_hz^T D(γ) + W_hn^T D(β) + D(z) with α = r(1−r)M(1−n²)(1−z),
 // β = r(1−n²)(1−z), γ = z(1−z)(h − n) (docs/method.md §4, regrouped): dense, one per sample and step.
 #include "nn/cell.hpp"
+#include "nn/cpu/parallel.hpp"
 
 namespace bppsa::detail {
 namespace {
 
 template <class T>
-void forward(const LayerWeights<T>& p, LayerRecord<T>& rec) {
+void forward(const LayerWeights<T>& p, LayerRecord<T>& rec, int threads) {
   const Index B = rec.batch, H = rec.hidden;
   Matrix<T> ah(3 * H, B);
   for (Index t = 1; t <= rec.steps; ++t) {
     const Index w = rec.width(t);
     const auto hp = rec.h.middleCols((t - 1) * B, w);
     auto ahw = ah.leftCols(w);
-    ahw.noalias() = p.w_hh * hp;
+    parallel_step_product(threads, ahw, p.w_hh, hp);
     ahw.colwise() += p.b_hh;
     const auto ax = rec.ax.middleCols((t - 1) * B, w);
     auto gates = rec.gates.middleCols((t - 1) * B, w);
@@ -30,8 +31,7 @@ void forward(const LayerWeights<T>& p, LayerRecord<T>& rec) {
 }
 
 template <class T>
-Jacobian<T> element(const LayerWeights<T>&, const LayerRecord<T>& rec, const std::shared_ptr<Matrix<T>>&,
-                    Index count) {
+Jacobian<T> element(const LayerWeights<T>&, const LayerRecord<T>& rec, const std::shared_ptr<Matrix<T>>&, Index count) {
   return Jacobian<T>::dense(rec.hidden, rec.hidden, count);
 }
 
@@ -58,8 +58,8 @@ void fill(const LayerWeights<T>& p, const LayerRecord<T>& rec, std::span<const J
 }
 
 template <class T>
-void preact(const LayerWeights<T>&, const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out,
-            Index t0, Index t1) {
+void preact(const LayerWeights<T>&, const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out, Index t0,
+            Index t1) {
   const Index B = rec.batch, H = rec.hidden;
   for (Index t = t0; t < t1; ++t) {
     const Index w = rec.width(t);
@@ -79,8 +79,8 @@ void preact(const LayerWeights<T>&, const LayerRecord<T>& rec, const Matrix<T>& 
 }
 
 template <class T>
-void direct(const LayerWeights<T>&, const LayerRecord<T>& rec, const Matrix<T>& g, const PreactGrads<T>&,
-            Index t, Eigen::Ref<Matrix<T>> prev) {
+void direct(const LayerWeights<T>&, const LayerRecord<T>& rec, const Matrix<T>& g, const PreactGrads<T>&, Index t,
+            Eigen::Ref<Matrix<T>> prev) {
   const Index B = rec.batch, H = rec.hidden, w = prev.cols();
   prev.array() += rec.gates.middleCols((t - 1) * B, w).middleRows(H, H).array() * g.middleCols(t * B, w).array();
 }

@@ -10,6 +10,7 @@
 //   (∂h'/∂h)^T = (∂m'/∂h)^T W_hr^T,  (∂h'/∂c)^T = D(κ f) W_hr^T                  (dense now)
 // and the gradient reaching m' is W_hr^T ∂ℓ/∂h' wherever ∂ℓ/∂h' was used (docs/method.md §4.5).
 #include "nn/cell.hpp"
+#include "nn/cpu/parallel.hpp"
 
 namespace bppsa::detail {
 namespace {
@@ -21,7 +22,7 @@ Index out_rows(const LayerWeights<T>& p, Index hidden) {
 }
 
 template <class T>
-void forward(const LayerWeights<T>& p, LayerRecord<T>& rec) {
+void forward(const LayerWeights<T>& p, LayerRecord<T>& rec, int threads) {
   const Index B = rec.batch, H = rec.hidden;
   const bool proj = p.w_hr.size() != 0;
   if (proj)
@@ -31,7 +32,7 @@ void forward(const LayerWeights<T>& p, LayerRecord<T>& rec) {
   for (Index t = 1; t <= rec.steps; ++t) {
     const Index w = rec.width(t);
     auto a = rec.gates.middleCols((t - 1) * B, w);
-    a.noalias() = p.w_hh * rec.h.middleCols((t - 1) * B, w);
+    parallel_step_product(threads, a, p.w_hh, rec.h.middleCols((t - 1) * B, w));
     a += rec.ax.middleCols((t - 1) * B, w);
     a.colwise() += p.b_hh;
     auto i = a.topRows(H), f = a.middleRows(H, H), g = a.middleRows(2 * H, H), o = a.bottomRows(H);
@@ -46,7 +47,7 @@ void forward(const LayerWeights<T>& p, LayerRecord<T>& rec) {
     if (proj) {
       auto m = rec.m.middleCols((t - 1) * B, w);
       m = o.array() * tc.array();
-      rec.h.middleCols(t * B, w).noalias() = p.w_hr * m;
+      parallel_step_product(threads, rec.h.middleCols(t * B, w), p.w_hr, m);
     } else {
       rec.h.middleCols(t * B, w) = o.array() * tc.array();
     }
@@ -102,8 +103,8 @@ void fill(const LayerWeights<T>& p, const LayerRecord<T>& rec, std::span<const J
 }
 
 template <class T>
-void preact(const LayerWeights<T>& p, const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out,
-            Index t0, Index t1) {
+void preact(const LayerWeights<T>& p, const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out, Index t0,
+            Index t1) {
   const Index B = rec.batch, H = rec.hidden, P = out_rows(p, H);
   const bool proj = p.w_hr.size() != 0;
   Matrix<T> gm_proj;  // W_hr^T ∂ℓ/∂h_t, the gradient on m_t, with a projection
@@ -135,8 +136,8 @@ void preact(const LayerWeights<T>& p, const LayerRecord<T>& rec, const Matrix<T>
 }
 
 template <class T>
-void direct(const LayerWeights<T>&, const LayerRecord<T>& rec, const Matrix<T>&, const PreactGrads<T>& pg,
-            Index t, Eigen::Ref<Matrix<T>> prev) {
+void direct(const LayerWeights<T>&, const LayerRecord<T>& rec, const Matrix<T>&, const PreactGrads<T>& pg, Index t,
+            Eigen::Ref<Matrix<T>> prev) {
   const Index B = rec.batch, H = rec.hidden, w = prev.cols();
   const auto f = rec.gates.middleCols((t - 1) * B, w).middleRows(H, H).array();
   prev.bottomRows(H).array() += f * pg.dc.leftCols(w).array();  // δc of step t, left by preact

@@ -39,8 +39,8 @@ NewtonOutcome newton_forward(const CellOps<T>& ops, const RecurrentConfig& confi
     // What an iteration holds besides the record: the chain of T·B dense S × S elements, the scan's
     // workspace (up to twice that for Blelloch's products), the step Jacobians, the wide record.
     const double per = static_cast<double>(TB) * sizeof(T);
-    const double wide_rec = per * static_cast<double>(rec.ax.rows() + 2 * P + (lstm ? 2 * H : 0) +
-                                                      rec.gates.rows() + rec.aux.rows());
+    const double wide_rec =
+        per * static_cast<double>(rec.ax.rows() + 2 * P + (lstm ? 2 * H : 0) + rec.gates.rows() + rec.aux.rows());
     check_memory("Recurrent::forward",
                  "the Newton forward of " + std::to_string(steps) + " steps × batch " + std::to_string(B) +
                      " (state size " + std::to_string(S) + ")",
@@ -111,7 +111,7 @@ NewtonOutcome newton_forward(const CellOps<T>& ops, const RecurrentConfig& confi
     }
     tail.gates.resize(rec.gates.rows(), rec.gates.rows() != 0 ? n * B : 0);
     tail.aux.resize(rec.aux.rows(), rec.aux.rows() != 0 ? n * B : 0);
-    ops.forward(p, tail);
+    ops.forward(p, tail, threads);
     rec.h.middleCols(first * B, n * B) = tail.h.rightCols(n * B);
     if (lstm) rec.c.middleCols(first * B, n * B) = tail.c.rightCols(n * B);
     if (rec.gates.size() != 0) rec.gates.middleCols(c0, n * B) = tail.gates;
@@ -123,7 +123,7 @@ NewtonOutcome newton_forward(const CellOps<T>& ops, const RecurrentConfig& confi
   for (int k = 1; k <= options.max_iterations; ++k) {
     wide.h.leftCols(TB) = rec.h.leftCols(TB);
     if (lstm) wide.c.leftCols(TB) = rec.c.leftCols(TB);
-    ops.forward(p, wide);  // f(s_{t−1}, x_t) of every step at once, in wide's block 1
+    ops.forward(p, wide, threads);  // f(s_{t−1}, x_t) of every step at once, in wide's block 1
     // The certificate: max_t ‖s_t − f(s_{t−1}, x_t)‖∞ / max(1, ‖f‖∞) over the running samples.
     std::vector<double> worst(static_cast<std::size_t>(steps), 0.0);
 #pragma omp parallel for num_threads(threads) schedule(static)
@@ -131,7 +131,8 @@ NewtonOutcome newton_forward(const CellOps<T>& ops, const RecurrentConfig& confi
       double r = 0;
       for (Index b = 0; b < B && running(t, b); ++b) {
         const Index col = t * B + b, f = TB + (t - 1) * B + b;
-        double diff = (rec.h.col(col) - wide.h.col(f)).cwiseAbs().maxCoeff(), size = wide.h.col(f).cwiseAbs().maxCoeff();
+        double diff = (rec.h.col(col) - wide.h.col(f)).cwiseAbs().maxCoeff(),
+               size = wide.h.col(f).cwiseAbs().maxCoeff();
         if (lstm) {
           diff = std::max<double>(diff, (rec.c.col(col) - wide.c.col(f)).cwiseAbs().maxCoeff());
           size = std::max<double>(size, wide.c.col(f).cwiseAbs().maxCoeff());
@@ -145,7 +146,8 @@ NewtonOutcome newton_forward(const CellOps<T>& ops, const RecurrentConfig& confi
     Index first = steps + 1;  // the first step the certificate does not hold at (NaN included)
     for (Index t = steps; t >= 1; --t) {
       const double r = worst[static_cast<std::size_t>(t - 1)];
-      residual = std::isnan(r) || std::isnan(residual) ? std::numeric_limits<double>::quiet_NaN() : std::max(residual, r);
+      residual =
+          std::isnan(r) || std::isnan(residual) ? std::numeric_limits<double>::quiet_NaN() : std::max(residual, r);
       if (!(r <= tol)) first = t;
     }
     out.iterations = k;
@@ -213,9 +215,9 @@ NewtonOutcome newton_forward(const CellOps<T>& ops, const RecurrentConfig& confi
   return out;  // (max_iterations ≥ 1: the loop returns)
 }
 
-template NewtonOutcome newton_forward(const CellOps<float>&, const RecurrentConfig&,
-                                      const LayerWeights<float>&, LayerRecord<float>&, const ForwardOptions&);
-template NewtonOutcome newton_forward(const CellOps<double>&, const RecurrentConfig&,
-                                      const LayerWeights<double>&, LayerRecord<double>&, const ForwardOptions&);
+template NewtonOutcome newton_forward(const CellOps<float>&, const RecurrentConfig&, const LayerWeights<float>&,
+                                      LayerRecord<float>&, const ForwardOptions&);
+template NewtonOutcome newton_forward(const CellOps<double>&, const RecurrentConfig&, const LayerWeights<double>&,
+                                      LayerRecord<double>&, const ForwardOptions&);
 
 }  // namespace bppsa::detail

@@ -15,6 +15,7 @@
 #include "core/team.hpp"
 #include "nn/cell.hpp"
 #include "nn/cpu/newton.hpp"
+#include "nn/cpu/parallel.hpp"
 #include "nn/recurrent_half.hpp"
 
 namespace bppsa {
@@ -36,55 +37,6 @@ template const CellOps<float>& cell_ops<float>(CellType, Nonlinearity);
 template const CellOps<double>& cell_ops<double>(CellType, Nonlinearity);
 
 namespace {
-
-/// Runs f(k) for k = 0 … blocks − 1 on a team of up to `team` threads, each block claimed by
-/// whichever thread is free (subnormals flushed on every thread).
-template <class F>
-void claimed_blocks(int team, Index blocks, F&& f) {
-  std::atomic<Index> next{0};
-  auto body = [&](int) {
-    FlushDenormals flush;
-    for (Index k; (k = next.fetch_add(1, std::memory_order_relaxed)) < blocks;) f(k);
-  };
-  if (std::min<Index>(team, blocks) <= 1)
-    body(0);
-  else
-    run_team(static_cast<int>(std::min<Index>(team, blocks)), body);
-}
-
-/// Runs f(t0, t1) over contiguous ranges covering steps 1..steps, on up to `threads` threads
-/// (fewer for little work: `flops_per_step` sizes the team), each range claimed by whichever
-/// thread is free: steps are independent in Jacobian generation and in the pre-activation gradients.
-template <class F>
-void parallel_over_steps(int threads, Index steps, double flops_per_step, F&& f) {
-  const int team = team_for(flops_per_step * static_cast<double>(steps), threads);
-  if (team <= 1) {
-    f(1, 1 + steps);
-    return;
-  }
-  const Index chunks = std::min<Index>(steps, 4 * team);
-  claimed_blocks(team, chunks, [&](Index c) { f(1 + steps * c / chunks, 1 + steps * (c + 1) / chunks); });
-}
-
-/// dst = a · b on up to `threads` threads (fewer for little work), in blocks of a fixed number of
-/// rows of dst (kRows) or, with `by_columns`, of columns (kCols) claimed by whichever thread is
-/// free. The blocks do not depend on the thread count, so neither do the results, to the bit.
-/// dst must be sized and must not alias a or b.
-template <class D, class A, class B>
-void parallel_product(int threads, D&& dst, const A& a, const B& b, bool by_columns = false) {
-  constexpr Index kRows = 64, kCols = 256;
-  const Index n = by_columns ? dst.cols() : dst.rows(), block = by_columns ? kCols : kRows;
-  const Index blocks = (n + block - 1) / block;
-  const double flops =
-      2.0 * static_cast<double>(dst.rows()) * static_cast<double>(dst.cols()) * static_cast<double>(a.cols());
-  claimed_blocks(team_for(flops, threads), blocks, [&](Index k) {
-    const Index i0 = k * block, len = std::min(block, n - i0);
-    if (by_columns)
-      dst.middleCols(i0, len).noalias() = a * b.middleCols(i0, len);
-    else
-      dst.middleRows(i0, len).noalias() = a.middleRows(i0, len) * b;
-  });
-}
 
 /// Sequential BP through one layer (back-propagation through time with vector-Jacobian
 /// products, no Jacobians formed): g (S × (T+1)B, zero but for each sample's last block)
@@ -247,8 +199,8 @@ class RecurrentCpu final : public RecurrentHalf<T> {
   }
   std::pair<Jacobian<T>, Matrix<T>> layer_transfer(Index l, const BackwardOptions& options,
                                                    const LayerParamsList<T>& params) override;
-  void forward_io(const LayerForwardIo<T>& io, Index steps, Index batch, std::span<const Index> lengths,
-                  std::uintptr_t, LayerParamsList<T>& params) override;
+  void forward_io(const LayerForwardIo<T>& io, Index steps, Index batch, std::span<const Index> lengths, std::uintptr_t,
+                  LayerParamsList<T>& params) override;
   std::string backward_io(const LayerBackwardIo<T>& io, const BackwardOptions& options, std::span<const Index> lengths,
                           std::uintptr_t, const LayerParamsList<T>& params, LayerParamsList<T>& grads) override;
   const Matrix<T>& input_grad() const override { return input_grad_; }
@@ -309,19 +261,19 @@ class RecurrentCpu final : public RecurrentHalf<T> {
   std::vector<Index> lengths_;  ///< per sample, non-increasing; empty = every sample runs every step
   ForwardOptions forward_options_;
   ForwardReport report_;
-  Matrix<T> gx_;                ///< gradient on the current layer's input (passes to the layer below)
+  Matrix<T> gx_;  ///< gradient on the current layer's input (passes to the layer below)
   Matrix<T> input_grad_;
   Matrix<T> g_last_;
   Matrix<T> grad_out_;  ///< backward_begin's copy of the head gradient
   bool every_step_ = false;
-  Vector<T> zero_bias_;  ///< G·H zeros: an absent bias of forward_io / backward_io
+  Vector<T> zero_bias_;   ///< G·H zeros: an absent bias of forward_io / backward_io
   Matrix<T> final_grad_;  ///< backward_io's gradient on the final state
 };
 
 template <class T>
 template <class Init>
-void RecurrentCpu<T>::run_forward(std::span<const LayerWeights<T>> w, const Eigen::Ref<const Matrix<T>>& x,
-                                  bool copy_x, Index steps, Index batch, std::span<const Index> lengths, Init&& init) {
+void RecurrentCpu<T>::run_forward(std::span<const LayerWeights<T>> w, const Eigen::Ref<const Matrix<T>>& x, bool copy_x,
+                                  Index steps, Index batch, std::span<const Index> lengths, Init&& init) {
   FlushDenormals flush;
   check_memory("Recurrent::forward", "a forward pass of " + stack_string(config_, steps, batch),
                {{"forward record", forward_record_bytes(config_, steps, batch, sizeof(T))}},
@@ -341,6 +293,7 @@ void RecurrentCpu<T>::run_forward(std::span<const LayerWeights<T>> w, const Eige
   const Index H = config_.hidden, P = output_size(config_), G = gate_count(config_.cell);
   const auto& ops = cell_ops<T>(config_.cell, config_.nonlinearity);
   report_.method = forward_options_.method;  // (cleared, not replaced: a T 1 call allocates nothing here)
+  const int threads = resolve_threads(forward_options_.threads);  // each GEMM's team
   report_.iterations.clear();
   report_.residual.clear();
   report_.fell_back.clear();
@@ -360,11 +313,15 @@ void RecurrentCpu<T>::run_forward(std::span<const LayerWeights<T>> w, const Eige
       rec.x_view = l == 0 ? x.data() : layer_[static_cast<std::size_t>(l - 1)].rec.h.rightCols(steps * batch).data();
       rec.x_rows = l == 0 ? x.rows() : output_size(config_);
     }
+    // The input projection: one GEMM over every step, in blocks of columns shared among the threads.
     if (active.empty()) {
-      rec.ax.noalias() = p.w_ih * rec.input();
+      rec.ax.resize(G * H, steps * batch);
+      parallel_product(threads, rec.ax, p.w_ih, rec.input(), /*by_columns=*/true);
       rec.ax.colwise() += p.b_ih;
     } else {  // the input projection of the running steps only (the padding is never read)
-      Matrix<T> ax = p.w_ih * gather_running(rec, rec.input());
+      const Matrix<T> running = gather_running(rec, rec.input());
+      Matrix<T> ax(G * H, running.cols());
+      parallel_product(threads, ax, p.w_ih, running, /*by_columns=*/true);
       ax.colwise() += p.b_ih;
       rec.ax.resize(G * H, steps * batch);
       scatter_running(rec, ax, rec.ax);
@@ -378,7 +335,7 @@ void RecurrentCpu<T>::run_forward(std::span<const LayerWeights<T>> w, const Eige
     if (forward_options_.method == ForwardMethod::newton)
       newton = newton_forward(ops, config_, p, rec, forward_options_);  // its fallback included
     else
-      ops.forward(p, rec);
+      ops.forward(p, rec, threads);
     report_.iterations.push_back(newton.iterations);
     report_.residual.push_back(newton.residual);
     report_.fell_back.push_back(newton.fallback_step > 0);
@@ -416,8 +373,7 @@ Matrix<T> RecurrentCpu<T>::state(Index layer, Index t) const {
 template <class T>
 void RecurrentCpu<T>::check_backward_memory(Index steps, Index batch, const BackwardOptions& options) const {
   require_cpu_method(options.method, "Recurrent::backward");
-  check_step_memory(config_, steps, batch, sizeof(T), resolved(0, steps, batch, options).method,
-                    "Recurrent::backward");
+  check_step_memory(config_, steps, batch, sizeof(T), resolved(0, steps, batch, options).method, "Recurrent::backward");
 }
 
 template <class T>
@@ -684,8 +640,7 @@ std::pair<Jacobian<T>, Matrix<T>> RecurrentCpu<T>::layer_transfer(Index l, const
 }
 
 template <class T>
-LayerWeights<T> RecurrentCpu<T>::io_weights(const T* w_ih, const T* w_hh, const T* b_ih, const T* b_hh,
-                                            const T* w_hr) {
+LayerWeights<T> RecurrentCpu<T>::io_weights(const T* w_ih, const T* w_hh, const T* b_ih, const T* b_hh, const T* w_hr) {
   using MV = typename LayerWeights<T>::MatrixView;
   using VV = typename LayerWeights<T>::VectorView;
   const Index I = config_.input, H = config_.hidden, P = output_size(config_), G = gate_count(config_.cell) * H;
@@ -699,8 +654,8 @@ LayerWeights<T> RecurrentCpu<T>::io_weights(const T* w_ih, const T* w_hh, const 
 // (the weights and x through maps, which the record keeps until backward_io; C order (T, B, ·)
 // is features × T·B column-major, a (G·H, I) weight is a G·H × I row-major matrix).
 template <class T>
-void RecurrentCpu<T>::forward_io(const LayerForwardIo<T>& io, Index steps, Index batch,
-                                 std::span<const Index> lengths, std::uintptr_t, LayerParamsList<T>&) {
+void RecurrentCpu<T>::forward_io(const LayerForwardIo<T>& io, Index steps, Index batch, std::span<const Index> lengths,
+                                 std::uintptr_t, LayerParamsList<T>&) {
   using MapCM = Eigen::Map<const Matrix<T>>;
   using MapM = Eigen::Map<Matrix<T>>;
   const Index I = config_.input, H = config_.hidden, P = output_size(config_);

@@ -3,6 +3,7 @@
 // diag(1[h_t > 0]); h_t > 0 exactly when the pre-activation is, and the derivative at 0 is 0,
 // as PyTorch's). One shared matrix and a per-step diagonal either way.
 #include "nn/cell.hpp"
+#include "nn/cpu/parallel.hpp"
 
 namespace bppsa::detail {
 namespace {
@@ -37,12 +38,12 @@ struct Act<Nonlinearity::relu> {
 };
 
 template <class T, Nonlinearity N>
-void forward(const LayerWeights<T>& p, LayerRecord<T>& rec) {
+void forward(const LayerWeights<T>& p, LayerRecord<T>& rec, int threads) {
   const Index B = rec.batch;
   for (Index t = 1; t <= rec.steps; ++t) {
     const Index w = rec.width(t);
     auto h = rec.h.middleCols(t * B, w);
-    h.noalias() = p.w_hh * rec.h.middleCols((t - 1) * B, w);
+    parallel_step_product(threads, h, p.w_hh, rec.h.middleCols((t - 1) * B, w));
     h += rec.ax.middleCols((t - 1) * B, w);
     h.colwise() += p.b_hh;
     h = Act<N>::apply(h.array());
@@ -65,8 +66,8 @@ void fill(const LayerWeights<T>&, const LayerRecord<T>& rec, std::span<const Jac
 }
 
 template <class T, Nonlinearity N>
-void preact(const LayerWeights<T>&, const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out,
-            Index t0, Index t1) {
+void preact(const LayerWeights<T>&, const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out, Index t0,
+            Index t1) {
   const Index B = rec.batch;
   for (Index t = t0; t < t1; ++t) {
     const Index w = rec.width(t);

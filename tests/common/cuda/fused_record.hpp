@@ -101,7 +101,7 @@ FusedLayer<T> make_layer(std::int32_t code, Index H, Index steps, Index B, bool 
     rec.gates.resize(GH, steps * B);
     rec.aux.resize(H, steps * B);
   }
-  detail::cell_ops<T>(cell_type(code), nonlinearity(code)).forward(L.p, rec);
+  detail::cell_ops<T>(cell_type(code), nonlinearity(code)).forward(L.p, rec, 1);
   L.above.resize(H, steps * B);
   fill(L.above, 1);
   L.g_final = Matrix<T>::Zero(L.S, B);

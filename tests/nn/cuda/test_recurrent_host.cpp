@@ -458,7 +458,7 @@ detail::LayerRecord<T> cpu_record(const CellCase& c, const RecurrentLayerParams<
     rec.gates.resize(gate_count(c.cell) * H, steps * B);
     rec.aux.resize(H, steps * B);
   }
-  detail::cell_ops<T>(c.cell, c.nl).forward(p, rec);
+  detail::cell_ops<T>(c.cell, c.nl).forward(p, rec, 1);
   return rec;
 }
 

@@ -1,0 +1,73 @@
+// The CPU engine's shared loops: blocks claimed by whichever thread is free, on teams sized by the
+// work (core/team.hpp), cut so that results never depend on the thread count.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <utility>
+
+#include "bppsa/core/types.hpp"
+#include "core/denormals.hpp"
+#include "core/team.hpp"
+
+namespace bppsa::detail {
+
+/// Runs f(k) for k = 0 … blocks − 1 on a team of up to `team` threads, each block claimed by
+/// whichever thread is free (subnormals flushed on every thread).
+template <class F>
+void claimed_blocks(int team, Index blocks, F&& f) {
+  std::atomic<Index> next{0};
+  auto body = [&](int) {
+    FlushDenormals flush;
+    for (Index k; (k = next.fetch_add(1, std::memory_order_relaxed)) < blocks;) f(k);
+  };
+  if (std::min<Index>(team, blocks) <= 1)
+    body(0);
+  else
+    run_team(static_cast<int>(std::min<Index>(team, blocks)), body);
+}
+
+/// Runs f(t0, t1) over contiguous ranges covering steps 1..steps, on up to `threads` threads
+/// (fewer for little work: `flops_per_step` sizes the team), each range claimed by whichever
+/// thread is free: steps are independent in Jacobian generation and in the pre-activation gradients.
+template <class F>
+void parallel_over_steps(int threads, Index steps, double flops_per_step, F&& f) {
+  const int team = team_for(flops_per_step * static_cast<double>(steps), threads);
+  if (team <= 1) {
+    f(1, 1 + steps);
+    return;
+  }
+  const Index chunks = std::min<Index>(steps, 4 * team);
+  claimed_blocks(team, chunks, [&](Index c) { f(1 + steps * c / chunks, 1 + steps * (c + 1) / chunks); });
+}
+
+/// dst = a · b on up to `threads` threads (fewer for little work), in blocks of a fixed number of
+/// rows of dst (kRows) or, with `by_columns`, of columns (kCols) claimed by whichever thread is
+/// free. The blocks do not depend on the thread count, so neither do the results, to the bit.
+/// dst must be sized and must not alias a or b.
+template <class D, class A, class B>
+void parallel_product(int threads, D&& dst, const A& a, const B& b, bool by_columns = false) {
+  constexpr Index kRows = 64, kCols = 256;
+  const Index n = by_columns ? dst.cols() : dst.rows(), block = by_columns ? kCols : kRows;
+  const Index blocks = (n + block - 1) / block;
+  const double flops =
+      2.0 * static_cast<double>(dst.rows()) * static_cast<double>(dst.cols()) * static_cast<double>(a.cols());
+  claimed_blocks(team_for(flops, threads), blocks, [&](Index k) {
+    const Index i0 = k * block, len = std::min(block, n - i0);
+    if (by_columns)
+      dst.middleCols(i0, len).noalias() = a * b.middleCols(i0, len);
+    else
+      dst.middleRows(i0, len).noalias() = a.middleRows(i0, len) * b;
+  });
+}
+
+/// parallel_product split by columns when dst is wide (many steps at once, Newton's wide step) and by
+/// rows otherwise (a step's batch): the split follows dst's shape only, never the thread count.
+template <class D, class A, class B>
+void parallel_step_product(int threads, D&& dst, const A& a, const B& b) {
+  constexpr Index kWide = 512;
+  const bool wide = dst.cols() >= kWide;
+  parallel_product(threads, std::forward<D>(dst), a, b, /*by_columns=*/wide);
+}
+
+}  // namespace bppsa::detail
