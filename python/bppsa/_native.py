@@ -10,23 +10,12 @@ from . import _variants
 LOADED = _variants.load()
 _C = LOADED.module
 
-_DTYPES = {
-    torch.float32: "float32",
-    torch.float64: "float64",
-    torch.int32: "int32",
-    torch.int64: "int64",
-}
 SUPPORTED_FLOATS = (torch.float32, torch.float64)
 
 
-def ref(t):
-    """A TensorRef view of tensor t (None stays None). The tensor must outlive the call."""
-    if t is None:
-        return None
-    name = _DTYPES.get(t.dtype) or str(t.dtype).replace("torch.", "")
-    device = t.device
-    index = -1 if device.index is None else device.index
-    return _C.TensorRef(t.data_ptr(), name, t.shape, t.stride(), device.type, index)
+# ref(t): a TensorRef view of tensor t (None stays None); the tensor must outlive the call. Native:
+# one call per tensor.
+ref = _C.tensor_ref
 
 
 def check_float(what, t, devices=("cpu", "cuda")):

@@ -99,6 +99,10 @@ PYBIND11_MODULE(BPPSA_MODULE_NAME, m) {
       .def_readonly("device", &TensorRef::device)
       .def_readonly("device_index", &TensorRef::device_index)
       .def("__repr__", [](const TensorRef& t) { return "<TensorRef " + t.describe() + ">"; });
+  // One native call per tensor (a call's few microseconds of Python at T 1 were these views).
+  m.def("tensor_ref", &tensor_ref, py::arg("tensor"),
+        "A TensorRef view of a torch.Tensor (None stays None): its data_ptr(), dtype, shape, stride() and "
+        "device. The tensor must outlive the call.");
 
   py::class_<ElementRef>(m, "ElementRef")
       .def(py::init([](std::string kind, Index rows, Index cols, Index count, TensorRef values, TensorRef crow,

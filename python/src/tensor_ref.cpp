@@ -24,6 +24,59 @@ bool TensorRef::c_contiguous() const {
   return true;
 }
 
+namespace {
+namespace py = pybind11;
+
+/// A sequence of Python ints (torch.Size, a tuple) as indices.
+std::vector<Index> indices_of(PyObject* sequence) {
+  if (sequence == nullptr) throw py::error_already_set();
+  py::object owned = py::reinterpret_steal<py::object>(sequence);
+  PyObject* fast = PySequence_Fast(sequence, "bppsa: expected a sequence of ints");
+  if (fast == nullptr) throw py::error_already_set();
+  py::object fast_owned = py::reinterpret_steal<py::object>(fast);
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+  std::vector<Index> out(static_cast<std::size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    out[static_cast<std::size_t>(i)] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, i));
+    if (PyErr_Occurred()) throw py::error_already_set();
+  }
+  return out;
+}
+
+/// The attribute names, made once (a lookup by a str object skips building one per call).
+struct Names {
+  py::str data_ptr{"data_ptr"}, dtype{"dtype"}, shape{"shape"}, stride{"stride"}, device{"device"}, type{"type"},
+      index{"index"};
+};
+
+/// torch's dtype objects are singletons: their names, kept per object.
+const std::string& dtype_name_of(PyObject* dtype) {
+  static std::vector<std::pair<PyObject*, std::string>> known;
+  for (const auto& [object, name] : known)
+    if (object == dtype) return name;
+  std::string name = py::str(dtype).cast<std::string>();  // "torch.float32"
+  if (name.rfind("torch.", 0) == 0) name.erase(0, 6);
+  Py_INCREF(dtype);  // kept alive with its name
+  known.emplace_back(dtype, std::move(name));
+  return known.back().second;
+}
+}  // namespace
+
+pybind11::object tensor_ref(pybind11::handle tensor) {
+  if (tensor.is_none()) return py::none();
+  static const Names* names = new Names();  // never destroyed: Python may be gone at exit
+  TensorRef r;
+  r.data = tensor.attr(names->data_ptr)().cast<std::uintptr_t>();
+  r.dtype = dtype_name_of(tensor.attr(names->dtype).ptr());
+  r.shape = indices_of(PyObject_GetAttr(tensor.ptr(), names->shape.ptr()));
+  r.strides = indices_of(PyObject_CallMethodNoArgs(tensor.ptr(), names->stride.ptr()));
+  const py::object device = tensor.attr(names->device);
+  r.device = device.attr(names->type).cast<std::string>();
+  const py::object index = device.attr(names->index);
+  r.device_index = index.is_none() ? -1 : index.cast<int>();
+  return py::cast(std::move(r));
+}
+
 int checked_threads(int threads, const char* op) {
   if (threads < 0 || threads > kMaxThreads)
     detail::raise<InvalidArgument>(op, "threads must be in 0.." + std::to_string(kMaxThreads) +

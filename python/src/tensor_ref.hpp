@@ -3,6 +3,8 @@
 // against what the operation expects and throws a bppsa error naming the tensor otherwise.
 #pragma once
 
+#include <pybind11/pybind11.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -46,6 +48,10 @@ T* checked_data(const TensorRef& t, const std::vector<Index>& shape, const char*
 template <class T>
 T* checked_data(const TensorRef& t, const std::vector<Index>& shape, const char* op, const std::string& what,
                 const Place& place);
+
+/// TensorRef of a torch.Tensor, read through its Python attributes (data_ptr(), dtype, shape,
+/// stride(), device); None for None.
+pybind11::object tensor_ref(pybind11::handle tensor);
 
 /// The most OpenMP threads a call from Python may ask for. Far more than any machine's cores;
 /// past a few tens of thousands libgomp aborts or the process runs out of stack (issue 22).

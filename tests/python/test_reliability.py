@@ -51,6 +51,24 @@ def test_native_engine_refuses_thread_counts_too():
                                                   False)
 
 
+@pytest.mark.parametrize("make", [
+    lambda: torch.randn(5, 2, 3),
+    lambda: torch.randn(4, 6, dtype=torch.float64).t(),  # transposed strides
+    lambda: torch.randn(8, 5)[2:, 1:4],  # an offset into its storage
+    lambda: torch.arange(7),  # int64
+    lambda: torch.zeros(3, 0, 2, dtype=torch.float64),
+    lambda: torch.tensor(2.5),  # 0-d
+], ids=["float32", "transposed", "offset", "int64", "empty", "scalar"])
+def test_the_native_view_is_the_tensors(make):
+    t = make()
+    r = bppsa._native.ref(t)
+    assert r.data == t.data_ptr()
+    assert r.dtype == str(t.dtype).replace("torch.", "")
+    assert r.shape == list(t.shape) and r.strides == list(t.stride())
+    assert (r.device, r.device_index) == ("cpu", -1)
+    assert bppsa._native.ref(None) is None
+
+
 def test_the_largest_thread_count_runs():
     A = 0.3 * torch.randn(40, 2, 6, 6, dtype=torch.float64)
     g = torch.randn(2, 6, dtype=torch.float64)
