@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bppsa/nn/recurrent.hpp"
+#include "nn/cpu/packed_weights.hpp"
 
 namespace bppsa::detail {
 
@@ -75,6 +76,8 @@ struct LayerRecord {
   Matrix<T> aux;    ///< GRU: M = W_hn h + b_hn; LSTM: tanh(c_t) (H × TB)
   Matrix<T> m;      ///< LSTM with proj: o_t ⊙ tanh(c_t), what W_hr projects (H × TB); else empty
   Matrix<T> ax;     ///< scratch: W_ih x + b_ih for all steps (G·H × TB)
+  /// The forward's scratch: W_hh (and the LSTM's W_hr) packed for the per-step products.
+  PackedWeights<T> w_hh_packed, w_hr_packed;
 };
 
 /// Pre-activation gradients of one layer, G·H × TB: dx multiplies the input side (W_ih,

@@ -4,7 +4,6 @@
 // J^T = W_hr^T D(α) + W_hz^T D(γ) + W_hn^T D(β) + D(z) with α = r(1−r)M(1−n²)(1−z),
 // β = r(1−n²)(1−z), γ = z(1−z)(h − n) (docs/method.md §4, regrouped): dense, one per sample and step.
 #include "nn/cell.hpp"
-#include "nn/cpu/parallel.hpp"
 
 namespace bppsa::detail {
 namespace {
@@ -13,11 +12,12 @@ template <class T>
 void forward(const LayerWeights<T>& p, LayerRecord<T>& rec, int threads) {
   const Index B = rec.batch, H = rec.hidden;
   Matrix<T> ah(3 * H, B);
+  rec.w_hh_packed.pack(p.w_hh);
   for (Index t = 1; t <= rec.steps; ++t) {
     const Index w = rec.width(t);
     const auto hp = rec.h.middleCols((t - 1) * B, w);
     auto ahw = ah.leftCols(w);
-    parallel_step_product(threads, ahw, p.w_hh, hp);
+    rec.w_hh_packed.product(threads, ahw, hp);
     ahw.colwise() += p.b_hh;
     const auto ax = rec.ax.middleCols((t - 1) * B, w);
     auto gates = rec.gates.middleCols((t - 1) * B, w);

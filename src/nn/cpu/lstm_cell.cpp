@@ -10,7 +10,6 @@
 //   (∂h'/∂h)^T = (∂m'/∂h)^T W_hr^T,  (∂h'/∂c)^T = D(κ f) W_hr^T                  (dense now)
 // and the gradient reaching m' is W_hr^T ∂ℓ/∂h' wherever ∂ℓ/∂h' was used (docs/method.md §4.5).
 #include "nn/cell.hpp"
-#include "nn/cpu/parallel.hpp"
 
 namespace bppsa::detail {
 namespace {
@@ -29,10 +28,12 @@ void forward(const LayerWeights<T>& p, LayerRecord<T>& rec, int threads) {
     rec.m.resize(H, rec.steps * B);
   else
     rec.m.resize(0, 0);
+  rec.w_hh_packed.pack(p.w_hh);
+  if (proj) rec.w_hr_packed.pack(p.w_hr);
   for (Index t = 1; t <= rec.steps; ++t) {
     const Index w = rec.width(t);
     auto a = rec.gates.middleCols((t - 1) * B, w);
-    parallel_step_product(threads, a, p.w_hh, rec.h.middleCols((t - 1) * B, w));
+    rec.w_hh_packed.product(threads, a, rec.h.middleCols((t - 1) * B, w));
     a += rec.ax.middleCols((t - 1) * B, w);
     a.colwise() += p.b_hh;
     auto i = a.topRows(H), f = a.middleRows(H, H), g = a.middleRows(2 * H, H), o = a.bottomRows(H);
@@ -47,7 +48,7 @@ void forward(const LayerWeights<T>& p, LayerRecord<T>& rec, int threads) {
     if (proj) {
       auto m = rec.m.middleCols((t - 1) * B, w);
       m = o.array() * tc.array();
-      parallel_step_product(threads, rec.h.middleCols(t * B, w), p.w_hr, m);
+      rec.w_hr_packed.product(threads, rec.h.middleCols(t * B, w), m);
     } else {
       rec.h.middleCols(t * B, w) = o.array() * tc.array();
     }

@@ -3,7 +3,6 @@
 // diag(1[h_t > 0]); h_t > 0 exactly when the pre-activation is, and the derivative at 0 is 0,
 // as PyTorch's). One shared matrix and a per-step diagonal either way.
 #include "nn/cell.hpp"
-#include "nn/cpu/parallel.hpp"
 
 namespace bppsa::detail {
 namespace {
@@ -40,10 +39,11 @@ struct Act<Nonlinearity::relu> {
 template <class T, Nonlinearity N>
 void forward(const LayerWeights<T>& p, LayerRecord<T>& rec, int threads) {
   const Index B = rec.batch;
+  rec.w_hh_packed.pack(p.w_hh);
   for (Index t = 1; t <= rec.steps; ++t) {
     const Index w = rec.width(t);
     auto h = rec.h.middleCols(t * B, w);
-    parallel_step_product(threads, h, p.w_hh, rec.h.middleCols((t - 1) * B, w));
+    rec.w_hh_packed.product(threads, h, rec.h.middleCols((t - 1) * B, w));
     h += rec.ax.middleCols((t - 1) * B, w);
     h.colwise() += p.b_hh;
     h = Act<N>::apply(h.array());

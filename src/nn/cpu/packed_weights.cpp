@@ -1,0 +1,85 @@
+// PackedWeights: Eigen's GEMM pieces (gemm_pack_lhs, gemm_pack_rhs, gebp_kernel, internal in Eigen 3.4)
+// driven with W packed once, one block of kRows rows at full depth per call.
+#include "nn/cpu/packed_weights.hpp"
+
+#include <Eigen/Core>
+#include <algorithm>
+
+#include "nn/cpu/parallel.hpp"
+
+namespace bppsa::detail {
+
+#if EIGEN_VERSION_AT_LEAST(3, 4, 0) && !EIGEN_VERSION_AT_LEAST(3, 4, 90)
+#define BPPSA_PACKED_WEIGHTS 1
+#endif
+
+namespace {
+/// Products of fewer columns take Eigen's matrix-vector path; of 512 or more, blocks of columns.
+constexpr Index kMinCols = 4, kWide = 512;
+
+template <class T>
+void eigen_product(int threads, const T* w, Index rows, Index depth, Index stride, T* dst, Index dst_stride, const T* h,
+                   Index h_stride, Index n) {
+  using RowMap = Eigen::Map<const RowMatrix<T>, 0, Eigen::OuterStride<>>;
+  using ColMap = Eigen::Map<const Matrix<T>, 0, Eigen::OuterStride<>>;
+  Eigen::Map<Matrix<T>, 0, Eigen::OuterStride<>> d(dst, rows, n, Eigen::OuterStride<>(dst_stride));
+  parallel_step_product(threads, d, RowMap(w, rows, depth, Eigen::OuterStride<>(stride)),
+                        ColMap(h, depth, n, Eigen::OuterStride<>(h_stride)));
+}
+
+#ifdef BPPSA_PACKED_WEIGHTS
+template <class T>
+struct Kernel {
+  using Traits = Eigen::internal::gebp_traits<T, T>;
+  using LhsMapper = Eigen::internal::const_blas_data_mapper<T, Index, Eigen::RowMajor>;
+  using RhsMapper = Eigen::internal::const_blas_data_mapper<T, Index, Eigen::ColMajor>;
+  using ResMapper = Eigen::internal::blas_data_mapper<T, Index, Eigen::ColMajor, Eigen::Unaligned, 1>;
+  Eigen::internal::gemm_pack_lhs<T, Index, LhsMapper, Traits::mr, Traits::LhsProgress,
+                                 typename Traits::LhsPacket4Packing, Eigen::RowMajor>
+      pack_lhs;
+  Eigen::internal::gemm_pack_rhs<T, Index, RhsMapper, Traits::nr, Eigen::ColMajor> pack_rhs;
+  Eigen::internal::gebp_kernel<T, T, Index, ResMapper, Traits::mr, Traits::nr, false, false> gebp;
+};
+#endif
+}  // namespace
+
+template <class T>
+void PackedWeights<T>::pack(const T* w, Index rows, Index depth, Index stride) {
+  w_ = w;
+  rows_ = rows;
+  depth_ = depth;
+  stride_ = stride;
+#ifdef BPPSA_PACKED_WEIGHTS
+  packed_.resize(static_cast<std::size_t>(rows * depth));
+  Kernel<T> k;
+  for (Index r0 = 0; r0 < rows; r0 += kRows)
+    k.pack_lhs(packed_.data() + r0 * depth, typename Kernel<T>::LhsMapper(w + r0 * stride, stride), depth,
+               std::min(kRows, rows - r0));
+#endif
+}
+
+template <class T>
+void PackedWeights<T>::product(int threads, T* dst, Index dst_stride, const T* h, Index h_stride, Index n) const {
+#ifdef BPPSA_PACKED_WEIGHTS
+  if (n >= kMinCols && n < kWide && depth_ > 0) {
+    Kernel<T> k;
+    AlignedVector<T> rhs(static_cast<std::size_t>(depth_ * n));  // h packed once, read by every block
+    k.pack_rhs(rhs.data(), typename Kernel<T>::RhsMapper(h, h_stride), depth_, n);
+    const Index blocks = (rows_ + kRows - 1) / kRows;
+    const double flops = 2.0 * static_cast<double>(rows_) * static_cast<double>(depth_) * static_cast<double>(n);
+    claimed_blocks(team_for(flops, threads), blocks, [&](Index b) {
+      const Index r0 = b * kRows, len = std::min(kRows, rows_ - r0);
+      for (Index j = 0; j < n; ++j) std::fill_n(dst + j * dst_stride + r0, len, T(0));
+      k.gebp(typename Kernel<T>::ResMapper(dst + r0, dst_stride), packed_.data() + r0 * depth_, rhs.data(), len, depth_,
+             n, T(1));
+    });
+    return;
+  }
+#endif
+  eigen_product(threads, w_, rows_, depth_, stride_, dst, dst_stride, h, h_stride, n);
+}
+
+template class PackedWeights<float>;
+template class PackedWeights<double>;
+
+}  // namespace bppsa::detail

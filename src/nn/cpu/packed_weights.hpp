@@ -1,0 +1,42 @@
+// A recurrence's weight, packed once per forward for its per-step products: W · h_{t−1} at every
+// step reads W in the panel layout of Eigen's GEMM micro-kernel instead of repacking it per step.
+#pragma once
+
+#include "bppsa/core/aligned.hpp"
+#include "bppsa/core/types.hpp"
+
+namespace bppsa::detail {
+
+template <class T>
+class PackedWeights {
+ public:
+  /// Row blocks of the products, the same as parallel_product's: fixed, whatever the thread count.
+  static constexpr Index kRows = 64;
+
+  /// Packs w (rows × depth, row-major with rows `stride` apart), which must stay alive and unchanged
+  /// while product() is used (the fallback reads it). The buffer is kept for the next pack().
+  void pack(const T* w, Index rows, Index depth, Index stride);
+
+  /// dst = W · h: dst rows × n and h depth × n, both column-major with columns dst_stride and
+  /// h_stride apart, on up to `threads` threads in blocks of kRows rows: the same bits at every
+  /// thread count. Products of few columns (Eigen's matrix-vector path) or many (many steps at
+  /// once: blocks of columns) and Eigen versions other than 3.4 run through parallel_product.
+  void product(int threads, T* dst, Index dst_stride, const T* h, Index h_stride, Index n) const;
+  /// The same on Eigen blocks of whole columns (dst: the weight's rows × n; h: its depth × n).
+  template <class D, class H>
+  void product(int threads, D&& dst, const H& h) const {
+    product(threads, dst.data(), dst.outerStride(), h.data(), h.outerStride(), dst.cols());
+  }
+  /// Packs a layer weight's map (row-major, contiguous rows).
+  template <class W>
+  void pack(const W& w) {
+    pack(w.data(), w.rows(), w.cols(), w.cols());
+  }
+
+ private:
+  const T* w_ = nullptr;
+  Index rows_ = 0, depth_ = 0, stride_ = 0;
+  AlignedVector<T> packed_;
+};
+
+}  // namespace bppsa::detail
