@@ -1,6 +1,7 @@
-// PackedWeights (src/nn/cpu/packed_weights.hpp): the recurrences' per-step W · h against a plain
-// triple loop in long double, for every path (matrix-vector, packed, wide), strides that are not the
-// shapes, block remainders, and 1 or 3 threads giving the same bits.
+// PackedWeights (src/nn/cpu/packed_weights.hpp): the recurrences' per-step W · h (and BP's W^T · δ,
+// a column-major W) against a plain triple loop in long double, for every path (matrix-vector,
+// packed, wide), strides that are not the shapes, block remainders, and 1 or 3 threads giving the
+// same bits.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,15 +20,20 @@ using bppsa::Index;
 using bppsa::detail::PackedWeights;
 
 template <class T>
-void expect_products(Index rows, Index depth, Index n) {
+void expect_products(Index rows, Index depth, Index n, bool col_major) {
   std::mt19937_64 rng(static_cast<unsigned>(rows * 1000 + depth * 10 + n));
   std::uniform_real_distribution<double> u(-1, 1);
-  const Index w_stride = depth + 3, h_stride = depth + 5, d_stride = rows + 7;  // none the shape
-  std::vector<T> w(static_cast<std::size_t>(rows * w_stride)), h(static_cast<std::size_t>(n * h_stride));
+  // W(i, k) at w[i·w_stride + k] (row-major) or w[k·w_stride + i] (column-major); no stride the shape.
+  const Index w_stride = (col_major ? rows : depth) + 3, h_stride = depth + 5, d_stride = rows + 7;
+  const auto at = [&](Index i, Index k) {
+    return static_cast<std::size_t>(col_major ? k * w_stride + i : i * w_stride + k);
+  };
+  std::vector<T> w(static_cast<std::size_t>((col_major ? depth : rows) * w_stride)),
+      h(static_cast<std::size_t>(n * h_stride));
   for (T& v : w) v = static_cast<T>(u(rng));
   for (T& v : h) v = static_cast<T>(u(rng));
   PackedWeights<T> packed;
-  packed.pack(w.data(), rows, depth, w_stride);
+  packed.pack(w.data(), rows, depth, w_stride, col_major);
   const bppsa::detail::FlopsPerThread full_teams(0);
   std::vector<T> first;
   for (int threads : {1, 3}) {
@@ -42,8 +48,7 @@ void expect_products(Index rows, Index depth, Index n) {
         }
         long double want = 0, size = 0;
         for (Index k = 0; k < depth; ++k) {
-          const long double a = w[static_cast<std::size_t>(i * w_stride + k)],
-                            b = h[static_cast<std::size_t>(j * h_stride + k)];
+          const long double a = w[at(i, k)], b = h[static_cast<std::size_t>(j * h_stride + k)];
           want += a * b;
           size += std::abs(a * b);
         }
@@ -63,8 +68,10 @@ void expect_products(Index rows, Index depth, Index n) {
 TEST(PackedWeights, ProductsMatchALoopOnEveryPath) {
   for (Index n : {1, 3, 4, 16, 33, 600})  // below 4: matrix-vector; 600: blocks of columns
     for (auto [rows, depth] : {std::pair<Index, Index>{150, 37}, {64, 256}, {7, 5}, {200, 1}}) {
-      expect_products<float>(rows, depth, n);
-      expect_products<double>(rows, depth, n);
+      for (bool col_major : {false, true}) {
+        expect_products<float>(rows, depth, n, col_major);
+        expect_products<double>(rows, depth, n, col_major);
+      }
     }
 }
 

@@ -18,13 +18,16 @@ namespace {
 constexpr Index kMinCols = 4, kWide = 512;
 
 template <class T>
-void eigen_product(int threads, const T* w, Index rows, Index depth, Index stride, T* dst, Index dst_stride, const T* h,
-                   Index h_stride, Index n) {
+void eigen_product(int threads, const T* w, Index rows, Index depth, Index stride, bool col_major, T* dst,
+                   Index dst_stride, const T* h, Index h_stride, Index n) {
   using RowMap = Eigen::Map<const RowMatrix<T>, 0, Eigen::OuterStride<>>;
   using ColMap = Eigen::Map<const Matrix<T>, 0, Eigen::OuterStride<>>;
   Eigen::Map<Matrix<T>, 0, Eigen::OuterStride<>> d(dst, rows, n, Eigen::OuterStride<>(dst_stride));
-  parallel_step_product(threads, d, RowMap(w, rows, depth, Eigen::OuterStride<>(stride)),
-                        ColMap(h, depth, n, Eigen::OuterStride<>(h_stride)));
+  const ColMap hm(h, depth, n, Eigen::OuterStride<>(h_stride));
+  if (col_major)
+    parallel_step_product(threads, d, ColMap(w, rows, depth, Eigen::OuterStride<>(stride)), hm);
+  else
+    parallel_step_product(threads, d, RowMap(w, rows, depth, Eigen::OuterStride<>(stride)), hm);
 }
 
 #ifdef BPPSA_PACKED_WEIGHTS
@@ -32,11 +35,15 @@ template <class T>
 struct Kernel {
   using Traits = Eigen::internal::gebp_traits<T, T>;
   using LhsMapper = Eigen::internal::const_blas_data_mapper<T, Index, Eigen::RowMajor>;
+  using ColLhsMapper = Eigen::internal::const_blas_data_mapper<T, Index, Eigen::ColMajor>;
   using RhsMapper = Eigen::internal::const_blas_data_mapper<T, Index, Eigen::ColMajor>;
   using ResMapper = Eigen::internal::blas_data_mapper<T, Index, Eigen::ColMajor, Eigen::Unaligned, 1>;
   Eigen::internal::gemm_pack_lhs<T, Index, LhsMapper, Traits::mr, Traits::LhsProgress,
                                  typename Traits::LhsPacket4Packing, Eigen::RowMajor>
       pack_lhs;
+  Eigen::internal::gemm_pack_lhs<T, Index, ColLhsMapper, Traits::mr, Traits::LhsProgress,
+                                 typename Traits::LhsPacket4Packing, Eigen::ColMajor>
+      pack_col_lhs;
   Eigen::internal::gemm_pack_rhs<T, Index, RhsMapper, Traits::nr, Eigen::ColMajor> pack_rhs;
   Eigen::internal::gebp_kernel<T, T, Index, ResMapper, Traits::mr, Traits::nr, false, false> gebp;
 };
@@ -44,17 +51,23 @@ struct Kernel {
 }  // namespace
 
 template <class T>
-void PackedWeights<T>::pack(const T* w, Index rows, Index depth, Index stride) {
+void PackedWeights<T>::pack(const T* w, Index rows, Index depth, Index stride, bool col_major) {
   w_ = w;
   rows_ = rows;
   depth_ = depth;
   stride_ = stride;
+  col_major_ = col_major;
 #ifdef BPPSA_PACKED_WEIGHTS
   packed_.resize(static_cast<std::size_t>(rows * depth));
   Kernel<T> k;
-  for (Index r0 = 0; r0 < rows; r0 += kRows)
-    k.pack_lhs(packed_.data() + r0 * depth, typename Kernel<T>::LhsMapper(w + r0 * stride, stride), depth,
-               std::min(kRows, rows - r0));
+  for (Index r0 = 0; r0 < rows; r0 += kRows) {
+    T* block = packed_.data() + r0 * depth;
+    const Index len = std::min(kRows, rows - r0);
+    if (col_major)
+      k.pack_col_lhs(block, typename Kernel<T>::ColLhsMapper(w + r0, stride), depth, len);
+    else
+      k.pack_lhs(block, typename Kernel<T>::LhsMapper(w + r0 * stride, stride), depth, len);
+  }
 #endif
 }
 
@@ -76,7 +89,7 @@ void PackedWeights<T>::product(int threads, T* dst, Index dst_stride, const T* h
     return;
   }
 #endif
-  eigen_product(threads, w_, rows_, depth_, stride_, dst, dst_stride, h, h_stride, n);
+  eigen_product(threads, w_, rows_, depth_, stride_, col_major_, dst, dst_stride, h, h_stride, n);
 }
 
 template class PackedWeights<float>;

@@ -13,9 +13,10 @@ class PackedWeights {
   /// Row blocks of the products, the same as parallel_product's: fixed, whatever the thread count.
   static constexpr Index kRows = 64;
 
-  /// Packs w (rows × depth, row-major with rows `stride` apart), which must stay alive and unchanged
-  /// while product() is used (the fallback reads it). The buffer is kept for the next pack().
-  void pack(const T* w, Index rows, Index depth, Index stride);
+  /// Packs w (rows × depth, row-major with rows `stride` apart; column-major with columns `stride`
+  /// apart when `col_major`), which must stay alive and unchanged while product() is used (the
+  /// fallback reads it). The buffer is kept for the next pack().
+  void pack(const T* w, Index rows, Index depth, Index stride, bool col_major = false);
 
   /// dst = W · h: dst rows × n and h depth × n, both column-major with columns dst_stride and
   /// h_stride apart, on up to `threads` threads in blocks of kRows rows: the same bits at every
@@ -32,10 +33,16 @@ class PackedWeights {
   void pack(const W& w) {
     pack(w.data(), w.rows(), w.cols(), w.cols());
   }
+  /// Packs the transpose of a layer weight's map (BP's W_hh^T · δ).
+  template <class W>
+  void pack_transposed(const W& w) {
+    pack(w.data(), w.cols(), w.rows(), w.cols(), /*col_major=*/true);
+  }
 
  private:
   const T* w_ = nullptr;
   Index rows_ = 0, depth_ = 0, stride_ = 0;
+  bool col_major_ = false;
   AlignedVector<T> packed_;
 };
 

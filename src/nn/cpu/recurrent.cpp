@@ -56,6 +56,8 @@ void bp_recurrence(const CellOps<T>& ops, CellType cell, const LayerWeights<T>& 
     explicit KeepDc(PreactGrads<T>& g) : pg(g) { pg.keep_dc = true; }
     ~KeepDc() { pg.keep_dc = false; }
   } keep(pg);
+  PackedWeights<T> w_hh_t;  // W_hh^T, packed once for every step
+  w_hh_t.pack_transposed(p.w_hh);
   for (Index t = T_; t >= 1; --t) {
     const Index w = rec.width(t);  // the samples still running at step t (a prefix)
     if (w == 0) continue;
@@ -63,7 +65,7 @@ void bp_recurrence(const CellOps<T>& ops, CellType cell, const LayerWeights<T>& 
     auto gprev = g.middleCols((t - 1) * B, w);
     if (inject && t >= 2) gprev.topRows(P) = above.middleCols((t - 2) * B, w);
     // W_hh^T · dh_t: a GEMM per step, shared among the threads for large states (gated cells).
-    parallel_product(threads, carried.leftCols(w), p.w_hh.transpose(), dh.middleCols((t - 1) * B, w));
+    w_hh_t.product(threads, carried.leftCols(w), dh.middleCols((t - 1) * B, w));
     gprev.topRows(P) += carried.leftCols(w);
     ops.direct(p, rec, g, pg, t, gprev);
   }
