@@ -57,25 +57,26 @@ void PackedWeights<T>::pack(const T* w, Index rows, Index depth, Index stride, b
   depth_ = depth;
   stride_ = stride;
   col_major_ = col_major;
-#ifdef BPPSA_PACKED_WEIGHTS
-  packed_.resize(static_cast<std::size_t>(rows * depth));
-  Kernel<T> k;
-  for (Index r0 = 0; r0 < rows; r0 += kRows) {
-    T* block = packed_.data() + r0 * depth;
-    const Index len = std::min(kRows, rows - r0);
-    if (col_major)
-      k.pack_col_lhs(block, typename Kernel<T>::ColLhsMapper(w + r0, stride), depth, len);
-    else
-      k.pack_lhs(block, typename Kernel<T>::LhsMapper(w + r0 * stride, stride), depth, len);
-  }
-#endif
+  packed_now_ = false;
 }
 
 template <class T>
-void PackedWeights<T>::product(int threads, T* dst, Index dst_stride, const T* h, Index h_stride, Index n) const {
+void PackedWeights<T>::product(int threads, T* dst, Index dst_stride, const T* h, Index h_stride, Index n) {
 #ifdef BPPSA_PACKED_WEIGHTS
   if (n >= kMinCols && n < kWide && depth_ > 0) {
     Kernel<T> k;
+    if (!packed_now_) {  // W in blocks of kRows rows, once
+      packed_.resize(static_cast<std::size_t>(rows_ * depth_));
+      for (Index r0 = 0; r0 < rows_; r0 += kRows) {
+        T* block = packed_.data() + r0 * depth_;
+        const Index len = std::min(kRows, rows_ - r0);
+        if (col_major_)
+          k.pack_col_lhs(block, typename Kernel<T>::ColLhsMapper(w_ + r0, stride_), depth_, len);
+        else
+          k.pack_lhs(block, typename Kernel<T>::LhsMapper(w_ + r0 * stride_, stride_), depth_, len);
+      }
+      packed_now_ = true;
+    }
     AlignedVector<T> rhs(static_cast<std::size_t>(depth_ * n));  // h packed once, read by every block
     k.pack_rhs(rhs.data(), typename Kernel<T>::RhsMapper(h, h_stride), depth_, n);
     const Index blocks = (rows_ + kRows - 1) / kRows;

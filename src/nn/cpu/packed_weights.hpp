@@ -15,17 +15,18 @@ class PackedWeights {
 
   /// Packs w (rows × depth, row-major with rows `stride` apart; column-major with columns `stride`
   /// apart when `col_major`), which must stay alive and unchanged while product() is used (the
-  /// fallback reads it). The buffer is kept for the next pack().
+  /// fallback reads it). Packing happens at the first product that uses it (none for products of
+  /// fewer than 4 columns, a T 1 call's); the buffer is kept for the next pack().
   void pack(const T* w, Index rows, Index depth, Index stride, bool col_major = false);
 
   /// dst = W · h: dst rows × n and h depth × n, both column-major with columns dst_stride and
   /// h_stride apart, on up to `threads` threads in blocks of kRows rows: the same bits at every
   /// thread count. Products of few columns (Eigen's matrix-vector path) or many (many steps at
   /// once: blocks of columns) and Eigen versions other than 3.4 run through parallel_product.
-  void product(int threads, T* dst, Index dst_stride, const T* h, Index h_stride, Index n) const;
+  void product(int threads, T* dst, Index dst_stride, const T* h, Index h_stride, Index n);
   /// The same on Eigen blocks of whole columns (dst: the weight's rows × n; h: its depth × n).
   template <class D, class H>
-  void product(int threads, D&& dst, const H& h) const {
+  void product(int threads, D&& dst, const H& h) {
     product(threads, dst.data(), dst.outerStride(), h.data(), h.outerStride(), dst.cols());
   }
   /// Packs a layer weight's map (row-major, contiguous rows).
@@ -42,7 +43,7 @@ class PackedWeights {
  private:
   const T* w_ = nullptr;
   Index rows_ = 0, depth_ = 0, stride_ = 0;
-  bool col_major_ = false;
+  bool col_major_ = false, packed_now_ = false;
   AlignedVector<T> packed_;
 };
 
