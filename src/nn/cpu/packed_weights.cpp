@@ -1,5 +1,5 @@
 // PackedWeights: Eigen's GEMM pieces (gemm_pack_lhs, gemm_pack_rhs, gebp_kernel, internal in Eigen 3.4)
-// driven with W packed once, one block of kRows rows at full depth per call.
+// driven with W packed once, one block of kProductRows rows at full depth per call.
 #include "nn/cpu/packed_weights.hpp"
 
 #include <Eigen/Core>
@@ -14,8 +14,8 @@ namespace bppsa::detail {
 #endif
 
 namespace {
-/// Products of fewer columns take Eigen's matrix-vector path; of 512 or more, blocks of columns.
-constexpr Index kMinCols = 4, kWide = 512;
+/// Products of fewer columns take Eigen's matrix-vector path (wide ones, parallel_step_product's columns).
+constexpr Index kMinCols = 4;
 
 template <class T>
 void eigen_product(int threads, const T* w, Index rows, Index depth, Index stride, bool col_major, T* dst,
@@ -63,13 +63,13 @@ void PackedWeights<T>::pack(const T* w, Index rows, Index depth, Index stride, b
 template <class T>
 void PackedWeights<T>::product(int threads, T* dst, Index dst_stride, const T* h, Index h_stride, Index n) {
 #ifdef BPPSA_PACKED_WEIGHTS
-  if (n >= kMinCols && n < kWide && depth_ > 0) {
+  if (n >= kMinCols && n < kWideColumns && depth_ > 0) {
     Kernel<T> k;
-    if (!packed_now_) {  // W in blocks of kRows rows, once
+    if (!packed_now_) {  // W in blocks of kProductRows rows, once
       packed_.resize(static_cast<std::size_t>(rows_ * depth_));
-      for (Index r0 = 0; r0 < rows_; r0 += kRows) {
+      for (Index r0 = 0; r0 < rows_; r0 += kProductRows) {
         T* block = packed_.data() + r0 * depth_;
-        const Index len = std::min(kRows, rows_ - r0);
+        const Index len = std::min(kProductRows, rows_ - r0);
         if (col_major_)
           k.pack_col_lhs(block, typename Kernel<T>::ColLhsMapper(w_ + r0, stride_), depth_, len);
         else
@@ -77,15 +77,15 @@ void PackedWeights<T>::product(int threads, T* dst, Index dst_stride, const T* h
       }
       packed_now_ = true;
     }
-    AlignedVector<T> rhs(static_cast<std::size_t>(depth_ * n));  // h packed once, read by every block
-    k.pack_rhs(rhs.data(), typename Kernel<T>::RhsMapper(h, h_stride), depth_, n);
-    const Index blocks = (rows_ + kRows - 1) / kRows;
+    rhs_.resize(static_cast<std::size_t>(depth_ * n));  // h packed once, read by every block
+    k.pack_rhs(rhs_.data(), typename Kernel<T>::RhsMapper(h, h_stride), depth_, n);
+    const Index blocks = (rows_ + kProductRows - 1) / kProductRows;
     const double flops = 2.0 * static_cast<double>(rows_) * static_cast<double>(depth_) * static_cast<double>(n);
     claimed_blocks(team_for(flops, threads), blocks, [&](Index b) {
-      const Index r0 = b * kRows, len = std::min(kRows, rows_ - r0);
+      const Index r0 = b * kProductRows, len = std::min(kProductRows, rows_ - r0);
       for (Index j = 0; j < n; ++j) std::fill_n(dst + j * dst_stride + r0, len, T(0));
-      k.gebp(typename Kernel<T>::ResMapper(dst + r0, dst_stride), packed_.data() + r0 * depth_, rhs.data(), len, depth_,
-             n, T(1));
+      k.gebp(typename Kernel<T>::ResMapper(dst + r0, dst_stride), packed_.data() + r0 * depth_, rhs_.data(), len,
+             depth_, n, T(1));
     });
     return;
   }

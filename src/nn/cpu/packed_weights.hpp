@@ -10,9 +10,6 @@ namespace bppsa::detail {
 template <class T>
 class PackedWeights {
  public:
-  /// Row blocks of the products, the same as parallel_product's: fixed, whatever the thread count.
-  static constexpr Index kRows = 64;
-
   /// Packs w (rows × depth, row-major with rows `stride` apart; column-major with columns `stride`
   /// apart when `col_major`), which must stay alive and unchanged while product() is used (the
   /// fallback reads it). Packing happens at the first product that uses it (none for products of
@@ -20,7 +17,7 @@ class PackedWeights {
   void pack(const T* w, Index rows, Index depth, Index stride, bool col_major = false);
 
   /// dst = W · h: dst rows × n and h depth × n, both column-major with columns dst_stride and
-  /// h_stride apart, on up to `threads` threads in blocks of kRows rows: the same bits at every
+  /// h_stride apart, on up to `threads` threads in parallel_product's blocks of rows: the same bits at every
   /// thread count. Products of few columns (Eigen's matrix-vector path) or many (many steps at
   /// once: blocks of columns) and Eigen versions other than 3.4 run through parallel_product.
   void product(int threads, T* dst, Index dst_stride, const T* h, Index h_stride, Index n);
@@ -44,7 +41,7 @@ class PackedWeights {
   const T* w_ = nullptr;
   Index rows_ = 0, depth_ = 0, stride_ = 0;
   bool col_major_ = false, packed_now_ = false;
-  AlignedVector<T> packed_;
+  AlignedVector<T> packed_, rhs_;  // W's blocks; the step's h, packed
 };
 
 }  // namespace bppsa::detail

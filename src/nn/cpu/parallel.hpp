@@ -12,6 +12,10 @@
 
 namespace bppsa::detail {
 
+/// The products' blocks, fixed whatever the thread count: rows of dst, columns of dst, and the
+/// width from which a step's product counts as wide (many steps at once) and is cut by columns.
+inline constexpr Index kProductRows = 64, kProductCols = 256, kWideColumns = 512;
+
 /// Runs f(k) for k = 0 … blocks − 1 on a team of up to `team` threads, each block claimed by
 /// whichever thread is free (subnormals flushed on every thread).
 template <class F>
@@ -47,8 +51,7 @@ void parallel_over_steps(int threads, Index steps, double flops_per_step, F&& f)
 /// dst must be sized and must not alias a or b.
 template <class D, class A, class B>
 void parallel_product(int threads, D&& dst, const A& a, const B& b, bool by_columns = false) {
-  constexpr Index kRows = 64, kCols = 256;
-  const Index n = by_columns ? dst.cols() : dst.rows(), block = by_columns ? kCols : kRows;
+  const Index n = by_columns ? dst.cols() : dst.rows(), block = by_columns ? kProductCols : kProductRows;
   const Index blocks = (n + block - 1) / block;
   const double flops =
       2.0 * static_cast<double>(dst.rows()) * static_cast<double>(dst.cols()) * static_cast<double>(a.cols());
@@ -65,8 +68,7 @@ void parallel_product(int threads, D&& dst, const A& a, const B& b, bool by_colu
 /// rows otherwise (a step's batch): the split follows dst's shape only, never the thread count.
 template <class D, class A, class B>
 void parallel_step_product(int threads, D&& dst, const A& a, const B& b) {
-  constexpr Index kWide = 512;
-  const bool wide = dst.cols() >= kWide;
+  const bool wide = dst.cols() >= kWideColumns;
   parallel_product(threads, std::forward<D>(dst), a, b, /*by_columns=*/wide);
 }
 
