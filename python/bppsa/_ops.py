@@ -59,7 +59,7 @@ def _layer_forward_impl(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, cell, 
     spec = _spec(cell, x, w_hh, w_hr, nonlinearity)
     with spec.borrowed(x.dtype, _device(x)) as engine:
         out, h_n, c_n = _run_forward(engine, spec, engine_inputs(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr), lengths,
-                                     threads=decode_threads(threads))
+                                     threads=decode_threads(threads), record=False)  # layer_backward recomputes
     return out, h_n, _absent(x) if c_n is None else c_n
 
 

@@ -119,11 +119,12 @@ def _weight_refs(engine, weights):
     return held[2]
 
 
-def _run_forward(engine, spec, args, lengths=None, forward="sequential", threads=None):
+def _run_forward(engine, spec, args, lengths=None, forward="sequential", threads=None, record=True):
     """Runs the layer on args (engine_inputs: x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, contiguous).
     w_hr: the LSTM's projection or None; lengths: per sample, longest first, or None (every sample
     runs every step). forward: "sequential" or "newton" (its report kept on the spec:
-    spec.last_forward); threads: as the module's (None follows torch.get_num_threads())."""
+    spec.last_forward); threads: as the module's (None follows torch.get_num_threads()); record:
+    False when no backward follows (the engine keeps nothing for one)."""
     x = args[0]
     T, B = x.shape[0], x.shape[1]
     H = spec.hidden_size
@@ -136,7 +137,7 @@ def _run_forward(engine, spec, args, lengths=None, forward="sequential", threads
     r = _native.ref
     engine.set_forward(forward, _native.resolve_threads(threads))
     engine.forward(r(x), r(args[1]), r(args[2]), *_weight_refs(engine, args[3:]), list(lengths or ()), r(out),
-                   r(h_n), r(c_n), _native.stream_of(x))
+                   r(h_n), r(c_n), _native.stream_of(x), record)
     if forward != "sequential":
         iterations, residual, fell_back, fallback_step = engine.forward_report()
         spec.last_forward = {"method": forward, "iterations": iterations, "residual": residual,
@@ -253,6 +254,6 @@ def run_layer(spec, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, method, threads, ch
     engine = spec.acquire(*key)
     try:  # (spec.borrowed's work, without a context manager's cost at every T 1 call)
         with torch.no_grad():
-            return _run_forward(engine, spec, engine_inputs(*tensors), lengths, forward, threads)
+            return _run_forward(engine, spec, engine_inputs(*tensors), lengths, forward, threads, record=False)
     finally:
         spec.release(key, engine)

@@ -26,7 +26,8 @@ void bind_layer(py::module_& m, const char* name) {
            py::arg("proj_size") = 0, py::arg("device") = "cpu", py::arg("device_index") = -1)
       .def("forward", &LayerEngine<T>::forward, py::call_guard<py::gil_scoped_release>(), py::arg("x"), py::arg("h0"),
            py::arg("c0"), py::arg("w_ih"), py::arg("w_hh"), py::arg("b_ih"), py::arg("b_hh"), py::arg("w_hr"),
-           py::arg("lengths"), py::arg("out"), py::arg("h_n"), py::arg("c_n"), py::arg("stream") = 0)
+           py::arg("lengths"), py::arg("out"), py::arg("h_n"), py::arg("c_n"), py::arg("stream") = 0,
+           py::arg("record") = true)
       .def("backward", &LayerEngine<T>::backward, py::call_guard<py::gil_scoped_release>(), py::arg("w_ih"),
            py::arg("w_hh"), py::arg("b_ih"), py::arg("b_hh"), py::arg("w_hr"), py::arg("grad_out"), py::arg("grad_hn"),
            py::arg("grad_cn"), py::arg("method"), py::arg("threads"), py::arg("chunks"), py::arg("grad_x"),

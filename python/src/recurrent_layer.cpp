@@ -83,7 +83,7 @@ template <class T>
 void LayerEngine<T>::forward(const TensorRef& x, const OptRef& h0, const OptRef& c0, const TensorRef& w_ih,
                              const TensorRef& w_hh, const OptRef& b_ih, const OptRef& b_hh, const OptRef& w_hr,
                              const std::vector<Index>& lengths, const TensorRef& out_t, const TensorRef& h_n,
-                             const OptRef& c_n, std::uintptr_t stream) {
+                             const OptRef& c_n, std::uintptr_t stream, bool record) {
   const Index I = config_.input, H = config_.hidden, P = output_size(config_), G = gates_;
   const bool lstm = config_.cell == CellType::lstm;
   if (x.shape.size() != 3)
@@ -91,6 +91,7 @@ void LayerEngine<T>::forward(const TensorRef& x, const OptRef& h0, const OptRef&
         kOp, "input has shape " + shape_text(x.shape) + ", expected (steps, batch, " + std::to_string(I) + ")");
   const Index steps = x.shape[0], batch = x.shape[1];
   LayerForwardIo<T> io;
+  io.record = record;
   io.x = in(x, {steps, batch, I}, "input");
   io.w_ih = in(w_ih, {G, I}, "weight_ih");
   io.w_hh = in(w_hh, {G, P}, "weight_hh");

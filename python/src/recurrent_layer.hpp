@@ -35,10 +35,12 @@ class LayerEngine {
   /// lengths: per sample, sorted longest first (PyTorch's packed order), or empty (every
   /// sample runs all T steps). Writes out (T, B, P; zeros past a sample's length), h_n (B, P)
   /// and, for LSTM, c_n (B, H): each sample's state at its length. stream: on CUDA, the
-  /// cudaStream_t to queue the work on (PyTorch's current stream); ignored on the CPU.
+  /// cudaStream_t to queue the work on (PyTorch's current stream); ignored on the CPU. record
+  /// false: no backward() follows (an inference call, LayerForwardIo::record).
   void forward(const TensorRef& x, const OptRef& h0, const OptRef& c0, const TensorRef& w_ih, const TensorRef& w_hh,
                const OptRef& b_ih, const OptRef& b_hh, const OptRef& w_hr, const std::vector<Index>& lengths,
-               const TensorRef& out, const TensorRef& h_n, const OptRef& c_n, std::uintptr_t stream = 0);
+               const TensorRef& out, const TensorRef& h_n, const OptRef& c_n, std::uintptr_t stream = 0,
+               bool record = true);
 
   /// From the weights the last forward() read (the same tensors, unchanged: the CPU reads them in
   /// place, as it read them and x in the forward, which must both still be alive) and the

@@ -344,7 +344,7 @@ void Recurrent<T>::forward_io(const LayerForwardIo<T>& io, Index steps, Index ba
   impl_->lengths.clear();
   if (!lengths.empty() && lengths.back() < steps) impl_->lengths.assign(lengths.begin(), lengths.end());
   impl_->half->forward_io(io, steps, batch, impl_->lengths, stream, params_);
-  impl_->io_forward = true;
+  impl_->io_forward = io.record;
   impl_->io_weights = {io.w_ih, io.w_hh, io.b_ih, io.b_hh, config_.proj > 0 ? io.w_hr : nullptr};
 }
 
@@ -352,7 +352,7 @@ template <class T>
 std::string Recurrent<T>::backward_io(const LayerBackwardIo<T>& io, const BackwardOptions& options,
                                       std::uintptr_t stream) {
   const char* op = "Recurrent::backward_io";
-  if (steps() == 0 || !impl_->io_forward) detail::raise<InvalidArgument>(op, "call forward_io() before backward_io()");
+  if (steps() == 0 || !impl_->io_forward) detail::raise<InvalidArgument>(op, "call forward_io() (with record true) before backward_io()");
   if (impl_->io_weights != std::array<const void*, 5>{io.w_ih, io.w_hh, io.b_ih, io.b_hh,
                                                       config_.proj > 0 ? io.w_hr : nullptr})
     detail::raise<InvalidArgument>(op, "the weights (w_ih, w_hh, b_ih, b_hh, w_hr) must be those forward_io read, "

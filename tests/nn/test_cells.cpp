@@ -1075,6 +1075,70 @@ TEST_P(RecurrentIo, ReadsTheCallersWeightsAtEveryCall) {
   expect_error<InvalidArgument>([&] { io_rnn.backward_io(b, {}); }, {"forward_io()"});
 }
 
+// An inference call (LayerForwardIo::record false) runs the steps in chunks; it must give the
+// recorded forward's bits (its input projection in the same column blocks) whatever the batch, the
+// threads and the cell, and keep no record (backward_io and final_state refused, steps() 0). Input 300: a projection deep enough that Eigen splits its depth.
+TEST(RecurrentIo, AnInferenceCallGivesTheRecordedBitsAndKeepsNoRecord) {
+  using Mf = Matrix<float>;
+  const Index I = 300, T = 1100;
+  for (const RecurrentConfig& c : {RecurrentConfig{CellType::rnn, I, 24, 1}, RecurrentConfig{CellType::gru, I, 24, 1},
+                                   RecurrentConfig{CellType::lstm, I, 24, 1},
+                                   RecurrentConfig{CellType::lstm, I, 24, 1, Nonlinearity::tanh, Device::cpu, 7}}) {
+    for (const Index B : {1, 3, 5, 16, 64}) {
+      for (const int threads : {1, 2}) {
+        SCOPED_TRACE(std::string(to_string(c.cell)) + " proj " + std::to_string(c.proj) + " B " + std::to_string(B) +
+                     " threads " + std::to_string(threads));
+        const Index H = c.hidden, P = output_size(c), G = gate_count(c.cell) * H;
+        const bool lstm = c.cell == CellType::lstm;
+        const Index steps = B == 64 ? 45 : T;  // B 64: a few of its chunks is enough
+        Rng rng(static_cast<std::uint64_t>(31 + B));
+        const Mf x = random_matrix(I, steps * B, rng).cast<float>(), w_ih = random_matrix(G, I, rng).cast<float>(),
+                 w_hh = (0.3 * random_matrix(G, P, rng)).cast<float>(), b = random_matrix(G, 2, rng).cast<float>(),
+                 w_hr = random_matrix(P, H, rng).cast<float>(), h0 = random_matrix(P, B, rng).cast<float>(),
+                 c0 = random_matrix(H, B, rng).cast<float>();
+        // Row-major weights are the transposes of these column-major buffers' shapes: give them as such.
+        const Mf w_ih_r = w_ih.transpose(), w_hh_r = w_hh.transpose(), w_hr_r = w_hr.transpose();
+        Mf out[2] = {Mf(P, steps * B), Mf(P, steps * B)}, hn[2] = {Mf(P, B), Mf(P, B)}, cn[2] = {Mf(H, B), Mf(H, B)};
+        Recurrent<float> rnn(c);
+        ForwardOptions fo;
+        fo.threads = threads;
+        rnn.set_forward_options(fo);
+        for (const int recorded : {1, 0}) {
+          LayerForwardIo<float> f;
+          f.x = x.data();
+          f.h0 = h0.data();
+          f.c0 = lstm ? c0.data() : nullptr;
+          f.w_ih = w_ih_r.data();
+          f.w_hh = w_hh_r.data();
+          f.b_ih = b.col(0).data();
+          f.b_hh = b.col(1).data();
+          f.w_hr = c.proj > 0 ? w_hr_r.data() : nullptr;
+          f.out = out[recorded].data();
+          f.h_n = hn[recorded].data();
+          f.c_n = lstm ? cn[recorded].data() : nullptr;
+          f.record = recorded == 1;
+          rnn.forward_io(f, steps, B);
+          EXPECT_EQ(rnn.steps(), recorded == 1 ? steps : 0);
+        }
+        EXPECT_TRUE(out[0] == out[1]) << "max difference " << (out[0] - out[1]).cwiseAbs().maxCoeff();
+        EXPECT_TRUE(hn[0] == hn[1]);
+        if (lstm) {
+          EXPECT_TRUE(cn[0] == cn[1]);
+        }
+        EXPECT_TRUE(out[0].allFinite() && out[0].cwiseAbs().maxCoeff() > 0.1f);
+        LayerBackwardIo<float> bw;
+        bw.w_ih = w_ih_r.data();
+        bw.w_hh = w_hh_r.data();
+        bw.b_ih = b.col(0).data();
+        bw.b_hh = b.col(1).data();
+        bw.w_hr = c.proj > 0 ? w_hr_r.data() : nullptr;
+        expect_error<InvalidArgument>([&] { rnn.backward_io(bw, {}); }, {"forward_io()", "record"});
+        expect_error<InvalidArgument>([&] { rnn.final_state(0); }, {"no forward()"});
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Cells, RecurrentIo,
     ::testing::Values(IoCase{{CellType::rnn, 3, 4, 1}, false}, IoCase{{CellType::gru, 3, 4, 1}, true},

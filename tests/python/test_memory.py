@@ -130,6 +130,21 @@ def test_memory_after_a_no_grad_forward():
     _check("resident after a no_grad forward", *_measure(case))
 
 
+def test_peak_of_a_no_grad_forward():
+    """An inference call keeps no record for a backward: its peak is the outputs' and a few steps'
+    buffers, like torch.nn's (which holds each layer's input projection of every step)."""
+    def case(family):
+        x = _data()
+        model = _model(family)
+        base = _reset_peak()
+        with torch.no_grad():
+            out, (h, c) = model(x)
+        peak = _status("VmHWM") - base
+        del out, h, c, model
+        return peak
+    _check("peak of a no_grad forward", *_measure(case))
+
+
 def test_memory_after_del_model():
     def case(family):
         x = _data()

@@ -464,6 +464,24 @@ def test_no_grad_eval_and_requires_grad_combinations():
     assert rel_err(g, g_ref) <= 1e-5
 
 
+@pytest.mark.parametrize("kind,kwargs", [("RNN", {}), ("GRU", {"bidirectional": True}),
+                                         ("LSTM", {"num_layers": 2}), ("LSTM", {"proj_size": 5})])
+@pytest.mark.parametrize("steps,batch", [(300, 3), (70, 16), (1, 1)])
+def test_an_inference_call_gives_the_training_calls_bits(kind, kwargs, steps, batch):
+    """Under no_grad the engine keeps no record and runs the steps in chunks; the outputs and final
+    states must be those of the same call with autograd recording, bit for bit, and torch.nn's."""
+    ref, ours = twins(kind, 40, 12, **kwargs)
+    x = torch.randn(steps, batch, 40)
+    with torch.no_grad():
+        out0, h0 = ours(x)
+    out1, h1 = ours(x)
+    assert out1.grad_fn is not None
+    assert torch.equal(out0, out1.detach())
+    for a, b in zip(h0 if kind == "LSTM" else (h0,), h1 if kind == "LSTM" else (h1,)):
+        assert torch.equal(a, b.detach())
+    assert rel_err(out0, ref(x)[0]) <= 1e-5
+
+
 def test_retain_graph_and_two_forwards_before_backward():
     ref, ours = twins("LSTM", 2, 4, num_layers=2, backward="blelloch")
     x1, x2 = torch.randn(6, 3, 2), torch.randn(9, 3, 2)

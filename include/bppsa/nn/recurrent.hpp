@@ -126,6 +126,9 @@ struct LayerForwardIo {
   const T *x = nullptr, *h0 = nullptr, *c0 = nullptr;
   const T *w_ih = nullptr, *w_hh = nullptr, *b_ih = nullptr, *b_hh = nullptr, *w_hr = nullptr;
   T *out = nullptr, *h_n = nullptr, *c_n = nullptr;
+  /// false: an inference call, no backward_io follows. The CPU half then keeps no record (a
+  /// sequential forward without lengths runs in cache-sized chunks, to the same bits).
+  bool record = true;
 };
 /// A backward's tensors, shaped as their forward counterparts: the weights forward_io read (the
 /// same addresses, unchanged since), the incoming gradients (null: zero) and the gradients to

@@ -22,8 +22,8 @@ void forward(const LayerWeights<T>& p, LayerRecord<T>& rec, int threads) {
     const auto ax = rec.ax.middleCols((t - 1) * B, w);
     auto gates = rec.gates.middleCols((t - 1) * B, w);
     auto r = gates.topRows(H), z = gates.middleRows(H, H), n = gates.bottomRows(H);
-    r = (ax.topRows(H) + ahw.topRows(H)).unaryExpr([](T v) { return sigmoid(v); });
-    z = (ax.middleRows(H, H) + ahw.middleRows(H, H)).unaryExpr([](T v) { return sigmoid(v); });
+    r.array() = sigmoid((ax.topRows(H) + ahw.topRows(H)).array());
+    z.array() = sigmoid((ax.middleRows(H, H) + ahw.middleRows(H, H)).array());
     rec.aux.middleCols((t - 1) * B, w) = ahw.bottomRows(H);
     n = (ax.bottomRows(H).array() + r.array() * ahw.bottomRows(H).array()).tanh();
     rec.h.middleCols(t * B, w) = (T(1) - z.array()) * n.array() + z.array() * hp.array();

@@ -37,10 +37,10 @@ void forward(const LayerWeights<T>& p, LayerRecord<T>& rec, int threads) {
     a += rec.ax.middleCols((t - 1) * B, w);
     a.colwise() += p.b_hh;
     auto i = a.topRows(H), f = a.middleRows(H, H), g = a.middleRows(2 * H, H), o = a.bottomRows(H);
-    i = i.unaryExpr([](T v) { return sigmoid(v); });
-    f = f.unaryExpr([](T v) { return sigmoid(v); });
+    i.array() = sigmoid(i.array());
+    f.array() = sigmoid(f.array());
     g = g.array().tanh();
-    o = o.unaryExpr([](T v) { return sigmoid(v); });
+    o.array() = sigmoid(o.array());
     auto c = rec.c.middleCols(t * B, w);
     c = f.array() * rec.c.middleCols((t - 1) * B, w).array() + i.array() * g.array();
     auto tc = rec.aux.middleCols((t - 1) * B, w);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <numeric>
 
 #include "bppsa/core/error.hpp"
 #include "bppsa/core/memory.hpp"
@@ -221,6 +222,10 @@ class RecurrentCpu final : public RecurrentHalf<T> {
   template <class Init>
   void run_forward(std::span<const LayerWeights<T>> w, const Eigen::Ref<const Matrix<T>>& x, bool copy_x, Index steps,
                    Index batch, std::span<const Index> lengths, Init&& init);
+  /// forward_io with io.record false, sequential, every sample running every step: the steps in
+  /// chunks whose buffers stay in cache, the output written straight to io.out. Nothing stays after
+  /// it (the half then holds no record).
+  void forward_unrecorded(const LayerWeights<T>& p, const LayerForwardIo<T>& io, Index steps, Index batch);
   /// One layer's backward on its weights p: parameter gradients into gp, the input gradient
   /// passed below (layer 0: as gx says) and the layer's g0.
   void backward_on(Index l, const BackwardOptions& options, const LayerWeights<T>& p, LayerGradients<T>& gp,
@@ -652,6 +657,21 @@ LayerWeights<T> RecurrentCpu<T>::io_weights(const T* w_ih, const T* w_hh, const 
           VV(b_hh != nullptr ? b_hh : zero_bias_.data(), G), MV(proj ? w_hr : nullptr, proj ? P : 0, proj ? H : 0)};
 }
 
+/// Block 0 of rec.h (and rec.c): forward_io's h0 (c0), zeros where absent.
+template <class T>
+void load_initial_state(const LayerForwardIo<T>& io, bool lstm, LayerRecord<T>& rec) {
+  using MapCM = Eigen::Map<const Matrix<T>>;
+  const Index B = rec.batch;
+  if (io.h0 != nullptr)
+    rec.h.leftCols(B) = MapCM(io.h0, rec.h.rows(), B);
+  else
+    rec.h.leftCols(B).setZero();
+  if (lstm && io.c0 != nullptr)
+    rec.c.leftCols(B) = MapCM(io.c0, rec.c.rows(), B);
+  else if (lstm)
+    rec.c.leftCols(B).setZero();
+}
+
 // bppsa.nn's layer on host tensors: the caller's buffers are read and written in place
 // (the weights and x through maps, which the record keeps until backward_io; C order (T, B, ·)
 // is features × T·B column-major, a (G·H, I) weight is a G·H × I row-major matrix).
@@ -663,17 +683,12 @@ void RecurrentCpu<T>::forward_io(const LayerForwardIo<T>& io, Index steps, Index
   const Index I = config_.input, H = config_.hidden, P = output_size(config_);
   const bool lstm = config_.cell == CellType::lstm;
   const LayerWeights<T> w = io_weights(io.w_ih, io.w_hh, io.b_ih, io.b_hh, io.w_hr);
+  if (!io.record && lengths.empty() && forward_options_.method == ForwardMethod::sequential) {
+    forward_unrecorded(w, io, steps, batch);
+    return;
+  }
   run_forward(std::span<const LayerWeights<T>>(&w, 1), MapCM(io.x, I, steps * batch), /*copy_x=*/false, steps, batch,
-              lengths, [&](Index, LayerRecord<T>& rec) {
-                if (io.h0 != nullptr)
-                  rec.h.leftCols(batch) = MapCM(io.h0, P, batch);
-                else
-                  rec.h.leftCols(batch).setZero();
-                if (lstm && io.c0 != nullptr)
-                  rec.c.leftCols(batch) = MapCM(io.c0, H, batch);
-                else if (lstm)
-                  rec.c.leftCols(batch).setZero();
-              });
+              lengths, [&](Index, LayerRecord<T>& rec) { load_initial_state(io, lstm, rec); });
   MapM(io.out, P, steps * batch) = output();
   const LayerRecord<T>& rec = layer_.front().rec;
   MapM h_n(io.h_n, P, batch);
@@ -682,6 +697,60 @@ void RecurrentCpu<T>::forward_io(const LayerForwardIo<T>& io, Index steps, Index
     MapM c_n(io.c_n, H, batch);
     for (Index b = 0; b < batch; ++b) c_n.col(b) = rec.c.col(last_col(b));
   }
+}
+
+// Chunks of whole column blocks of the input projection: the recorded forward's blocks, so the same
+// bits; about kChunkColumns columns (a chunk's gates stay in cache between its steps).
+template <class T>
+void RecurrentCpu<T>::forward_unrecorded(const LayerWeights<T>& p, const LayerForwardIo<T>& io, Index steps,
+                                         Index batch) {
+  using MapCM = Eigen::Map<const Matrix<T>>;
+  using MapM = Eigen::Map<Matrix<T>>;
+  constexpr Index kChunkColumns = 1024;
+  FlushDenormals flush;
+  const Index I = config_.input, H = config_.hidden, P = output_size(config_), G = gate_count(config_.cell);
+  const bool lstm = config_.cell == CellType::lstm;
+  const auto& ops = cell_ops<T>(config_.cell, config_.nonlinearity);
+  const int threads = resolve_threads(forward_options_.threads);
+  const Index unit = kProductCols / std::gcd(kProductCols, batch);  // steps whose columns are whole blocks
+  const Index chunk = std::min(steps, unit * std::max<Index>(1, kChunkColumns / (unit * batch)));
+  for (auto& layer : layer_) layer.rec = LayerRecord<T>{};  // an earlier record is no longer this half's
+  steps_ = 0;
+  batch_ = 0;
+  lengths_.clear();
+  report_.method = ForwardMethod::sequential;
+  report_.iterations.assign(1, 0);
+  report_.residual.assign(1, 0.0);
+  report_.fell_back.assign(1, false);
+  report_.fallback_step.assign(1, 0);
+  LayerRecord<T> rec;  // one chunk's
+  rec.batch = batch;
+  rec.hidden = H;
+  rec.x_rows = I;
+  rec.ax.resize(G * H, chunk * batch);
+  rec.h.resize(P, (chunk + 1) * batch);
+  if (lstm) rec.c.resize(H, (chunk + 1) * batch);
+  if (config_.cell != CellType::rnn) {
+    rec.gates.resize(G * H, chunk * batch);
+    rec.aux.resize(H, chunk * batch);
+  }
+  load_initial_state(io, lstm, rec);
+  const MapCM x(io.x, I, steps * batch);
+  MapM out(io.out, P, steps * batch);
+  for (Index t0 = 0; t0 < steps; t0 += chunk) {
+    const Index k = std::min(chunk, steps - t0);
+    rec.steps = k;
+    rec.x_view = io.x + t0 * batch * I;
+    auto ax = rec.ax.leftCols(k * batch);
+    parallel_product(threads, ax, p.w_ih, x.middleCols(t0 * batch, k * batch), /*by_columns=*/true);
+    ax.colwise() += p.b_ih;
+    ops.forward(p, rec, threads);
+    out.middleCols(t0 * batch, k * batch) = rec.h.middleCols(batch, k * batch);
+    rec.h.leftCols(batch) = rec.h.middleCols(k * batch, batch);  // the next chunk's initial state
+    if (lstm) rec.c.leftCols(batch) = rec.c.middleCols(k * batch, batch);
+  }
+  MapM(io.h_n, P, batch) = rec.h.leftCols(batch);
+  if (io.c_n != nullptr) MapM(io.c_n, H, batch) = rec.c.leftCols(batch);
 }
 
 template <class T>
