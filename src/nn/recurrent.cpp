@@ -147,6 +147,8 @@ struct Recurrent<T>::Impl {
   /// The last forward was forward_io, on these weights (w_ih, w_hh, b_ih, b_hh, w_hr): its
   /// backward is backward_io, on the same ones.
   bool io_forward = false;
+  /// ... and kept a record for backward_io (LayerForwardIo::record).
+  bool io_recorded = false;
   std::array<const void*, 5> io_weights{};
 
   static detail::LayerMatrices<T> present(const std::vector<Matrix<T>>& m) {
@@ -318,6 +320,7 @@ void Recurrent<T>::forward(const Eigen::Ref<const Matrix<T>>& x, Index steps, In
   }
   impl_->next_layer = -1;  // a layer-by-layer backward in progress belonged to the previous forward
   impl_->io_forward = false;
+  impl_->io_recorded = false;
   impl_->lengths.clear();
   // All the same length as the batch's steps: the plain (padded) path gives the same result.
   if (!lengths.empty() && lengths.back() < steps) impl_->lengths.assign(lengths.begin(), lengths.end());
@@ -341,10 +344,12 @@ void Recurrent<T>::forward_io(const LayerForwardIo<T>& io, Index steps, Index ba
   detail::check_sorted_lengths(op, lengths, batch, steps);
   impl_->next_layer = -1;
   impl_->io_forward = false;  // until it has run
+  impl_->io_recorded = false;
   impl_->lengths.clear();
   if (!lengths.empty() && lengths.back() < steps) impl_->lengths.assign(lengths.begin(), lengths.end());
   impl_->half->forward_io(io, steps, batch, impl_->lengths, stream, params_);
-  impl_->io_forward = io.record;
+  impl_->io_forward = true;
+  impl_->io_recorded = io.record;
   impl_->io_weights = {io.w_ih, io.w_hh, io.b_ih, io.b_hh, config_.proj > 0 ? io.w_hr : nullptr};
 }
 
@@ -352,7 +357,8 @@ template <class T>
 std::string Recurrent<T>::backward_io(const LayerBackwardIo<T>& io, const BackwardOptions& options,
                                       std::uintptr_t stream) {
   const char* op = "Recurrent::backward_io";
-  if (steps() == 0 || !impl_->io_forward) detail::raise<InvalidArgument>(op, "call forward_io() (with record true) before backward_io()");
+  if (steps() == 0 || !impl_->io_recorded)
+    detail::raise<InvalidArgument>(op, "call forward_io() (with record true) before backward_io()");
   if (impl_->io_weights != std::array<const void*, 5>{io.w_ih, io.w_hh, io.b_ih, io.b_hh,
                                                       config_.proj > 0 ? io.w_hr : nullptr})
     detail::raise<InvalidArgument>(op, "the weights (w_ih, w_hh, b_ih, b_hh, w_hr) must be those forward_io read, "
@@ -371,6 +377,7 @@ void Recurrent<T>::release_record() {
   impl_->lengths.clear();
   impl_->next_layer = -1;
   impl_->io_forward = false;
+  impl_->io_recorded = false;
 }
 
 template <class T>

@@ -983,6 +983,35 @@ TEST_P(RecurrentIo, OnCallerMemoryEqualsTheHostApi) {
   EXPECT_EQ(io_rnn.steps(), T);
 }
 
+// An inference call the CPU half runs on its recorded path (lengths, or the Newton forward) is
+// still one: neither backward_io nor backward() may follow it.
+TEST(RecurrentIo, NoBackwardAfterAnInferenceCallThatKeptItsRecord) {
+  Recurrent<double> rnn({CellType::gru, 3, 4, 1});
+  const Index T = 3, B = 2;
+  Rng rng(6);
+  const Md x = random_matrix(3, T * B, rng), w_ih = random_matrix(12, 3, rng), w_hh = random_matrix(12, 4, rng);
+  Md out(4, T * B), hn(4, B), gout = Md::Ones(4, T * B), gw(12, 3);
+  LayerForwardIo<double> f;
+  f.x = x.data();
+  f.w_ih = w_ih.data();
+  f.w_hh = w_hh.data();
+  f.out = out.data();
+  f.h_n = hn.data();
+  f.record = false;
+  rnn.forward_io(f, T, B, std::vector<Index>{3, 2});
+  EXPECT_EQ(rnn.steps(), T);  // (the recorded path ran)
+  LayerBackwardIo<double> b;
+  b.w_ih = w_ih.data();
+  b.w_hh = w_hh.data();
+  b.grad_out = gout.data();
+  b.grad_w_ih = gw.data();
+  expect_error<InvalidArgument>([&] { rnn.backward_io(b, {}); }, {"forward_io()", "record"});
+  expect_error<InvalidArgument>([&] { rnn.backward(gout, true, {}); }, {"forward_io", "backward_io"});
+  f.record = true;
+  rnn.forward_io(f, T, B, std::vector<Index>{3, 2});
+  EXPECT_EQ(rnn.backward_io(b, {BackwardMethod::bp}), "bp");
+}
+
 TEST(RecurrentIo, ReleaseRecordFreesALargeOneAndKeepsTheWeights) {
   Recurrent<double> rnn({CellType::gru, 3, 4, 1});
   const Index T = 40, B = 2;  // 80 columns: more than the 64 kept

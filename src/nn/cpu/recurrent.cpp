@@ -714,6 +714,9 @@ void RecurrentCpu<T>::forward_unrecorded(const LayerWeights<T>& p, const LayerFo
   const int threads = resolve_threads(forward_options_.threads);
   const Index unit = kProductCols / std::gcd(kProductCols, batch);  // steps whose columns are whole blocks
   const Index chunk = std::min(steps, unit * std::max<Index>(1, kChunkColumns / (unit * batch)));
+  check_memory("Recurrent::forward_io", "an inference call of " + stack_string(config_, chunk, batch) + " at a time",
+               {{"chunk buffers", forward_record_bytes(config_, chunk, batch, sizeof(T))}},
+               "use a smaller batch");
   for (auto& layer : layer_) layer.rec = LayerRecord<T>{};  // an earlier record is no longer this half's
   steps_ = 0;
   batch_ = 0;
