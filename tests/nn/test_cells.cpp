@@ -983,57 +983,55 @@ TEST_P(RecurrentIo, OnCallerMemoryEqualsTheHostApi) {
   EXPECT_EQ(io_rnn.steps(), T);
 }
 
+/// A one-layer GRU (input 3, hidden 4) and the caller's tensors of a forward_io / backward_io of T
+/// steps of batch 2 (the backward asks for W_ih's gradient only).
+struct GruIo {
+  explicit GruIo(Index steps, std::uint64_t seed) : T(steps), rng(seed) {
+    f.x = x.data();
+    f.w_ih = w_ih.data();
+    f.w_hh = w_hh.data();
+    f.out = out.data();
+    f.h_n = hn.data();
+    b.w_ih = w_ih.data();
+    b.w_hh = w_hh.data();
+    b.grad_out = gout.data();
+    b.grad_w_ih = gw.data();
+  }
+  Recurrent<double> rnn{{CellType::gru, 3, 4, 1}};
+  const Index T, B = 2;
+  Rng rng;
+  const Md x = random_matrix(3, T * B, rng), w_ih = random_matrix(12, 3, rng), w_hh = random_matrix(12, 4, rng);
+  Md out = Md(4, T * B), hn = Md(4, B), gout = Md::Ones(4, T * B), gw = Md(12, 3);
+  LayerForwardIo<double> f;
+  LayerBackwardIo<double> b;
+};
+
 // An inference call the CPU half runs on its recorded path (lengths, or the Newton forward) is
 // still one: neither backward_io nor backward() may follow it.
 TEST(RecurrentIo, NoBackwardAfterAnInferenceCallThatKeptItsRecord) {
-  Recurrent<double> rnn({CellType::gru, 3, 4, 1});
-  const Index T = 3, B = 2;
-  Rng rng(6);
-  const Md x = random_matrix(3, T * B, rng), w_ih = random_matrix(12, 3, rng), w_hh = random_matrix(12, 4, rng);
-  Md out(4, T * B), hn(4, B), gout = Md::Ones(4, T * B), gw(12, 3);
-  LayerForwardIo<double> f;
-  f.x = x.data();
-  f.w_ih = w_ih.data();
-  f.w_hh = w_hh.data();
-  f.out = out.data();
-  f.h_n = hn.data();
-  f.record = false;
-  rnn.forward_io(f, T, B, std::vector<Index>{3, 2});
-  EXPECT_EQ(rnn.steps(), T);  // (the recorded path ran)
-  LayerBackwardIo<double> b;
-  b.w_ih = w_ih.data();
-  b.w_hh = w_hh.data();
-  b.grad_out = gout.data();
-  b.grad_w_ih = gw.data();
-  expect_error<InvalidArgument>([&] { rnn.backward_io(b, {}); }, {"forward_io()", "record"});
-  expect_error<InvalidArgument>([&] { rnn.backward(gout, true, {}); }, {"forward_io", "backward_io"});
-  f.record = true;
-  rnn.forward_io(f, T, B, std::vector<Index>{3, 2});
-  EXPECT_EQ(rnn.backward_io(b, {BackwardMethod::bp}), "bp");
+  GruIo io(3, 6);
+  io.f.record = false;
+  io.rnn.forward_io(io.f, io.T, io.B, std::vector<Index>{3, 2});
+  EXPECT_EQ(io.rnn.steps(), io.T);  // (the recorded path ran)
+  expect_error<InvalidArgument>([&] { io.rnn.backward_io(io.b, {}); }, {"forward_io()", "record"});
+  expect_error<InvalidArgument>([&] { io.rnn.backward(io.gout, true, {}); }, {"forward_io", "backward_io"});
+  io.f.record = true;
+  io.rnn.forward_io(io.f, io.T, io.B, std::vector<Index>{3, 2});
+  EXPECT_EQ(io.rnn.backward_io(io.b, {BackwardMethod::bp}), "bp");
 }
 
 TEST(RecurrentIo, ReleaseRecordFreesALargeOneAndKeepsTheWeights) {
-  Recurrent<double> rnn({CellType::gru, 3, 4, 1});
-  const Index T = 40, B = 2;  // 80 columns: more than the 64 kept
-  Rng rng(5);
-  const Md x = random_matrix(3, T * B, rng), w_ih = random_matrix(12, 3, rng), w_hh = random_matrix(12, 4, rng);
-  Md out(4, T * B), hn(4, B), gout = Md::Ones(4, T * B), gw(12, 3);
-  LayerForwardIo<double> f;
-  f.x = x.data();
-  f.w_ih = w_ih.data();
-  f.w_hh = w_hh.data();
-  f.out = out.data();
-  f.h_n = hn.data();
+  GruIo io(40, 5);  // 80 columns: more than the 64 kept
+  Recurrent<double>& rnn = io.rnn;
+  const Index T = io.T, B = io.B;
+  const LayerForwardIo<double>& f = io.f;
+  const LayerBackwardIo<double>& b = io.b;
+  const Md& out = io.out;
   rnn.forward_io(f, T, B);
   const RowMatrix<double> loaded = rnn.params(0).w_hh;
   rnn.release_record();
   EXPECT_EQ(rnn.steps(), 0);
   EXPECT_EQ(rnn.params(0).w_hh, loaded);
-  LayerBackwardIo<double> b;
-  b.w_ih = w_ih.data();
-  b.w_hh = w_hh.data();
-  b.grad_out = gout.data();
-  b.grad_w_ih = gw.data();
   expect_error<InvalidArgument>([&] { rnn.backward_io(b, {}); }, {"forward_io()"});
   rnn.forward_io(f, T, B);  // and it runs again on the same weights
   const Md again = out;
