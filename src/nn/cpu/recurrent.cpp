@@ -39,6 +39,14 @@ template const CellOps<double>& cell_ops<double>(CellType, Nonlinearity);
 
 namespace {
 
+/// ax = W_ih x + b_ih: the input projection of every column at once, in parallel_product's blocks of
+/// columns (fixed by the shape: the same bits whatever the threads or where a chunk starts on a block).
+template <class T, class D, class X>
+void project_input(int threads, D&& ax, const LayerWeights<T>& p, const X& x) {
+  parallel_product(threads, ax, p.w_ih, x, /*by_columns=*/true);
+  ax.colwise() += p.b_ih;
+}
+
 /// Sequential BP through one layer (back-propagation through time with vector-Jacobian
 /// products, no Jacobians formed): g (S × (T+1)B, zero but for each sample's last block)
 /// receives every g_t for t = T−1..0, step t on its rec.width(t) running samples; pg receives the pre-activation
@@ -222,6 +230,17 @@ class RecurrentCpu final : public RecurrentHalf<T> {
   template <class Init>
   void run_forward(std::span<const LayerWeights<T>> w, const Eigen::Ref<const Matrix<T>>& x, bool copy_x, Index steps,
                    Index batch, std::span<const Index> lengths, Init&& init);
+  /// Sizes rec's buffers (ax, h and, by cell, c, gates, aux) for `steps` steps of rec.batch samples.
+  void size_record(LayerRecord<T>& rec, Index steps) const {
+    const Index B = rec.batch, H = config_.hidden, G = gate_count(config_.cell) * H;
+    rec.ax.resize(G, steps * B);
+    rec.h.resize(output_size(config_), (steps + 1) * B);
+    if (config_.cell == CellType::lstm) rec.c.resize(H, (steps + 1) * B);
+    if (config_.cell != CellType::rnn) {
+      rec.gates.resize(G, steps * B);
+      rec.aux.resize(H, steps * B);
+    }
+  }
   /// forward_io with io.record false, sequential, every sample running every step: the steps in
   /// chunks whose buffers stay in cache, the output written straight to io.out. Nothing stays after
   /// it (the half then holds no record).
@@ -297,7 +316,7 @@ void RecurrentCpu<T>::run_forward(std::span<const LayerWeights<T>> w, const Eige
       active[static_cast<std::size_t>(t - 1)] = w;
     }
   }
-  const Index H = config_.hidden, P = output_size(config_), G = gate_count(config_.cell);
+  const Index H = config_.hidden, G = gate_count(config_.cell);
   const auto& ops = cell_ops<T>(config_.cell, config_.nonlinearity);
   report_.method = forward_options_.method;  // (cleared, not replaced: a T 1 call allocates nothing here)
   const int threads = resolve_threads(forward_options_.threads);  // each GEMM's team
@@ -320,23 +339,15 @@ void RecurrentCpu<T>::run_forward(std::span<const LayerWeights<T>> w, const Eige
       rec.x_view = l == 0 ? x.data() : layer_[static_cast<std::size_t>(l - 1)].rec.h.rightCols(steps * batch).data();
       rec.x_rows = l == 0 ? x.rows() : output_size(config_);
     }
-    // The input projection: one GEMM over every step, in blocks of columns shared among the threads.
+    size_record(rec, steps);
     if (active.empty()) {
-      rec.ax.resize(G * H, steps * batch);
-      parallel_product(threads, rec.ax, p.w_ih, rec.input(), /*by_columns=*/true);
-      rec.ax.colwise() += p.b_ih;
+      project_input(threads, rec.ax, p, rec.input());
     } else {  // the input projection of the running steps only (the padding is never read)
       const Matrix<T> running = gather_running(rec, rec.input());
       Matrix<T> ax(G * H, running.cols());
-      parallel_product(threads, ax, p.w_ih, running, /*by_columns=*/true);
-      ax.colwise() += p.b_ih;
-      rec.ax.resize(G * H, steps * batch);
+      project_input(threads, ax, p, running);
       scatter_running(rec, ax, rec.ax);
     }
-    rec.h.resize(P, (steps + 1) * batch);
-    if (config_.cell == CellType::lstm) rec.c.resize(H, (steps + 1) * batch);
-    if (config_.cell != CellType::rnn) rec.gates.resize(G * H, steps * batch);
-    if (config_.cell != CellType::rnn) rec.aux.resize(H, steps * batch);
     init(l, rec);
     NewtonOutcome newton;
     if (forward_options_.method == ForwardMethod::newton)
@@ -708,7 +719,7 @@ void RecurrentCpu<T>::forward_unrecorded(const LayerWeights<T>& p, const LayerFo
   using MapM = Eigen::Map<Matrix<T>>;
   constexpr Index kChunkColumns = 1024;
   FlushDenormals flush;
-  const Index I = config_.input, H = config_.hidden, P = output_size(config_), G = gate_count(config_.cell);
+  const Index I = config_.input, H = config_.hidden, P = output_size(config_);
   const bool lstm = config_.cell == CellType::lstm;
   const auto& ops = cell_ops<T>(config_.cell, config_.nonlinearity);
   const int threads = resolve_threads(forward_options_.threads);
@@ -730,13 +741,7 @@ void RecurrentCpu<T>::forward_unrecorded(const LayerWeights<T>& p, const LayerFo
   rec.batch = batch;
   rec.hidden = H;
   rec.x_rows = I;
-  rec.ax.resize(G * H, chunk * batch);
-  rec.h.resize(P, (chunk + 1) * batch);
-  if (lstm) rec.c.resize(H, (chunk + 1) * batch);
-  if (config_.cell != CellType::rnn) {
-    rec.gates.resize(G * H, chunk * batch);
-    rec.aux.resize(H, chunk * batch);
-  }
+  size_record(rec, chunk);
   load_initial_state(io, lstm, rec);
   const MapCM x(io.x, I, steps * batch);
   MapM out(io.out, P, steps * batch);
@@ -744,9 +749,7 @@ void RecurrentCpu<T>::forward_unrecorded(const LayerWeights<T>& p, const LayerFo
     const Index k = std::min(chunk, steps - t0);
     rec.steps = k;
     rec.x_view = io.x + t0 * batch * I;
-    auto ax = rec.ax.leftCols(k * batch);
-    parallel_product(threads, ax, p.w_ih, x.middleCols(t0 * batch, k * batch), /*by_columns=*/true);
-    ax.colwise() += p.b_ih;
+    project_input(threads, rec.ax.leftCols(k * batch), p, x.middleCols(t0 * batch, k * batch));
     ops.forward(p, rec, threads);
     out.middleCols(t0 * batch, k * batch) = rec.h.middleCols(batch, k * batch);
     rec.h.leftCols(batch) = rec.h.middleCols(k * batch, batch);  // the next chunk's initial state
