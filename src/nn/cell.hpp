@@ -78,7 +78,18 @@ struct LayerRecord {
   Matrix<T> ax;     ///< scratch: W_ih x + b_ih for all steps (G·H × TB)
   /// The forward's scratch: W_hh (and the LSTM's W_hr) packed for the per-step products.
   PackedWeights<T> w_hh_packed, w_hr_packed;
+  /// Set by a caller whose next forward runs on the weights of this record's previous one, unchanged
+  /// (an inference call's next chunk): the packed weights are kept.
+  bool weights_unchanged = false;
 };
+
+/// Packs p's W_hh (and W_hr) into rec for the forward's per-step products, unless rec keeps them.
+template <class T>
+void pack_weights(const LayerWeights<T>& p, LayerRecord<T>& rec) {
+  if (rec.weights_unchanged) return;
+  rec.w_hh_packed.pack(p.w_hh);
+  if (p.w_hr.size() != 0) rec.w_hr_packed.pack(p.w_hr);
+}
 
 /// Pre-activation gradients of one layer, G·H × TB: dx multiplies the input side (W_ih,
 /// b_ih), dh the recurrent side (W_hh, b_hh). They differ only for GRU's n gate.

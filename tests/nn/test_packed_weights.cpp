@@ -1,7 +1,8 @@
-// PackedWeights (src/nn/cpu/packed_weights.hpp): the recurrences' per-step W · h (and BP's W^T · δ,
-// a column-major W) against a plain triple loop in long double, for every path (matrix-vector,
-// packed, wide), strides that are not the shapes, block remainders, and 1 or 3 threads giving the
-// same bits.
+// The CPU half's product drivers against a plain triple loop in long double: PackedWeights
+// (src/nn/cpu/packed_weights.hpp: the recurrences' per-step W · h and BP's W^T · δ, a column-major W)
+// on every path (matrix-vector, packed, wide), and parallel_product (src/nn/cpu/parallel.hpp:
+// blocked_product's two tilings, either storage order of each operand and of dst), with strides that
+// are not the shapes, tile and depth-chunk remainders, and 1 or 3 threads giving the same bits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,11 +10,13 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "core/team.hpp"
 #include "nn/cpu/packed_weights.hpp"
+#include "nn/cpu/parallel.hpp"
 
 namespace {
 
@@ -87,6 +90,78 @@ TEST(PackedWeights, RepackingTakesTheNewWeight) {
   packed.pack(b.data(), 20, 8, 8);
   packed.product(1, d.data(), 20, h.data(), 8, 5);
   for (double v : d) EXPECT_EQ(v, 16.0);
+}
+
+/// dst = a · b through parallel_product: a m × k and b k × n of either storage order, dst of
+/// either, each a block of a larger matrix (strides not the shapes), against a long-double loop.
+template <class T, int DstOrder, int AOrder, int BOrder>
+void expect_parallel_product(Index m, Index n, Index k, bool by_columns) {
+  using Eigen::Dynamic;
+  std::mt19937_64 rng(static_cast<unsigned>(m * 7919 + n * 31 + k));
+  std::uniform_real_distribution<double> u(-1, 1);
+  Eigen::Matrix<T, Dynamic, Dynamic, AOrder> a_all(m + 3, k + 2);
+  Eigen::Matrix<T, Dynamic, Dynamic, BOrder> b_all(k + 5, n + 1);
+  for (Index i = 0; i < a_all.size(); ++i) a_all.data()[i] = static_cast<T>(u(rng));
+  for (Index i = 0; i < b_all.size(); ++i) b_all.data()[i] = static_cast<T>(u(rng));
+  const auto a = a_all.block(1, 2, m, k);
+  const auto b = b_all.block(3, 0, k, n);
+  Eigen::Matrix<T, Dynamic, Dynamic, DstOrder> d_all(m + 4, n + 2), first;
+  const bppsa::detail::FlopsPerThread full_teams(0);
+  for (int threads : {1, 3}) {
+    d_all.setConstant(T(7));  // outside the block: must stay 7
+    bppsa::detail::parallel_product(threads, d_all.block(2, 1, m, n), a, b, by_columns);
+    for (Index i = 0; i < d_all.rows(); ++i)
+      for (Index j = 0; j < d_all.cols(); ++j) {
+        const T got = d_all(i, j);
+        if (i < 2 || i >= m + 2 || j < 1 || j >= n + 1) {
+          ASSERT_EQ(got, T(7)) << "(" << i << ", " << j << ") outside the product was written";
+          continue;
+        }
+        long double want = 0, size = 0;
+        for (Index q = 0; q < k; ++q) {
+          const long double p = static_cast<long double>(a(i - 2, q)) * b(q, j - 1);
+          want += p;
+          size += std::abs(p);
+        }
+        const double tol = 4.0 * static_cast<double>(k) * std::numeric_limits<T>::epsilon() * static_cast<double>(size);
+        ASSERT_NEAR(static_cast<double>(got), static_cast<double>(want), tol)
+            << m << "×" << k << " · " << k << "×" << n << (by_columns ? " by columns" : " by rows") << ", orders "
+            << DstOrder << AOrder << BOrder << ", element (" << i - 2 << ", " << j - 1 << ")";
+      }
+    if (threads == 1)
+      first = d_all;
+    else
+      EXPECT_TRUE((d_all.array() == first.array()).all())
+          << m << "×" << k << " · n " << n << (by_columns ? " by columns" : " by rows")
+          << ": 3 threads changed the bits";
+  }
+}
+
+template <class T>
+void expect_parallel_products(Index m, Index n, Index k, bool by_columns) {
+  constexpr int C = Eigen::ColMajor, R = Eigen::RowMajor;
+  expect_parallel_product<T, C, C, C>(m, n, k, by_columns);
+  expect_parallel_product<T, C, R, C>(m, n, k, by_columns);
+  expect_parallel_product<T, C, C, R>(m, n, k, by_columns);
+  expect_parallel_product<T, R, R, R>(m, n, k, by_columns);
+  expect_parallel_product<T, R, C, R>(m, n, k, by_columns);
+}
+
+// Shapes with remainders in every tiling: rows not whole micro-kernel panels, columns not whole
+// 256-column tiles, the depth in several 256-deep chunks with a partial last one, depth 0, and
+// fewer than 4 columns (Eigen's matrix-vector path).
+TEST(ParallelProduct, MatchesALoopOnEveryTilingAndStorageOrder) {
+  for (bool by_columns : {true, false})
+    for (auto [m, n, k] : {std::tuple<Index, Index, Index>{130, 600, 37},
+                           {70, 300, 600},
+                           {200, 5, 513},
+                           {9, 260, 1},
+                           {33, 3, 40},
+                           {1, 17, 300},
+                           {50, 40, 0}}) {
+      expect_parallel_products<float>(m, n, k, by_columns);
+      expect_parallel_products<double>(m, n, k, by_columns);
+    }
 }
 
 }  // namespace

@@ -12,13 +12,13 @@ template <class T>
 void forward(const LayerWeights<T>& p, LayerRecord<T>& rec, int threads) {
   const Index B = rec.batch, H = rec.hidden;
   Matrix<T> ah(3 * H, B);
-  rec.w_hh_packed.pack(p.w_hh);
+  pack_weights(p, rec);
   for (Index t = 1; t <= rec.steps; ++t) {
     const Index w = rec.width(t);
     const auto hp = rec.h.middleCols((t - 1) * B, w);
     auto ahw = ah.leftCols(w);
-    rec.w_hh_packed.product(threads, ahw, hp);
-    ahw.colwise() += p.b_hh;
+    ahw = p.b_hh.rowwise().replicate(w);
+    rec.w_hh_packed.product(threads, ahw, hp, /*accumulate=*/true);
     const auto ax = rec.ax.middleCols((t - 1) * B, w);
     auto gates = rec.gates.middleCols((t - 1) * B, w);
     auto r = gates.topRows(H), z = gates.middleRows(H, H), n = gates.bottomRows(H);

@@ -28,14 +28,12 @@ void forward(const LayerWeights<T>& p, LayerRecord<T>& rec, int threads) {
     rec.m.resize(H, rec.steps * B);
   else
     rec.m.resize(0, 0);
-  rec.w_hh_packed.pack(p.w_hh);
-  if (proj) rec.w_hr_packed.pack(p.w_hr);
+  pack_weights(p, rec);
   for (Index t = 1; t <= rec.steps; ++t) {
     const Index w = rec.width(t);
     auto a = rec.gates.middleCols((t - 1) * B, w);
-    rec.w_hh_packed.product(threads, a, rec.h.middleCols((t - 1) * B, w));
-    a += rec.ax.middleCols((t - 1) * B, w);
-    a.colwise() += p.b_hh;
+    a = rec.ax.middleCols((t - 1) * B, w).colwise() + p.b_hh;
+    rec.w_hh_packed.product(threads, a, rec.h.middleCols((t - 1) * B, w), /*accumulate=*/true);
     auto i = a.topRows(H), f = a.middleRows(H, H), g = a.middleRows(2 * H, H), o = a.bottomRows(H);
     i.array() = sigmoid(i.array());
     f.array() = sigmoid(f.array());

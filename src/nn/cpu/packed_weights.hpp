@@ -20,11 +20,12 @@ class PackedWeights {
   /// h_stride apart, on up to `threads` threads in parallel_product's blocks of rows: the same bits at every
   /// thread count. Products of few columns (Eigen's matrix-vector path) or many (many steps at
   /// once: blocks of columns) and Eigen versions other than 3.4 run through parallel_product.
-  void product(int threads, T* dst, Index dst_stride, const T* h, Index h_stride, Index n);
+  /// With `accumulate`, dst += W · h.
+  void product(int threads, T* dst, Index dst_stride, const T* h, Index h_stride, Index n, bool accumulate = false);
   /// The same on Eigen blocks of whole columns (dst: the weight's rows × n; h: its depth × n).
   template <class D, class H>
-  void product(int threads, D&& dst, const H& h) {
-    product(threads, dst.data(), dst.outerStride(), h.data(), h.outerStride(), dst.cols());
+  void product(int threads, D&& dst, const H& h, bool accumulate = false) {
+    product(threads, dst.data(), dst.outerStride(), h.data(), h.outerStride(), dst.cols(), accumulate);
   }
   /// Packs a layer weight's map (row-major, contiguous rows).
   template <class W>

@@ -725,8 +725,11 @@ void RecurrentCpu<T>::forward_unrecorded(const LayerWeights<T>& p, const LayerFo
   const int threads = resolve_threads(forward_options_.threads);
   const Index unit = kProductCols / std::gcd(kProductCols, batch);  // steps whose columns are whole blocks
   const Index chunk = std::min(steps, unit * std::max<Index>(1, kChunkColumns / (unit * batch)));
+  // A last chunk of fewer than 4 columns joins the one before: its projection would take Eigen's
+  // matrix-vector path (parallel_product), where the recorded forward's last tile takes the GEMM's.
+  const Index tail = steps % chunk, longest = std::min(steps, chunk + (tail * batch < 4 ? tail : 0));
   check_memory("Recurrent::forward_io", "an inference call of " + stack_string(config_, chunk, batch) + " at a time",
-               {{"chunk buffers", forward_record_bytes(config_, chunk, batch, sizeof(T))}},
+               {{"chunk buffers", forward_record_bytes(config_, longest, batch, sizeof(T))}},
                "use a smaller batch");
   for (auto& layer : layer_) layer.rec = LayerRecord<T>{};  // an earlier record is no longer this half's
   steps_ = 0;
@@ -741,16 +744,17 @@ void RecurrentCpu<T>::forward_unrecorded(const LayerWeights<T>& p, const LayerFo
   rec.batch = batch;
   rec.hidden = H;
   rec.x_rows = I;
-  size_record(rec, chunk);
+  size_record(rec, longest);
   load_initial_state(io, lstm, rec);
   const MapCM x(io.x, I, steps * batch);
   MapM out(io.out, P, steps * batch);
-  for (Index t0 = 0; t0 < steps; t0 += chunk) {
-    const Index k = std::min(chunk, steps - t0);
+  for (Index t0 = 0, k = 0; t0 < steps; t0 += k) {
+    k = steps - t0 <= longest ? steps - t0 : chunk;
     rec.steps = k;
     rec.x_view = io.x + t0 * batch * I;
     project_input(threads, rec.ax.leftCols(k * batch), p, x.middleCols(t0 * batch, k * batch));
     ops.forward(p, rec, threads);
+    rec.weights_unchanged = true;  // the next chunk's forward keeps W_hh packed
     out.middleCols(t0 * batch, k * batch) = rec.h.middleCols(batch, k * batch);
     rec.h.leftCols(batch) = rec.h.middleCols(k * batch, batch);  // the next chunk's initial state
     if (lstm) rec.c.leftCols(batch) = rec.c.middleCols(k * batch, batch);

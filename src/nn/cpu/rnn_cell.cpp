@@ -39,13 +39,12 @@ struct Act<Nonlinearity::relu> {
 template <class T, Nonlinearity N>
 void forward(const LayerWeights<T>& p, LayerRecord<T>& rec, int threads) {
   const Index B = rec.batch;
-  rec.w_hh_packed.pack(p.w_hh);
+  pack_weights(p, rec);
   for (Index t = 1; t <= rec.steps; ++t) {
     const Index w = rec.width(t);
     auto h = rec.h.middleCols(t * B, w);
-    rec.w_hh_packed.product(threads, h, rec.h.middleCols((t - 1) * B, w));
-    h += rec.ax.middleCols((t - 1) * B, w);
-    h.colwise() += p.b_hh;
+    h = rec.ax.middleCols((t - 1) * B, w).colwise() + p.b_hh;
+    rec.w_hh_packed.product(threads, h, rec.h.middleCols((t - 1) * B, w), /*accumulate=*/true);
     h = Act<N>::apply(h.array());
   }
 }
