@@ -21,6 +21,10 @@ constexpr Index kDepth = 256;
 template <class T>
 constexpr Index kTileRows = 2 * GebpKernel<T>::Traits::mr;
 
+/// Columns of deep()'s tiles: its dst is a parameter gradient (a few hundred columns), cut in tiles
+/// enough to share among threads.
+constexpr Index kDeepTileCols = 128;
+
 Index blocks_of(Index n, Index block) { return (n + block - 1) / block; }
 
 template <class T>
@@ -64,7 +68,7 @@ void deep(int team, T* dst, Index ld, Index m, Index n, Index k, const ProductOp
           bool accumulate) {
   using K = GebpKernel<T>;
   constexpr Index R = kTileRows<T>;
-  const Index row_blocks = blocks_of(m, R), col_blocks = blocks_of(n, kProductCols);
+  const Index row_blocks = blocks_of(m, R), col_blocks = blocks_of(n, kDeepTileCols);
   const Index kc = std::min(kDepth, k), chunks = blocks_of(k, kDepth);
   AlignedVector<T> packed_a(static_cast<std::size_t>(m * kc)), packed_b(static_cast<std::size_t>(kc * n));
   std::vector<std::int64_t> units;
@@ -79,11 +83,11 @@ void deep(int team, T* dst, Index ld, Index m, Index n, Index k, const ProductOp
       const Index r0 = u * R;
       K::pack_lhs(packed_a.data() + r0 * d, a.data, a.stride, a.row_major, r0, k0, d, std::min(R, m - r0));
     } else if (s % 2 == 0) {
-      const Index j0 = (u - row_blocks) * kProductCols;
-      K::pack_rhs(packed_b.data() + j0 * d, b.data, b.stride, b.row_major, k0, j0, d, std::min(kProductCols, n - j0));
+      const Index j0 = (u - row_blocks) * kDeepTileCols;
+      K::pack_rhs(packed_b.data() + j0 * d, b.data, b.stride, b.row_major, k0, j0, d, std::min(kDeepTileCols, n - j0));
     } else {
-      const Index r0 = (u % row_blocks) * R, j0 = (u / row_blocks) * kProductCols;
-      const Index rows = std::min(R, m - r0), cols = std::min(kProductCols, n - j0);
+      const Index r0 = (u % row_blocks) * R, j0 = (u / row_blocks) * kDeepTileCols;
+      const Index rows = std::min(R, m - r0), cols = std::min(kDeepTileCols, n - j0);
       if (k0 == 0 && !accumulate) zero_columns(dst, ld, r0, rows, j0, cols);
       K::gebp(dst + j0 * ld + r0, ld, packed_a.data() + r0 * d, packed_b.data() + j0 * d, rows, d, cols);
     }

@@ -65,7 +65,7 @@ struct ProductOperand {
 /// threads, the depth in chunks fixed by k and every operand packed once per chunk: with
 /// `by_columns` (n the long side: steps × batch) a packed whole and tiles of kProductCols columns
 /// each packing its own part of b; otherwise (k the long side: a parameter gradient's sum over
-/// steps) both operands' chunks packed and shared by tiles of a few micro-kernel panels' rows × kProductCols. Tiles are
+/// steps) both operands' chunks packed and shared by smaller tiles of rows and columns. Tiles are
 /// claimed by whichever thread is free; nothing depends on the thread count, so neither do the bits.
 /// With `accumulate`, dst += a · b. Returns false, having done nothing, without Eigen 3.4's GEMM
 /// pieces or for n < 4 (a matrix-vector product).
