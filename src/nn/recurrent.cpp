@@ -100,6 +100,12 @@ StackBytes stack_bytes(const RecurrentConfig& c, Index steps, Index batch, std::
   return b;
 }
 
+/// The addresses of an io call's weights (w_hr only with a projection): backward_io must get forward_io's.
+template <class Io>
+std::array<const void*, 5> weight_addresses(const Io& io, const RecurrentConfig& config) {
+  return {io.w_ih, io.w_hh, io.b_ih, io.b_hh, config.proj > 0 ? io.w_hr : nullptr};
+}
+
 }  // namespace
 
 std::string stack_string(const RecurrentConfig& c, Index steps, Index batch) {
@@ -350,7 +356,7 @@ void Recurrent<T>::forward_io(const LayerForwardIo<T>& io, Index steps, Index ba
   impl_->half->forward_io(io, steps, batch, impl_->lengths, stream, params_);
   impl_->io_forward = true;
   impl_->io_recorded = io.record;
-  impl_->io_weights = {io.w_ih, io.w_hh, io.b_ih, io.b_hh, config_.proj > 0 ? io.w_hr : nullptr};
+  impl_->io_weights = detail::weight_addresses(io, config_);
 }
 
 template <class T>
@@ -359,8 +365,7 @@ std::string Recurrent<T>::backward_io(const LayerBackwardIo<T>& io, const Backwa
   const char* op = "Recurrent::backward_io";
   if (steps() == 0 || !impl_->io_recorded)
     detail::raise<InvalidArgument>(op, "call forward_io() (with record true) before backward_io()");
-  if (impl_->io_weights != std::array<const void*, 5>{io.w_ih, io.w_hh, io.b_ih, io.b_hh,
-                                                      config_.proj > 0 ? io.w_hr : nullptr})
+  if (impl_->io_weights != detail::weight_addresses(io, config_))
     detail::raise<InvalidArgument>(op, "the weights (w_ih, w_hh, b_ih, b_hh, w_hr) must be those forward_io read, "
                                        "at the same addresses and unchanged: the backward reads them in place");
   impl_->next_layer = -1;
