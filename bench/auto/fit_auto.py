@@ -193,8 +193,8 @@ def main():
                      + (f"{statistics.median(lo):.1%} | {max(lo):.1%} |" if lo else "– | – |"))
     lines += ["", "At every shape: auto's pick among bppsa's methods (in-sample; leave-one-out) against the best "
               "measured, and whether torch.nn is predicted faster (bppsa.nn's fallback).", "",
-              "| cell | H | T | B | threads | " + " | ".join(METHODS) + " | torch.nn | auto | regret | LOO auto | "
-              "LOO regret | torch.nn predicted faster |", "|---|---|---|---|---|" + "---|" * (len(METHODS) + 6)]
+              "| cell | H | I | T | B | threads | " + " | ".join(METHODS) + " | torch.nn | auto | regret | LOO auto | "
+              "LOO regret | torch.nn predicted faster |", "|---|---|---|---|---|---|" + "---|" * (len(METHODS) + 6)]
     worst, worst_loo, failures = 1.0, 1.0, []
     for key in sorted(shapes):
         by = shapes[key]
@@ -208,8 +208,8 @@ def main():
         if rl is not None:
             worst_loo = max(worst_loo, rl)
         torch_wins = choose(groups, key, [pick, "torch.nn"]) == "torch.nn" if pick else None
-        cell, hidden, steps, batch, _, threads = key
-        lines.append(f"| {cell} | {hidden} | {steps} | {batch} | {threads} | "
+        cell, hidden, steps, batch, inputs, threads = key
+        lines.append(f"| {cell} | {hidden} | {inputs} | {steps} | {batch} | {threads} | "
                      + " | ".join(fmt_ms(by.get(m)) for m in METHODS) + f" | {fmt_ms(by.get('torch.nn'))} | "
                      f"{pick} | {'–' if r is None else f'{r:.2f}'} | {pick_loo} | {'–' if rl is None else f'{rl:.2f}'} | "
                      f"{'–' if torch_wins is None else ('yes' if torch_wins else 'no')} |")

@@ -9,7 +9,7 @@ the JAX BPPSA's gradients must agree with jax.grad's to 1e-4 or the run stops.
 
 Each (configuration, peer) runs in a fresh worker process (bench/peers/peers_worker.py): backward alone,
 a training step (forward, cross-entropy, backward, Adam), peak memory of a step, and the step with
-the last core kept busy by a spinning process. Writes DIR/peers.json (every record, the machine,
+the last core kept busy by a spinning process (--grid cost-model: the step and its memory only). Writes DIR/peers.json (every record, the machine,
 every library's version), DIR/peers.csv, DIR/fig_peers.png and DIR/README.md (the tables)."""
 import argparse
 import json
@@ -81,7 +81,9 @@ def over_budget(peer, cfg, done, cap):
 def run_worker(peer, cfg, data, a, check):
     cmd = [sys.executable, os.path.join(HERE, "peers_worker.py"), "--peer", peer, "--config", json.dumps(cfg),
            "--data", data, "--threads", str(a.threads), "--reps", str(a.reps), "--warmup", str(a.warmup),
-           "--budget", str(a.budget), "--cap", str(a.cap), "--busy"]
+           "--budget", str(a.budget), "--cap", str(a.cap)]
+    # The cost model's grid needs the training step alone (bench/auto/fit_auto.py).
+    cmd += ["--step-only"] if a.grid == "cost-model" else ["--busy"]
     if check:
         cmd += ["--check", "--perturb", str(a.perturb_jax_bppsa)]
     t0 = time.perf_counter()

@@ -12,9 +12,10 @@ CLASSES = 10
 FEATURES = 1  # the paper's bitstream: one input feature per step
 
 
-def config(cell, hidden, steps, batch):
-    return {"name": f"{cell} H{hidden} T{steps} B{batch}", "cell": cell, "hidden": hidden, "steps": steps,
-            "batch": batch, "features": FEATURES, "classes": CLASSES}
+def config(cell, hidden, steps, batch, features=FEATURES):
+    name = f"{cell} H{hidden} T{steps} B{batch}" + (f" I{features}" if features != FEATURES else "")
+    return {"name": name, "cell": cell, "hidden": hidden, "steps": steps, "batch": batch, "features": features,
+            "classes": CLASSES}
 
 
 SHAPE_KEYS = ("cell", "hidden", "steps", "batch", "features")  # what every record repeats of its configuration
@@ -25,13 +26,14 @@ def configs(quick, grid="peers"):
     the large states (H 512 and 1024 at T 28, 100, 1000 and B 1, 16, 64). Quick: two tiny shapes
     that still take every peer and the tanh-RNN and jacrev (LSTM, 2H state) paths of the JAX
     BPPSA. grid "cost-model": the shapes bench/auto/run.sh
-    fits auto's cost model to (every cell at H 16–256, T 30–3000, B 1–64; quick: two small ones
-    for each of two cells, enough for a fit)."""
+    fits auto's cost model to (every cell at H 16–256, T 30–3000, B 1–64, the input size 1 or H
+    in a checkerboard over T and B so that the model's input-projection feature is told apart
+    from its elementwise one; quick: two small ones for each of two cells, enough for a fit)."""
     if grid == "cost-model":
         if quick:
-            return [config(c, h, 10, 2) for c in ("RNN", "LSTM") for h in (8, 16)]
-        return [config(c, h, t, b) for c in ("RNN", "GRU", "LSTM") for h in (16, 64, 256) for t in (30, 300, 3000)
-                for b in (1, 16, 64)]
+            return [config(c, h, 10, 2, f) for c in ("RNN", "LSTM") for h, f in ((8, 1), (16, 16))]
+        return [config(c, h, t, b, h if (i + j) % 2 else FEATURES) for c in ("RNN", "GRU", "LSTM")
+                for h in (16, 64, 256) for i, t in enumerate((30, 300, 3000)) for j, b in enumerate((1, 16, 64))]
     if quick:
         return [config("RNN", 20, 20, 16), config("LSTM", 8, 10, 4)]
     out = [config("RNN", 20, t, 16) for t in (10, 30, 100, 300, 1000, 3000, 10000, 30000)]

@@ -22,7 +22,8 @@ def line(r):
         return f"{head} {r['skipped']}"
     gc = " grad-check ok" if r.get("grad_check") else ""
     busy = f" busy {ms(r, 'step_busy'):9.2f} ms" if r.get("step_busy") else ""
-    return (f"{head} loss {r['first_loss']:.6f}  bwd {ms(r, 'backward'):9.2f} ms  step {ms(r, 'step'):9.2f} ms"
+    bwd = f"  bwd {ms(r, 'backward'):9.2f} ms" if r.get("backward") else ""
+    return (f"{head} loss {r['first_loss']:.6f}{bwd}  step {ms(r, 'step'):9.2f} ms"
             f"{busy}  peak {r['peak_memory']['bytes'] / 2**20:7.1f} MiB  compile {r.get('compile_s', 0):5.1f} s{gc}")
 
 

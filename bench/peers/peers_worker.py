@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One peer at one configuration, in a process of its own (fresh memory, one framework loaded):
 set-up, first loss, [the JAX BPPSA's gradient check], compile, peak memory of one training step,
-backward alone, a training step, and a training step with one core busy. Prints its record as the
+backward alone (not with --step-only), a training step, and a training step with one core busy (--busy). Prints its record as the
 last line (@@RESULT {json}). Run by bench/peers/peers.py, not by hand."""
 import argparse
 import json
@@ -25,6 +25,7 @@ def main():
     ap.add_argument("--budget", type=float, default=20.0, help="seconds of timed calls per measurement")
     ap.add_argument("--cap", type=float, default=60.0, help="a step longer than this: skipped, over budget")
     ap.add_argument("--busy", action="store_true", help="also time the step with the last core busy")
+    ap.add_argument("--step-only", action="store_true", help="time the training step only, not backward alone")
     ap.add_argument("--check", action="store_true", help="JAX BPPSA: check its gradients against jax.grad")
     ap.add_argument("--perturb", type=float, default=0.0, help="JAX BPPSA: scale its Jacobians (test the check)")
     a = ap.parse_args()
@@ -94,7 +95,8 @@ def run(a, cfg, rec):
         return
     reps, warmup = common.adaptive_reps(one, a.reps, a.warmup, a.budget)
     rec["reps"], rec["warmup"] = reps, warmup
-    rec["backward"] = common.timed(peer.backward, reps, warmup, before=peer.forward)
+    if not a.step_only:
+        rec["backward"] = common.timed(peer.backward, reps, warmup, before=peer.forward)
     rec["step"] = common.timed(peer.step, reps, warmup)
     # compile time: the first loss call, and the first step's and first forward+backward's excess
     # over warm ones (for eager peers: first-call overheads only).

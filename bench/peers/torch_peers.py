@@ -6,7 +6,9 @@
   works, else eager (the compile error is recorded);
 - bppsa.nn: the same module from bppsa.nn with backward= bp | blelloch | hybrid | auto.
 Every side: the weights of the seeded torch.nn model (the runner's data file), the same data,
-Adam(lr 1e-4)."""
+Adam(lr 1e-4), subnormal floats flushed to zero (torch.set_flush_denormal(True) before torch starts
+its threads, which inherit it): bppsa's engine flushes them, and torch.nn slows down many times
+over on them (docs/pytorch.md), so torch is timed at its best."""
 import torch
 import torch.nn.functional as F
 
@@ -105,11 +107,12 @@ class TorchPeer:
 
 
 def build(peer, cfg, data, threads):
+    flushed = torch.set_flush_denormal(True)  # False: a CPU without the mode (recorded)
     torch.set_num_threads(threads)
     x = torch.from_numpy(data["x"])
     y = torch.from_numpy(data["y"]).long()
     state = {k[len("w."):]: torch.from_numpy(data[k]) for k in data.files if k.startswith("w.")}
-    info = {"versions": {"torch": torch.__version__}}
+    info = {"versions": {"torch": torch.__version__}, "flush_denormal": flushed}
     if peer in ("torch.nn", "torch.compile"):
         model = Model(torch.nn, cfg)
     elif peer.startswith("torch scan"):
