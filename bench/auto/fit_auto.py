@@ -167,7 +167,10 @@ def main():
         with open(p) as f:
             doc = json.load(f)
         m = doc["machine"]
-        machines.add(f"{m.get('cpu', '?')}, {m.get('cores', '?')} cores, bppsa {doc['versions'].get('bppsa')}, "
+        # bppsa's version as its workers imported it (a build tree's package is not installed).
+        bppsa = doc["versions"].get("bppsa") or next(
+            (r["versions"]["bppsa"] for r in doc["records"] if (r.get("versions") or {}).get("bppsa")), None)
+        machines.add(f"{m.get('cpu', '?')}, {m.get('cores', '?')} cores, bppsa {bppsa}, "
                      f"torch {doc['versions'].get('torch')}")
     model = {"format": FORMAT, "fitted_on": "; ".join(sorted(machines)), "sweeps": fitted_on, "features": FEATURES,
              "groups": [{"cell": c, "candidate": cand, "threads": t, "coef": coef, "points": len(points[(c, cand, t)])}
