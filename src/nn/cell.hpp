@@ -104,6 +104,13 @@ struct PreactGrads {
   bool keep_dc = false;
 };
 
+/// Columns [j0, j0 + cols) of a step's running samples; cols < 0: all of them from j0.
+struct StepColumns {
+  Index j0 = 0, cols = -1;
+  /// How many, in a step of `width` running samples.
+  Index count(Index width) const { return cols < 0 ? width - j0 : cols; }
+};
+
 /// Where one J_t^T goes: record column `col` = (t − 1)·B + b (sample b at step t) into sample
 /// slot `sample` of `*j`.
 template <class T>
@@ -125,16 +132,17 @@ struct CellOps {
                          Index count);
   /// Fills J_t^T of each slot.
   void (*fill)(const LayerWeights<T>& p, const LayerRecord<T>& rec, std::span<const JacobianSlot<T>> slots);
-  /// Pre-activation gradients for steps [t0, t1) (each on its first rec.width(t) samples)
-  /// from the state gradients in g.
+  /// Pre-activation gradients for steps [t0, t1) (each on `cols` of its first rec.width(t)
+  /// samples) from the state gradients in g. Calls on other columns may run at once (BP's team),
+  /// so with pg.keep_dc, out.dc must already be H × B.
   void (*preact)(const LayerWeights<T>& p, const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out, Index t0,
-                 Index t1);
+                 Index t1, StepColumns cols);
   /// The part of g_{t−1} that does not pass through W_hh (GRU: z ⊙ g; LSTM: c-row f ⊙ δc),
-  /// added into `prev` (S × the first prev.cols() samples); rnn: nothing. Called right after
-  /// preact(…, pg, t, t + 1) with pg.keep_dc set (BP through time): the LSTM reads that step's δc
-  /// from pg.dc.
+  /// added into `prev` (S × samples [j0, j0 + prev.cols()) of the step); rnn: nothing. Called
+  /// after preact(…, pg, t, t + 1) on those samples with pg.keep_dc set (BP through time): the
+  /// LSTM reads that step's δc from pg.dc.
   void (*direct)(const LayerWeights<T>& p, const LayerRecord<T>& rec, const Matrix<T>& g, const PreactGrads<T>& pg,
-                 Index t, Eigen::Ref<Matrix<T>> prev);
+                 Index t, Index j0, Eigen::Ref<Matrix<T>> prev);
 };
 
 /// The padded chain of a layer: J_t^T for t = 1..T, every one of B samples.

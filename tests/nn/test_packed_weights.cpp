@@ -1,6 +1,6 @@
 // The CPU half's product drivers against a plain triple loop in long double: PackedWeights
 // (src/nn/cpu/packed_weights.hpp: the recurrences' per-step W · h and BP's W^T · δ, a column-major W)
-// on every path (matrix-vector, packed, wide), and parallel_product (src/nn/cpu/parallel.hpp:
+// on every path (matrix-vector, packed, wide) and in a whole recurrence, and parallel_product (src/nn/cpu/parallel.hpp:
 // blocked_product's two tilings, either storage order of each operand and of dst), with strides that
 // are not the shapes, tile and depth-chunk remainders, and 1 or 3 threads giving the same bits.
 #include <gtest/gtest.h>
@@ -162,6 +162,111 @@ TEST(ParallelProduct, MatchesALoopOnEveryTilingAndStorageOrder) {
       expect_parallel_products<float>(m, n, k, by_columns);
       expect_parallel_products<double>(m, n, k, by_columns);
     }
+}
+
+/// A recurrence of `rows` = 2 · depth pre-activations a = c + t/100 + W · h_{t−1} and state
+/// h_t(i) = tanh(a(i) + a(depth + i) / 2), steps of the given widths, in one step buffer (as the GRU's),
+/// h with padding rows (strides not the shapes).
+template <class T>
+class ToySteps final : public bppsa::detail::RecurrenceStep<T> {
+ public:
+  ToySteps(Index depth, std::vector<Index> widths, const std::vector<T>& c, const std::vector<T>& h0)
+      : depth_(depth), widths_(std::move(widths)), c_(c), a_(static_cast<std::size_t>(a_stride() * widths_[0])),
+        h_(static_cast<std::size_t>(h_stride() * widths_[0]) * (widths_.size() + 1)) {
+    std::copy(h0.begin(), h0.end(), h_.begin());
+  }
+  Index width(Index t) const override { return widths_[static_cast<std::size_t>(t - 1)]; }
+  T* dst(Index) override { return a_.data(); }
+  Index dst_stride() const override { return a_stride(); }
+  const T* h(Index t) const override { return h_.data() + (t - 1) * widths_[0] * h_stride(); }
+  Index h_stride() const override { return depth_ + 3; }
+  void init(Index t, Index r0, Index rows) override {
+    for (Index j = 0; j < width(t); ++j)
+      for (Index r = r0; r < r0 + rows; ++r)
+        a_[static_cast<std::size_t>(j * a_stride() + r)] = c_[static_cast<std::size_t>(r)] + static_cast<T>(t) / T(100);
+  }
+  void pointwise(Index t, Index j0, Index cols) override {
+    for (Index j = j0; j < j0 + cols; ++j)
+      for (Index i = 0; i < depth_; ++i) {
+        const T* a = a_.data() + j * a_stride();
+        h_[static_cast<std::size_t>((t * widths_[0] + j) * h_stride() + i)] = std::tanh(a[i] + a[depth_ + i] / T(2));
+      }
+  }
+  /// h_t's column j.
+  const T* state(Index t, Index j) const { return h_.data() + (t * widths_[0] + j) * h_stride(); }
+
+ private:
+  Index a_stride() const { return 2 * depth_ + 5; }
+  Index depth_;
+  std::vector<Index> widths_;
+  std::vector<T> c_, a_, h_;
+};
+
+template <class T>
+void expect_recurrence(Index depth, const std::vector<Index>& widths) {
+  const Index rows = 2 * depth, n = widths[0], steps = static_cast<Index>(widths.size());
+  std::mt19937_64 rng(static_cast<unsigned>(depth * 100 + n));
+  std::uniform_real_distribution<double> u(-1, 1);
+  const Index w_stride = depth + 2;
+  std::vector<T> w(static_cast<std::size_t>(rows * w_stride)), c(static_cast<std::size_t>(rows)),
+      h0(static_cast<std::size_t>(n * (depth + 3)));
+  const double scale = 0.5 / std::sqrt(static_cast<double>(depth));  // contracting: errors do not grow
+  for (T& v : w) v = static_cast<T>(scale * u(rng));
+  for (T& v : c) v = static_cast<T>(u(rng));
+  for (T& v : h0) v = static_cast<T>(u(rng));
+  // The oracle: the same recurrence in long double, step by step, column by column.
+  std::vector<std::vector<long double>> want(static_cast<std::size_t>(n));
+  for (Index j = 0; j < n; ++j) {
+    std::vector<long double> h(h0.begin() + j * (depth + 3), h0.begin() + j * (depth + 3) + depth), a(rows);
+    for (Index t = 1; t <= steps && j < widths[static_cast<std::size_t>(t - 1)]; ++t) {
+      for (Index r = 0; r < rows; ++r) {
+        a[r] = static_cast<long double>(c[r]) + static_cast<long double>(static_cast<T>(t) / T(100));
+        for (Index k = 0; k < depth; ++k) a[r] += static_cast<long double>(w[r * w_stride + k]) * h[k];
+      }
+      for (Index i = 0; i < depth; ++i) h[i] = std::tanh(a[i] + a[depth + i] / 2);
+    }
+    want[j] = h;
+  }
+  const bppsa::detail::FlopsPerThread full_teams(0);
+  std::vector<std::vector<T>> first;
+  for (int threads : {1, 2, 3}) {
+    PackedWeights<T> packed;
+    packed.pack(w.data(), rows, depth, w_stride);
+    ToySteps<T> toy(depth, widths, c, h0);
+    packed.recurrence(threads, steps, toy);
+    std::vector<std::vector<T>> got;
+    for (Index j = 0; j < n; ++j) {
+      Index last = 0;  // the last step sample j ran
+      while (last < steps && j < widths[static_cast<std::size_t>(last)]) ++last;
+      got.emplace_back(toy.state(last, j), toy.state(last, j) + depth);
+      for (Index i = 0; i < depth; ++i)
+        ASSERT_NEAR(static_cast<double>(got.back()[i]), static_cast<double>(want[j][i]),
+                    64.0 * static_cast<double>(depth) * std::numeric_limits<T>::epsilon())
+            << "depth " << depth << ", widths from " << n << ", sample " << j << " after step " << last << ", row " << i
+            << ", " << threads << " threads";
+    }
+    if (threads == 1)
+      first = got;
+    else
+      EXPECT_EQ(got, first) << "depth " << depth << ", widths from " << n << ": " << threads
+                            << " threads changed the bits";
+  }
+}
+
+// PackedWeights::recurrence (the cells' forward) against a long-double loop: steps on every product
+// path (several packed columns, fewer than 4 columns, wide steps by columns), widths that shrink
+// to ones that are not whole panels of packed h, and 1, 2 or 3 threads giving the same bits.
+TEST(PackedWeights, RecurrenceMatchesALoopAndTheThreadCount) {
+  const std::vector<std::vector<Index>> schedules = {
+      {13, 13, 9, 9, 6, 5, 5, 3, 1, 1}, {16, 16, 16, 16, 12, 12}, {4, 4, 3, 2, 2}, {1, 1, 1, 1}, {3, 3}};
+  for (Index depth : {37, 64, 5}) {
+    for (const auto& widths : schedules) {
+      expect_recurrence<float>(depth, widths);
+      expect_recurrence<double>(depth, widths);
+    }
+  }
+  expect_recurrence<float>(20, std::vector<Index>(3, 600));  // wide steps: step by step, by columns
+  expect_recurrence<double>(20, {600, 600, 7, 1});
 }
 
 }  // namespace

@@ -8,26 +8,45 @@
 namespace bppsa::detail {
 namespace {
 
+/// The recurrence as PackedWeights::recurrence runs it: W_hh h_{t−1} + b_hh into a step buffer,
+/// then the gates and h_t column block by column block.
 template <class T>
-void forward(const LayerWeights<T>& p, LayerRecord<T>& rec, int threads) {
-  const Index B = rec.batch, H = rec.hidden;
-  Matrix<T> ah(3 * H, B);
-  pack_weights(p, rec);
-  for (Index t = 1; t <= rec.steps; ++t) {
-    const Index w = rec.width(t);
-    const auto hp = rec.h.middleCols((t - 1) * B, w);
-    auto ahw = ah.leftCols(w);
-    ahw = p.b_hh.rowwise().replicate(w);
-    rec.w_hh_packed.product(threads, ahw, hp, /*accumulate=*/true);
-    const auto ax = rec.ax.middleCols((t - 1) * B, w);
-    auto gates = rec.gates.middleCols((t - 1) * B, w);
+class GruSteps final : public RecurrenceStep<T> {
+ public:
+  GruSteps(const LayerWeights<T>& p, LayerRecord<T>& rec) : p_(p), rec_(rec), ah_(3 * rec.hidden, rec.batch) {}
+  Index width(Index t) const override { return rec_.width(t); }
+  T* dst(Index) override { return ah_.data(); }
+  Index dst_stride() const override { return ah_.rows(); }
+  const T* h(Index t) const override { return rec_.h.data() + (t - 1) * rec_.batch * rec_.h.rows(); }
+  Index h_stride() const override { return rec_.h.rows(); }
+  void init(Index t, Index r0, Index rows) override {
+    ah_.block(r0, 0, rows, rec_.width(t)) = p_.b_hh.segment(r0, rows).rowwise().replicate(rec_.width(t));
+  }
+  void pointwise(Index t, Index j0, Index cols) override {
+    const Index B = rec_.batch, H = rec_.hidden;
+    const auto ahw = ah_.middleCols(j0, cols);
+    const auto hp = rec_.h.middleCols((t - 1) * B + j0, cols);
+    const auto ax = rec_.ax.middleCols((t - 1) * B + j0, cols);
+    auto gates = rec_.gates.middleCols((t - 1) * B + j0, cols);
     auto r = gates.topRows(H), z = gates.middleRows(H, H), n = gates.bottomRows(H);
     r.array() = sigmoid((ax.topRows(H) + ahw.topRows(H)).array());
     z.array() = sigmoid((ax.middleRows(H, H) + ahw.middleRows(H, H)).array());
-    rec.aux.middleCols((t - 1) * B, w) = ahw.bottomRows(H);
+    rec_.aux.middleCols((t - 1) * B + j0, cols) = ahw.bottomRows(H);
     n = (ax.bottomRows(H).array() + r.array() * ahw.bottomRows(H).array()).tanh();
-    rec.h.middleCols(t * B, w) = (T(1) - z.array()) * n.array() + z.array() * hp.array();
+    rec_.h.middleCols(t * B + j0, cols) = (T(1) - z.array()) * n.array() + z.array() * hp.array();
   }
+
+ private:
+  const LayerWeights<T>& p_;
+  LayerRecord<T>& rec_;
+  Matrix<T> ah_;  // W_hh h_{t−1} + b_hh of the step under way
+};
+
+template <class T>
+void forward(const LayerWeights<T>& p, LayerRecord<T>& rec, int threads) {
+  pack_weights(p, rec);
+  GruSteps<T> steps(p, rec);
+  rec.w_hh_packed.recurrence(threads, rec.steps, steps);
 }
 
 template <class T>
@@ -59,17 +78,17 @@ void fill(const LayerWeights<T>& p, const LayerRecord<T>& rec, std::span<const J
 
 template <class T>
 void preact(const LayerWeights<T>&, const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out, Index t0,
-            Index t1) {
-  const Index B = rec.batch, H = rec.hidden;
+            Index t1, StepColumns cols) {
+  const Index B = rec.batch, H = rec.hidden, j0 = cols.j0;
   for (Index t = t0; t < t1; ++t) {
-    const Index w = rec.width(t);
-    const auto gates = rec.gates.middleCols((t - 1) * B, w);
+    const Index w = cols.count(rec.width(t)), c0 = (t - 1) * B + j0;  // c0: the step's first column here
+    const auto gates = rec.gates.middleCols(c0, w);
     const auto r = gates.topRows(H).array(), z = gates.middleRows(H, H).array(), n = gates.bottomRows(H).array();
-    const auto m = rec.aux.middleCols((t - 1) * B, w).array();
-    const auto hp = rec.h.middleCols((t - 1) * B, w).array();
-    const auto gt = g.middleCols(t * B, w).array();
-    auto dx = out.dx.middleCols((t - 1) * B, w);
-    auto dh = out.dh.middleCols((t - 1) * B, w);
+    const auto m = rec.aux.middleCols(c0, w).array();
+    const auto hp = rec.h.middleCols(c0, w).array();
+    const auto gt = g.middleCols(t * B + j0, w).array();
+    auto dx = out.dx.middleCols(c0, w);
+    auto dh = out.dh.middleCols(c0, w);
     dx.bottomRows(H) = (T(1) - n.square()) * (T(1) - z) * gt;       // ∇N
     dx.topRows(H) = r * (T(1) - r) * m * dx.bottomRows(H).array();  // ∇R
     dx.middleRows(H, H) = z * (T(1) - z) * (hp - n) * gt;           // ∇Z
@@ -80,9 +99,10 @@ void preact(const LayerWeights<T>&, const LayerRecord<T>& rec, const Matrix<T>& 
 
 template <class T>
 void direct(const LayerWeights<T>&, const LayerRecord<T>& rec, const Matrix<T>& g, const PreactGrads<T>&, Index t,
-            Eigen::Ref<Matrix<T>> prev) {
+            Index j0, Eigen::Ref<Matrix<T>> prev) {
   const Index B = rec.batch, H = rec.hidden, w = prev.cols();
-  prev.array() += rec.gates.middleCols((t - 1) * B, w).middleRows(H, H).array() * g.middleCols(t * B, w).array();
+  prev.array() +=
+      rec.gates.middleCols((t - 1) * B + j0, w).middleRows(H, H).array() * g.middleCols(t * B + j0, w).array();
 }
 
 }  // namespace

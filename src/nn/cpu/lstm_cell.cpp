@@ -20,36 +20,69 @@ Index out_rows(const LayerWeights<T>& p, Index hidden) {
   return p.w_hr.size() != 0 ? p.w_hr.rows() : hidden;
 }
 
+/// Step t's gates i, f, g, o (pre-activations in a) through their nonlinearities, then c_t and
+/// tanh(c_t) into rec; returns o ⊙ tanh(c_t) for columns [j0, j0 + cols) of the step.
+template <class T>
+auto gates_and_cell(LayerRecord<T>& rec, Index t, Index j0, Index cols) {
+  const Index B = rec.batch, H = rec.hidden;
+  auto a = rec.gates.middleCols((t - 1) * B + j0, cols);
+  auto i = a.topRows(H), f = a.middleRows(H, H), g = a.middleRows(2 * H, H), o = a.bottomRows(H);
+  i.array() = sigmoid(i.array());
+  f.array() = sigmoid(f.array());
+  g = g.array().tanh();
+  o.array() = sigmoid(o.array());
+  auto c = rec.c.middleCols(t * B + j0, cols);
+  c = f.array() * rec.c.middleCols((t - 1) * B + j0, cols).array() + i.array() * g.array();
+  auto tc = rec.aux.middleCols((t - 1) * B + j0, cols);
+  tc = c.array().tanh();
+  return o.array() * tc.array();
+}
+
+/// The recurrence without a projection, as PackedWeights::recurrence runs it: the gates'
+/// pre-activations a = W_ih x + b_ih + b_hh + W_hh h_{t−1} in rec.gates.
+template <class T>
+class LstmSteps final : public RecurrenceStep<T> {
+ public:
+  LstmSteps(const LayerWeights<T>& p, LayerRecord<T>& rec) : p_(p), rec_(rec) {}
+  Index width(Index t) const override { return rec_.width(t); }
+  T* dst(Index t) override { return rec_.gates.data() + (t - 1) * rec_.batch * rec_.gates.rows(); }
+  Index dst_stride() const override { return rec_.gates.rows(); }
+  const T* h(Index t) const override { return rec_.h.data() + (t - 1) * rec_.batch * rec_.h.rows(); }
+  Index h_stride() const override { return rec_.h.rows(); }
+  void init(Index t, Index r0, Index rows) override {
+    const Index B = rec_.batch, w = rec_.width(t);
+    rec_.gates.block(r0, (t - 1) * B, rows, w) =
+        rec_.ax.block(r0, (t - 1) * B, rows, w).colwise() + p_.b_hh.segment(r0, rows);
+  }
+  void pointwise(Index t, Index j0, Index cols) override {
+    rec_.h.middleCols(t * rec_.batch + j0, cols) = gates_and_cell(rec_, t, j0, cols);
+  }
+
+ private:
+  const LayerWeights<T>& p_;
+  LayerRecord<T>& rec_;
+};
+
 template <class T>
 void forward(const LayerWeights<T>& p, LayerRecord<T>& rec, int threads) {
   const Index B = rec.batch, H = rec.hidden;
   const bool proj = p.w_hr.size() != 0;
-  if (proj)
-    rec.m.resize(H, rec.steps * B);
-  else
-    rec.m.resize(0, 0);
   pack_weights(p, rec);
+  if (!proj) {
+    rec.m.resize(0, 0);
+    LstmSteps<T> steps(p, rec);
+    rec.w_hh_packed.recurrence(threads, rec.steps, steps);
+    return;
+  }
+  rec.m.resize(H, rec.steps * B);
   for (Index t = 1; t <= rec.steps; ++t) {
     const Index w = rec.width(t);
     auto a = rec.gates.middleCols((t - 1) * B, w);
     a = rec.ax.middleCols((t - 1) * B, w).colwise() + p.b_hh;
     rec.w_hh_packed.product(threads, a, rec.h.middleCols((t - 1) * B, w), /*accumulate=*/true);
-    auto i = a.topRows(H), f = a.middleRows(H, H), g = a.middleRows(2 * H, H), o = a.bottomRows(H);
-    i.array() = sigmoid(i.array());
-    f.array() = sigmoid(f.array());
-    g = g.array().tanh();
-    o.array() = sigmoid(o.array());
-    auto c = rec.c.middleCols(t * B, w);
-    c = f.array() * rec.c.middleCols((t - 1) * B, w).array() + i.array() * g.array();
-    auto tc = rec.aux.middleCols((t - 1) * B, w);
-    tc = c.array().tanh();
-    if (proj) {
-      auto m = rec.m.middleCols((t - 1) * B, w);
-      m = o.array() * tc.array();
-      rec.w_hr_packed.product(threads, rec.h.middleCols(t * B, w), m);
-    } else {
-      rec.h.middleCols(t * B, w) = o.array() * tc.array();
-    }
+    auto m = rec.m.middleCols((t - 1) * B, w);
+    m = gates_and_cell(rec, t, 0, w);
+    rec.w_hr_packed.product(threads, rec.h.middleCols(t * B, w), m);
   }
 }
 
@@ -103,29 +136,30 @@ void fill(const LayerWeights<T>& p, const LayerRecord<T>& rec, std::span<const J
 
 template <class T>
 void preact(const LayerWeights<T>& p, const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out, Index t0,
-            Index t1) {
-  const Index B = rec.batch, H = rec.hidden, P = out_rows(p, H);
+            Index t1, StepColumns cols) {
+  const Index B = rec.batch, H = rec.hidden, P = out_rows(p, H), j0 = cols.j0;
   const bool proj = p.w_hr.size() != 0;
   Matrix<T> gm_proj;  // W_hr^T ∂ℓ/∂h_t, the gradient on m_t, with a projection
-  // δc (the total gradient on c_t): in out.dc when BP asks for it (keep_dc: direct() reads it);
-  // otherwise (the scan path, which runs several ranges at once on one `out`) in a buffer of its own.
+  // δc (the total gradient on c_t): in out.dc when BP asks for it (keep_dc: direct() reads it; BP
+  // sizes it before calls on several column blocks run at once); otherwise (the scan path, which
+  // runs several ranges at once on one `out`) in a buffer of its own.
   Matrix<T> own;
   Matrix<T>& dcm = out.keep_dc ? out.dc : own;
-  dcm.resize(H, B);
+  if (dcm.rows() != H || dcm.cols() != B) dcm.resize(H, B);
   for (Index t = t0; t < t1; ++t) {
-    const Index w = rec.width(t);
-    const auto gates = rec.gates.middleCols((t - 1) * B, w);
+    const Index w = cols.count(rec.width(t)), c0 = (t - 1) * B + j0;  // c0: the step's first column here
+    const auto gates = rec.gates.middleCols(c0, w);
     const auto i = gates.topRows(H).array(), f = gates.middleRows(H, H).array();
     const auto gg = gates.middleRows(2 * H, H).array(), o = gates.bottomRows(H).array();
-    const auto tc = rec.aux.middleCols((t - 1) * B, w).array();
-    const auto cp = rec.c.middleCols((t - 1) * B, w).array();
-    if (proj) gm_proj.noalias() = p.w_hr.transpose() * g.middleCols(t * B, w).topRows(P);
-    const Eigen::Ref<const Matrix<T>> gm =
-        proj ? Eigen::Ref<const Matrix<T>>(gm_proj) : Eigen::Ref<const Matrix<T>>(g.middleCols(t * B, w).topRows(H));
+    const auto tc = rec.aux.middleCols(c0, w).array();
+    const auto cp = rec.c.middleCols(c0, w).array();
+    if (proj) gm_proj.noalias() = p.w_hr.transpose() * g.middleCols(t * B + j0, w).topRows(P);
+    const Eigen::Ref<const Matrix<T>> gm = proj ? Eigen::Ref<const Matrix<T>>(gm_proj)
+                                                : Eigen::Ref<const Matrix<T>>(g.middleCols(t * B + j0, w).topRows(H));
     const auto gh = gm.array();
-    const auto gc = g.middleCols(t * B, w).bottomRows(H).array();
-    auto dx = out.dx.middleCols((t - 1) * B, w);
-    auto dc = dcm.leftCols(w).array();
+    const auto gc = g.middleCols(t * B + j0, w).bottomRows(H).array();
+    auto dx = out.dx.middleCols(c0, w);
+    auto dc = dcm.middleCols(j0, w).array();
     dc = gc + o * (T(1) - tc.square()) * gh;
     dx.topRows(H) = gg * i * (T(1) - i) * dc;
     dx.middleRows(H, H) = cp * f * (T(1) - f) * dc;
@@ -136,10 +170,10 @@ void preact(const LayerWeights<T>& p, const LayerRecord<T>& rec, const Matrix<T>
 
 template <class T>
 void direct(const LayerWeights<T>&, const LayerRecord<T>& rec, const Matrix<T>&, const PreactGrads<T>& pg, Index t,
-            Eigen::Ref<Matrix<T>> prev) {
+            Index j0, Eigen::Ref<Matrix<T>> prev) {
   const Index B = rec.batch, H = rec.hidden, w = prev.cols();
-  const auto f = rec.gates.middleCols((t - 1) * B, w).middleRows(H, H).array();
-  prev.bottomRows(H).array() += f * pg.dc.leftCols(w).array();  // δc of step t, left by preact
+  const auto f = rec.gates.middleCols((t - 1) * B + j0, w).middleRows(H, H).array();
+  prev.bottomRows(H).array() += f * pg.dc.middleCols(j0, w).array();  // δc of step t, left by preact
 }
 
 }  // namespace

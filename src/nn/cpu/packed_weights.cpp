@@ -4,6 +4,8 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <cstdint>
+#include <vector>
 
 #include "nn/cpu/gebp.hpp"
 #include "nn/cpu/parallel.hpp"
@@ -13,6 +15,9 @@ namespace bppsa::detail {
 namespace {
 /// Products of fewer columns take Eigen's matrix-vector path (wide ones, parallel_step_product's columns).
 constexpr Index kMinCols = 4;
+/// Columns of a recurrence's pointwise block: whole panels of the packed h (the micro-kernel's nr
+/// columns), so that blocks packing their columns apart lay h out as one packing of the step does.
+constexpr Index kStepCols = 4;
 
 template <class T>
 void eigen_product(int threads, const T* w, Index rows, Index depth, Index stride, bool col_major, T* dst,
@@ -40,18 +45,38 @@ void PackedWeights<T>::pack(const T* w, Index rows, Index depth, Index stride, b
 }
 
 template <class T>
+void PackedWeights<T>::pack_now() {
+#ifdef BPPSA_EIGEN_GEBP
+  if (packed_now_) return;
+  packed_.resize(static_cast<std::size_t>(rows_ * depth_));  // W in blocks of kProductRows rows
+  for (Index r0 = 0; r0 < rows_; r0 += kProductRows)
+    GebpKernel<T>::pack_lhs(packed_.data() + r0 * depth_, w_, stride_, !col_major_, r0, 0, depth_,
+                            std::min(kProductRows, rows_ - r0));
+  packed_now_ = true;
+#endif
+}
+
+template <class T>
+void PackedWeights<T>::rows_product(Index r0, Index len, T* dst, Index dst_stride, const T* h, Index h_stride,
+                                    Index n) const {
+  // The expression parallel_product's blocks of rows evaluate (so the same bits).
+  using RowMap = Eigen::Map<const RowMatrix<T>, 0, Eigen::OuterStride<>>;
+  using ColMap = Eigen::Map<const Matrix<T>, 0, Eigen::OuterStride<>>;
+  Eigen::Map<Matrix<T>, 0, Eigen::OuterStride<>> d(dst, rows_, n, Eigen::OuterStride<>(dst_stride));
+  const ColMap hm(h, depth_, n, Eigen::OuterStride<>(h_stride));
+  if (col_major_)
+    d.middleRows(r0, len).noalias() += ColMap(w_, rows_, depth_, Eigen::OuterStride<>(stride_)).middleRows(r0, len) * hm;
+  else
+    d.middleRows(r0, len).noalias() += RowMap(w_, rows_, depth_, Eigen::OuterStride<>(stride_)).middleRows(r0, len) * hm;
+}
+
+template <class T>
 void PackedWeights<T>::product(int threads, T* dst, Index dst_stride, const T* h, Index h_stride, Index n,
                                bool accumulate) {
 #ifdef BPPSA_EIGEN_GEBP
   if (n >= kMinCols && n < kWideColumns && depth_ > 0) {
     using K = GebpKernel<T>;
-    if (!packed_now_) {  // W in blocks of kProductRows rows, once
-      packed_.resize(static_cast<std::size_t>(rows_ * depth_));
-      for (Index r0 = 0; r0 < rows_; r0 += kProductRows)
-        K::pack_lhs(packed_.data() + r0 * depth_, w_, stride_, !col_major_, r0, 0, depth_,
-                    std::min(kProductRows, rows_ - r0));
-      packed_now_ = true;
-    }
+    if (n >= kMinCols) pack_now();  // (so few columns: matrix-vector products on W as it is, a T 1 call's)
     rhs_.resize(static_cast<std::size_t>(depth_ * n));  // h packed once, read by every block
     K::pack_rhs(rhs_.data(), h, h_stride, /*row_major=*/false, 0, 0, depth_, n);
     const Index blocks = (rows_ + kProductRows - 1) / kProductRows;
@@ -66,6 +91,73 @@ void PackedWeights<T>::product(int threads, T* dst, Index dst_stride, const T* h
   }
 #endif
   eigen_product(threads, w_, rows_, depth_, stride_, col_major_, dst, dst_stride, h, h_stride, n, accumulate);
+}
+
+template <class T>
+void PackedWeights<T>::recurrence(int threads, Index steps, RecurrenceStep<T>& step) {
+  if (steps <= 0) return;
+  const Index ld = step.dst_stride(), hs = step.h_stride();
+#ifdef BPPSA_EIGEN_GEBP
+  Index n = 0;  // the widest step
+  for (Index t = 1; t <= steps; ++t) n = std::max(n, step.width(t));
+  if (n < kWideColumns && depth_ > 0) {
+    using K = GebpKernel<T>;
+    static_assert(kStepCols % K::Traits::nr == 0, "a pointwise block must hold whole panels of packed h");
+    if (n >= kMinCols) pack_now();  // (so few columns: matrix-vector products on W as it is, a T 1 call's)
+    rhs_.resize(static_cast<std::size_t>(depth_ * n));
+    const auto pack_h = [&](Index t, Index j0, Index cols) {  // h(t)'s columns [j0, j0 + cols), where all of h(t) would go
+      K::pack_rhs(rhs_.data() + j0 * depth_, step.h(t), hs, /*row_major=*/false, 0, j0, depth_, cols);
+    };
+    if (step.width(1) >= kMinCols) pack_h(1, 0, step.width(1));
+    const Index row_blocks = (rows_ + kProductRows - 1) / kProductRows;
+    std::vector<std::int64_t> units;  // per step: its product's row blocks, then its pointwise column blocks
+    units.reserve(static_cast<std::size_t>(2 * steps));
+    for (Index t = 1; t <= steps; ++t) {
+      units.push_back(step.width(t) > 0 ? row_blocks : 0);
+      units.push_back((step.pointwise_width(t) + kStepCols - 1) / kStepCols);
+    }
+    const auto unit = [&](std::size_t s, std::int64_t u) {
+      const Index t = static_cast<Index>(s / 2) + 1, w = step.width(t);
+      if (s % 2 == 0) {
+        const Index r0 = u * kProductRows, len = std::min(kProductRows, rows_ - r0);
+        step.init(t, r0, len);
+        if (w >= kMinCols)
+          K::gebp(step.dst(t) + r0, ld, packed_.data() + r0 * depth_, rhs_.data(), len, depth_, w);
+        else
+          rows_product(r0, len, step.dst(t), ld, step.h(t), hs, w);
+        return;
+      }
+      const Index j0 = u * kStepCols, cols = std::min(kStepCols, step.pointwise_width(t) - j0);
+      step.pointwise(t, j0, cols);
+      if (t < steps) {
+        const Index next = step.width(t + 1);
+        if (next >= kMinCols && j0 < next) pack_h(t + 1, j0, std::min(cols, next - j0));
+      }
+    };
+    const double flops = 2.0 * static_cast<double>(rows_) * static_cast<double>(depth_) * static_cast<double>(n);
+    const int team = team_for(flops, threads);
+    if (team <= 1) {  // the same units in the same order, without the team's counters
+      for (std::size_t s = 0; s < units.size(); ++s)
+        for (std::int64_t u = 0; u < units[s]; ++u) unit(s, u);
+      return;
+    }
+    Stages stages(units);
+    run_team(team, [&](int) {
+      FlushDenormals flush;
+      stages.run(unit);
+    });
+    return;
+  }
+#endif
+  for (Index t = 1; t <= steps; ++t) {  // wide steps: each product on the whole team, by columns
+    const Index w = step.width(t);
+    if (w > 0) {
+      step.init(t, 0, rows_);
+      product(threads, step.dst(t), ld, step.h(t), hs, w, /*accumulate=*/true);
+    }
+    const Index pw = step.pointwise_width(t);  // in the team's blocks
+    for (Index j0 = 0; j0 < pw; j0 += kStepCols) step.pointwise(t, j0, std::min(kStepCols, pw - j0));
+  }
 }
 
 template class PackedWeights<float>;

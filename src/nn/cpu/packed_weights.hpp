@@ -7,6 +7,30 @@
 
 namespace bppsa::detail {
 
+/// A cell's part of a recurrence run by PackedWeights::recurrence: where each step's product goes
+/// and what it reads, and the elementwise work around it.
+template <class T>
+class RecurrenceStep {
+ public:
+  virtual ~RecurrenceStep() = default;
+  /// Columns of step t's product (1-based).
+  virtual Index width(Index t) const = 0;
+  /// Columns of step t's pointwise work: at least width(t + 1) (the next product's input), which
+  /// may be more than width(t) (a backward pass, where samples join as the steps go back).
+  virtual Index pointwise_width(Index t) const { return width(t); }
+  /// Step t's product W · h_{t−1} accumulates onto dst(t) (W's rows × width(t), column-major,
+  /// columns dst_stride() apart) from h(t) (W's depth × width(t), columns h_stride() apart).
+  virtual T* dst(Index t) = 0;
+  virtual Index dst_stride() const = 0;
+  virtual const T* h(Index t) const = 0;
+  virtual Index h_stride() const = 0;
+  /// Sets rows [r0, r0 + rows) of dst(t), before the product accumulates onto them.
+  virtual void init(Index t, Index r0, Index rows) = 0;
+  /// Step t's columns [j0, j0 + cols) (of pointwise_width(t)) after its product; writes those of
+  /// h(t + 1), the next product's input.
+  virtual void pointwise(Index t, Index j0, Index cols) = 0;
+};
+
 template <class T>
 class PackedWeights {
  public:
@@ -27,6 +51,12 @@ class PackedWeights {
   void product(int threads, D&& dst, const H& h, bool accumulate = false) {
     product(threads, dst.data(), dst.outerStride(), h.data(), h.outerStride(), dst.cols(), accumulate);
   }
+  /// Runs steps 1..steps of a recurrence on one team of up to `threads` threads, forked once for
+  /// all steps instead of once per step's product: per step, init and W · h in blocks of
+  /// kProductRows rows, then pointwise in blocks of a few columns, each packing its columns of
+  /// h_t for the next step's product. The blocks are those of a team of one (no thread count
+  /// changes a bit); wide steps (kWideColumns) and small ones (one thread's work) run step by step.
+  void recurrence(int threads, Index steps, RecurrenceStep<T>& step);
   /// Packs a layer weight's map (row-major, contiguous rows).
   template <class W>
   void pack(const W& w) {
@@ -39,6 +69,10 @@ class PackedWeights {
   }
 
  private:
+  void pack_now();  // W into packed_, unless it is there
+  /// rows [r0, r0 + len) of dst += W · h, through Eigen's product (so few columns that it is a matrix-vector product)
+  void rows_product(Index r0, Index len, T* dst, Index dst_stride, const T* h, Index h_stride, Index n) const;
+
   const T* w_ = nullptr;
   Index rows_ = 0, depth_ = 0, stride_ = 0;
   bool col_major_ = false, packed_now_ = false;

@@ -47,17 +47,58 @@ void project_input(int threads, D&& ax, const LayerWeights<T>& p, const X& x) {
   ax.colwise() += p.b_ih;
 }
 
+/// BP through time as PackedWeights::recurrence runs it: its step s is the layer's step t = T + 1 − s,
+/// g_{t−1} (its h rows) += W_hh^T · dh_t, then per block of samples the part of g_{t−1} that
+/// bypasses W_hh (direct) and the pre-activation gradients of step t − 1 (preact: dh_{t−1}, the next
+/// product's input). Samples join as the steps go back (with lengths), hence pointwise_width.
+template <class T>
+class BpSteps final : public RecurrenceStep<T> {
+ public:
+  BpSteps(const CellOps<T>& ops, const LayerWeights<T>& p, const LayerRecord<T>& rec, const Matrix<T>& above,
+          bool inject, Matrix<T>& g, PreactGrads<T>& pg, const Matrix<T>& dh)
+      : ops_(ops), p_(p), rec_(rec), above_(above), inject_(inject), g_(g), pg_(pg), dh_(dh) {}
+  Index width(Index s) const override { return rec_.width(time(s)); }
+  Index pointwise_width(Index s) const override {
+    const Index t = time(s);
+    return t >= 2 ? std::max(rec_.width(t), rec_.width(t - 1)) : rec_.width(t);
+  }
+  T* dst(Index s) override { return g_.data() + (time(s) - 1) * rec_.batch * g_.rows(); }
+  Index dst_stride() const override { return g_.rows(); }
+  const T* h(Index s) const override { return dh_.data() + (time(s) - 1) * rec_.batch * dh_.rows(); }
+  Index h_stride() const override { return dh_.rows(); }
+  void init(Index s, Index r0, Index rows) override {
+    const Index t = time(s), B = rec_.batch;
+    if (inject_ && t >= 2) g_.block(r0, (t - 1) * B, rows, rec_.width(t)) = above_.block(r0, (t - 2) * B, rows, rec_.width(t));
+  }
+  void pointwise(Index s, Index j0, Index cols) override {
+    const Index t = time(s), B = rec_.batch, w = rec_.width(t);
+    if (j0 < w) ops_.direct(p_, rec_, g_, pg_, t, j0, g_.block(0, (t - 1) * B + j0, g_.rows(), std::min(cols, w - j0)));
+    if (t >= 2 && j0 < rec_.width(t - 1))
+      ops_.preact(p_, rec_, g_, pg_, t - 1, t, {j0, std::min(cols, rec_.width(t - 1) - j0)});
+  }
+
+ private:
+  Index time(Index s) const { return rec_.steps + 1 - s; }
+  const CellOps<T>& ops_;
+  const LayerWeights<T>& p_;
+  const LayerRecord<T>& rec_;
+  const Matrix<T>& above_;
+  bool inject_;
+  Matrix<T>& g_;
+  PreactGrads<T>& pg_;
+  const Matrix<T>& dh_;
+};
+
 /// Sequential BP through one layer (back-propagation through time with vector-Jacobian
 /// products, no Jacobians formed): g (S × (T+1)B, zero but for each sample's last block)
 /// receives every g_t for t = T−1..0, step t on its rec.width(t) running samples; pg receives the pre-activation
 /// gradients. `above` (P × TB, P the rows of h, the gradient on the layer's outputs) is injected into the h rows of
-/// g_{t−1} when `inject`.
+/// g_{t−1} when `inject`. One team runs every step (PackedWeights::recurrence).
 template <class T>
 void bp_recurrence(const CellOps<T>& ops, CellType cell, const LayerWeights<T>& p, const LayerRecord<T>& rec,
                    const Matrix<T>& above, bool inject, Matrix<T>& g, PreactGrads<T>& pg, int threads) {
-  const Index T_ = rec.steps, B = rec.batch, P = p.w_hh.cols();  // P: rows of h
-  auto& dh = cell == CellType::gru ? pg.dh : pg.dx;
-  Matrix<T> carried(P, B);
+  if (rec.steps == 0) return;
+  const auto& dh = cell == CellType::gru ? pg.dh : pg.dx;
   // preact leaves each step's δc for direct (LSTM); reset on the way out, exceptions included,
   // since the scan path shares pg and runs preact concurrently.
   struct KeepDc {
@@ -65,19 +106,12 @@ void bp_recurrence(const CellOps<T>& ops, CellType cell, const LayerWeights<T>& 
     explicit KeepDc(PreactGrads<T>& g) : pg(g) { pg.keep_dc = true; }
     ~KeepDc() { pg.keep_dc = false; }
   } keep(pg);
+  if (cell == CellType::lstm) pg.dc.resize(rec.hidden, rec.batch);  // before blocks of samples share it
+  ops.preact(p, rec, g, pg, rec.steps, rec.steps + 1, {});
   PackedWeights<T> w_hh_t;  // W_hh^T, packed once for every step
   w_hh_t.pack_transposed(p.w_hh);
-  for (Index t = T_; t >= 1; --t) {
-    const Index w = rec.width(t);  // the samples still running at step t (a prefix)
-    if (w == 0) continue;
-    ops.preact(p, rec, g, pg, t, t + 1);
-    auto gprev = g.middleCols((t - 1) * B, w);
-    if (inject && t >= 2) gprev.topRows(P) = above.middleCols((t - 2) * B, w);
-    // W_hh^T · dh_t: a GEMM per step, shared among the threads for large states (gated cells).
-    w_hh_t.product(threads, carried.leftCols(w), dh.middleCols((t - 1) * B, w));
-    gprev.topRows(P) += carried.leftCols(w);
-    ops.direct(p, rec, g, pg, t, gprev);
-  }
+  BpSteps<T> steps(ops, p, rec, above, inject, g, pg, dh);
+  w_hh_t.recurrence(threads, rec.steps, steps);
 }
 
 /// With lengths: the columns of the steps that run (step t's first rec.width(t) columns of its
@@ -560,7 +594,7 @@ void RecurrentCpu<T>::backward_on(Index l, const BackwardOptions& asked, const L
   double t2 = omp_get_wtime();
   if (scan)
     parallel_over_steps(threads, T_, 4.0 * static_cast<double>(G * B),
-                        [&](Index t0r, Index t1r) { ops.preact(p, rec, L.g, L.pg, t0r, t1r); });
+                        [&](Index t0r, Index t1r) { ops.preact(p, rec, L.g, L.pg, t0r, t1r, {}); });
   // The parameter-gradient GEMMs (T·B deep; with lengths, over the Σ L_b running steps
   // gathered, the padding skipped), shared among the threads.
   // The input gradient W_ih^T · dx: into the layer below's gx_, input_grad_ or the caller's buffer.

@@ -36,17 +36,36 @@ struct Act<Nonlinearity::relu> {
   }
 };
 
+/// The recurrence as PackedWeights::recurrence runs it: h_t = W_ih x + b_ih + b_hh, then
+/// += W_hh h_{t−1}, then the activation in place.
 template <class T, Nonlinearity N>
-void forward(const LayerWeights<T>& p, LayerRecord<T>& rec, int threads) {
-  const Index B = rec.batch;
-  pack_weights(p, rec);
-  for (Index t = 1; t <= rec.steps; ++t) {
-    const Index w = rec.width(t);
-    auto h = rec.h.middleCols(t * B, w);
-    h = rec.ax.middleCols((t - 1) * B, w).colwise() + p.b_hh;
-    rec.w_hh_packed.product(threads, h, rec.h.middleCols((t - 1) * B, w), /*accumulate=*/true);
+class RnnSteps final : public RecurrenceStep<T> {
+ public:
+  RnnSteps(const LayerWeights<T>& p, LayerRecord<T>& rec) : p_(p), rec_(rec) {}
+  Index width(Index t) const override { return rec_.width(t); }
+  T* dst(Index t) override { return rec_.h.data() + t * rec_.batch * rec_.h.rows(); }
+  Index dst_stride() const override { return rec_.h.rows(); }
+  const T* h(Index t) const override { return rec_.h.data() + (t - 1) * rec_.batch * rec_.h.rows(); }
+  Index h_stride() const override { return rec_.h.rows(); }
+  void init(Index t, Index r0, Index rows) override {
+    const Index B = rec_.batch, w = rec_.width(t);
+    rec_.h.block(r0, t * B, rows, w) = rec_.ax.block(r0, (t - 1) * B, rows, w).colwise() + p_.b_hh.segment(r0, rows);
+  }
+  void pointwise(Index t, Index j0, Index cols) override {
+    auto h = rec_.h.middleCols(t * rec_.batch + j0, cols);
     h = Act<N>::apply(h.array());
   }
+
+ private:
+  const LayerWeights<T>& p_;
+  LayerRecord<T>& rec_;
+};
+
+template <class T, Nonlinearity N>
+void forward(const LayerWeights<T>& p, LayerRecord<T>& rec, int threads) {
+  pack_weights(p, rec);
+  RnnSteps<T, N> steps(p, rec);
+  rec.w_hh_packed.recurrence(threads, rec.steps, steps);
 }
 
 template <class T>
@@ -66,17 +85,17 @@ void fill(const LayerWeights<T>&, const LayerRecord<T>& rec, std::span<const Jac
 
 template <class T, Nonlinearity N>
 void preact(const LayerWeights<T>&, const LayerRecord<T>& rec, const Matrix<T>& g, PreactGrads<T>& out, Index t0,
-            Index t1) {
-  const Index B = rec.batch;
+            Index t1, StepColumns cols) {
+  const Index B = rec.batch, j0 = cols.j0;
   for (Index t = t0; t < t1; ++t) {
-    const Index w = rec.width(t);
-    out.dx.middleCols((t - 1) * B, w) =
-        Act<N>::grad_from_output(rec.h.middleCols(t * B, w).array()) * g.middleCols(t * B, w).array();
+    const Index w = cols.count(rec.width(t));
+    out.dx.middleCols((t - 1) * B + j0, w) =
+        Act<N>::grad_from_output(rec.h.middleCols(t * B + j0, w).array()) * g.middleCols(t * B + j0, w).array();
   }
 }
 
 template <class T>
-void direct(const LayerWeights<T>&, const LayerRecord<T>&, const Matrix<T>&, const PreactGrads<T>&, Index,
+void direct(const LayerWeights<T>&, const LayerRecord<T>&, const Matrix<T>&, const PreactGrads<T>&, Index, Index,
             Eigen::Ref<Matrix<T>>) {}
 
 template <class T, Nonlinearity N>

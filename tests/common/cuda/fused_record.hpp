@@ -186,11 +186,11 @@ Matrix<T> bp_through(const FusedLayer<T>& L) {
   if (L.code == gpu::kGru) pg.dh.resize(GH, T_ * B);
   auto& dh = L.code == gpu::kGru ? pg.dh : pg.dx;
   for (Index t = T_; t >= 1; --t) {
-    ops.preact(L.p, L.rec, g, pg, t, t + 1);
+    ops.preact(L.p, L.rec, g, pg, t, t + 1, {});
     auto gprev = g.middleCols((t - 1) * B, B);
     if (L.inject && t >= 2) gprev.topRows(H) = L.above.middleCols((t - 2) * B, B);
     gprev.topRows(H).noalias() += L.p.w_hh.transpose() * dh.middleCols((t - 1) * B, B);
-    ops.direct(L.p, L.rec, g, pg, t, gprev);
+    ops.direct(L.p, L.rec, g, pg, t, 0, gprev);
   }
   return g;
 }
