@@ -91,6 +91,44 @@ void pack_weights(const LayerWeights<T>& p, LayerRecord<T>& rec) {
   if (p.w_hr.size() != 0) rec.w_hr_packed.pack(p.w_hr);
 }
 
+/// A cell's forward as PackedWeights::recurrence runs it over rec: step t's product reads h_{t−1}
+/// (rec.h's block t − 1) over the samples still running.
+template <class T>
+class CellSteps : public RecurrenceStep<T> {
+ public:
+  Index width(Index t) const final { return rec_.width(t); }
+  const T* h(Index t) const final { return rec_.h.data() + (t - 1) * rec_.batch * rec_.h.rows(); }
+  Index h_stride() const final { return rec_.h.rows(); }
+
+ protected:
+  CellSteps(const LayerWeights<T>& p, LayerRecord<T>& rec) : p_(p), rec_(rec) {}
+  const LayerWeights<T>& p_;
+  LayerRecord<T>& rec_;
+};
+
+/// Steps whose product accumulates onto W_ih x_t + b_ih + b_hh (rec.ax plus the bias) in out's
+/// step block t − 1 + shift (out: G·H rows, the record's column layout).
+template <class T>
+class InputDrivenSteps : public CellSteps<T> {
+ public:
+  T* dst(Index t) final { return out_.data() + (t - 1 + shift_) * this->rec_.batch * out_.rows(); }
+  Index dst_stride() const final { return out_.rows(); }
+  void init(Index t, Index r0, Index rows) final {
+    const LayerRecord<T>& rec = this->rec_;
+    const Index B = rec.batch, w = rec.width(t);
+    out_.block(r0, (t - 1 + shift_) * B, rows, w) =
+        rec.ax.block(r0, (t - 1) * B, rows, w).colwise() + this->p_.b_hh.segment(r0, rows);
+  }
+
+ protected:
+  InputDrivenSteps(const LayerWeights<T>& p, LayerRecord<T>& rec, Matrix<T>& out, Index shift)
+      : CellSteps<T>(p, rec), out_(out), shift_(shift) {}
+
+ private:
+  Matrix<T>& out_;
+  Index shift_;
+};
+
 /// Pre-activation gradients of one layer, G·H × TB: dx multiplies the input side (W_ih,
 /// b_ih), dh the recurrent side (W_hh, b_hh). They differ only for GRU's n gate.
 template <class T>

@@ -11,34 +11,31 @@ namespace {
 /// The recurrence as PackedWeights::recurrence runs it: W_hh h_{t−1} + b_hh into a step buffer,
 /// then the gates and h_t column block by column block.
 template <class T>
-class GruSteps final : public RecurrenceStep<T> {
+class GruSteps final : public CellSteps<T> {
  public:
-  GruSteps(const LayerWeights<T>& p, LayerRecord<T>& rec) : p_(p), rec_(rec), ah_(3 * rec.hidden, rec.batch) {}
-  Index width(Index t) const override { return rec_.width(t); }
+  GruSteps(const LayerWeights<T>& p, LayerRecord<T>& rec) : CellSteps<T>(p, rec), ah_(3 * rec.hidden, rec.batch) {}
   T* dst(Index) override { return ah_.data(); }
   Index dst_stride() const override { return ah_.rows(); }
-  const T* h(Index t) const override { return rec_.h.data() + (t - 1) * rec_.batch * rec_.h.rows(); }
-  Index h_stride() const override { return rec_.h.rows(); }
   void init(Index t, Index r0, Index rows) override {
-    ah_.block(r0, 0, rows, rec_.width(t)) = p_.b_hh.segment(r0, rows).rowwise().replicate(rec_.width(t));
+    const Index w = this->rec_.width(t);
+    ah_.block(r0, 0, rows, w) = this->p_.b_hh.segment(r0, rows).rowwise().replicate(w);
   }
   void pointwise(Index t, Index j0, Index cols) override {
-    const Index B = rec_.batch, H = rec_.hidden;
+    LayerRecord<T>& rec = this->rec_;
+    const Index B = rec.batch, H = rec.hidden;
     const auto ahw = ah_.middleCols(j0, cols);
-    const auto hp = rec_.h.middleCols((t - 1) * B + j0, cols);
-    const auto ax = rec_.ax.middleCols((t - 1) * B + j0, cols);
-    auto gates = rec_.gates.middleCols((t - 1) * B + j0, cols);
+    const auto hp = rec.h.middleCols((t - 1) * B + j0, cols);
+    const auto ax = rec.ax.middleCols((t - 1) * B + j0, cols);
+    auto gates = rec.gates.middleCols((t - 1) * B + j0, cols);
     auto r = gates.topRows(H), z = gates.middleRows(H, H), n = gates.bottomRows(H);
     r.array() = sigmoid((ax.topRows(H) + ahw.topRows(H)).array());
     z.array() = sigmoid((ax.middleRows(H, H) + ahw.middleRows(H, H)).array());
-    rec_.aux.middleCols((t - 1) * B + j0, cols) = ahw.bottomRows(H);
+    rec.aux.middleCols((t - 1) * B + j0, cols) = ahw.bottomRows(H);
     n = (ax.bottomRows(H).array() + r.array() * ahw.bottomRows(H).array()).tanh();
-    rec_.h.middleCols(t * B + j0, cols) = (T(1) - z.array()) * n.array() + z.array() * hp.array();
+    rec.h.middleCols(t * B + j0, cols) = (T(1) - z.array()) * n.array() + z.array() * hp.array();
   }
 
  private:
-  const LayerWeights<T>& p_;
-  LayerRecord<T>& rec_;
   Matrix<T> ah_;  // W_hh h_{t−1} + b_hh of the step under way
 };
 

@@ -41,26 +41,12 @@ auto gates_and_cell(LayerRecord<T>& rec, Index t, Index j0, Index cols) {
 /// The recurrence without a projection, as PackedWeights::recurrence runs it: the gates'
 /// pre-activations a = W_ih x + b_ih + b_hh + W_hh h_{t−1} in rec.gates.
 template <class T>
-class LstmSteps final : public RecurrenceStep<T> {
+class LstmSteps final : public InputDrivenSteps<T> {
  public:
-  LstmSteps(const LayerWeights<T>& p, LayerRecord<T>& rec) : p_(p), rec_(rec) {}
-  Index width(Index t) const override { return rec_.width(t); }
-  T* dst(Index t) override { return rec_.gates.data() + (t - 1) * rec_.batch * rec_.gates.rows(); }
-  Index dst_stride() const override { return rec_.gates.rows(); }
-  const T* h(Index t) const override { return rec_.h.data() + (t - 1) * rec_.batch * rec_.h.rows(); }
-  Index h_stride() const override { return rec_.h.rows(); }
-  void init(Index t, Index r0, Index rows) override {
-    const Index B = rec_.batch, w = rec_.width(t);
-    rec_.gates.block(r0, (t - 1) * B, rows, w) =
-        rec_.ax.block(r0, (t - 1) * B, rows, w).colwise() + p_.b_hh.segment(r0, rows);
-  }
+  LstmSteps(const LayerWeights<T>& p, LayerRecord<T>& rec) : InputDrivenSteps<T>(p, rec, rec.gates, 0) {}
   void pointwise(Index t, Index j0, Index cols) override {
-    rec_.h.middleCols(t * rec_.batch + j0, cols) = gates_and_cell(rec_, t, j0, cols);
+    this->rec_.h.middleCols(t * this->rec_.batch + j0, cols) = gates_and_cell(this->rec_, t, j0, cols);
   }
-
- private:
-  const LayerWeights<T>& p_;
-  LayerRecord<T>& rec_;
 };
 
 template <class T>

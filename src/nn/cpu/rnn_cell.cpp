@@ -39,26 +39,13 @@ struct Act<Nonlinearity::relu> {
 /// The recurrence as PackedWeights::recurrence runs it: h_t = W_ih x + b_ih + b_hh, then
 /// += W_hh h_{t−1}, then the activation in place.
 template <class T, Nonlinearity N>
-class RnnSteps final : public RecurrenceStep<T> {
+class RnnSteps final : public InputDrivenSteps<T> {
  public:
-  RnnSteps(const LayerWeights<T>& p, LayerRecord<T>& rec) : p_(p), rec_(rec) {}
-  Index width(Index t) const override { return rec_.width(t); }
-  T* dst(Index t) override { return rec_.h.data() + t * rec_.batch * rec_.h.rows(); }
-  Index dst_stride() const override { return rec_.h.rows(); }
-  const T* h(Index t) const override { return rec_.h.data() + (t - 1) * rec_.batch * rec_.h.rows(); }
-  Index h_stride() const override { return rec_.h.rows(); }
-  void init(Index t, Index r0, Index rows) override {
-    const Index B = rec_.batch, w = rec_.width(t);
-    rec_.h.block(r0, t * B, rows, w) = rec_.ax.block(r0, (t - 1) * B, rows, w).colwise() + p_.b_hh.segment(r0, rows);
-  }
+  RnnSteps(const LayerWeights<T>& p, LayerRecord<T>& rec) : InputDrivenSteps<T>(p, rec, rec.h, 1) {}
   void pointwise(Index t, Index j0, Index cols) override {
-    auto h = rec_.h.middleCols(t * rec_.batch + j0, cols);
+    auto h = this->rec_.h.middleCols(t * this->rec_.batch + j0, cols);
     h = Act<N>::apply(h.array());
   }
-
- private:
-  const LayerWeights<T>& p_;
-  LayerRecord<T>& rec_;
 };
 
 template <class T, Nonlinearity N>
