@@ -95,6 +95,14 @@ def fit(shapes):
     return groups, points
 
 
+def span(pts):
+    """The smallest and largest T, B and H of a group's points: where bppsa.nn trusts its
+    predictions enough to run torch.nn (src/nn/cost_model.cpp, cost_model_spans)."""
+    keys = [p[0] for p in pts]
+    return {dim: [min(k[i] for k in keys), max(k[i] for k in keys)] for dim, i in (("steps", 2), ("batch", 3),
+                                                                                  ("hidden", 1))}
+
+
 def loo_predictions(points):
     """Each point predicted by its group's model fitted without the point's shape."""
     out = {}
@@ -173,7 +181,8 @@ def main():
         machines.add(f"{m.get('cpu', '?')}, {m.get('cores', '?')} cores, bppsa {bppsa}, "
                      f"torch {doc['versions'].get('torch')}")
     model = {"format": FORMAT, "fitted_on": "; ".join(sorted(machines)), "sweeps": fitted_on, "features": FEATURES,
-             "groups": [{"cell": c, "candidate": cand, "threads": t, "coef": coef, "points": len(points[(c, cand, t)])}
+             "groups": [{"cell": c, "candidate": cand, "threads": t, "coef": coef, "points": len(points[(c, cand, t)]),
+                         "span": span(points[(c, cand, t)])}
                         for (c, cand, t), coef in groups.items()]}
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "model.json"), "w") as f:

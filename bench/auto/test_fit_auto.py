@@ -62,6 +62,11 @@ def main():
         assert model["format"] == "bppsa-cost-model/1" and model["features"] == fit_auto.FEATURES, model
         groups = {(g["cell"], g["candidate"], g["threads"]): g["coef"] for g in model["groups"]}
         assert set(groups) == {(c, k, 2) for (c, k) in TRUTH}, sorted(groups)
+        # each group's span: the smallest and largest T, B and H it was fitted on
+        span = {"steps": [min(s[1] for s in train), max(s[1] for s in train)],
+                "batch": [min(s[2] for s in train), max(s[2] for s in train)],
+                "hidden": [min(s[0] for s in train), max(s[0] for s in train)]}
+        assert all(g["span"] == span for g in model["groups"]), (span, model["groups"][0].get("span"))
         worst = 0.0
         for (cell, cand) in TRUTH:
             for h, t, b, i in held:

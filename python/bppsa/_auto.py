@@ -28,25 +28,28 @@ def cost_model_source():
 
 def predictions(module, steps, batch, threads):
     """Predicted ms of one training step of the whole module: {candidate: ms}, NaN where the model
-    has no fit. bppsa's layer-directions each resolve their own method, so "bppsa" sums each one's least."""
-    total = {"bppsa": 0.0, "torch.nn": 0.0}
+    has no fit. bppsa's layer-directions each resolve their own method, so "bppsa" sums each one's
+    least. "torch.nn spans": whether torch.nn's fit spans every layer's shape (cost_model_spans)."""
+    total = {"bppsa": 0.0, "torch.nn": 0.0, "torch.nn spans": True}
     for spec in module._specs:  # each layer-direction's sizes
         p = _native._C.predict_step(spec.cell, spec.input_size, spec.hidden_size, spec.proj_size, steps, batch,
                                     threads)
         total["bppsa"] += min((p[m] for m in BPPSA_METHODS), key=lambda v: math.inf if math.isnan(v) else v)
         total["torch.nn"] += p["torch.nn"]
+        total["torch.nn spans"] = total["torch.nn spans"] and p["torch.nn spans"]
     return total
 
 
 def runs_torch(module, steps, batch, threads):
     """Whether backward='auto' runs torch.nn's implementation for this call's shape: torch.nn
-    predicted strictly faster than bppsa (never where the model lacks either prediction)."""
+    predicted strictly faster than bppsa by a fit that spans the shape (never where the model lacks
+    either prediction, nor where torch.nn's is extrapolated: T, B or H outside what its fit measured)."""
     cache = module.__dict__.setdefault("_bppsa_auto_cache", {})
     key = (steps, batch, threads, _generation)
     hit = cache.get(key)
     if hit is None:
         p = predictions(module, steps, batch, threads)
-        hit = bool(p["torch.nn"] < p["bppsa"])  # NaN compares False
+        hit = bool(p["torch.nn spans"] and p["torch.nn"] < p["bppsa"])  # NaN compares False
         if len(cache) >= _CACHE_SIZE:
             cache.pop(next(iter(cache)))
         cache[key] = hit

@@ -131,7 +131,8 @@ PYBIND11_MODULE(BPPSA_MODULE_NAME, m) {
       py::arg("op"), py::arg("what"), py::arg("items"), py::arg("fix"));
 
   // The step cost model behind backward='auto' (bppsa/nn/cost_model.hpp): one layer's predicted
-  // step in ms per candidate (NaN: no fit), the model's source, and loading another.
+  // step in ms per candidate (NaN: no fit) and whether each candidate's fit spans the shape (key
+  // "<candidate> spans"), the model's source, and loading another.
   m.def(
       "predict_step",
       [](const std::string& cell, Index input, Index hidden, Index proj, Index steps, Index batch, int threads) {
@@ -144,8 +145,10 @@ PYBIND11_MODULE(BPPSA_MODULE_NAME, m) {
                           .threads = threads};
         py::dict out;
         for (StepCandidate c :
-             {StepCandidate::bp, StepCandidate::blelloch, StepCandidate::hybrid, StepCandidate::torch_nn})
+             {StepCandidate::bp, StepCandidate::blelloch, StepCandidate::hybrid, StepCandidate::torch_nn}) {
           out[to_string(c)] = predict_step_ms(s, c);
+          out[(std::string(to_string(c)) + " spans").c_str()] = cost_model_spans(s, c);
+        }
         return out;
       },
       py::arg("cell"), py::arg("input"), py::arg("hidden"), py::arg("proj"), py::arg("steps"), py::arg("batch"),

@@ -3,6 +3,7 @@
 #include "bppsa/nn/cost_model.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -26,11 +27,16 @@ constexpr const char* kFormat = "bppsa-cost-model/1";
 constexpr const char* kFeatures[] = {"1", "T", "T*B*S", "T*B*S^2", "T*B*S^3", "T*B*S*I", "T*S^2"};
 constexpr std::size_t kFeatureCount = std::size(kFeatures);
 
+// The dimensions of a group's span, in the file's order.
+constexpr const char* kSpanDims[] = {"steps", "batch", "hidden"};
+
 struct Group {
   CellType cell;
   StepCandidate candidate;
   int threads;
   std::vector<double> coef;  // ms per unit of each feature
+  // The smallest and largest T, B and H its fit measured; a file without a span: every shape.
+  std::array<std::array<Index, 2>, std::size(kSpanDims)> span{};
 };
 
 struct Model {
@@ -102,6 +108,19 @@ Model parse_model(const std::string& text, const std::string& where, std::string
         bad(at + ": every coefficient must be a finite number ≥ 0");
       out.coef.push_back(c.get<double>());
     }
+    for (std::size_t d = 0; d < std::size(kSpanDims); ++d) out.span[d] = {1, std::numeric_limits<Index>::max()};
+    if (const auto span = g.find("span"); span != g.end()) {
+      if (!span->is_object()) bad(at + ": \"span\" must be an object of [smallest, largest] pairs");
+      for (std::size_t d = 0; d < std::size(kSpanDims); ++d) {
+        const auto r = span->find(kSpanDims[d]);
+        if (r == span->end()) continue;
+        if (!r->is_array() || r->size() != 2 || !(*r)[0].is_number_integer() || !(*r)[1].is_number_integer() ||
+            (*r)[0].get<Index>() < 1 || (*r)[0].get<Index>() > (*r)[1].get<Index>())
+          bad(at + ": span \"" + kSpanDims[d] +
+              "\" must be [smallest, largest], integers with 1 <= smallest <= largest");
+        out.span[d] = {(*r)[0].get<Index>(), (*r)[1].get<Index>()};
+      }
+    }
     for (const Group& seen : m.groups)
       if (seen.cell == out.cell && seen.candidate == out.candidate && seen.threads == out.threads)
         bad(at + " repeats an earlier group's cell, candidate and threads");
@@ -133,8 +152,8 @@ std::shared_ptr<const Model> model_in_use() {
 }
 
 std::vector<double> features(const StepShape& s) {
-  const double S = static_cast<double>(s.cell == CellType::lstm ? (s.proj > 0 ? s.proj : s.hidden) + s.hidden
-                                                                 : s.hidden);
+  const double S =
+      static_cast<double>(s.cell == CellType::lstm ? (s.proj > 0 ? s.proj : s.hidden) + s.hidden : s.hidden);
   const double T = static_cast<double>(s.steps), TB = T * static_cast<double>(s.batch);
   const double I = static_cast<double>(s.input);
   return {1.0, T, TB * S, TB * S * S, TB * S * S * S, TB * S * I, T * S * S};
@@ -156,11 +175,13 @@ const char* to_string(StepCandidate c) {
   return "?";
 }
 
-double predict_step_ms(const StepShape& shape, StepCandidate candidate) {
-  const auto model = model_in_use();
+namespace {
+
+/// The group that serves a shape and candidate (the thread-count rule of predict_step_ms), or null.
+const Group* group_for(const Model& model, const StepShape& shape, StepCandidate candidate) {
   const int threads = resolve_threads(shape.threads);
   const Group* best = nullptr;
-  for (const Group& g : model->groups) {
+  for (const Group& g : model.groups) {
     if (g.cell != shape.cell || g.candidate != candidate) continue;
     // the largest fitted count at or below the request, else the smallest above it
     const auto rank = [&](const Group* x) {
@@ -168,6 +189,14 @@ double predict_step_ms(const StepShape& shape, StepCandidate candidate) {
     };
     if (best == nullptr || rank(&g) < rank(best)) best = &g;
   }
+  return best;
+}
+
+}  // namespace
+
+double predict_step_ms(const StepShape& shape, StepCandidate candidate) {
+  const auto model = model_in_use();
+  const Group* best = group_for(*model, shape, candidate);
   if (best == nullptr) return std::numeric_limits<double>::quiet_NaN();
   const std::vector<double> f = features(shape);
   double ms = 0;
@@ -175,13 +204,23 @@ double predict_step_ms(const StepShape& shape, StepCandidate candidate) {
   return ms;
 }
 
+bool cost_model_spans(const StepShape& shape, StepCandidate candidate) {
+  const auto model = model_in_use();
+  const Group* g = group_for(*model, shape, candidate);
+  if (g == nullptr) return false;
+  const Index at[] = {shape.steps, shape.batch, shape.hidden};
+  for (std::size_t d = 0; d < std::size(kSpanDims); ++d)
+    if (at[d] < g->span[d][0] || at[d] > g->span[d][1]) return false;
+  return true;
+}
+
 BackwardMethod resolve_backward(const BackwardOptions& options, const StepShape& shape) {
   if (options.method != BackwardMethod::automatic) return options.method;
   BackwardMethod pick = BackwardMethod::automatic;
   double least = std::numeric_limits<double>::infinity();
-  for (const auto& [c, m] : {std::pair{StepCandidate::bp, BackwardMethod::bp},
-                             std::pair{StepCandidate::hybrid, BackwardMethod::hybrid},
-                             std::pair{StepCandidate::blelloch, BackwardMethod::blelloch}}) {
+  for (const auto& [c, m] :
+       {std::pair{StepCandidate::bp, BackwardMethod::bp}, std::pair{StepCandidate::hybrid, BackwardMethod::hybrid},
+        std::pair{StepCandidate::blelloch, BackwardMethod::blelloch}}) {
     const double ms = predict_step_ms(shape, c);
     if (ms < least) {  // NaN (no fit) never wins
       least = ms;

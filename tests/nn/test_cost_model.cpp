@@ -73,23 +73,46 @@ TEST_F(CostModel, PredictsEachFeatureAsItsClosedForm) {
                    1e-6 * 10 * 2 * 40.0 * 40 * 40);
   EXPECT_DOUBLE_EQ(predict_step_ms(shape(CellType::lstm, 32, 10, 2, 2, 7), StepCandidate::hybrid),
                    1e-5 * 10 * 2 * 64 * 7);
-  EXPECT_DOUBLE_EQ(predict_step_ms(shape(CellType::lstm, 32, 10, 2, 2), StepCandidate::torch_nn),
-                   1e-3 * 10 * 64 * 64);
+  EXPECT_DOUBLE_EQ(predict_step_ms(shape(CellType::lstm, 32, 10, 2, 2), StepCandidate::torch_nn), 1e-3 * 10 * 64 * 64);
   // no fit: NaN
   EXPECT_TRUE(std::isnan(predict_step_ms(shape(CellType::gru, 64, 100, 4, 2), StepCandidate::blelloch)));
   EXPECT_NE(cost_model_source().find("m.json"), std::string::npos);
 }
 
 TEST_F(CostModel, ServesTheNearestFittedThreadCount) {
-  load_cost_model(write(dir, "m.json",
-                        model_json(group("gru", "bp", 1, "1, 0, 0, 0, 0, 0, 0") + "," +
-                                   group("gru", "bp", 4, "4, 0, 0, 0, 0, 0, 0") + "," +
-                                   group("rnn", "bp", 4, "40, 0, 0, 0, 0, 0, 0"))));
+  load_cost_model(write(
+      dir, "m.json",
+      model_json(group("gru", "bp", 1, "1, 0, 0, 0, 0, 0, 0") + "," + group("gru", "bp", 4, "4, 0, 0, 0, 0, 0, 0") +
+                 "," + group("rnn", "bp", 4, "40, 0, 0, 0, 0, 0, 0"))));
   EXPECT_DOUBLE_EQ(predict_step_ms(shape(CellType::gru, 8, 10, 1, 1), StepCandidate::bp), 1.0);
   EXPECT_DOUBLE_EQ(predict_step_ms(shape(CellType::gru, 8, 10, 1, 3), StepCandidate::bp), 1.0);  // largest below
   EXPECT_DOUBLE_EQ(predict_step_ms(shape(CellType::gru, 8, 10, 1, 4), StepCandidate::bp), 4.0);
   EXPECT_DOUBLE_EQ(predict_step_ms(shape(CellType::gru, 8, 10, 1, 16), StepCandidate::bp), 4.0);
   EXPECT_DOUBLE_EQ(predict_step_ms(shape(CellType::rnn, 8, 10, 1, 1), StepCandidate::bp), 40.0);  // smallest above
+}
+
+TEST_F(CostModel, SpansTheShapesItsFitMeasured) {
+  // torch.nn's group measured T 30..3000, B 1..64, H 16..256; bp's records no span (every shape).
+  load_cost_model(
+      write(dir, "m.json",
+            model_json(group("lstm", "bp", 1, "1, 0, 0, 0, 0, 0, 0") + "," +
+                       R"({"cell": "lstm", "candidate": "torch.nn", "threads": 1, "coef": [1, 0, 0, 0, 0, 0, 0], )"
+                       R"("span": {"steps": [30, 3000], "batch": [1, 64], "hidden": [16, 256]}})")));
+  const auto spans = [](Index hidden, Index steps, Index batch, StepCandidate c) {
+    return cost_model_spans(shape(CellType::lstm, hidden, steps, batch, 2), c);
+  };
+  EXPECT_TRUE(spans(16, 30, 1, StepCandidate::torch_nn));  // the corners are inside
+  EXPECT_TRUE(spans(256, 3000, 64, StepCandidate::torch_nn));
+  EXPECT_FALSE(spans(256, 1, 1, StepCandidate::torch_nn));  // a decoder's T 1 step
+  EXPECT_FALSE(spans(64, 3001, 16, StepCandidate::torch_nn));
+  EXPECT_FALSE(spans(64, 300, 65, StepCandidate::torch_nn));
+  EXPECT_FALSE(spans(512, 300, 16, StepCandidate::torch_nn));
+  EXPECT_FALSE(spans(8, 300, 16, StepCandidate::torch_nn));
+  EXPECT_TRUE(spans(4096, 1, 1000, StepCandidate::bp));     // no span recorded: every shape
+  EXPECT_FALSE(spans(64, 300, 16, StepCandidate::hybrid));  // no fit
+  EXPECT_FALSE(cost_model_spans(shape(CellType::gru, 64, 300, 16, 2), StepCandidate::torch_nn));
+  // the prediction itself is the fit's, inside its span or not
+  EXPECT_DOUBLE_EQ(predict_step_ms(shape(CellType::lstm, 256, 1, 1, 2), StepCandidate::torch_nn), 1.0);
 }
 
 TEST_F(CostModel, AutoPicksTheLeastPredictedMethod) {
@@ -128,13 +151,23 @@ TEST_F(CostModel, RefusesBadFilesAndKeepsTheModelInUse) {
   const Case cases[] = {
       {"not_json.json", "{\"format\": ", "not JSON"},
       {"format.json", R"({"format": "something else"})", "\"format\""},
-      {"features.json",
-       R"({"format": "bppsa-cost-model/1", "features": ["1", "T"], "groups": []})", "\"features\""},
+      {"features.json", R"({"format": "bppsa-cost-model/1", "features": ["1", "T"], "groups": []})", "\"features\""},
       {"cell.json", model_json(group("tcn", "bp", 2, "1, 0, 0, 0, 0, 0, 0")), "unknown cell 'tcn'"},
       {"candidate.json", model_json(group("rnn", "jax", 2, "1, 0, 0, 0, 0, 0, 0")), "unknown candidate 'jax'"},
       {"threads.json", model_json(group("rnn", "bp", 0, "1, 0, 0, 0, 0, 0, 0")), "threads must be"},
       {"count.json", model_json(group("rnn", "bp", 2, "1, 0, 0")), "7 numbers"},
       {"negative.json", model_json(group("rnn", "bp", 2, "1, -1, 0, 0, 0, 0, 0")), "≥ 0"},
+      {"span.json",
+       model_json(R"({"cell": "rnn", "candidate": "bp", "threads": 2, "coef": [1, 0, 0, 0, 0, 0, 0], "span": [1, 2]})"),
+       "\"span\" must be an object"},
+      {"span_order.json",
+       model_json(R"({"cell": "rnn", "candidate": "bp", "threads": 2, "coef": [1, 0, 0, 0, 0, 0, 0], )"
+                  R"("span": {"steps": [300, 30]}})"),
+       "span \"steps\" must be [smallest, largest]"},
+      {"span_zero.json",
+       model_json(R"({"cell": "rnn", "candidate": "bp", "threads": 2, "coef": [1, 0, 0, 0, 0, 0, 0], )"
+                  R"("span": {"batch": [0, 4]}})"),
+       "span \"batch\" must be"},
       {"repeat.json",
        model_json(group("rnn", "bp", 2, "1, 0, 0, 0, 0, 0, 0") + "," + group("rnn", "bp", 2, "2, 0, 0, 0, 0, 0, 0")),
        "repeats"},
@@ -170,8 +203,9 @@ TEST_F(CostModel, RecurrentAutoRunsThePredictedMethod) {
     rnn.backward(grad, true, o, times);
     return std::vector<RecurrentLayerParams<double>>{rnn.grads(0), rnn.grads(1)};
   };
-  for (const auto& [name, method] : {std::pair{"bp", BackwardMethod::bp}, std::pair{"blelloch", BackwardMethod::blelloch},
-                                     std::pair{"hybrid", BackwardMethod::hybrid}}) {
+  for (const auto& [name, method] :
+       {std::pair{"bp", BackwardMethod::bp}, std::pair{"blelloch", BackwardMethod::blelloch},
+        std::pair{"hybrid", BackwardMethod::hybrid}}) {
     SCOPED_TRACE(name);
     const std::string slow = "9, 0, 0, 0, 0, 0, 0", fast = "1, 0, 0, 0, 0, 0, 0";
     std::string groups;

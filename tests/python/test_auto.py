@@ -18,10 +18,13 @@ FEATURES = ["1", "T", "T*B*S", "T*B*S^2", "T*B*S^3", "T*B*S*I", "T*S^2"]
 CELLS = ["RNN", "GRU", "LSTM"]
 
 
-def write_model(path, per_candidate, cells=("rnn", "gru", "lstm")):
-    """A model predicting a fixed time (ms) per candidate, at every thread count from 1."""
+def write_model(path, per_candidate, cells=("rnn", "gru", "lstm"), span=None):
+    """A model predicting a fixed time (ms) per candidate, at every thread count from 1; span: every
+    group's (fit_auto's "span"), or None for none (every shape)."""
     groups = [{"cell": c, "candidate": k, "threads": 1, "coef": [ms, 0, 0, 0, 0, 0, 0]}
               for c in cells for k, ms in per_candidate.items()]
+    for g in groups if span else ():
+        g["span"] = span
     with open(path, "w") as f:
         json.dump({"format": "bppsa-cost-model/1", "fitted_on": "test", "features": FEATURES, "groups": groups}, f)
     return str(path)
@@ -50,6 +53,20 @@ def test_auto_runs_torch_nn_where_the_model_predicts_it_faster(cell, model_file)
         assert torch.equal(a, b)  # torch.nn's own kernels: the same bits
     assert ours.last_backward == ["torch.nn"] * 4
     assert not any(spec._idle for spec in ours._specs), "torch.nn's path must not build bppsa engines"
+
+
+def test_auto_runs_torch_nn_only_inside_the_shapes_its_fit_measured(model_file):
+    # torch.nn predicted 5× faster everywhere, by a fit of T 5..50, B 2..8, H 4..64: a decoder's T 1
+    # step, a batch of 16 and H 128 lie outside it and run bppsa's engine; T 7, B 3, H 5 runs torch.nn.
+    span = {"steps": [5, 50], "batch": [2, 8], "hidden": [4, 64]}
+    bppsa.load_cost_model(model_file({"bp": 5.0, "blelloch": 6.0, "hybrid": 7.0, "torch.nn": 1.0}, span=span))
+    for hidden, steps, batch, ran in ((5, 7, 3, "torch.nn"), (5, 1, 3, "bp"), (5, 51, 3, "bp"), (5, 7, 1, "bp"),
+                                      (5, 7, 16, "bp"), (128, 7, 3, "bp")):
+        ref, ours = twins("LSTM", 4, hidden)
+        x = torch.randn(steps, batch, 4)
+        for a, b in zip(_step(ours, x), _step(ref, x)):
+            assert rel_err(a, b) <= 1e-5
+        assert ours.last_backward == [ran], (hidden, steps, batch, ours.last_backward)
 
 
 @pytest.mark.parametrize("cell", CELLS)
@@ -126,6 +143,10 @@ for kind, hidden, steps, batch in (("RNN", 16, 30, 1), ("GRU", 64, 30, 16), ("LS
     threads = _native.resolve_threads(_native.check_threads("test", m.bppsa_threads, "bppsa_threads"))
     p = _auto.predictions(m, steps, batch, threads)
     out["decisions"].append({"kind": kind, "predicted": p, "ran": m.last_backward})
+# a decoder's T 1 step lies below the grid's T 30: outside torch.nn's span, bppsa's engine runs
+m = nn.LSTM(256, 256)
+m(torch.randn(1, 1, 256))[0].sum().backward()
+out["decoder"] = {"spans": _auto.predictions(m, 1, 1, 1)["torch.nn spans"], "ran": m.last_backward}
 print(json.dumps(out))
 """
 
@@ -133,19 +154,24 @@ print(json.dumps(out))
 def test_the_built_in_model_is_the_default_and_decides_auto():
     """Outside the suite's pin (conftest.py), backward='auto' consults the fit built into the library
     (src/nn/cost_model_fit.inc, bench/auto/run.sh --builtin): it predicts every candidate for every
-    cell at 1 and 2 threads, and a module runs torch.nn's kernels exactly where the sum of its
-    layer-directions' predictions says torch.nn is faster."""
+    cell at 1 and 2 threads, spans the shapes of the grid it was fitted on, and there a module runs
+    torch.nn's kernels exactly where the sum of its layer-directions' predictions says torch.nn is
+    faster."""
     env = {k: v for k, v in os.environ.items() if k != "BPPSA_COST_MODEL"}
     r = subprocess.run([sys.executable, "-c", BUILT_IN], env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["source"].startswith("built-in ("), out["source"]
+    candidates = {"bp", "blelloch", "hybrid", "torch.nn"}
     for p in out["predictions"]:
-        assert set(p) == {"bp", "blelloch", "hybrid", "torch.nn"}, p
-        assert all(v > 0 for v in p.values()), p  # finite and positive (NaN fails too)
+        assert set(p) == candidates | {c + " spans" for c in candidates}, p
+        assert all(p[c] > 0 for c in candidates), p  # finite and positive (NaN fails too)
+        assert all(p[c + " spans"] is True for c in candidates), p  # shapes of the grid it was fitted on
     for d in out["decisions"]:
         p = d["predicted"]
+        assert p["torch.nn spans"] is True, d
         if p["torch.nn"] < p["bppsa"]:
             assert d["ran"] == ["torch.nn"], d
         else:
             assert d["ran"] and all(m in ("bp", "blelloch", "hybrid") for m in d["ran"]), d
+    assert out["decoder"]["spans"] is False and out["decoder"]["ran"][0] in ("bp", "blelloch", "hybrid"), out

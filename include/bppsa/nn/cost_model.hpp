@@ -30,6 +30,13 @@ const char* to_string(StepCandidate c);
 /// counts serves the nearest one it has (the largest below, else the smallest above).
 double predict_step_ms(const StepShape& shape, StepCandidate candidate);
 
+/// Whether the fit predict_step_ms uses for this shape and candidate was measured on shapes
+/// spanning it: T, B and H each within the smallest and largest its sweep measured (a model file
+/// that records no span spans every shape); false where the model has no fit. bppsa.nn's `auto`
+/// runs torch.nn's kernels only inside torch.nn's span: a prediction outside it is extrapolated
+/// (at T 1, say, the fixed costs of a fit made at T >= 30 decide it).
+bool cost_model_spans(const StepShape& shape, StepCandidate candidate);
+
 /// `automatic` on the CPU for this shape: of bp, blelloch and hybrid the one with the least
 /// predicted time; where the model has no fit for the cell, resolve_backward(options, batch)'s
 /// batch rule. Other methods resolve to themselves.
