@@ -286,8 +286,9 @@ class _Bppsa:
     def last_backward(self):
         """The backward method of each layer-direction's last call (layer-major, as h_n): 'bp',
         'blelloch' or 'hybrid' (what 'auto' resolved to), or 'torch.nn' where backward='auto' ran
-        torch.nn's own implementation (the step cost model predicted it faster); None before a
-        backward. Not updated under torch.compile (its operator runs an engine of its own)."""
+        torch.nn's own implementation (the step cost model, fitted on shapes spanning the call's,
+        predicted it faster); None before a backward. Not updated under torch.compile (its operator
+        runs an engine of its own)."""
         return [spec.last_backward for spec in self._specs]
 
     @property
