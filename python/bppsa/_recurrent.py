@@ -134,10 +134,9 @@ def _run_forward(engine, spec, args, lengths=None, forward="sequential", threads
     c_n = _empty((B, H), x) if spec.cell == "lstm" else None
     if B == 0:  # nothing to compute (torch returns the empty tensors too)
         return out, h_n, c_n
-    r = _native.ref
     engine.set_forward(forward, _native.resolve_threads(threads))
-    engine.forward(r(x), r(args[1]), r(args[2]), *_weight_refs(engine, args[3:]), list(lengths or ()), r(out),
-                   r(h_n), r(c_n), _native.stream_of(x), record)
+    engine.forward(x, args[1], args[2], *_weight_refs(engine, args[3:]), list(lengths or ()), out, h_n, c_n,
+                   _native.stream_of(x), record)
     if forward != "sequential":
         iterations, residual, fell_back, fallback_step = engine.forward_report()
         spec.last_forward = {"method": forward, "iterations": iterations, "residual": residual,
@@ -166,10 +165,8 @@ def _run_backward(engine, saved, needs, grad_out, grad_hn, grad_cn, method, thre
         grad_out = torch.zeros((x.shape[0], x.shape[1], P), dtype=x.dtype, device=x.device)
     # Named, so that the contiguous copies outlive the call that reads them.
     grad_out, grad_hn, grad_cn = _contiguous(grad_out), _contiguous(grad_hn), _contiguous(grad_cn)
-    r = _native.ref
-    ran = engine.backward(*_weight_refs(engine, saved[3:]), r(grad_out), r(grad_hn), r(grad_cn), method,
-                          _native.resolve_threads(threads), chunks, *[r(g) for g in grads], check_finite,
-                          _native.stream_of(x))
+    ran = engine.backward(*_weight_refs(engine, saved[3:]), grad_out, grad_hn, grad_cn, method,
+                          _native.resolve_threads(threads), chunks, *grads, check_finite, _native.stream_of(x))
     if spec is not None:
         spec.last_backward = ran
     return grads

@@ -18,21 +18,57 @@ using namespace bppsa::python;
 
 namespace {
 
+/// A tensor argument that may not be None.
+TensorRef required(py::handle arg, const char* name) {
+  std::optional<TensorRef> r = ref_of(arg);
+  if (!r) detail::raise<InvalidArgument>("bppsa.nn", std::string(name) + " is None; pass a tensor");
+  return std::move(*r);
+}
+
 template <class T>
 void bind_layer(py::module_& m, const char* name) {
   py::class_<LayerEngine<T>>(m, name, py::dynamic_attr())  // Python keeps its weights' TensorRefs on it
       .def(py::init<const std::string&, Index, Index, const std::string&, Index, const std::string&, int>(),
            py::arg("cell"), py::arg("input_size"), py::arg("hidden_size"), py::arg("nonlinearity") = "tanh",
            py::arg("proj_size") = 0, py::arg("device") = "cpu", py::arg("device_index") = -1)
-      .def("forward", &LayerEngine<T>::forward, py::call_guard<py::gil_scoped_release>(), py::arg("x"), py::arg("h0"),
-           py::arg("c0"), py::arg("w_ih"), py::arg("w_hh"), py::arg("b_ih"), py::arg("b_hh"), py::arg("w_hr"),
-           py::arg("lengths"), py::arg("out"), py::arg("h_n"), py::arg("c_n"), py::arg("stream") = 0,
-           py::arg("record") = true)
-      .def("backward", &LayerEngine<T>::backward, py::call_guard<py::gil_scoped_release>(), py::arg("w_ih"),
-           py::arg("w_hh"), py::arg("b_ih"), py::arg("b_hh"), py::arg("w_hr"), py::arg("grad_out"), py::arg("grad_hn"),
-           py::arg("grad_cn"), py::arg("method"), py::arg("threads"), py::arg("chunks"), py::arg("grad_x"),
-           py::arg("grad_h0"), py::arg("grad_c0"), py::arg("grad_w_ih"), py::arg("grad_w_hh"), py::arg("grad_b_ih"),
-           py::arg("grad_b_hh"), py::arg("grad_w_hr"), py::arg("check_finite"), py::arg("stream") = 0)
+      // Tensors or TensorRefs: each read here, under the GIL, then the engine runs without it.
+      .def(
+          "forward",
+          [](LayerEngine<T>& e, py::handle x, py::handle h0, py::handle c0, py::handle w_ih, py::handle w_hh,
+             py::handle b_ih, py::handle b_hh, py::handle w_hr, const std::vector<Index>& lengths, py::handle out,
+             py::handle h_n, py::handle c_n, std::uintptr_t stream, bool record) {
+            const TensorRef rx = required(x, "x"), rw_ih = required(w_ih, "w_ih"), rw_hh = required(w_hh, "w_hh"),
+                            rout = required(out, "out"), rh_n = required(h_n, "h_n");
+            const OptRef rh0 = ref_of(h0), rc0 = ref_of(c0), rb_ih = ref_of(b_ih), rb_hh = ref_of(b_hh),
+                         rw_hr = ref_of(w_hr), rc_n = ref_of(c_n);
+            const py::gil_scoped_release unlocked;
+            e.forward(rx, rh0, rc0, rw_ih, rw_hh, rb_ih, rb_hh, rw_hr, lengths, rout, rh_n, rc_n, stream, record);
+          },
+          py::arg("x"), py::arg("h0"), py::arg("c0"), py::arg("w_ih"), py::arg("w_hh"), py::arg("b_ih"),
+          py::arg("b_hh"), py::arg("w_hr"), py::arg("lengths"), py::arg("out"), py::arg("h_n"), py::arg("c_n"),
+          py::arg("stream") = 0, py::arg("record") = true)
+      .def(
+          "backward",
+          [](LayerEngine<T>& e, py::handle w_ih, py::handle w_hh, py::handle b_ih, py::handle b_hh, py::handle w_hr,
+             py::handle grad_out, py::handle grad_hn, py::handle grad_cn, const std::string& method, int threads,
+             int chunks, py::handle grad_x, py::handle grad_h0, py::handle grad_c0, py::handle grad_w_ih,
+             py::handle grad_w_hh, py::handle grad_b_ih, py::handle grad_b_hh, py::handle grad_w_hr,
+             bool check_finite, std::uintptr_t stream) {
+            const TensorRef rw_ih = required(w_ih, "w_ih"), rw_hh = required(w_hh, "w_hh");
+            const OptRef rb_ih = ref_of(b_ih), rb_hh = ref_of(b_hh), rw_hr = ref_of(w_hr), rgo = ref_of(grad_out),
+                         rghn = ref_of(grad_hn), rgcn = ref_of(grad_cn), rgx = ref_of(grad_x),
+                         rgh0 = ref_of(grad_h0), rgc0 = ref_of(grad_c0), rgw_ih = ref_of(grad_w_ih),
+                         rgw_hh = ref_of(grad_w_hh), rgb_ih = ref_of(grad_b_ih), rgb_hh = ref_of(grad_b_hh),
+                         rgw_hr = ref_of(grad_w_hr);
+            const py::gil_scoped_release unlocked;
+            return e.backward(rw_ih, rw_hh, rb_ih, rb_hh, rw_hr, rgo, rghn, rgcn, method, threads, chunks, rgx, rgh0,
+                              rgc0, rgw_ih, rgw_hh, rgb_ih, rgb_hh, rgw_hr, check_finite, stream);
+          },
+          py::arg("w_ih"), py::arg("w_hh"), py::arg("b_ih"), py::arg("b_hh"), py::arg("w_hr"), py::arg("grad_out"),
+          py::arg("grad_hn"), py::arg("grad_cn"), py::arg("method"), py::arg("threads"), py::arg("chunks"),
+          py::arg("grad_x"), py::arg("grad_h0"), py::arg("grad_c0"), py::arg("grad_w_ih"), py::arg("grad_w_hh"),
+          py::arg("grad_b_ih"), py::arg("grad_b_hh"), py::arg("grad_w_hr"), py::arg("check_finite"),
+          py::arg("stream") = 0)
       .def("set_forward", &LayerEngine<T>::set_forward, py::arg("method"), py::arg("threads") = 0)
       .def("forward_report", &LayerEngine<T>::forward_report)
       .def("release_record", &LayerEngine<T>::release_record)

@@ -46,7 +46,7 @@ std::vector<Index> indices_of(PyObject* sequence) {
 /// The attribute names, made once (a lookup by a str object skips building one per call).
 struct Names {
   py::str data_ptr{"data_ptr"}, dtype{"dtype"}, shape{"shape"}, stride{"stride"}, device{"device"}, type{"type"},
-      index{"index"};
+      index{"index"}, is_cpu{"is_cpu"};
 };
 
 /// torch's dtype objects are singletons: their names, kept per object.
@@ -62,19 +62,37 @@ const std::string& dtype_name_of(PyObject* dtype) {
 }
 }  // namespace
 
-pybind11::object tensor_ref(pybind11::handle tensor) {
-  if (tensor.is_none()) return py::none();
+namespace {
+/// The TensorRef of a tensor (not None).
+TensorRef read_tensor(py::handle tensor) {
   static const Names* names = new Names();  // never destroyed: Python may be gone at exit
   TensorRef r;
   r.data = tensor.attr(names->data_ptr)().cast<std::uintptr_t>();
   r.dtype = dtype_name_of(tensor.attr(names->dtype).ptr());
   r.shape = indices_of(PyObject_GetAttr(tensor.ptr(), names->shape.ptr()));
   r.strides = indices_of(PyObject_CallMethodNoArgs(tensor.ptr(), names->stride.ptr()));
+  // is_cpu, a bool, first: a torch.device object is made only for a tensor elsewhere.
+  PyObject* is_cpu = PyObject_GetAttr(tensor.ptr(), names->is_cpu.ptr());
+  if (is_cpu == nullptr) PyErr_Clear();  // not a torch.Tensor attribute here: read the device
+  Py_XDECREF(is_cpu);                     // (True and False are immortal singletons: compared below)
+  if (is_cpu == Py_True) return r;        // device "cpu", index -1
   const py::object device = tensor.attr(names->device);
   r.device = device.attr(names->type).cast<std::string>();
   const py::object index = device.attr(names->index);
   r.device_index = index.is_none() ? -1 : index.cast<int>();
-  return py::cast(std::move(r));
+  return r;
+}
+}  // namespace
+
+pybind11::object tensor_ref(pybind11::handle tensor) {
+  if (tensor.is_none()) return py::none();
+  return py::cast(read_tensor(tensor));
+}
+
+std::optional<TensorRef> ref_of(pybind11::handle arg) {
+  if (arg.is_none()) return std::nullopt;
+  if (py::isinstance<TensorRef>(arg)) return arg.cast<TensorRef>();
+  return read_tensor(arg);
 }
 
 int checked_threads(int threads, const char* op) {

@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,10 @@ T* checked_data(const TensorRef& t, const std::vector<Index>& shape, const char*
 /// TensorRef of a torch.Tensor, read through its Python attributes (data_ptr(), dtype, shape,
 /// stride(), device); None for None.
 pybind11::object tensor_ref(pybind11::handle tensor);
+
+/// An argument that is a torch.Tensor (read as tensor_ref reads it, without a Python TensorRef
+/// made in between), a TensorRef, or None (nullopt). Needs the GIL.
+std::optional<TensorRef> ref_of(pybind11::handle arg);
 
 /// The most OpenMP threads a call from Python may ask for. Far more than any machine's cores;
 /// past a few tens of thousands libgomp aborts or the process runs out of stack (issue 22).

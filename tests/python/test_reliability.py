@@ -40,6 +40,15 @@ def test_native_engine_refuses_thread_counts_too():
     x, out, hn = torch.randn(5, 2, 3), torch.empty(5, 2, 4), torch.empty(2, 4)
     w_ih, w_hh = torch.randn(12, 3), torch.randn(12, 4)
     e.forward(r(x), None, None, r(w_ih), r(w_hh), None, None, None, [], r(out), r(hn), None)
+    # The tensors themselves are taken as well as their TensorRefs (what bppsa.nn passes), the
+    # same result; a required one that is None is refused by name.
+    out2, hn2 = torch.empty_like(out), torch.empty_like(hn)
+    e.forward(x, None, None, w_ih, r(w_hh), None, None, None, [], out2, hn2, None)
+    assert torch.equal(out, out2) and torch.equal(hn, hn2)
+    with pytest.raises(ValueError, match=r"\[bppsa.nn\] x is None; pass a tensor"):
+        e.forward(None, None, None, w_ih, w_hh, None, None, None, [], out2, hn2, None)
+    with pytest.raises(ValueError, match=r"input has dtype float64|float64"):
+        e.forward(x.double(), None, None, w_ih, w_hh, None, None, None, [], out2, hn2, None)
     with pytest.raises(ValueError, match=rf"threads must be in 0..{MAX}"):
         e.backward(r(w_ih), r(w_hh), None, None, None, r(torch.ones(5, 2, 4)), None, None, "blelloch", 70000, 0, None,
                    None, None, None, None, None, None, None, False)
