@@ -52,14 +52,13 @@ void bind_layer(py::module_& m, const char* name) {
           [](LayerEngine<T>& e, py::handle w_ih, py::handle w_hh, py::handle b_ih, py::handle b_hh, py::handle w_hr,
              py::handle grad_out, py::handle grad_hn, py::handle grad_cn, const std::string& method, int threads,
              int chunks, py::handle grad_x, py::handle grad_h0, py::handle grad_c0, py::handle grad_w_ih,
-             py::handle grad_w_hh, py::handle grad_b_ih, py::handle grad_b_hh, py::handle grad_w_hr,
-             bool check_finite, std::uintptr_t stream) {
+             py::handle grad_w_hh, py::handle grad_b_ih, py::handle grad_b_hh, py::handle grad_w_hr, bool check_finite,
+             std::uintptr_t stream) {
             const TensorRef rw_ih = required(w_ih, "w_ih"), rw_hh = required(w_hh, "w_hh");
             const OptRef rb_ih = ref_of(b_ih), rb_hh = ref_of(b_hh), rw_hr = ref_of(w_hr), rgo = ref_of(grad_out),
-                         rghn = ref_of(grad_hn), rgcn = ref_of(grad_cn), rgx = ref_of(grad_x),
-                         rgh0 = ref_of(grad_h0), rgc0 = ref_of(grad_c0), rgw_ih = ref_of(grad_w_ih),
-                         rgw_hh = ref_of(grad_w_hh), rgb_ih = ref_of(grad_b_ih), rgb_hh = ref_of(grad_b_hh),
-                         rgw_hr = ref_of(grad_w_hr);
+                         rghn = ref_of(grad_hn), rgcn = ref_of(grad_cn), rgx = ref_of(grad_x), rgh0 = ref_of(grad_h0),
+                         rgc0 = ref_of(grad_c0), rgw_ih = ref_of(grad_w_ih), rgw_hh = ref_of(grad_w_hh),
+                         rgb_ih = ref_of(grad_b_ih), rgb_hh = ref_of(grad_b_hh), rgw_hr = ref_of(grad_w_hr);
             const py::gil_scoped_release unlocked;
             return e.backward(rw_ih, rw_hh, rb_ih, rb_hh, rw_hr, rgo, rghn, rgcn, method, threads, chunks, rgx, rgh0,
                               rgc0, rgw_ih, rgw_hh, rgb_ih, rgb_hh, rgw_hr, check_finite, stream);

@@ -74,8 +74,8 @@ TensorRef read_tensor(py::handle tensor) {
   // is_cpu, a bool, first: a torch.device object is made only for a tensor elsewhere.
   PyObject* is_cpu = PyObject_GetAttr(tensor.ptr(), names->is_cpu.ptr());
   if (is_cpu == nullptr) PyErr_Clear();  // not a torch.Tensor attribute here: read the device
-  Py_XDECREF(is_cpu);                     // (True and False are immortal singletons: compared below)
-  if (is_cpu == Py_True) return r;        // device "cpu", index -1
+  Py_XDECREF(is_cpu);                    // (True and False are immortal singletons: compared below)
+  if (is_cpu == Py_True) return r;       // device "cpu", index -1
   const py::object device = tensor.attr(names->device);
   r.device = device.attr(names->type).cast<std::string>();
   const py::object index = device.attr(names->index);
