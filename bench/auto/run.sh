@@ -7,6 +7,9 @@
 #   bench/auto/run.sh --quick          smoke test (CI, about a minute) into build/auto-quick: 4 tiny
 #                                      shapes, 1 thread; not for fitting
 #   bench/auto/run.sh --builtin        also make the fit the library's built-in model (src/nn/cost_model_fit.inc)
+#   bench/auto/run.sh --steps 1        a partial sweep: only the grid's shapes of these step counts (comma-
+#                                      separated), into threads-N/steps-1/; the fit reads every sweep under
+#                                      OUT/threads-*/, so it joins the earlier ones
 # Other arguments: --out DIR, --threads "1 2" (the counts to measure). Use the fit elsewhere with
 # BPPSA_COST_MODEL=OUT/model.json (bppsa.nn, the CLI, the C++ library).
 set -euo pipefail
@@ -14,7 +17,7 @@ cd "$(dirname "$0")/../.."
 # shellcheck source=scripts/lib/bench.sh
 . scripts/lib/bench.sh
 bench_out bench/results/cpu/auto auto-quick "$@"
-quick=() builtin=() threads=""
+quick=() builtin=() threads="" steps=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=(--quick) ;;
@@ -24,8 +27,12 @@ while [ $# -gt 0 ]; do
       threads=${2:?--threads needs a list such as "1 2"}
       shift
       ;;
+    --steps)
+      steps=${2:?--steps needs step counts such as 1 or 1,30}
+      shift
+      ;;
     *)
-      echo "bench/auto/run.sh: unknown argument '$1' (use --quick, --builtin, --out DIR, --threads \"1 2\")" >&2
+      echo "bench/auto/run.sh: unknown argument '$1' (use --quick, --builtin, --out DIR, --threads \"1 2\", --steps 1)" >&2
       exit 2
       ;;
   esac
@@ -37,12 +44,17 @@ fi
 bench_bppsa_python
 bench_load
 mkdir -p "$out"
-sweeps=()
 for t in $threads; do
-  "$py" bench/peers/peers.py --grid cost-model --threads "$t" --out "$out/threads-$t" \
-    --only "torch.nn,bppsa.nn bp,bppsa.nn blelloch,bppsa.nn hybrid" "${quick[@]}"
-  sweeps+=("$out/threads-$t/peers.json")
+  if [ -n "$steps" ]; then
+    "$py" bench/peers/peers.py --grid cost-model --threads "$t" --out "$out/threads-$t/steps-${steps//,/-}" \
+      --only "torch.nn,bppsa.nn bp,bppsa.nn blelloch,bppsa.nn hybrid" --steps "$steps" "${quick[@]}"
+  else
+    "$py" bench/peers/peers.py --grid cost-model --threads "$t" --out "$out/threads-$t" \
+      --only "torch.nn,bppsa.nn bp,bppsa.nn blelloch,bppsa.nn hybrid" "${quick[@]}"
+  fi
 done
+# Every sweep of this machine's folder: whole grids and partial ones (--steps) alike.
+mapfile -t sweeps < <(find "$out" -path "$out/threads-*" -name peers.json | sort)
 # The quick grid is too small to hold auto to the limit: its fit is only checked to run.
 limit=()
 [ ${#quick[@]} -eq 0 ] || limit=(--max-regret 1e9)

@@ -114,6 +114,7 @@ def main():
     ap.add_argument("--only", help="comma-separated peers (default: all)")
     ap.add_argument("--grid", choices=("peers", "cost-model"), default="peers",
                     help="the shapes: the peers table's (default) or those auto's cost model is fitted to")
+    ap.add_argument("--steps", help="comma-separated step counts: only the grid's shapes of these T (a partial sweep)")
     ap.add_argument("--perturb-jax-bppsa", type=float, default=0.0,
                     help="scale the JAX BPPSA's Jacobians by 1+x: its gradient check must then stop the run")
     a = ap.parse_args()
@@ -133,10 +134,20 @@ def main():
                                     "xla": common.xla_env(a.threads)["XLA_FLAGS"],
                                     "affinity": f"every worker pinned to cores 0..{a.threads - 1}"}},
            "records": []}
+    configs = common.configs(a.quick, a.grid)
+    if a.steps:
+        try:
+            wanted = {int(t) for t in a.steps.split(",")}
+        except ValueError:
+            sys.exit(f"bench_peers: --steps {a.steps!r}: expected step counts such as 1,30")
+        configs = [c for c in configs if c["steps"] in wanted]
+        if not configs:
+            sys.exit(f"bench_peers: --steps {a.steps}: the {a.grid} grid has no shape of those step counts")
+        doc["steps"] = sorted(wanted)
     t_start = time.perf_counter()
     stop = None
     with tempfile.TemporaryDirectory() as tmp:
-        for cfg in common.configs(a.quick, a.grid):
+        for cfg in configs:
             data = os.path.join(tmp, "data.npz")
             make_data(cfg, data)
             ref = None

@@ -26,14 +26,14 @@ def configs(quick, grid="peers"):
     the large states (H 512 and 1024 at T 28, 100, 1000 and B 1, 16, 64). Quick: two tiny shapes
     that still take every peer and the tanh-RNN and jacrev (LSTM, 2H state) paths of the JAX
     BPPSA. grid "cost-model": the shapes bench/auto/run.sh
-    fits auto's cost model to (every cell at H 16–256, T 30–3000, B 1–64, the input size 1 or H
+    fits auto's cost model to (every cell at H 16–256, T 1 (a decoder step's call) and 30–3000, B 1–64, the input size 1 or H
     in a checkerboard over T and B so that the model's input-projection feature is told apart
     from its elementwise one; quick: two small ones for each of two cells, enough for a fit)."""
     if grid == "cost-model":
         if quick:
             return [config(c, h, 10, 2, f) for c in ("RNN", "LSTM") for h, f in ((8, 1), (16, 16))]
         return [config(c, h, t, b, h if (i + j) % 2 else FEATURES) for c in ("RNN", "GRU", "LSTM")
-                for h in (16, 64, 256) for i, t in enumerate((30, 300, 3000)) for j, b in enumerate((1, 16, 64))]
+                for h in (16, 64, 256) for i, t in enumerate((30, 300, 3000, 1)) for j, b in enumerate((1, 16, 64))]
     if quick:
         return [config("RNN", 20, 20, 16), config("LSTM", 8, 10, 4)]
     out = [config("RNN", 20, t, 16) for t in (10, 30, 100, 300, 1000, 3000, 10000, 30000)]
