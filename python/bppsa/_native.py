@@ -32,16 +32,19 @@ def check_float(what, t, devices=("cpu", "cuda")):
         raise NotImplementedError(f"bppsa: {what} has layout {t.layout}; expected a dense (strided) tensor")
 
 
+# Looked up once: both run at every module call.
+_IS_COMPILING = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+_IS_EXPORTING = getattr(getattr(torch, "compiler", None), "is_exporting", None)
+
+
 def is_compiling():
     """torch.compiler.is_compiling(), False on a PyTorch without torch.compiler (< 2.1)."""
-    compiler = getattr(torch, "compiler", None)
-    return compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling()
+    return _IS_COMPILING is not None and _IS_COMPILING()
 
 
 def is_exporting():
     """torch.compiler.is_exporting(), False on a PyTorch without it."""
-    compiler = getattr(torch, "compiler", None)
-    return compiler is not None and hasattr(compiler, "is_exporting") and compiler.is_exporting()
+    return _IS_EXPORTING is not None and _IS_EXPORTING()
 
 
 def is_fake(t):

@@ -394,11 +394,13 @@ class _Bppsa:
                 raise RuntimeError(f"Expected hidden size {expected}, got {list(s.shape)}")
 
     def forward(self, input, hx=None):
-        if _records_torch_ops() or _under_torch_func(input):
-            return super().forward(input, hx)
-        if self._auto_runs_torch(input):
+        # auto's fallback first: a call it hands to torch.nn runs torch.nn's forward whatever the
+        # checks below would find (the cheapest path for a decoder's T 1 call of a plain RNN).
+        if self.bppsa_backward == "auto" and self._auto_runs_torch(input):
             for spec in self._specs:
                 spec.last_backward = "torch.nn"
+            return super().forward(input, hx)
+        if _records_torch_ops() or _under_torch_func(input):
             return super().forward(input, hx)
         # The weights' dtype from _flat_weights: reading weight_ih_l0 would evaluate a parametrization.
         flat = getattr(self, "_flat_weights", None)
@@ -417,19 +419,30 @@ class _Bppsa:
         own kernels faster than bppsa for this module and call's shape (_auto.py)."""
         if self.bppsa_backward != "auto" or _native.is_compiling() or _native.is_exporting():
             return False
-        if isinstance(input, PackedSequence):
+        if type(input) is torch.Tensor:  # the common call (a subclass, FakeTensor say, takes the path below)
+            data = input
+            dim = input.dim()
+            if dim == 3:
+                steps, batch = (input.shape[1], input.shape[0]) if self.batch_first else input.shape[:2]
+            elif dim == 2:
+                steps, batch = input.shape[0], 1
+            else:
+                return False  # torch's or bppsa's own checks report it
+        elif isinstance(input, PackedSequence):
             data = input.data
             steps, batch = len(input.batch_sizes), int(input.batch_sizes[0]) if len(input.batch_sizes) else 0
         else:
             data = input
             if not isinstance(input, torch.Tensor) or input.dim() not in (2, 3):
-                return False  # torch's or bppsa's own checks report it
+                return False
             steps = input.shape[1 if self.batch_first and input.dim() == 3 else 0]
             batch = 1 if input.dim() == 2 else input.shape[0 if self.batch_first else 1]
-        if data.device.type != "cpu" or _native.is_fake(data) or steps == 0 or batch == 0:
+        if not data.is_cpu or steps == 0 or batch == 0 or _native.is_fake(data):
             return False
-        threads = _native.check_threads(f"bppsa.nn.{type(self).__name__}", self.bppsa_threads, "bppsa_threads")
-        return _auto.runs_torch(self, int(steps), int(batch), _native.resolve_threads(threads))
+        threads = self.bppsa_threads
+        if threads is not None:  # None follows torch.get_num_threads(), as resolve_threads does
+            threads = _native.check_threads(f"bppsa.nn.{type(self).__name__}", threads, "bppsa_threads")
+        return _auto.runs_torch(self, steps, batch, _native.resolve_threads(threads))
 
     def _autocast_forward(self, input, hx, dtype):
         """Under autocast: the layers computed in the weights' float32 (the input and hx converted

@@ -67,6 +67,18 @@ def test_auto_runs_torch_nn_only_inside_the_shapes_its_fit_measured(model_file):
         for a, b in zip(_step(ours, x), _step(ref, x)):
             assert rel_err(a, b) <= 1e-5
         assert ours.last_backward == [ran], (hidden, steps, batch, ours.last_backward)
+    # The call's T and B as the module reads them: batch_first, unbatched (2-D), packed.
+    ref, ours = twins("GRU", 4, 5, batch_first=True)
+    for x, ran in ((torch.randn(3, 7, 4), "torch.nn"), (torch.randn(7, 3, 4), "bp"), (torch.randn(7, 4), "bp")):
+        for a, b in zip(_step(ours, x), _step(ref, x)):
+            assert rel_err(a, b) <= 1e-5
+        assert ours.last_backward == [ran], (tuple(x.shape), ours.last_backward)
+    packed = torch.nn.utils.rnn.pack_padded_sequence(torch.randn(3, 7, 4), [7, 6, 2], batch_first=True)
+    ours(packed)[0].data.sum().backward()
+    assert ours.last_backward == ["torch.nn"]  # T 7 (its longest), B 3
+    packed = torch.nn.utils.rnn.pack_padded_sequence(torch.randn(1, 7, 4), [7], batch_first=True)
+    ours(packed)[0].data.sum().backward()
+    assert ours.last_backward == ["bp"]  # B 1, below the span
 
 
 @pytest.mark.parametrize("cell", CELLS)
