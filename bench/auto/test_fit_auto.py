@@ -95,6 +95,18 @@ def main():
         r = run(os.path.join(tmp, "bad.json"), "--out", os.path.join(tmp, "bad"))
         assert r.returncode == 3 and f"('rnn', {h}, {t}, {b}, {i}, 2)" in r.stderr, (r.returncode, r.stderr)
 
+        # At T 1 auto runs BP, as the library (one step: nothing to scan): with blelloch measured and
+        # modelled 10× cheaper than bp at T 1 the pick there is still bp, and its regret is bp's time
+        # over blelloch's (reported, not hidden).
+        t1 = [(h, 1, b, i) for h in (8, 32) for b in (1, 8) for i in (1, 5)]
+        sweep(os.path.join(tmp, "t1.json"), 2, SHAPES + t1,
+              scale=lambda c, k, h, t, b, i: 0.01 if (k, t) == ("blelloch", 1) else 1.0)
+        r = run(os.path.join(tmp, "t1.json"), "--out", os.path.join(tmp, "t1"), "--max-regret", "1e9")
+        assert r.returncode == 0, r.stderr + r.stdout
+        rows = [ln.split("|")[1:-1] for ln in open(os.path.join(tmp, "t1", "fit.md")) if ln.startswith("| rnn |")]
+        rows = [[c.strip() for c in ln] for ln in rows if ln[3].strip() == "1"]
+        assert len(rows) == len(t1) and all(ln[10] == "bp" and float(ln[11]) > 1.5 for ln in rows), rows
+
         # Not a sweep: a clear message, non-zero exit
         with open(os.path.join(tmp, "junk.json"), "w") as f:
             f.write("[1, 2")

@@ -216,6 +216,7 @@ bool cost_model_spans(const StepShape& shape, StepCandidate candidate) {
 
 BackwardMethod resolve_backward(const BackwardOptions& options, const StepShape& shape) {
   if (options.method != BackwardMethod::automatic) return options.method;
+  if (shape.steps <= 1) return BackwardMethod::bp;  // one step: nothing to scan, and a scan's Jacobian is extra work
   BackwardMethod pick = BackwardMethod::automatic;
   double least = std::numeric_limits<double>::infinity();
   for (const auto& [c, m] :

@@ -137,6 +137,23 @@ TEST_F(CostModel, AutoPicksTheLeastPredictedMethod) {
   EXPECT_EQ(resolve_backward(o, shape(CellType::gru, 20, 100, 1, 2)), BackwardMethod::automatic);
 }
 
+TEST_F(CostModel, AutoRunsBpAtOneStep) {
+  // blelloch predicted 10× cheaper than bp at every T: auto takes it from T 2, but a chain of one
+  // step has nothing to scan (and a scan would generate its Jacobian besides): bp, fit or no fit.
+  load_cost_model(write(dir, "m.json",
+                        model_json(group("lstm", "bp", 1, "10, 0, 0, 0, 0, 0, 0") + "," +
+                                   group("lstm", "blelloch", 1, "1, 0, 0, 0, 0, 0, 0") + "," +
+                                   group("lstm", "hybrid", 1, "5, 0, 0, 0, 0, 0, 0"))));
+  BackwardOptions o;
+  o.method = BackwardMethod::automatic;
+  o.threads = 1;
+  EXPECT_EQ(resolve_backward(o, shape(CellType::lstm, 16, 1, 4, 1)), BackwardMethod::bp);
+  EXPECT_EQ(resolve_backward(o, shape(CellType::lstm, 16, 2, 4, 1)), BackwardMethod::blelloch);
+  EXPECT_EQ(resolve_backward(o, shape(CellType::gru, 16, 1, 1, 4)), BackwardMethod::bp);  // no fit for the GRU
+  o.method = BackwardMethod::hybrid;  // an explicit method is itself, at T 1 too
+  EXPECT_EQ(resolve_backward(o, shape(CellType::lstm, 16, 1, 4, 1)), BackwardMethod::hybrid);
+}
+
 TEST_F(CostModel, RefusesBadFilesAndKeepsTheModelInUse) {
   const std::string good = write(dir, "good.json", model_json(group("rnn", "bp", 2, "7, 0, 0, 0, 0, 0, 0")));
   load_cost_model(good);

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import bppsa
-from bppsa import nn
+from bppsa import _auto, nn
 from util import flat_state, rel_err, twins
 
 FEATURES = ["1", "T", "T*B*S", "T*B*S^2", "T*B*S^3", "T*B*S*I", "T*S^2"]
@@ -79,6 +79,20 @@ def test_auto_runs_torch_nn_only_inside_the_shapes_its_fit_measured(model_file):
     packed = torch.nn.utils.rnn.pack_padded_sequence(torch.randn(1, 7, 4), [7], batch_first=True)
     ours(packed)[0].data.sum().backward()
     assert ours.last_backward == ["bp"]  # B 1, below the span
+
+
+def test_auto_runs_bp_at_one_step(model_file):
+    # blelloch predicted fastest, torch.nn slowest: at T 1 (one step, nothing to scan) auto runs BP,
+    # and predictions() counts BP's time for bppsa there.
+    bppsa.load_cost_model(model_file({"bp": 5.0, "blelloch": 1.0, "hybrid": 7.0, "torch.nn": 50.0}))
+    ref, ours = twins("LSTM", 4, 5)
+    for steps, ran in ((1, "bp"), (2, "blelloch")):
+        x = torch.randn(steps, 3, 4)
+        for a, b in zip(_step(ours, x), _step(ref, x)):
+            assert rel_err(a, b) <= 1e-5
+        assert ours.last_backward == [ran], (steps, ours.last_backward)
+        p = _auto.predictions(ours, steps, 3, 1)
+        assert p["bppsa"] == (5.0 if steps == 1 else 1.0), p
 
 
 @pytest.mark.parametrize("cell", CELLS)

@@ -37,9 +37,9 @@ double predict_step_ms(const StepShape& shape, StepCandidate candidate);
 /// (at T 1, say, the fixed costs of a fit made at T >= 30 decide it).
 bool cost_model_spans(const StepShape& shape, StepCandidate candidate);
 
-/// `automatic` on the CPU for this shape: of bp, blelloch and hybrid the one with the least
-/// predicted time; where the model has no fit for the cell, resolve_backward(options, batch)'s
-/// batch rule. Other methods resolve to themselves.
+/// `automatic` on the CPU for this shape: bp at T 1 (a chain of one step: no scan to run); else of
+/// bp, blelloch and hybrid the one with the least predicted time; where the model has no fit for the
+/// cell, resolve_backward(options, batch)'s batch rule. Other methods resolve to themselves.
 BackwardMethod resolve_backward(const BackwardOptions& options, const StepShape& shape);
 
 /// Where the model in use came from: the path of a loaded file, "BPPSA_COST_MODEL=<path>", or
