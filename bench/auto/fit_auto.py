@@ -48,7 +48,7 @@ def features(cell, hidden, steps, batch, inputs, proj=0):
 
 def load_points(paths):
     """{(cell, hidden, steps, batch, inputs, threads): {candidate: ms or inf (skipped as over budget)}}."""
-    shapes = {}
+    shapes, source = {}, {}
     for path in paths:
         try:
             with open(path) as f:
@@ -63,6 +63,10 @@ def load_points(paths):
                 continue
             key = (r["cell"].lower(), int(r["hidden"]), int(r["steps"]), int(r["batch"]),
                    int(r.get("features", 1)), int(r.get("threads", default_threads)))
+            if (key, cand) in source and source[(key, cand)] != path:
+                print(f"fit_auto: warning: {cand} at {key} is in {source[(key, cand)]} and {path}; the later "
+                      "one counts (remove the stale sweep)", file=sys.stderr)
+            source[(key, cand)] = path
             if "step" in r:
                 shapes.setdefault(key, {})[cand] = 1e3 * r["step"]["median"]
             elif "over budget" in str(r.get("skipped", "")):

@@ -8,8 +8,10 @@
 #                                      shapes, 1 thread; not for fitting
 #   bench/auto/run.sh --builtin        also make the fit the library's built-in model (src/nn/cost_model_fit.inc)
 #   bench/auto/run.sh --steps 1        a partial sweep: only the grid's shapes of these step counts (comma-
-#                                      separated), into threads-N/steps-1/; the fit reads every sweep under
-#                                      OUT/threads-*/, so it joins the earlier ones
+#                                      separated), into threads-N/steps-1/; the fit joins it with the whole
+#                                      sweeps already in threads-N/ (of this machine: the same --out)
+# The fit reads the sweeps of the thread counts measured in this run only; a whole run first removes
+# those counts' partial sweeps (threads-N/steps-*/), which it measures again.
 # Other arguments: --out DIR, --threads "1 2" (the counts to measure). Use the fit elsewhere with
 # BPPSA_COST_MODEL=OUT/model.json (bppsa.nn, the CLI, the C++ library).
 set -euo pipefail
@@ -44,17 +46,30 @@ fi
 bench_bppsa_python
 bench_load
 mkdir -p "$out"
+out=${out%/}
 for t in $threads; do
   if [ -n "$steps" ]; then
     "$py" bench/peers/peers.py --grid cost-model --threads "$t" --out "$out/threads-$t/steps-${steps//,/-}" \
       --only "torch.nn,bppsa.nn bp,bppsa.nn blelloch,bppsa.nn hybrid" --steps "$steps" "${quick[@]}"
   else
+    rm -rf "$out/threads-$t"/steps-*
     "$py" bench/peers/peers.py --grid cost-model --threads "$t" --out "$out/threads-$t" \
       --only "torch.nn,bppsa.nn bp,bppsa.nn blelloch,bppsa.nn hybrid" "${quick[@]}"
   fi
 done
-# Every sweep of this machine's folder: whole grids and partial ones (--steps) alike.
-mapfile -t sweeps < <(find "$out" -path "$out/threads-*" -name peers.json | sort)
+# The measured thread counts' sweeps: whole grids and partial ones (--steps) alike.
+sweeps=()
+shopt -s nullglob
+for t in $threads; do
+  sweeps+=("$out/threads-$t/peers.json" "$out/threads-$t"/steps-*/peers.json)
+done
+shopt -u nullglob
+for s in "${sweeps[@]}"; do
+  [ -f "$s" ] || {
+    echo "bench/auto/run.sh: $s is missing: run the whole grid first (without --steps) into $out" >&2
+    exit 1
+  }
+done
 # The quick grid is too small to hold auto to the limit: its fit is only checked to run.
 limit=()
 [ ${#quick[@]} -eq 0 ] || limit=(--max-regret 1e9)

@@ -417,7 +417,8 @@ class _Bppsa:
     def _auto_runs_torch(self, input):
         """backward='auto' on CPU tensors in eager mode, where the step cost model predicts torch.nn's
         own kernels faster than bppsa for this module and call's shape (_auto.py)."""
-        if self.bppsa_backward != "auto" or _native.is_compiling() or _native.is_exporting():
+        if (self.bppsa_backward != "auto" or _native.is_compiling() or _native.is_exporting()
+                or torch.jit.is_tracing()):  # a trace's sizes are tensors: forward's own check sends it to torch.nn
             return False
         if type(input) is torch.Tensor:  # the common call (a subclass, FakeTensor say, takes the path below)
             data = input

@@ -73,9 +73,12 @@ TensorRef read_tensor(py::handle tensor) {
   r.strides = indices_of(PyObject_CallMethodNoArgs(tensor.ptr(), names->stride.ptr()));
   // is_cpu, a bool, first: a torch.device object is made only for a tensor elsewhere.
   PyObject* is_cpu = PyObject_GetAttr(tensor.ptr(), names->is_cpu.ptr());
-  if (is_cpu == nullptr) PyErr_Clear();  // not a torch.Tensor attribute here: read the device
-  Py_XDECREF(is_cpu);                    // (True and False are immortal singletons: compared below)
-  if (is_cpu == Py_True) return r;       // device "cpu", index -1
+  if (is_cpu == nullptr) {
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) throw py::error_already_set();
+    PyErr_Clear();  // no is_cpu here: read the device
+  }
+  Py_XDECREF(is_cpu);               // only the pointer is compared below (Py_True is a static singleton)
+  if (is_cpu == Py_True) return r;  // device "cpu", index -1
   const py::object device = tensor.attr(names->device);
   r.device = device.attr(names->type).cast<std::string>();
   const py::object index = device.attr(names->index);

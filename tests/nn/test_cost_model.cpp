@@ -149,7 +149,9 @@ TEST_F(CostModel, AutoRunsBpAtOneStep) {
   o.threads = 1;
   EXPECT_EQ(resolve_backward(o, shape(CellType::lstm, 16, 1, 4, 1)), BackwardMethod::bp);
   EXPECT_EQ(resolve_backward(o, shape(CellType::lstm, 16, 2, 4, 1)), BackwardMethod::blelloch);
-  EXPECT_EQ(resolve_backward(o, shape(CellType::gru, 16, 1, 1, 4)), BackwardMethod::bp);  // no fit for the GRU
+  o.threads = 4;  // no fit for the GRU, and the batch rule alone would give the scan's own choice here
+  EXPECT_EQ(resolve_backward(o, shape(CellType::gru, 16, 2, 1, 4)), BackwardMethod::automatic);
+  EXPECT_EQ(resolve_backward(o, shape(CellType::gru, 16, 1, 1, 4)), BackwardMethod::bp);
   o.method = BackwardMethod::hybrid;  // an explicit method is itself, at T 1 too
   EXPECT_EQ(resolve_backward(o, shape(CellType::lstm, 16, 1, 4, 1)), BackwardMethod::hybrid);
 }

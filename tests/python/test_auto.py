@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -79,6 +80,25 @@ def test_auto_runs_torch_nn_only_inside_the_shapes_its_fit_measured(model_file):
     packed = torch.nn.utils.rnn.pack_padded_sequence(torch.randn(1, 7, 4), [7], batch_first=True)
     ours(packed)[0].data.sum().backward()
     assert ours.last_backward == ["bp"]  # B 1, below the span
+
+
+def test_auto_stays_out_of_a_jit_trace(model_file, monkeypatch):
+    # Under torch.jit.trace the module runs torch.nn's forward (so the trace records torch's
+    # operators) without consulting the model: a trace's sizes are tensors, which the decision
+    # would turn into TracerWarnings of its own and cache keys that never match.
+    bppsa.load_cost_model(model_file({"bp": 5.0, "blelloch": 6.0, "hybrid": 7.0, "torch.nn": 1.0}))
+    ref, ours = twins("GRU", 4, 5)
+    x = torch.randn(6, 2, 4)
+    asked = []
+    runs_torch = _auto.runs_torch
+    monkeypatch.setattr(_auto, "runs_torch", lambda *a: asked.append(a) or runs_torch(*a))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)  # torch.nn's own forward warns too
+        traced = torch.jit.trace(ours, (x,), check_trace=False)  # (a check re-runs it eagerly)
+    assert not asked and ours.last_backward == [None]
+    assert torch.equal(traced(x)[0], ref(x)[0])
+    ours(x)  # eager: the model decides
+    assert len(asked) == 1 and ours.last_backward == ["torch.nn"]
 
 
 def test_auto_runs_bp_at_one_step(model_file):

@@ -34,7 +34,7 @@ double predict_step_ms(const StepShape& shape, StepCandidate candidate);
 /// spanning it: T, B and H each within the smallest and largest its sweep measured (a model file
 /// that records no span spans every shape); false where the model has no fit. bppsa.nn's `auto`
 /// runs torch.nn's kernels only inside torch.nn's span: a prediction outside it is extrapolated
-/// (at T 1, say, the fixed costs of a fit made at T >= 30 decide it).
+/// (at T 1, say, the fixed costs of a fit made at T >= 30 alone would decide it).
 bool cost_model_spans(const StepShape& shape, StepCandidate candidate);
 
 /// `automatic` on the CPU for this shape: bp at T 1 (a chain of one step: no scan to run); else of
