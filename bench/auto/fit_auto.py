@@ -64,8 +64,9 @@ def load_points(paths):
             key = (r["cell"].lower(), int(r["hidden"]), int(r["steps"]), int(r["batch"]),
                    int(r.get("features", 1)), int(r.get("threads", default_threads)))
             if (key, cand) in source and source[(key, cand)] != path:
-                print(f"fit_auto: warning: {cand} at {key} is in {source[(key, cand)]} and {path}; the later "
-                      "one counts (remove the stale sweep)", file=sys.stderr)
+                print(f"fit_auto: note: {cand} at {key} is in {source[(key, cand)]} and {path}: {path}'s counts "
+                      "(the sweeps are read in order: a partial re-measurement after the whole grid's)",
+                      file=sys.stderr)
             source[(key, cand)] = path
             if "step" in r:
                 shapes.setdefault(key, {})[cand] = 1e3 * r["step"]["median"]
