@@ -26,6 +26,21 @@ std::string group(const std::string& cell, const std::string& candidate, int thr
          R"(, "coef": [)" + coef + "]}";
 }
 
+/// A model of bp, blelloch and hybrid for one cell at one thread count (each method's coefficients).
+std::string methods_json(const std::string& cell, int threads, const std::string& bp, const std::string& blelloch,
+                         const std::string& hybrid) {
+  return model_json(group(cell, "bp", threads, bp) + "," + group(cell, "blelloch", threads, blelloch) + "," +
+                    group(cell, "hybrid", threads, hybrid));
+}
+
+/// `auto` at `threads` threads.
+BackwardOptions auto_options(int threads) {
+  BackwardOptions o;
+  o.method = BackwardMethod::automatic;
+  o.threads = threads;
+  return o;
+}
+
 std::string write(const testutil::TempDir& dir, const std::string& name, const std::string& text) {
   const auto path = dir.path / name;
   std::ofstream(path) << text;
@@ -118,13 +133,10 @@ TEST_F(CostModel, SpansTheShapesItsFitMeasured) {
 TEST_F(CostModel, AutoPicksTheLeastPredictedMethod) {
   // bp: 0.01 ms a step; blelloch: 5 ms fixed + 1e-3 a step; hybrid: 2 ms fixed + 4e-3 a step.
   // Least: bp up to T 333, hybrid up to T 1000, blelloch beyond.
-  load_cost_model(write(dir, "m.json",
-                        model_json(group("rnn", "bp", 2, "0, 0.01, 0, 0, 0, 0, 0") + "," +
-                                   group("rnn", "blelloch", 2, "5, 1e-3, 0, 0, 0, 0, 0") + "," +
-                                   group("rnn", "hybrid", 2, "2, 4e-3, 0, 0, 0, 0, 0"))));
-  BackwardOptions o;
-  o.method = BackwardMethod::automatic;
-  o.threads = 2;
+  load_cost_model(
+      write(dir, "m.json",
+            methods_json("rnn", 2, "0, 0.01, 0, 0, 0, 0, 0", "5, 1e-3, 0, 0, 0, 0, 0", "2, 4e-3, 0, 0, 0, 0, 0")));
+  BackwardOptions o = auto_options(2);
   EXPECT_EQ(resolve_backward(o, shape(CellType::rnn, 20, 100, 1, 2)), BackwardMethod::bp);
   EXPECT_EQ(resolve_backward(o, shape(CellType::rnn, 20, 800, 1, 2)), BackwardMethod::hybrid);
   EXPECT_EQ(resolve_backward(o, shape(CellType::rnn, 20, 5000, 1, 2)), BackwardMethod::blelloch);
@@ -141,12 +153,8 @@ TEST_F(CostModel, AutoRunsBpAtOneStep) {
   // blelloch predicted 10× cheaper than bp at every T: auto takes it from T 2, but a chain of one
   // step has nothing to scan (and a scan would generate its Jacobian besides): bp, fit or no fit.
   load_cost_model(write(dir, "m.json",
-                        model_json(group("lstm", "bp", 1, "10, 0, 0, 0, 0, 0, 0") + "," +
-                                   group("lstm", "blelloch", 1, "1, 0, 0, 0, 0, 0, 0") + "," +
-                                   group("lstm", "hybrid", 1, "5, 0, 0, 0, 0, 0, 0"))));
-  BackwardOptions o;
-  o.method = BackwardMethod::automatic;
-  o.threads = 1;
+                        methods_json("lstm", 1, "10, 0, 0, 0, 0, 0, 0", "1, 0, 0, 0, 0, 0, 0", "5, 0, 0, 0, 0, 0, 0")));
+  BackwardOptions o = auto_options(1);
   EXPECT_EQ(resolve_backward(o, shape(CellType::lstm, 16, 1, 4, 1)), BackwardMethod::bp);
   EXPECT_EQ(resolve_backward(o, shape(CellType::lstm, 16, 2, 4, 1)), BackwardMethod::blelloch);
   o.threads = 4;  // no fit for the GRU, and the batch rule alone would give the scan's own choice here
