@@ -28,15 +28,15 @@ def cost_model_source():
 
 def predictions(module, steps, batch, threads):
     """Predicted ms of one training step of the whole module: {candidate: ms}, NaN where the model
-    has no fit. bppsa's layer-directions each resolve their own method, so "bppsa" sums each one's
-    least (BP's at T 1, where auto runs BP). "torch.nn spans": whether torch.nn's fit spans every
+    has no fit. bppsa's layer-directions each resolve their own method, so "bppsa" sums the
+    prediction of the method each one's auto runs (the least predicted; BP at T 1). "torch.nn spans": whether torch.nn's fit spans every
     layer's shape (cost_model_spans)."""
     total = {"bppsa": 0.0, "torch.nn": 0.0, "torch.nn spans": True}
     for spec in module._specs:  # each layer-direction's sizes
-        p = _native._C.predict_step(spec.cell, spec.input_size, spec.hidden_size, spec.proj_size, steps, batch,
-                                    threads)
-        methods = BPPSA_METHODS[:1] if steps <= 1 else BPPSA_METHODS  # T 1: BP, as the library's auto
-        total["bppsa"] += min((p[m] for m in methods), key=lambda v: math.inf if math.isnan(v) else v)
+        shape = (spec.cell, spec.input_size, spec.hidden_size, spec.proj_size, steps, batch, threads)
+        p = _native._C.predict_step(*shape)
+        method = _native._C.auto_method(*shape)  # what the library's auto runs for this layer
+        total["bppsa"] += p[method] if method in BPPSA_METHODS else math.nan
         total["torch.nn"] += p["torch.nn"]
         total["torch.nn spans"] = total["torch.nn spans"] and p["torch.nn spans"]
     return total

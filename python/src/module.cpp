@@ -168,16 +168,21 @@ PYBIND11_MODULE(BPPSA_MODULE_NAME, m) {
   // The step cost model behind backward='auto' (bppsa/nn/cost_model.hpp): one layer's predicted
   // step in ms per candidate (NaN: no fit) and whether each candidate's fit spans the shape (key
   // "<candidate> spans"), the model's source, and loading another.
+  const auto step_shape = [](const std::string& cell, Index input, Index hidden, Index proj, Index steps, Index batch,
+                             int threads) {
+    return StepShape{.cell = parse_cell(cell),
+                     .input = input,
+                     .hidden = hidden,
+                     .proj = proj,
+                     .steps = steps,
+                     .batch = batch,
+                     .threads = threads};
+  };
   m.def(
       "predict_step",
-      [](const std::string& cell, Index input, Index hidden, Index proj, Index steps, Index batch, int threads) {
-        const StepShape s{.cell = parse_cell(cell),
-                          .input = input,
-                          .hidden = hidden,
-                          .proj = proj,
-                          .steps = steps,
-                          .batch = batch,
-                          .threads = threads};
+      [step_shape](const std::string& cell, Index input, Index hidden, Index proj, Index steps, Index batch,
+                   int threads) {
+        const StepShape s = step_shape(cell, input, hidden, proj, steps, batch, threads);
         py::dict out;
         for (StepCandidate c :
              {StepCandidate::bp, StepCandidate::blelloch, StepCandidate::hybrid, StepCandidate::torch_nn}) {
@@ -185,6 +190,20 @@ PYBIND11_MODULE(BPPSA_MODULE_NAME, m) {
           out[(std::string(to_string(c)) + " spans").c_str()] = cost_model_spans(s, c);
         }
         return out;
+      },
+      py::arg("cell"), py::arg("input"), py::arg("hidden"), py::arg("proj"), py::arg("steps"), py::arg("batch"),
+      py::arg("threads"));
+  // The method `auto` runs for a layer of this shape (resolve_backward): bp, blelloch, hybrid, or
+  // auto (no fit: the scan's own choice).
+  m.def(
+      "auto_method",
+      [step_shape](const std::string& cell, Index input, Index hidden, Index proj, Index steps, Index batch,
+                   int threads) {
+        BackwardOptions o;
+        o.method = BackwardMethod::automatic;
+        o.threads = threads;
+        return std::string(
+            to_string(resolve_backward(o, step_shape(cell, input, hidden, proj, steps, batch, threads))));
       },
       py::arg("cell"), py::arg("input"), py::arg("hidden"), py::arg("proj"), py::arg("steps"), py::arg("batch"),
       py::arg("threads"));
