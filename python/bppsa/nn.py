@@ -396,7 +396,7 @@ class _Bppsa:
     def forward(self, input, hx=None):
         # auto's fallback first: a call it hands to torch.nn runs torch.nn's forward whatever the
         # checks below would find (the cheapest path for a decoder's T 1 call of a plain RNN).
-        if self.bppsa_backward == "auto" and self._auto_runs_torch(input):
+        if self._auto_runs_torch(input):
             for spec in self._specs:
                 spec.last_backward = "torch.nn"
             return super().forward(input, hx)
@@ -420,22 +420,13 @@ class _Bppsa:
         if (self.bppsa_backward != "auto" or _native.is_compiling() or _native.is_exporting()
                 or torch.jit.is_tracing()):  # a trace's sizes are tensors: forward's own check sends it to torch.nn
             return False
-        if type(input) is torch.Tensor:  # the common call (a subclass, FakeTensor say, takes the path below)
-            data = input
-            dim = input.dim()
-            if dim == 3:
-                steps, batch = (input.shape[1], input.shape[0]) if self.batch_first else input.shape[:2]
-            elif dim == 2:
-                steps, batch = input.shape[0], 1
-            else:
-                return False  # torch's or bppsa's own checks report it
-        elif isinstance(input, PackedSequence):
+        if isinstance(input, PackedSequence):
             data = input.data
             steps, batch = len(input.batch_sizes), int(input.batch_sizes[0]) if len(input.batch_sizes) else 0
         else:
             data = input
             if not isinstance(input, torch.Tensor) or input.dim() not in (2, 3):
-                return False
+                return False  # torch's or bppsa's own checks report it
             steps = input.shape[1 if self.batch_first and input.dim() == 3 else 0]
             batch = 1 if input.dim() == 2 else input.shape[0 if self.batch_first else 1]
         if not data.is_cpu or steps == 0 or batch == 0 or _native.is_fake(data):
