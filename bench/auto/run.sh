@@ -48,14 +48,14 @@ bench_load
 mkdir -p "$out"
 out=${out%/}
 for t in $threads; do
+  dir=$out/threads-$t partial=()
   if [ -n "$steps" ]; then
-    "$py" bench/peers/peers.py --grid cost-model --threads "$t" --out "$out/threads-$t/steps-${steps//,/-}" \
-      --only "torch.nn,bppsa.nn bp,bppsa.nn blelloch,bppsa.nn hybrid" --steps "$steps" "${quick[@]}"
+    dir=$dir/steps-${steps//,/-} partial=(--steps "$steps")
   else
-    rm -rf "$out/threads-$t"/steps-*
-    "$py" bench/peers/peers.py --grid cost-model --threads "$t" --out "$out/threads-$t" \
-      --only "torch.nn,bppsa.nn bp,bppsa.nn blelloch,bppsa.nn hybrid" "${quick[@]}"
+    rm -rf "$dir"/steps-*
   fi
+  "$py" bench/peers/peers.py --grid cost-model --threads "$t" --out "$dir" \
+    --only "torch.nn,bppsa.nn bp,bppsa.nn blelloch,bppsa.nn hybrid" "${partial[@]}" "${quick[@]}"
 done
 # The measured thread counts' sweeps: whole grids and partial ones (--steps) alike.
 sweeps=()
