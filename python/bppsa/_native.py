@@ -100,10 +100,8 @@ def cuda_available():
     return _C.cuda_built() and _C.cuda_device_count() > 0
 
 
-def affine_scan(dtype, cuda=False):
-    """The native scan for `dtype`: the CPU engine's, or with cuda=True the resident GPU scan's."""
-    if cuda:
-        return _C.affine_scan_cuda_f32 if dtype == torch.float32 else _C.affine_scan_cuda_f64
+def affine_scan(dtype):
+    """The native scan for `dtype` (its front picks the CPU or CUDA half by the tensors' device)."""
     return _C.affine_scan_f32 if dtype == torch.float32 else _C.affine_scan_f64
 
 

@@ -75,20 +75,6 @@ class _Element:
             return _native._C.ElementRef("csr", self.rows, self.cols, 1, r(self.values), r(self.crow), r(self.col))
         return _native._C.ElementRef("dense", self.rows, self.cols, self.count, r(self.values))
 
-    def native_cuda(self, transpose):
-        """For the GPU scan: the matrix M it multiplies by (A, or A^T when transpose) as
-        (ElementRef, the tensors it points to). Dense: M column-major (the C-order buffer of M^T, made
-        on the GPU). CSR: M's CSR made on the GPU, its indices copied to the host for the plan."""
-        r = _native.ref
-        if self.kind == "csr":
-            m = self.tensor.transpose(0, 1).to_sparse_csr() if transpose else self.tensor
-            crow, col, values = m.crow_indices().cpu(), m.col_indices().cpu(), m.values().contiguous()
-            ref = _native._C.ElementRef("csr", m.shape[0], m.shape[1], 1, r(values), r(crow), r(col))
-            return ref, (crow, col, values)
-        buf = (self.values if transpose else self.values.transpose(1, 2)).contiguous()
-        rows, cols = (self.cols, self.rows) if transpose else (self.rows, self.cols)
-        return _native._C.ElementRef("dense", rows, cols, self.count, r(buf)), (buf,)
-
 
 def _elements(jacobians, batch):
     if isinstance(jacobians, torch.Tensor):
@@ -109,6 +95,11 @@ def _elements(jacobians, batch):
 
 
 def _check_chain(elements, g_last):
+    device = g_last.device
+    for i, e in enumerate(elements):
+        if e.tensor.device != device:
+            raise ValueError(f"bppsa.scan: jacobians[{i}] is on {e.tensor.device} but g_last is on {device}: every "
+                             f"tensor of a scan must be on one device; move it with .to({str(device)!r})")
     d = g_last.shape[1]
     for i, e in enumerate(elements):
         if e.cols != d:
@@ -122,10 +113,10 @@ def _check_chain(elements, g_last):
 
 
 def _check_memory(elements, g_last):
-    """The memory guard before anything is copied: the contiguous copies of strided elements,
+    """The host-memory guard before anything is copied: the contiguous copies of strided elements,
     the native scan's copies of the elements and the outputs (the scan checks its own workspace).
-    On CUDA the GPU scan's plan checks the device's memory, and torch its own allocations."""
-    if g_last.device.type == "cuda":
+    For tensors in device memory torch checks its own allocations and the scan its plan."""
+    if not g_last.is_cpu:
         for e in elements:
             e.materialize()
         return
@@ -160,53 +151,16 @@ def _torch_scan(elements, g_last):
 
 
 def _run(elements, g_last, injections, transpose, algorithm, threads, check_finite):
-    if g_last.device.type == "cuda":
-        return _run_cuda(elements, g_last, injections, transpose, algorithm, check_finite)
+    """The native scan on g_last's device (the extension's front picks the half), queued there on
+    PyTorch's current stream."""
     batch = g_last.shape[0]
     dims = [g_last.shape[1]] + [e.cols if transpose else e.rows for e in elements]
-    outs = [torch.empty((batch, d), dtype=g_last.dtype) for d in dims]
+    outs = [torch.empty((batch, d), dtype=g_last.dtype, device=g_last.device) for d in dims]
     r = _native.ref
     inj = [] if injections is None else [_native._C.TensorRef() if e is None else r(e) for e in injections]
     _native.affine_scan(g_last.dtype)([e.native() for e in elements], r(g_last), [r(o) for o in outs], inj,
-                                      transpose, algorithm, _native.resolve_threads(threads), check_finite)
-    return outs
-
-
-def _check_finite_cuda(what, t):
-    if not bool(torch.isfinite(t).all()):  # reads one flag back: waits for the stream
-        raise FloatingPointError(f"bppsa.scan: {what} has NaN/Inf values")
-
-
-def _run_cuda(elements, g_last, injections, transpose, algorithm, check_finite):
-    """The scan on g_last's CUDA device, queued on PyTorch's current stream there."""
-    device = g_last.device
-    for i, e in enumerate(elements):
-        if e.tensor.device != device:
-            raise ValueError(f"bppsa.scan: jacobians[{i}] is on {e.tensor.device} but g_last is on {device}: every "
-                             f"tensor of a scan must be on one device; move it with .to({str(device)!r})")
-    for i, t in enumerate(injections or []):
-        if t is not None and t.device != device:
-            raise ValueError(f"bppsa.scan: injection {i + 1} is on {t.device} but g_last is on {device}")
-    if check_finite:
-        _check_finite_cuda("g_last", g_last)
-        for i, e in enumerate(elements):
-            _check_finite_cuda(f"jacobians[{i}]", e.values if e.kind == "dense" else e.tensor.values())
-    batch = g_last.shape[0]
-    dims = [g_last.shape[1]] + [e.cols if transpose else e.rows for e in elements]
-    outs = [torch.empty((batch, d), dtype=g_last.dtype, device=device) for d in dims]
-    r = _native.ref
-    natives, held = [], []  # held: the buffers the native refs point to, alive through the call
-    for e in elements:
-        ref, tensors = e.native_cuda(transpose)
-        natives.append(ref)
-        held.append(tensors)
-    inj = [] if injections is None else [_native._C.TensorRef() if t is None else r(t) for t in injections]
-    _native.affine_scan(g_last.dtype, cuda=True)(natives, r(g_last), [r(o) for o in outs], inj,
-                                                 "blelloch" if algorithm == "auto" else algorithm,
-                                                 _native.stream_of(g_last))
-    if check_finite:
-        for i, o in enumerate(outs):
-            _check_finite_cuda(f"the result s_{i}", o)
+                                      transpose, algorithm, _native.resolve_threads(threads), check_finite,
+                                      _native.stream_of(g_last))
     return outs
 
 

@@ -213,8 +213,11 @@ PYBIND11_MODULE(BPPSA_MODULE_NAME, m) {
   bind_layer<float>(m, "LayerEngineF32");
   bind_layer<double>(m, "LayerEngineF64");
 
-  m.def("affine_scan_f32", &affine_scan<float>, py::call_guard<py::gil_scoped_release>());
-  m.def("affine_scan_f64", &affine_scan<double>, py::call_guard<py::gil_scoped_release>());
-  m.def("affine_scan_cuda_f32", &affine_scan_gpu<float>, py::call_guard<py::gil_scoped_release>());
-  m.def("affine_scan_cuda_f64", &affine_scan_gpu<double>, py::call_guard<py::gil_scoped_release>());
+  // bppsa.scan's front (scan.hpp): its half by g_last's device; stream: the CUDA half's cudaStream_t.
+  m.def("affine_scan_f32", &affine_scan<float>, py::arg("elements"), py::arg("g_last"), py::arg("out"),
+        py::arg("injections"), py::arg("transpose"), py::arg("algorithm"), py::arg("threads"), py::arg("check_finite"),
+        py::arg("stream") = 0, py::call_guard<py::gil_scoped_release>());
+  m.def("affine_scan_f64", &affine_scan<double>, py::arg("elements"), py::arg("g_last"), py::arg("out"),
+        py::arg("injections"), py::arg("transpose"), py::arg("algorithm"), py::arg("threads"), py::arg("check_finite"),
+        py::arg("stream") = 0, py::call_guard<py::gil_scoped_release>());
 }

@@ -66,4 +66,23 @@ CsrPatternPtr make_csr_pattern(Index rows, Index cols, std::vector<std::int32_t>
   return p;
 }
 
+CsrTranspose transpose(const CsrPattern& pattern) {
+  pattern.require_valid("transpose(CsrPattern)");
+  const Index r = pattern.rows(), c = pattern.cols(), nnz = pattern.nnz();
+  const std::span<const std::int32_t> ptr = pattern.row_ptr(), col = pattern.col_idx();
+  // A counting sort of the entries by column (the transpose's rows), stable in rows.
+  std::vector<std::int32_t> tptr(static_cast<std::size_t>(c + 1), 0), tcol(static_cast<std::size_t>(nnz));
+  std::vector<std::int32_t> source(static_cast<std::size_t>(nnz));
+  for (const std::int32_t j : col) ++tptr[static_cast<std::size_t>(j) + 1];
+  for (Index k = 0; k < c; ++k) tptr[static_cast<std::size_t>(k + 1)] += tptr[static_cast<std::size_t>(k)];
+  std::vector<std::int32_t> next(tptr.begin(), tptr.end() - 1);
+  for (Index row = 0; row < r; ++row)
+    for (std::int32_t k = ptr[static_cast<std::size_t>(row)]; k < ptr[static_cast<std::size_t>(row + 1)]; ++k) {
+      const auto dst = static_cast<std::size_t>(next[static_cast<std::size_t>(col[static_cast<std::size_t>(k)])]++);
+      tcol[dst] = static_cast<std::int32_t>(row);
+      source[dst] = k;
+    }
+  return {make_csr_pattern(c, r, std::move(tptr), std::move(tcol)), std::move(source)};
+}
+
 }  // namespace bppsa

@@ -187,6 +187,40 @@ TYPED_TEST(Products, SpgemmRectangularEmptyRowsAndEmptyResult) {
   check_product(ab, small_int_jacobian<T>(Kind::csr, 1, 7, 2, rng));
 }
 
+TEST(CsrTranspose, IsTheTransposeOfEveryPatternWithEachEntrysSource) {
+  // Oracle: the dense matrix of entry numbers, transposed by Eigen; every entry of the transpose
+  // names the original entry it came from, rows in ascending column order.
+  Rng rng(17);
+  const std::vector<CsrPatternPtr> patterns = {
+      make_csr_pattern(4, 3, {0, 2, 2, 3, 5}, {0, 2, 1, 0, 1}),  // an empty row, rectangular
+      make_csr_pattern(3, 6, {0, 0, 3, 3}, {1, 4, 5}),           // empty rows and columns
+      make_csr_pattern(2, 2, {0, 0, 0}, {}),                     // no entries
+      small_int_jacobian<double>(Kind::csr, 9, 7, 1, rng).layout().pattern,
+      small_int_jacobian<double>(Kind::csr, 1, 12, 1, rng).layout().pattern};
+  for (const CsrPatternPtr& p : patterns) {
+    Md entry = Md::Constant(p->rows(), p->cols(), -1);
+    for (Index r = 0; r < p->rows(); ++r)
+      for (std::int32_t k = p->row_ptr()[static_cast<std::size_t>(r)];
+           k < p->row_ptr()[static_cast<std::size_t>(r + 1)]; ++k)
+        entry(r, p->col_idx()[static_cast<std::size_t>(k)]) = k;
+    const Md want = entry.transpose();
+    const CsrTranspose t = transpose(*p);
+    ASSERT_TRUE(t.pattern->valid()) << t.pattern->error();
+    ASSERT_EQ(t.pattern->rows(), p->cols());
+    ASSERT_EQ(t.pattern->cols(), p->rows());
+    ASSERT_EQ(t.source.size(), static_cast<std::size_t>(p->nnz()));
+    Md got = Md::Constant(p->cols(), p->rows(), -1);
+    for (Index r = 0; r < t.pattern->rows(); ++r)
+      for (std::int32_t k = t.pattern->row_ptr()[static_cast<std::size_t>(r)];
+           k < t.pattern->row_ptr()[static_cast<std::size_t>(r + 1)]; ++k)
+        got(r, t.pattern->col_idx()[static_cast<std::size_t>(k)]) = t.source[static_cast<std::size_t>(k)];
+    EXPECT_EQ(got, want) << p->rows() << "x" << p->cols();
+  }
+  // An invalid pattern is refused by name.
+  const CsrPattern bad(2, 2, {0, 1, 3}, {0, 1});
+  EXPECT_THROW(transpose(bad), InvalidArgument);
+}
+
 TEST(Products, PlanFlopsFollowTheDocumentedCounts) {
   // "multiply-adds ×2, scalings ×1, copies 0" (product.hpp).
   Rng rng(16);
@@ -286,7 +320,8 @@ void products_are_the_same_bits_in_every_allocation() {
   std::mt19937_64 rng(5);
   std::uniform_real_distribution<double> u(-1, 1);
   for (const Index n : {1, 3, 7, 8, 13, 33}) {
-    for (const Jacobian<T>& j : {Jacobian<T>::dense(n, n + 2, 3), Jacobian<T>::diagonal(n, 2), Jacobian<T>::dense(n, 1)})
+    for (const Jacobian<T>& j :
+         {Jacobian<T>::dense(n, n + 2, 3), Jacobian<T>::diagonal(n, 2), Jacobian<T>::dense(n, 1)})
       EXPECT_EQ(reinterpret_cast<std::uintptr_t>(j.values().data()) % kBufferAlignment, 0u) << j.layout().describe();
     Jacobian<T> a = Jacobian<T>::dense(n, n + 5, 2), b = Jacobian<T>::dense(n + 5, n + 1, 2);
     for (Jacobian<T>* j : {&a, &b})

@@ -409,6 +409,26 @@ def test_scan_on_cuda_errors():
     assert torch.isnan(bppsa.scan(bad, g)[-1]).any()  # unchecked: NaN propagates, as torch's products
 
 
+def test_scan_on_cuda_check_finite_names_what_is_not_finite():
+    """The CUDA half's checks (the resident scan's flags), in scan order: g_last, an element given
+    untransposed or as CSR, an injection of the backward scan, then a result that overflowed."""
+    els, g = _chain(["shared", "csr", "per_sample"], 2, [4] * 4, "cuda", torch.float32)
+    with pytest.raises(FloatingPointError, match="g_last has NaN/Inf"):
+        bppsa.scan(els, torch.full_like(g, float("inf")), check_finite=True)
+    values = els[1].values().clone()
+    values[0] = float("nan")
+    bad = torch.sparse_csr_tensor(els[1].crow_indices(), els[1].col_indices(), values, els[1].shape)
+    with pytest.raises(FloatingPointError, match=r"jacobians\[1\] has NaN/Inf"):
+        bppsa.scan([els[0], bad, els[2]], g, check_finite=True)
+    big = [torch.eye(4, device="cuda") * 1e30 for _ in range(3)]
+    with pytest.raises(FloatingPointError, match="the result s_2 has NaN/Inf"):
+        bppsa.scan(big, g.abs() + 1, check_finite=True)
+    dense = [e.clone().requires_grad_(True) for e in (els[0], els[2])]
+    outs = bppsa.scan([dense[0], els[1], dense[1]], g, check_finite=True)
+    with pytest.raises(FloatingPointError, match="injection 2 has NaN/Inf"):
+        (outs[1] * float("nan")).sum().backward()
+
+
 def test_scan_compiled_on_cuda():
     els, g = _chain(["shared"] * 10, 3, [5] * 11, "cuda", torch.float32)
     stacked = torch.stack(els)

@@ -55,4 +55,12 @@ using CsrPatternPtr = std::shared_ptr<const CsrPattern>;
 CsrPatternPtr make_csr_pattern(Index rows, Index cols, std::vector<std::int32_t> row_ptr,
                                std::vector<std::int32_t> col_idx);
 
+/// The transpose of a valid pattern, and where its entries come from: entry p of the transpose
+/// (in its CSR order) is entry source[p] of the original, so values_T[p] = values[source[p]].
+struct CsrTranspose {
+  CsrPatternPtr pattern;
+  std::vector<std::int32_t> source;
+};
+CsrTranspose transpose(const CsrPattern& pattern);
+
 }  // namespace bppsa

@@ -62,6 +62,20 @@ class ResidentScanner {
   /// g_k (d_k × batch), k = 0 … N, valid on run()'s stream after it (g_N is g_last()).
   const T* gradient(Index k) const;
 
+  /// Writes J_k^T's values from the values of J_k itself (its transpose) at `src` on the device,
+  /// queued on `stream`: for a dense kind, count matrices J_k (cols × rows each, column-major);
+  /// for csr, J_k's CSR values in the order of J_k's pattern (J_k^T's transposed). InvalidArgument
+  /// for other kinds. k = 1 … N.
+  void set_values_transposed(Index k, const T* src, void* stream);
+
+  /// Which buffers hold NaN or Inf, in one pass that waits for the work queued on `stream`:
+  /// entry k − 1 for J_k^T's values (with its S), k = 1 … N; entry k for e_k, k = 0 … N − 1
+  /// (false where there is none); entry k for g_k, k = 0 … N (g_N is g_last(); g_k < N are
+  /// run()'s results).
+  std::vector<bool> nonfinite_values(void* stream);
+  std::vector<bool> nonfinite_injections(void* stream);
+  std::vector<bool> nonfinite_gradients(void* stream);
+
   /// Runs the schedule after the work queued on `stream` (a cudaStream_t; null: the legacy
   /// default stream) so far; work queued on `stream` afterwards sees every gradient.
   void run(void* stream);

@@ -52,4 +52,10 @@ BPPSA_HD inline Idx work_stride(unsigned grid, unsigned block_dim) {
   return static_cast<Idx>(grid) * static_cast<Idx>(block_dim);
 }
 
+/// In a __global__ kernel: the grid-stride loop over item < total (the statement that follows runs
+/// once per item).
+#define BPPSA_FLAT_LOOP(total, item)                                               \
+  for (Idx item = work_start(blockIdx.x, blockDim.x, threadIdx.x); item < (total); \
+       item += work_stride(gridDim.x, blockDim.x))
+
 }  // namespace bppsa::detail::gpu

@@ -10,6 +10,7 @@
 
 #include "core/cuda/grid.hpp"
 #include "core/cuda/hd.hpp"
+#include "core/cuda/hd_math.hpp"
 #include "scan/cuda/fused/step.hpp"
 
 namespace bppsa::detail::gpu {
@@ -31,12 +32,6 @@ template <class T>
 BPPSA_HD inline T hd_sigmoid(T v) {
   return T(1) / (T(1) + hd_exp(-v));
 }
-/// False for NaN and ±Inf (v − v is NaN for both), without <cmath>'s host-only overloads.
-template <class T>
-BPPSA_HD inline bool hd_finite(T v) {
-  return v - v == T(0);
-}
-
 /// Everything a layer's kernels read and write. Device pointers; the record's layout is the
 /// LayerRecord's: h, c: H × (T+1)B (block 0 = s_0); gates: GH × TB after their nonlinearity;
 /// aux: GRU's M = W_hn h + b_hn, LSTM's tanh(c_t) (H × TB). Column t·B + b of a (T+1)B array is

@@ -11,11 +11,6 @@
 namespace bppsa::detail::gpu {
 namespace {
 
-/// The flat loop of a grid-stride kernel: f(item) for every item < total.
-#define BPPSA_FLAT_LOOP(total, item)                                               \
-  for (Idx item = work_start(blockIdx.x, blockDim.x, threadIdx.x); item < (total); \
-       item += work_stride(gridDim.x, blockDim.x))
-
 /// A persistent kernel's dynamic shared memory, as T values.
 template <class T>
 __device__ T* persistent_smem() {
@@ -140,8 +135,6 @@ template <class T>
 __global__ void __launch_bounds__(kBlock) fill_kernel(T* x, Idx n, T value) {
   BPPSA_FLAT_LOOP(n, i) x[i] = value;
 }
-
-#undef BPPSA_FLAT_LOOP
 
 }  // namespace
 

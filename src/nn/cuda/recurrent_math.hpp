@@ -591,13 +591,6 @@ BPPSA_HD inline T final_state_value(const T* h, const Idx* len, Idx H, Idx B, Id
   return h[(t * B + b) * H + i];
 }
 
-/// The column-major copy of a row-major rows × cols matrix: value `item` of the output.
-BPPSA_HD inline Idx transpose_source(Idx rows, Idx cols, Idx item) {
-  const Idx k = item / rows, r = item - k * rows;  // output (r, k) at k·rows + r
-  (void)cols;
-  return r * cols + k;
-}
-
 /// Gathering a batch: value `item` of x (I × steps·batch, column t·batch + b) comes from sample
 /// order[first + b] (first + b when order is null) of a [samples][steps][I] float array.
 BPPSA_HD inline Idx gather_source(Idx I, Idx steps, Idx batch, const std::int64_t* order, Idx first, Idx item) {

@@ -4,7 +4,10 @@
 // GpuSmall.* stays small enough for compute-sanitizer; GpuScan.* holds the large cases.
 #include <cuda_runtime_api.h>
 
+#include <limits>
+
 #include "bppsa/scan/resident_scanner.hpp"
+#include "core/cuda/buffer.hpp"
 #include "cuda/gpu_compare.hpp"
 #include "expect_error.hpp"
 
@@ -141,8 +144,8 @@ TEST(GpuSmall, SequentialBpOnTheGpuIsOneLaunchPerElement) {
 /// The chain written into a ResidentScanner's device buffers, run on a stream of the test's
 /// own, and every g_k read back: what a caller with its Jacobians on the GPU does.
 template <class T>
-Gradients<T> resident_run(const Chain<T>& chain, const Matrix<T>& g_last, const ScanOptions& options,
-                          ScanStats* stats) {
+Gradients<T> resident_run(const Chain<T>& chain, const Matrix<T>& g_last, const ScanOptions& options, ScanStats* stats,
+                          bool untransposed = false) {
   ResidentChain<T> rc;
   rc.batch = chain.batch();
   for (Index k = 1; k <= chain.size(); ++k) rc.jacobian.push_back(&chain.jacobian(k).layout());
@@ -154,9 +157,29 @@ Gradients<T> resident_run(const Chain<T>& chain, const Matrix<T>& g_last, const 
     ASSERT_EQ(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(n) * sizeof(T), cudaMemcpyHostToDevice, stream),
               cudaSuccess);
   };
+  std::vector<std::vector<T>> given;  // untransposed: the values of J_k, uploaded and kept until the stream is done
+  std::vector<detail::cuda::DeviceBuffer<T>> staged;
   for (Index k = 1; k <= chain.size(); ++k) {
     const Jacobian<T>& j = chain.jacobian(k);
-    if (T* v = scan.values(k)) put(v, j.values().data(), static_cast<Index>(j.values().size()));
+    if (untransposed && (j.kind() == Kind::dense || j.kind() == Kind::csr)) {
+      // J_k from J_k^T on the host: dense, each J_k column-major is J_k^T row-major; csr, J_k's
+      // entries in the transposed pattern's order.
+      std::vector<T>& v = given.emplace_back(j.values().size());
+      if (j.kind() == Kind::dense) {
+        for (Index smp = 0; smp < j.count(); ++smp) {
+          const Eigen::Map<const Matrix<T>> jt(j.sample(smp).data(), j.rows(), j.cols());
+          Eigen::Map<RowMatrix<T>>(v.data() + smp * j.rows() * j.cols(), j.rows(), j.cols()) = jt;
+        }
+      } else {
+        const CsrTranspose t = transpose(*j.layout().pattern);
+        for (std::size_t q = 0; q < t.source.size(); ++q) v[q] = j.values()[static_cast<std::size_t>(t.source[q])];
+      }
+      detail::cuda::DeviceBuffer<T>& d = staged.emplace_back(v.size());
+      put(d.data(), v.data(), static_cast<Index>(v.size()));
+      scan.set_values_transposed(k, d.data(), stream);
+    } else if (T* v = scan.values(k)) {
+      put(v, j.values().data(), static_cast<Index>(j.values().size()));
+    }
     if (T* m = scan.shared_matrix(k)) put(m, j.layout().shared_dense->data(), j.layout().shared_dense->size());
     if (const Matrix<T>* e = chain.injection(k - 1)) put(scan.injection(k - 1), e->data(), e->size());
   }
@@ -202,6 +225,62 @@ TEST(GpuSmall, AResidentChainGivesTheCpuEnginesGradients) {
         EXPECT_GT(stats.launches, 0) << where;
         EXPECT_TRUE(oracle::close_to(got, gpu_test::as_double(want), gpu_test::kTol<float>)) << where;
       }
+}
+
+TEST(GpuSmall, AResidentScannerTakesJacobiansUntransposed) {
+  // set_values_transposed: dense J_k column-major and csr J_k in its own pattern's order give the
+  // gradients of J_k^T written directly (the CPU engine's, within float tolerance).
+  for (const ChainKind kind : {ChainKind::dense, ChainKind::csr, ChainKind::mixed})
+    for (const Index n : {1, 7})
+      for (const bool shared : {false, true}) {
+        if (shared && kind == ChainKind::mixed) continue;
+        const auto p = random_problem<float>({n, 5, 3, kind, shared, n % 2 == 1, static_cast<std::uint64_t>(60 + n)});
+        const ScanOptions options{Algorithm::blelloch};
+        Scanner<float> cpu(options);
+        Gradients<float> want;
+        cpu.run(p.chain, p.g_last, want);
+        const Gradients<float> got = resident_run(p.chain, p.g_last, options, nullptr, true);
+        EXPECT_TRUE(oracle::close_to(got, gpu_test::as_double(want), gpu_test::kTol<float>))
+            << to_string(kind) << " N " << n << (shared ? " shared" : "");
+      }
+}
+
+TEST(GpuSmall, AResidentScannerFlagsNonFiniteBuffers) {
+  // A NaN written into J_3^T's values and an Inf into e_1: exactly those flags among the inputs;
+  // after the run, g_k is NaN for every k < 3 (dense products spread it) and finite above.
+  const Index n = 6, batch = 2;
+  auto p = random_problem<double>({n, 4, batch, ChainKind::dense, false, true, 9});
+  ResidentChain<double> rc;
+  rc.batch = batch;
+  for (Index k = 1; k <= n; ++k) rc.jacobian.push_back(&p.chain.jacobian(k).layout());
+  for (Index k = 0; k < n; ++k) rc.injection.push_back(p.chain.injection(k) != nullptr);
+  ResidentScanner<double> scan(rc, ScanOptions{Algorithm::blelloch});
+  auto put = [](double* dst, const double* src, Index count) {
+    ASSERT_EQ(cudaMemcpy(dst, src, static_cast<std::size_t>(count) * sizeof(double), cudaMemcpyHostToDevice),
+              cudaSuccess);
+  };
+  p.chain.jacobian(3).values()[2] = std::numeric_limits<double>::quiet_NaN();
+  for (Index k = 1; k <= n; ++k) {
+    const auto& j = p.chain.jacobian(k);
+    put(scan.values(k), j.values().data(), static_cast<Index>(j.values().size()));
+    if (const Matrix<double>* e = p.chain.injection(k - 1)) {
+      Matrix<double> v = *e;
+      if (k == 2) v(0, 1) = std::numeric_limits<double>::infinity();
+      put(scan.injection(k - 1), v.data(), v.size());
+    }
+  }
+  put(scan.g_last(), p.g_last.data(), p.g_last.size());
+  const std::vector<bool> values = scan.nonfinite_values(nullptr);
+  ASSERT_EQ(values.size(), static_cast<std::size_t>(n));
+  for (Index k = 1; k <= n; ++k) EXPECT_EQ(values[static_cast<std::size_t>(k - 1)], k == 3) << "J_" << k << "^T";
+  const std::vector<bool> added = scan.nonfinite_injections(nullptr);
+  ASSERT_EQ(added.size(), static_cast<std::size_t>(n));
+  for (Index k = 0; k < n; ++k) EXPECT_EQ(added[static_cast<std::size_t>(k)], k == 1 && rc.injection[1]) << "e_" << k;
+  EXPECT_FALSE(scan.nonfinite_gradients(nullptr)[static_cast<std::size_t>(n)]);  // g_N
+  scan.run(nullptr);
+  const std::vector<bool> grads = scan.nonfinite_gradients(nullptr);
+  ASSERT_EQ(grads.size(), static_cast<std::size_t>(n + 1));
+  for (Index k = 0; k <= n; ++k) EXPECT_EQ(grads[static_cast<std::size_t>(k)], k < 3) << "g_" << k;
 }
 
 TEST(GpuSmall, AResidentSmallIntegerChainIsExact) {

@@ -8,7 +8,9 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <tuple>
 
+#include "core/cuda/hd_math.hpp"
 #include "expect_error.hpp"
 #include "jacobian/cuda/items.hpp"
 #include "oracle.hpp"
@@ -54,6 +56,22 @@ TEST(CudaGrid, EveryWorkItemIsVisitedExactlyOnceWhateverTheGrid) {
         EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; }))
             << ops << " ops × " << batch << " × " << items << ", grid " << grid << " × " << block_dim;
       }
+  }
+}
+
+TEST(CudaItems, TransposeEachCopiesEveryRowMajorMatrixColumnMajor) {
+  // The resident scan's load of J_k given untransposed (resident_kernels.cu): count row-major
+  // rows × cols matrices → the same matrices column-major, against Eigen's maps.
+  for (const auto& [count, rows, cols] : {std::tuple<Idx, Idx, Idx>{1, 1, 1}, {1, 3, 5}, {4, 5, 3}, {3, 1, 7}}) {
+    std::vector<double> in(static_cast<std::size_t>(count * rows * cols)), out(in.size());
+    for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<double>(i) + 0.5;
+    for (Idx i = 0; i < count * rows * cols; ++i)
+      out[static_cast<std::size_t>(i)] = in[static_cast<std::size_t>(gpu::transpose_each_source(rows, cols, i))];
+    for (Idx s = 0; s < count; ++s) {
+      const Eigen::Map<const Eigen::Matrix<double, -1, -1, Eigen::RowMajor>> a(in.data() + s * rows * cols, rows, cols);
+      const Eigen::Map<const Md> b(out.data() + s * rows * cols, rows, cols);
+      EXPECT_EQ(Md(b), Md(a)) << count << "×" << rows << "×" << cols << " matrix " << s;
+    }
   }
 }
 
@@ -341,12 +359,13 @@ template <class T>
     }
   for (const auto* list : {&all.reads, &all.writes})
     for (const auto& [b, e] : *list)
-      if (b < 0 || e > p.values || b > e) return ::testing::AssertionFailure() << "range [" << b << ", " << e << ") outside the arena";
+      if (b < 0 || e > p.values || b > e)
+        return ::testing::AssertionFailure() << "range [" << b << ", " << e << ") outside the arena";
   std::sort(all.writes.begin(), all.writes.end());
   for (std::size_t i = 1; i < all.writes.size(); ++i)
     if (all.writes[i].first < all.writes[i - 1].second)
-      return ::testing::AssertionFailure() << "two work units write [" << all.writes[i].first << ", "
-                                           << all.writes[i - 1].second << ")";
+      return ::testing::AssertionFailure()
+             << "two work units write [" << all.writes[i].first << ", " << all.writes[i - 1].second << ")";
   for (const auto& [b, e] : all.reads) {
     if (b == e) continue;
     auto it = std::lower_bound(all.writes.begin(), all.writes.end(), std::make_pair(e, Idx{0}));
@@ -368,8 +387,7 @@ struct Emulated {
 template <class T>
 Emulated<T> emulate(const Chain<T>& chain, const Matrix<T>& g_last, const ScanOptions& options) {
   const int threads = detail::run_threads(options);
-  detail::PlannedSchedule<T> planned =
-      detail::plan_run(detail::scan_elements(chain), chain.batch(), options, threads);
+  detail::PlannedSchedule<T> planned = detail::plan_run(detail::scan_elements(chain), chain.batch(), options, threads);
   Emulated<T> e;
   e.stats = planned.schedule.stats;
   e.program = gpu::compile_program(planned.schedule, detail::scan_elements(chain), chain.batch());
@@ -431,8 +449,8 @@ TEST_P(EveryChainKind, MatchesTheCpuEngineForEveryAlgorithm) {
   for (const Index n : {1, 2, 3, 4, 7, 8, 9, 16, 17, 33, 100})
     for (const Index batch : {1, 3}) {
       const bool shared = n % 2 == 1;
-      const auto p = random_problem<double>({n, 5, batch, GetParam(), shared && GetParam() != ChainKind::mixed,
-                                             false, static_cast<std::uint64_t>(n * 7 + batch)});
+      const auto p = random_problem<double>({n, 5, batch, GetParam(), shared && GetParam() != ChainKind::mixed, false,
+                                             static_cast<std::uint64_t>(n * 7 + batch)});
       check_against_cpu(p.chain, p.g_last, false);
       if (HasFailure()) return;
     }

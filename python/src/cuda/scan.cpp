@@ -1,6 +1,9 @@
-// bppsa.scan on CUDA tensors (scan.hpp): the resident scan (bppsa/scan/resident_scanner.hpp),
-// planned once per layout, device and stream and kept; the caller's tensors are copied into the
-// plan's device buffers and the gradients out of them, all queued on the caller's stream.
+// bppsa.scan's CUDA half (scan.hpp): the resident scan (bppsa/scan/resident_scanner.hpp), planned
+// once per layout, device and stream and kept; the caller's tensors are copied into the plan's
+// device buffers (an element the scan multiplies by untransposed is transposed there) and the
+// results out of them, all queued on the caller's stream.
+#include "scan.hpp"
+
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -15,7 +18,6 @@
 #include "bppsa/core/error.hpp"
 #include "bppsa/scan/resident_scanner.hpp"
 #include "core/cuda/check.hpp"
-#include "scan.hpp"
 
 namespace bppsa::python {
 namespace {
@@ -102,53 +104,85 @@ void copy(void* dst, std::uintptr_t src, std::size_t bytes, cudaStream_t stream)
     BPPSA_CUDA_CHECK(cudaMemcpyAsync(dst, reinterpret_cast<const void*>(src), bytes, cudaMemcpyDeviceToDevice, stream));
 }
 
+/// A CSR index tensor on `place` (int32 or int64, n entries) read to the host after the work
+/// queued on `stream`, as int32 (csr_indices' checks).
+std::vector<std::int32_t> device_indices(const TensorRef& t, Index n, const std::string& what, const Place& place,
+                                         cudaStream_t stream) {
+  const bool wide = t.dtype == "int64";
+  if (!wide && t.dtype != "int32")
+    detail::raise<InvalidArgument>(kOp, what + " is " + t.describe() + "; expected int32 or int64 indices");
+  const std::size_t size = wide ? sizeof(std::int64_t) : sizeof(std::int32_t);
+  const std::uintptr_t p = wide
+                               ? reinterpret_cast<std::uintptr_t>(checked_data<std::int64_t>(t, {n}, kOp, what, place))
+                               : reinterpret_cast<std::uintptr_t>(checked_data<std::int32_t>(t, {n}, kOp, what, place));
+  std::vector<std::int64_t> host(static_cast<std::size_t>(n));  // room for either width
+  if (n > 0) {
+    BPPSA_CUDA_CHECK(cudaMemcpyAsync(host.data(), reinterpret_cast<const void*>(p), static_cast<std::size_t>(n) * size,
+                                     cudaMemcpyDeviceToHost, stream));
+    BPPSA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+  TensorRef on_host = t;
+  on_host.data = reinterpret_cast<std::uintptr_t>(host.data());
+  on_host.device = "cpu";
+  on_host.device_index = -1;
+  return csr_indices(on_host, n, kOp, what);
+}
+
+/// NonFiniteError naming the first flagged buffer: what(i) for flags[i].
+template <class Name>
+void raise_nonfinite(const std::vector<bool>& flags, const Name& what) {
+  for (std::size_t i = 0; i < flags.size(); ++i)
+    if (flags[i]) detail::raise<NonFiniteError>(kOp, what(i) + " has NaN/Inf values");
+}
+
 }  // namespace
 
 template <class T>
-void affine_scan_gpu(const std::vector<ElementRef>& elements, const TensorRef& g_last,
-                     const std::vector<TensorRef>& out, const std::vector<TensorRef>& injections,
-                     const std::string& algorithm, std::uintptr_t stream) {
+void affine_scan_cuda(const std::vector<ElementRef>& elements, const TensorRef& g_last,
+                      const std::vector<TensorRef>& out, const std::vector<TensorRef>& injections, bool transpose,
+                      const std::string& algorithm, bool check_finite, std::uintptr_t stream) {
   const Index n = static_cast<Index>(elements.size());
-  if (g_last.shape.size() != 2)
-    detail::raise<ShapeError>(kOp, "g_last has shape " + shape_text(g_last.shape) + ", expected (batch, d_N)");
-  if (g_last.device != "cuda") detail::raise<InvalidArgument>(kOp, "the CUDA scan got g_last on " + g_last.device);
   const Place place{"cuda", g_last.device_index};
   const Index batch = g_last.shape[0];
-  if (static_cast<Index>(out.size()) != n + 1)
-    detail::raise<InvalidArgument>(kOp, "expected " + std::to_string(n + 1) + " output buffers");
-  if (!injections.empty() && static_cast<Index>(injections.size()) != n)
-    detail::raise<InvalidArgument>(kOp, "expected " + std::to_string(n) + " injections (or none)");
+  const CudaDeviceScope scope(place.index);
+  const auto s = reinterpret_cast<cudaStream_t>(stream);
 
-  // The layouts, in the chain's (layer) order: J_k^T = M of elements[N − k].
+  // The layouts, in the chain's (layer) order: J_k^T = M of elements[N − k], the matrix the scan
+  // multiplies by (A, or A^T when transpose); `given_transposed`: the element's values are M^T's.
   std::vector<Layout<T>> layouts(static_cast<std::size_t>(n));
+  std::vector<bool> given_transposed(static_cast<std::size_t>(n));
   std::uint64_t hash = 1469598103934665603ULL;
   for (Index k = 1; k <= n; ++k) {
     const Index i = n - k;
     const ElementRef& e = elements[static_cast<std::size_t>(i)];
     const std::string what = "jacobians[" + std::to_string(i) + "]";
     Layout<T>& l = layouts[static_cast<std::size_t>(k - 1)];
-    l.rows = e.rows;
-    l.cols = e.cols;
+    l.rows = transpose ? e.cols : e.rows;
+    l.cols = transpose ? e.rows : e.cols;
     l.count = e.count;
     if (e.count != 1 && e.count != batch)
       detail::raise<ShapeError>(kOp, what + " has " + std::to_string(e.count) + " matrices; expected 1 (shared) or " +
                                          std::to_string(batch) + " (one per sample)");
     if (e.kind == "dense") {
+      // A in C order is A^T column-major: M's values when M = A^T, M^T's when M = A.
       l.kind = Kind::dense;
-      checked_data<T>(e.values, {e.count, e.cols, e.rows}, kOp, what, place);
+      given_transposed[static_cast<std::size_t>(k - 1)] = !transpose;
+      checked_data<T>(e.values, {e.count, e.rows, e.cols}, kOp, what, place);
     } else if (e.kind == "csr") {
+      // A's CSR: M's values when M = A, M^T's when M = A^T.
       if (e.count != 1) detail::raise<InvalidArgument>(kOp, what + ": CSR elements are shared by the batch");
-      std::vector<std::int32_t> crow = csr_indices(e.crow, e.rows + 1, kOp, what + " crow_indices");
+      given_transposed[static_cast<std::size_t>(k - 1)] = transpose;
+      std::vector<std::int32_t> crow = device_indices(e.crow, e.rows + 1, what + " crow_indices", place, s);
       const Index nnz = crow.back();
       if (crow.front() != 0 || nnz < 0)
         detail::raise<InvalidArgument>(kOp, what + ": crow_indices must start at 0 and end at nnz");
       checked_data<T>(e.values, {nnz}, kOp, what + " values", place);  // before nnz sizes anything
-      std::vector<std::int32_t> col = csr_indices(e.col, nnz, kOp, what + " col_indices");
+      std::vector<std::int32_t> col = device_indices(e.col, nnz, what + " col_indices", place, s);
       hash = fnv(fnv(hash, crow), col);
       auto pattern = std::make_shared<CsrPattern>(e.rows, e.cols, std::move(crow), std::move(col));
       pattern->require_valid(std::string(kOp) + ": " + what);
       l.kind = Kind::csr;
-      l.pattern = std::move(pattern);
+      l.pattern = transpose ? bppsa::transpose(*pattern).pattern : std::move(pattern);
     } else {
       detail::raise<InvalidArgument>(kOp, what + ": unknown element kind '" + e.kind + "'");
     }
@@ -172,8 +206,6 @@ void affine_scan_gpu(const std::vector<ElementRef>& elements, const TensorRef& g
   for (const Layout<T>& l : layouts) key += l.describe() + ";";
   for (const bool b : injected) key += b ? '1' : '0';
 
-  const CudaDeviceScope scope(place.index);
-  const auto s = reinterpret_cast<cudaStream_t>(stream);
   if (n == 0) {
     copy(reinterpret_cast<void*>(checked_data<T>(out[0], {batch, d_last}, kOp, "output 0", place)), g_last.data,
          static_cast<std::size_t>(batch * d_last) * sizeof(T), s);
@@ -197,7 +229,10 @@ void affine_scan_gpu(const std::vector<ElementRef>& elements, const TensorRef& g
   for (Index k = 1; k <= n; ++k) {
     const ElementRef& e = elements[static_cast<std::size_t>(n - k)];
     const Layout<T>& l = plan->layouts[static_cast<std::size_t>(k - 1)];
-    copy(scan.values(k), e.values.data, static_cast<std::size_t>(l.values_per_sample() * l.count) * sizeof(T), s);
+    if (given_transposed[static_cast<std::size_t>(k - 1)])
+      scan.set_values_transposed(k, reinterpret_cast<const T*>(e.values.data), s);
+    else
+      copy(scan.values(k), e.values.data, static_cast<std::size_t>(l.values_per_sample() * l.count) * sizeof(T), s);
   }
   for (Index i = 0; i < static_cast<Index>(injections.size()); ++i) {
     const Index k = n - 1 - i;
@@ -208,6 +243,16 @@ void affine_scan_gpu(const std::vector<ElementRef>& elements, const TensorRef& g
          static_cast<std::size_t>(batch * scan.dim(k)) * sizeof(T), s);
   }
   copy(scan.g_last(), g_last.data, static_cast<std::size_t>(batch * d_last) * sizeof(T), s);
+  if (check_finite) {  // in scan order: g_last, the elements, the injections (each waits for the stream)
+    if (scan.nonfinite_gradients(s)[static_cast<std::size_t>(n)])
+      detail::raise<NonFiniteError>(kOp, "g_last has NaN/Inf values");
+    const std::vector<bool> values = scan.nonfinite_values(s);
+    raise_nonfinite(std::vector<bool>(values.rbegin(), values.rend()),
+                    [](std::size_t i) { return "jacobians[" + std::to_string(i) + "]"; });
+    const std::vector<bool> added = scan.nonfinite_injections(s);
+    raise_nonfinite(std::vector<bool>(added.rbegin(), added.rend()),
+                    [](std::size_t i) { return "injection " + std::to_string(i + 1); });
+  }
   scan.run(s);
   for (Index i = 0; i <= n; ++i) {
     const Index k = n - i;  // out[i] = s_i = g_{N−i}
@@ -216,12 +261,15 @@ void affine_scan_gpu(const std::vector<ElementRef>& elements, const TensorRef& g
     BPPSA_CUDA_CHECK(cudaMemcpyAsync(o, scan.gradient(k), static_cast<std::size_t>(batch * scan.dim(k)) * sizeof(T),
                                      cudaMemcpyDeviceToDevice, s));
   }
+  if (check_finite) {
+    const std::vector<bool> results = scan.nonfinite_gradients(s);
+    raise_nonfinite(std::vector<bool>(results.rbegin(), results.rend()),
+                    [](std::size_t i) { return "the result s_" + std::to_string(i); });
+  }
   if (!kept) BPPSA_CUDA_CHECK(cudaStreamSynchronize(s));  // its buffers are freed on return
 }
 
-template void affine_scan_gpu<float>(const std::vector<ElementRef>&, const TensorRef&, const std::vector<TensorRef>&,
-                                     const std::vector<TensorRef>&, const std::string&, std::uintptr_t);
-template void affine_scan_gpu<double>(const std::vector<ElementRef>&, const TensorRef&, const std::vector<TensorRef>&,
-                                      const std::vector<TensorRef>&, const std::string&, std::uintptr_t);
+BPPSA_SCAN_HALF(affine_scan_cuda, const std::vector<ElementRef>&, const TensorRef&, const std::vector<TensorRef>&,
+                const std::vector<TensorRef>&, bool, const std::string&, bool, std::uintptr_t)
 
 }  // namespace bppsa::python
