@@ -3,7 +3,8 @@
 // in fp32), input and initial-state gradients, one Adam and one SGD step, for every cell ×
 // layers {1, 2} × head {last, every} × loss {ce, mse} × backward {bp, fused, and the generic
 // scan's blelloch, hybrid and linear}; the sizes (T up to 1000, H up to 256, B up to 64) as a
-// covering set; bit-identical reruns; resident-data training and evaluation; errors.
+// covering set; bit-identical reruns; an epoch with lengths; errors. The training pass and the
+// optimizer's own tests are in tests/train/cuda/.
 // GpuSmall.* stay small enough for compute-sanitizer (BPPSA_GPU_TESTS_REDUCED=1 runs part of them).
 #include <cmath>
 #include <cstring>
@@ -17,135 +18,22 @@
 #include "bppsa/train/optimizer.hpp"
 #include "bppsa/train/trainer.hpp"
 #include "cuda/gpu_compare.hpp"
+#include "cuda/model_compare.hpp"
 #include "expect_error.hpp"
 #include "nn/cuda/fused_scan.hpp"
 
 namespace {
 
 using namespace bppsa;
+using gpu_test::Batch;
+using gpu_test::Case;
+using gpu_test::cells;
+using gpu_test::gpu_step_matches_cpu;
+using gpu_test::kGradTol;
 using gpu_test::pick;
-
-template <class T>
-constexpr double kGradTol = std::is_same_v<T, float> ? 1e-4 : 1e-10;
-
-/// max |a − b| / max |b| over one tensor.
-template <class T>
-double rel_err(const T* a, const T* b, Index n) {
-  double num = 0, den = 0;
-  for (Index i = 0; i < n; ++i) {
-    const double x = static_cast<double>(a[i]), y = static_cast<double>(b[i]);
-    if (!std::isfinite(x) || !std::isfinite(y)) return std::numeric_limits<double>::infinity();
-    num = std::max(num, std::abs(x - y));
-    den = std::max(den, std::abs(y));
-  }
-  return den > 0 ? num / den : num;
-}
-
-struct Case {
-  CellType cell = CellType::rnn;
-  Nonlinearity nl = Nonlinearity::tanh;
-  Index input = 3, hidden = 5, layers = 1, classes = 4;
-  HeadMode head = HeadMode::last;
-  LossType loss = LossType::cross_entropy;
-  Index batch = 3, steps = 6;
-  std::string str() const {
-    return std::string(to_string(cell)) + (nl == Nonlinearity::relu ? "-relu" : "") + " I " + std::to_string(input) +
-           " H " + std::to_string(hidden) + " layers " + std::to_string(layers) + " head " + to_string(head) +
-           " loss " + to_string(loss) + " B " + std::to_string(batch) + " T " + std::to_string(steps);
-  }
-  ModelConfig config(Device d) const {
-    ModelConfig c;
-    c.rnn = RecurrentConfig{cell, input, hidden, layers, nl, d};
-    c.classes = classes;
-    c.head = head;
-    c.loss = loss;
-    return c;
-  }
-};
-
-struct Batch {
-  std::vector<float> x;
-  std::vector<std::int64_t> y;
-};
-Batch random_batch(const Case& c, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> n;
-  Batch b;
-  b.x.resize(static_cast<std::size_t>(c.batch * c.steps * c.input));
-  for (float& v : b.x) v = n(rng);
-  for (Index i = 0; i < c.batch; ++i)
-    b.y.push_back(static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(c.classes)));
-  return b;
-}
-
-/// Every parameter's gradient (or value) of a and b within tol, tensor by tensor.
-template <class T>
-::testing::AssertionResult same_tensors(const std::vector<NamedParam<T>>& got, const std::vector<NamedParam<T>>& want,
-                                        bool grads, double tol) {
-  if (got.size() != want.size()) return ::testing::AssertionFailure() << "parameter lists differ";
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double e =
-        grads ? rel_err(got[i].grad, want[i].grad, want[i].size) : rel_err(got[i].value, want[i].value, want[i].size);
-    if (!(e <= tol))
-      return ::testing::AssertionFailure()
-             << (grads ? "gradient" : "value") << " of " << want[i].name << ": relative error " << e << " > " << tol;
-  }
-  return ::testing::AssertionSuccess();
-}
-
-/// The CPU model and its GPU twin with the same weights; one forward_loss + backward each.
-template <class T>
-void gpu_step_matches_cpu(const Case& c, BackwardMethod method, bool optimizer_steps = true) {
-  SCOPED_TRACE(c.str() + " backward " + to_string(method));
-  SequenceClassifier<T> cpu(c.config(Device::cpu));
-  cpu.reset_parameters(4202);
-  SequenceClassifier<T> gpu(c.config(Device::cuda));
-  // The same seed gives the same weights on either device; a state_dict is F32 and would round
-  // the double model's weights on one side only.
-  gpu.reset_parameters(4202);
-  ASSERT_TRUE(same_tensors(gpu.parameters(), cpu.parameters(), false, 0.0));
-  const Batch b = random_batch(c, 7);
-  std::vector<std::int64_t> cpu_pred, gpu_pred;
-  const T want = cpu.forward_loss(b.x, c.batch, c.steps, b.y, &cpu_pred);
-  const T got = gpu.forward_loss(b.x, c.batch, c.steps, b.y, &gpu_pred);
-  EXPECT_LE(std::abs(static_cast<double>(got - want)), kGradTol<T> * std::abs(static_cast<double>(want))) << "loss";
-  EXPECT_EQ(gpu_pred, cpu_pred);
-  cpu.backward(BackwardOptions{.method = BackwardMethod::bp});
-  BackwardTimes times;
-  gpu.backward(BackwardOptions{.method = method}, &times);
-  EXPECT_GE(times.total(), 0.0);
-  EXPECT_TRUE(same_tensors(gpu.parameters(), cpu.parameters(), true, kGradTol<T>));
-  if (!optimizer_steps) return;
-  // One Adam step (clipping and weight decay on) and one SGD step with momentum, on both sides.
-  OptimizerConfig adam;
-  adam.lr = 1e-2;
-  adam.clip_grad_norm = 0.1;
-  adam.weight_decay = 1e-3;
-  OptimizerConfig sgd;
-  sgd.type = OptimizerType::sgd;
-  sgd.lr = 1e-1;
-  sgd.momentum = 0.9;
-  for (const OptimizerConfig& oc : {adam, sgd}) {
-    Optimizer<T> on_cpu(oc), on_gpu(oc);
-    on_cpu.step(cpu);
-    on_gpu.step(gpu);
-    EXPECT_TRUE(same_tensors(gpu.parameters(), cpu.parameters(), false, kGradTol<T>)) << to_string(oc.type) << " step";
-    // A second step from new gradients (SGD's momentum buffer, Adam's moments).
-    cpu.forward_loss(b.x, c.batch, c.steps, b.y);
-    gpu.forward_loss(b.x, c.batch, c.steps, b.y);
-    cpu.backward(BackwardOptions{.method = BackwardMethod::bp});
-    gpu.backward(BackwardOptions{.method = method});
-    on_cpu.step(cpu);
-    on_gpu.step(gpu);
-    EXPECT_TRUE(same_tensors(gpu.parameters(), cpu.parameters(), false, kGradTol<T>))
-        << to_string(oc.type) << " 2nd step";
-  }
-}
-
-/// Every cell (reduced, under compute-sanitizer: the two with gates, which cover every kernel branch but RNN's).
-std::vector<CellType> cells() {
-  return pick<std::vector<CellType>>({CellType::rnn, CellType::gru, CellType::lstm}, {CellType::gru, CellType::lstm});
-}
+using gpu_test::random_batch;
+using gpu_test::rel_err;
+using gpu_test::same_tensors;
 
 // ---------------------------------------------------------------------------------------------
 // Small cases (also under compute-sanitizer)
@@ -456,72 +344,6 @@ TEST(GpuSmall, RerunsAreBitIdentical) {
           EXPECT_EQ(0, std::memcmp(g[i].data(), first[i].data(), g[i].size() * sizeof(float)))
               << to_string(m) << " tensor " << i;
     }
-  }
-}
-
-TEST(GpuSmall, TrainingAndEvaluationOnResidentDataFollowTheCpu) {
-  // The same seed: the same batches (the CPU trainer's shuffles), the same losses and weights.
-  SequenceDataset data;
-  data.steps = 7;
-  data.features = 2;
-  data.classes = 3;
-  data.name = "random";
-  std::mt19937_64 rng(5);
-  std::normal_distribution<float> n;
-  for (Index i = 0; i < 23; ++i) {
-    for (Index k = 0; k < data.steps * data.features; ++k) data.x.push_back(n(rng));
-    data.y.push_back(static_cast<std::int64_t>(i % 3));
-  }
-  for (const BackwardMethod m :
-       pick<std::vector<BackwardMethod>>({BackwardMethod::bp, BackwardMethod::fused}, {BackwardMethod::fused})) {
-    Case c;
-    c.cell = CellType::lstm;
-    c.input = 2;
-    c.classes = 3;
-    c.layers = 2;
-    SequenceClassifier<float> cpu(c.config(Device::cpu)), gpu(c.config(Device::cuda));
-    cpu.reset_parameters(3);
-    gpu.reset_parameters(3);
-    OptimizerConfig oc;
-    oc.lr = 1e-2;
-    Optimizer<float> ocpu(oc), ogpu(oc);
-    TrainConfig tc;
-    tc.batch = 5;  // 23 samples: a partial last batch
-    tc.backward.method = BackwardMethod::bp;
-    TrainConfig tg = tc;
-    tg.backward.method = m;
-    for (Index epoch = 1; epoch <= pick<Index>(2, 1); ++epoch) {
-      const EpochReport rc = train_epoch(cpu, ocpu, data, epoch, tc);
-      Index progress_calls = 0;
-      const EpochReport rg =
-          train_epoch(gpu, ogpu, data, epoch, tg, [&](Index done, Index, double) { progress_calls = done; });
-      EXPECT_EQ(rg.steps, rc.steps);
-      EXPECT_EQ(rg.samples, rc.samples);
-      EXPECT_EQ(progress_calls, rc.steps);
-      EXPECT_NEAR(rg.train_loss, rc.train_loss, 1e-4 * std::abs(rc.train_loss)) << "epoch " << epoch;
-      // A near-tie between two classes may flip one prediction (float order differs): one at most.
-      EXPECT_LE(std::abs(rg.train_accuracy - rc.train_accuracy) * static_cast<double>(rc.samples), 1.0 + 1e-9)
-          << "epoch " << epoch;
-      EXPECT_GT(rg.forward_seconds, 0.0);
-      EXPECT_GT(rg.backward_seconds, 0.0);
-    }
-    EXPECT_TRUE(same_tensors(gpu.parameters(), cpu.parameters(), false, 1e-4));
-    const EvalReport ec = evaluate(cpu, data, 4), eg = evaluate(gpu, data, 4);
-    EXPECT_NEAR(eg.loss, ec.loss, 1e-4 * ec.loss);
-    EXPECT_LE(std::abs(eg.accuracy - ec.accuracy) * static_cast<double>(ec.samples), 1.0 + 1e-9);  // as above
-    EXPECT_EQ(eg.samples, ec.samples);
-    // The optimizer state round-trips through the host (checkpoints): both continue identically.
-    const auto params = gpu.parameters();
-    Optimizer<float> resumed(oc);
-    resumed.load_state(ogpu.state(params), params);
-    SequenceClassifier<float> twin(c.config(Device::cuda));
-    twin.load_state_dict(gpu.state_dict());
-    train_epoch(gpu, ogpu, data, 9, tg);
-    train_epoch(twin, resumed, data, 9, tg);
-    const auto a = gpu.parameters(), b = twin.parameters();
-    for (std::size_t i = 0; i < a.size(); ++i)
-      EXPECT_EQ(0, std::memcmp(a[i].value, b[i].value, static_cast<std::size_t>(a[i].size) * sizeof(float)))
-          << a[i].name;
   }
 }
 
