@@ -63,9 +63,9 @@ class ResidentScanner {
   const T* gradient(Index k) const;
 
   /// Writes J_k^T's values from the values of J_k itself (its transpose) at `src` on the device,
-  /// queued on `stream`: for a dense kind, count matrices J_k (cols × rows each, column-major);
-  /// for csr, J_k's CSR values in the order of J_k's pattern (J_k^T's transposed). InvalidArgument
-  /// for other kinds. k = 1 … N.
+  /// queued on `stream`, count samples one after another as values(k) holds them: for a dense
+  /// kind, each J_k (cols × rows) column-major; for csr, each J_k's CSR values in the order of
+  /// J_k's pattern (J_k^T's transposed). InvalidArgument for other kinds. k = 1 … N.
   void set_values_transposed(Index k, const T* src, void* stream);
 
   /// Which buffers hold NaN or Inf, in one pass that waits for the work queued on `stream`:

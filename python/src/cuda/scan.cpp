@@ -178,11 +178,11 @@ void affine_scan_cuda(const std::vector<ElementRef>& elements, const TensorRef& 
         detail::raise<InvalidArgument>(kOp, what + ": crow_indices must start at 0 and end at nnz");
       checked_data<T>(e.values, {nnz}, kOp, what + " values", place);  // before nnz sizes anything
       std::vector<std::int32_t> col = device_indices(e.col, nnz, what + " col_indices", place, s);
-      hash = fnv(fnv(hash, crow), col);
       auto pattern = std::make_shared<CsrPattern>(e.rows, e.cols, std::move(crow), std::move(col));
       pattern->require_valid(std::string(kOp) + ": " + what);
       l.kind = Kind::csr;
       l.pattern = transpose ? bppsa::transpose(*pattern).pattern : std::move(pattern);
+      hash = fnv(fnv(hash, l.pattern->row_ptr()), l.pattern->col_idx());  // M's pattern, as same_layouts compares
     } else {
       detail::raise<InvalidArgument>(kOp, what + ": unknown element kind '" + e.kind + "'");
     }
@@ -193,10 +193,23 @@ void affine_scan_cuda(const std::vector<ElementRef>& elements, const TensorRef& 
     detail::raise<ShapeError>(kOp, "g_last has " + std::to_string(d_last) + " columns but the last element takes " +
                                        std::to_string(layouts.back().cols));
   checked_data<T>(g_last, {batch, d_last}, kOp, "g_last", place);
+  // Every other tensor checked before anything is queued: d_k of g_k, e_k's data, s_i's buffer.
+  std::vector<Index> dims(static_cast<std::size_t>(n + 1), d_last);
+  for (Index k = 1; k <= n; ++k) dims[static_cast<std::size_t>(k - 1)] = layouts[static_cast<std::size_t>(k - 1)].rows;
   std::vector<bool> injected(static_cast<std::size_t>(n), false);
-  for (Index i = 0; i < static_cast<Index>(injections.size()); ++i)
-    if (!(injections[static_cast<std::size_t>(i)].data == 0 && injections[static_cast<std::size_t>(i)].shape.empty()))
-      injected[static_cast<std::size_t>(n - 1 - i)] = true;  // e_{i+1} is added to g_{N−i−1}
+  std::vector<const T*> added(static_cast<std::size_t>(n), nullptr);
+  for (Index i = 0; i < static_cast<Index>(injections.size()); ++i) {
+    const TensorRef& e = injections[static_cast<std::size_t>(i)];
+    if (e.data == 0 && e.shape.empty()) continue;
+    const auto k = static_cast<std::size_t>(n - 1 - i);  // e_{i+1} is added to g_{N−i−1}
+    injected[k] = true;
+    added[k] = checked_data<T>(e, {batch, dims[k]}, kOp, "injection " + std::to_string(i + 1), place);
+  }
+  std::vector<T*> results(static_cast<std::size_t>(n + 1));
+  for (Index i = 0; i <= n; ++i)  // out[i] = s_i = g_{N−i}
+    results[static_cast<std::size_t>(i)] =
+        checked_data<T>(out[static_cast<std::size_t>(i)], {batch, dims[static_cast<std::size_t>(n - i)]}, kOp,
+                        "output " + std::to_string(i), place);
 
   ScanOptions options;
   options.algorithm = algorithm == "auto" ? Algorithm::blelloch : parse_algorithm(algorithm);
@@ -207,8 +220,7 @@ void affine_scan_cuda(const std::vector<ElementRef>& elements, const TensorRef& 
   for (const bool b : injected) key += b ? '1' : '0';
 
   if (n == 0) {
-    copy(reinterpret_cast<void*>(checked_data<T>(out[0], {batch, d_last}, kOp, "output 0", place)), g_last.data,
-         static_cast<std::size_t>(batch * d_last) * sizeof(T), s);
+    copy(results[0], g_last.data, static_cast<std::size_t>(batch * d_last) * sizeof(T), s);
     return;
   }
   Plans<T>& plans = Plans<T>::instance();
@@ -224,6 +236,14 @@ void affine_scan_cuda(const std::vector<ElementRef>& elements, const TensorRef& 
     plan = plan ? fresh : plans.keep(key, fresh);  // a hash collision: used once, not kept
   }
   const bool kept = plan == plans.find(key);
+  // A plan used once is freed on return: whatever path leaves, its queued work ends first.
+  struct DrainOnExit {
+    cudaStream_t stream;
+    bool on;
+    ~DrainOnExit() {
+      if (on) (void)cudaStreamSynchronize(stream);
+    }
+  } const drain{s, !kept};
   ResidentScanner<T>& scan = *plan->scanner;
   std::lock_guard<std::mutex> lock(plan->queueing);
   for (Index k = 1; k <= n; ++k) {
@@ -234,14 +254,10 @@ void affine_scan_cuda(const std::vector<ElementRef>& elements, const TensorRef& 
     else
       copy(scan.values(k), e.values.data, static_cast<std::size_t>(l.values_per_sample() * l.count) * sizeof(T), s);
   }
-  for (Index i = 0; i < static_cast<Index>(injections.size()); ++i) {
-    const Index k = n - 1 - i;
-    if (!injected[static_cast<std::size_t>(k)]) continue;
-    const T* p = checked_data<T>(injections[static_cast<std::size_t>(i)], {batch, scan.dim(k)}, kOp,
-                                 "injection " + std::to_string(i + 1), place);
-    copy(scan.injection(k), reinterpret_cast<std::uintptr_t>(p),
-         static_cast<std::size_t>(batch * scan.dim(k)) * sizeof(T), s);
-  }
+  for (Index k = 0; k < n; ++k)
+    if (const T* p = added[static_cast<std::size_t>(k)])
+      copy(scan.injection(k), reinterpret_cast<std::uintptr_t>(p),
+           static_cast<std::size_t>(batch * scan.dim(k)) * sizeof(T), s);
   copy(scan.g_last(), g_last.data, static_cast<std::size_t>(batch * d_last) * sizeof(T), s);
   if (check_finite) {  // in scan order: g_last, the elements, the injections (each waits for the stream)
     if (scan.nonfinite_gradients(s)[static_cast<std::size_t>(n)])
@@ -255,10 +271,9 @@ void affine_scan_cuda(const std::vector<ElementRef>& elements, const TensorRef& 
   }
   scan.run(s);
   for (Index i = 0; i <= n; ++i) {
-    const Index k = n - i;  // out[i] = s_i = g_{N−i}
-    T* o = checked_data<T>(out[static_cast<std::size_t>(i)], {batch, scan.dim(k)}, kOp, "output " + std::to_string(i),
-                           place);
-    BPPSA_CUDA_CHECK(cudaMemcpyAsync(o, scan.gradient(k), static_cast<std::size_t>(batch * scan.dim(k)) * sizeof(T),
+    const Index k = n - i;
+    BPPSA_CUDA_CHECK(cudaMemcpyAsync(results[static_cast<std::size_t>(i)], scan.gradient(k),
+                                     static_cast<std::size_t>(batch * scan.dim(k)) * sizeof(T),
                                      cudaMemcpyDeviceToDevice, s));
   }
   if (check_finite) {

@@ -3,6 +3,8 @@
 // a transposing copy.
 #pragma once
 
+#include <cstdint>
+
 #include "core/cuda/grid.hpp"
 #include "core/cuda/hd.hpp"
 
@@ -26,6 +28,14 @@ BPPSA_HD inline Idx transpose_source(Idx rows, Idx cols, Idx item) {
 BPPSA_HD inline Idx transpose_each_source(Idx rows, Idx cols, Idx item) {
   const Idx size = rows * cols, s = item / size;
   return s * size + transpose_source(rows, cols, item - s * size);
+}
+
+/// A gather applied to `count` arrays of n values stored one after another: value `item` of the
+/// outputs comes from in[gather_each_source(from, n, item)], where from[0, n) names each
+/// output's source within its array.
+BPPSA_HD inline Idx gather_each_source(const std::int32_t* from, Idx n, Idx item) {
+  const Idx s = item / n;
+  return s * n + from[item - s * n];
 }
 
 }  // namespace bppsa::detail::gpu

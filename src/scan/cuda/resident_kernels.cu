@@ -13,8 +13,9 @@ __global__ void __launch_bounds__(kBlock) transpose_each_kernel(const T* in, Idx
 }
 
 template <class T>
-__global__ void __launch_bounds__(kBlock) gather_kernel(const T* in, const std::int32_t* source, Idx n, T* out) {
-  BPPSA_FLAT_LOOP(n, i) out[i] = in[source[i]];
+__global__ void __launch_bounds__(kBlock)
+    gather_each_kernel(const T* in, const std::int32_t* source, Idx count, Idx n, T* out) {
+  BPPSA_FLAT_LOOP(count * n, i) out[i] = in[gather_each_source(source, n, i)];
 }
 
 template <class T>
@@ -34,9 +35,9 @@ void launch_transpose_each(const T* in, Idx count, Idx rows, Idx cols, T* out, c
 }
 
 template <class T>
-void launch_gather(const T* in, const std::int32_t* source, Idx n, T* out, cudaStream_t s) {
-  if (n <= 0) return;
-  gather_kernel<T><<<grid_blocks(n), kBlock, 0, s>>>(in, source, n, out);
+void launch_gather_each(const T* in, const std::int32_t* source, Idx count, Idx n, T* out, cudaStream_t s) {
+  if (count * n <= 0) return;
+  gather_each_kernel<T><<<grid_blocks(count * n), kBlock, 0, s>>>(in, source, count, n, out);
   BPPSA_CUDA_CHECK_LAUNCH();
 }
 
@@ -47,9 +48,9 @@ void launch_flag_nonfinite(const T* x, Idx n, std::int32_t* flag, cudaStream_t s
   BPPSA_CUDA_CHECK_LAUNCH();
 }
 
-#define BPPSA_INSTANTIATE(T)                                                            \
-  template void launch_transpose_each<T>(const T*, Idx, Idx, Idx, T*, cudaStream_t);    \
-  template void launch_gather<T>(const T*, const std::int32_t*, Idx, T*, cudaStream_t); \
+#define BPPSA_INSTANTIATE(T)                                                                      \
+  template void launch_transpose_each<T>(const T*, Idx, Idx, Idx, T*, cudaStream_t);              \
+  template void launch_gather_each<T>(const T*, const std::int32_t*, Idx, Idx, T*, cudaStream_t); \
   template void launch_flag_nonfinite<T>(const T*, Idx, std::int32_t*, cudaStream_t);
 BPPSA_INSTANTIATE(float)
 BPPSA_INSTANTIATE(double)

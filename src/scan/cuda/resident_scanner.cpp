@@ -145,10 +145,11 @@ void ResidentScanner<T>::set_values_transposed(Index k, const T* src, void* stre
     std::vector<std::int32_t> inverse(static_cast<std::size_t>(nnz));
     for (Index q = 0; q < nnz; ++q)
       inverse[static_cast<std::size_t>(t.source[static_cast<std::size_t>(q)])] = static_cast<std::int32_t>(q);
-    from = detail::cuda::DeviceBuffer<std::int32_t>(inverse.size());
-    from.upload(inverse.data(), inverse.size());
+    detail::cuda::DeviceBuffer<std::int32_t> made(inverse.size());
+    made.upload(inverse.data(), inverse.size());
+    from = std::move(made);
   }
-  detail::gpu::launch_gather(src, from.data(), nnz, dst, st);
+  detail::gpu::launch_gather_each(src, from.data(), l.count, nnz, dst, st);
 }
 
 template <class T>

@@ -172,7 +172,10 @@ Gradients<T> resident_run(const Chain<T>& chain, const Matrix<T>& g_last, const 
         }
       } else {
         const CsrTranspose t = transpose(*j.layout().pattern);
-        for (std::size_t q = 0; q < t.source.size(); ++q) v[q] = j.values()[static_cast<std::size_t>(t.source[q])];
+        const std::size_t nnz = t.source.size();
+        for (std::size_t smp = 0; smp < static_cast<std::size_t>(j.count()); ++smp)
+          for (std::size_t q = 0; q < nnz; ++q)
+            v[smp * nnz + q] = j.values()[smp * nnz + static_cast<std::size_t>(t.source[q])];
       }
       detail::cuda::DeviceBuffer<T>& d = staged.emplace_back(v.size());
       put(d.data(), v.data(), static_cast<Index>(v.size()));
@@ -243,6 +246,18 @@ TEST(GpuSmall, AResidentScannerTakesJacobiansUntransposed) {
         EXPECT_TRUE(oracle::close_to(got, gpu_test::as_double(want), gpu_test::kTol<float>))
             << to_string(kind) << " N " << n << (shared ? " shared" : "");
       }
+  // Rectangular elements, dense and CSR (non-symmetric patterns), shared and per sample: a
+  // transposition that swapped rows and columns, or a gather run backwards, gives other values.
+  Rng rng(61);
+  const std::vector<Index> d{4, 6, 3, 5, 2, 7};
+  const Index batch = 3;
+  Chain<double> chain(batch);
+  for (std::size_t k = 1; k < d.size(); ++k)
+    chain.push_back(
+        oracle::small_int_jacobian<double>(k % 2 ? Kind::csr : Kind::dense, d[k - 1], d[k], k % 3 ? batch : 1, rng));
+  const Matrix<double> g = oracle::small_int_matrix<double>(d.back(), batch, rng);
+  const Gradients<double> got = resident_run(chain, g, ScanOptions{Algorithm::blelloch}, nullptr, true);
+  EXPECT_TRUE(oracle::equal_to(got, oracle::naive_backward(chain, g)));
 }
 
 TEST(GpuSmall, AResidentScannerFlagsNonFiniteBuffers) {

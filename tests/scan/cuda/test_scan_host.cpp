@@ -75,6 +75,20 @@ TEST(CudaItems, TransposeEachCopiesEveryRowMajorMatrixColumnMajor) {
   }
 }
 
+TEST(CudaItems, GatherEachAppliesOneGatherToEveryArray) {
+  // The resident scan's load of a CSR J_k given in J_k's order, per sample (resident_kernels.cu).
+  const std::vector<std::int32_t> from{2, 0, 3, 1};
+  const Idx n = 4, count = 3;
+  std::vector<int> in(static_cast<std::size_t>(count * n));
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = 10 * static_cast<int>(i);
+  for (Idx i = 0; i < count * n; ++i) {
+    const Idx s = i / n, q = i % n;
+    EXPECT_EQ(in[static_cast<std::size_t>(gpu::gather_each_source(from.data(), n, i))],
+              10 * static_cast<int>(s * n + from[static_cast<std::size_t>(q)]))
+        << "item " << i;
+  }
+}
+
 TEST(CudaGrid, GridSizeCoversSmallWorkAndCapsLargeWork) {
   EXPECT_EQ(gpu::grid_blocks(0), 1u);
   EXPECT_EQ(gpu::grid_blocks(1), 1u);
