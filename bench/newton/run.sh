@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Newton forward against the sequential one on the CPU (docs/method.md §9): builds bench_newton
 # and writes OUT/newton.jsonl and OUT/newton.md (a table per thread count and one with W_hh scaled
-# to spectral radius 1.5), then the same shapes with DEER in JAX (deer_jax.py, against
+# to spectral radius 1.5, and H 256), then the same shapes with DEER in JAX (deer_jax.py, against
 # jax.lax.scan) into OUT/deer.jsonl and the same page. OUT: bench/results/cpu/newton, or --out DIR;
 # --quick: one short case of each, into build/newton-quick. Run on a quiet machine.
 set -euo pipefail
@@ -37,7 +37,12 @@ bench_load
     echo "W_hh scaled to spectral radius 1.5 (expanding dynamics), 1 thread:"
     echo
     "$build/bench_newton" --steps 100 1000 --spectral-radius 1.5 --out "$out/newton-radius.jsonl"
-    cat "$out"/newton-t*.jsonl "$out/newton-radius.jsonl" >"$out/newton.jsonl"
+    echo
+    echo "H 256, 1 thread (dense S × S elements: the LSTM's S = 512 at T 1000 would need about 17 GB):"
+    echo
+    "$build/bench_newton" --hidden 256 --steps 100 1000 --cells rnn gru --reps 1 --out "$out/newton-h256.jsonl"
+    "$build/bench_newton" --hidden 256 --steps 100 --cells lstm --reps 1 --out "$out/newton-h256-lstm.jsonl" | tail -n 1
+    cat "$out"/newton-t*.jsonl "$out/newton-radius.jsonl" "$out"/newton-h256*.jsonl >"$out/newton.jsonl"
     echo
     echo "## DEER in JAX on the same shapes (bench/newton/deer_jax.py)"
     echo
@@ -58,7 +63,7 @@ bench_load
     echo
     echo "H 256, 1 thread (DEER's dense Jacobians: T·B·S² values):"
     echo
-    "$py" bench/newton/deer_jax.py --hidden 256 --steps 100 1000 10000 --out "$out/deer.jsonl"
+    "$py" bench/newton/deer_jax.py --hidden 256 --steps 100 1000 10000 --reps 1 --out "$out/deer.jsonl"
   fi
 } | tee "$out/newton.md"
 echo "wrote $out/newton.md and newton.jsonl" >&2
