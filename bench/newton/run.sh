@@ -2,7 +2,9 @@
 # The Newton forward against the sequential one on the CPU (docs/method.md §9): builds bench_newton
 # and writes OUT/newton.jsonl and OUT/newton.md (a table per thread count and one with W_hh scaled
 # to spectral radius 1.5, and H 256), then the same shapes with DEER in JAX (deer_jax.py, against
-# jax.lax.scan) into OUT/deer.jsonl and the same page. OUT: bench/results/cpu/newton, or --out DIR;
+# jax.lax.scan) into OUT/deer.jsonl and the same page, and the convergence study (convergence.py:
+# iterations against T and the spectral norm of W_hh, three models untrained and trained) into
+# OUT/convergence.{jsonl,md,png}. OUT: bench/results/cpu/newton, or --out DIR;
 # --quick: one short case of each, into build/newton-quick. Run on a quiet machine.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -14,6 +16,7 @@ for a in "$@"; do [ "$a" = --quick ] && quick=1; done
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DBPPSA_BUILD_BENCH=ON >/dev/null
 cmake --build "$build" -j2 --target bench_newton
 mkdir -p "$out"
+bench_bppsa_python  # convergence.py imports bppsa
 bench_load
 {
   echo "# Newton forward against the sequential forward (CPU)"
@@ -27,6 +30,10 @@ bench_load
     echo "DEER in JAX (bench/newton/deer_jax.py), the same shape:"
     echo
     "$py" bench/newton/deer_jax.py --cells gru --steps 100 --batch 4 --reps 1 --out "$out/deer.jsonl"
+    echo
+    "$py" bench/newton/convergence.py --models bitstream-rnn --steps 10 --norms 1 3 --norm-steps 50 \
+      --train-steps 5 --reps 1 --out "$out" >/dev/null
+    cat "$out/convergence.md"
   else
     for t in 1 2; do
       echo "threads $t:"
@@ -64,6 +71,11 @@ bench_load
     echo "H 256, 1 thread (DEER's dense Jacobians: T·B·S² values):"
     echo
     "$py" bench/newton/deer_jax.py --hidden 256 --steps 100 1000 10000 --reps 1 --out "$out/deer.jsonl"
+    echo
+    "$py" bench/newton/convergence.py --out "$out" >/dev/null
+    cat "$out/convergence.md"
+    echo
+    echo "![iterations against T and the spectral norm](convergence.png)"
   fi
 } | tee "$out/newton.md"
 echo "wrote $out/newton.md and newton.jsonl" >&2
