@@ -221,6 +221,11 @@ def plot(a, rows):
             pts = [r for r in rows if r["model"] == name and r["state"] == state and r["scaled"]]
             right.plot([r["w_hh_norm"] for r in pts], [r["iterations"] for r in pts], style, marker="o",
                        label=f"{name}, {state}")
+    for ax, scaled, key in ((left, False, "steps"), (right, True, "w_hh_norm")):
+        bad = [r for r in rows if r["fell_back"] and r["scaled"] == scaled]
+        if bad:
+            ax.scatter([r[key] for r in bad], [r["iterations"] for r in bad], marker="x", s=90, c="black", zorder=3,
+                       label="fell back: the iteration stopped (NaN or 30 iterations), sequential forward")
     left.set_xscale("log")
     left.set_xlabel("sequence length T")
     left.set_ylabel("Newton iterations to the certificate")
