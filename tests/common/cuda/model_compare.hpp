@@ -15,6 +15,7 @@
 #include "bppsa/nn/model.hpp"
 #include "bppsa/train/optimizer.hpp"
 #include "cuda/gpu_compare.hpp"
+#include "tolerance.hpp"
 
 namespace gpu_test {
 
@@ -23,18 +24,8 @@ using namespace bppsa;
 template <class T>
 constexpr double kGradTol = std::is_same_v<T, float> ? 1e-4 : 1e-10;
 
-/// max |a − b| / max |b| over one tensor.
-template <class T>
-double rel_err(const T* a, const T* b, Index n) {
-  double num = 0, den = 0;
-  for (Index i = 0; i < n; ++i) {
-    const double x = static_cast<double>(a[i]), y = static_cast<double>(b[i]);
-    if (!std::isfinite(x) || !std::isfinite(y)) return std::numeric_limits<double>::infinity();
-    num = std::max(num, std::abs(x - y));
-    den = std::max(den, std::abs(y));
-  }
-  return den > 0 ? num / den : num;
-}
+/// max |a − b| / max |b| over one tensor (tolerance.hpp's max_rel_error).
+using testutil::max_rel_error;
 
 struct Case {
   CellType cell = CellType::rnn;
@@ -79,8 +70,8 @@ template <class T>
                                         bool grads, double tol) {
   if (got.size() != want.size()) return ::testing::AssertionFailure() << "parameter lists differ";
   for (std::size_t i = 0; i < got.size(); ++i) {
-    const double e =
-        grads ? rel_err(got[i].grad, want[i].grad, want[i].size) : rel_err(got[i].value, want[i].value, want[i].size);
+    const double e = grads ? max_rel_error(got[i].grad, want[i].grad, want[i].size)
+                           : max_rel_error(got[i].value, want[i].value, want[i].size);
     if (!(e <= tol))
       return ::testing::AssertionFailure()
              << (grads ? "gradient" : "value") << " of " << want[i].name << ": relative error " << e << " > " << tol;

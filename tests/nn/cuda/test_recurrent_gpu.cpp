@@ -30,9 +30,9 @@ using gpu_test::Case;
 using gpu_test::cells;
 using gpu_test::gpu_step_matches_cpu;
 using gpu_test::kGradTol;
+using gpu_test::max_rel_error;
 using gpu_test::pick;
 using gpu_test::random_batch;
-using gpu_test::rel_err;
 using gpu_test::same_tensors;
 
 // ---------------------------------------------------------------------------------------------
@@ -238,24 +238,24 @@ TEST(GpuSmall, RecurrentApiOutputsStatesAndStateGradients) {
       EXPECT_EQ(gpu.steps(), T);
       EXPECT_EQ(gpu.batch(), B);
       const Matrix<float> out_cpu = cpu.output(), out_gpu = gpu.output();
-      EXPECT_LE(rel_err(out_gpu.data(), out_cpu.data(), out_cpu.size()), 1e-5);
+      EXPECT_LE(max_rel_error(out_gpu.data(), out_cpu.data(), out_cpu.size()), 1e-5);
       for (Index l = 0; l < L; ++l)
         for (Index t : {Index{0}, Index{2}, T}) {
           const Matrix<float> a = gpu.state(l, t), b = cpu.state(l, t);
-          EXPECT_LE(rel_err(a.data(), b.data(), b.size()), 1e-5) << "state " << l << "/" << t;
+          EXPECT_LE(max_rel_error(a.data(), b.data(), b.size()), 1e-5) << "state " << l << "/" << t;
         }
       cpu.backward(up, true, BackwardOptions{.method = BackwardMethod::bp});
       gpu.backward(up, true, BackwardOptions{.method = m});
       for (Index l = 0; l < L; ++l) {
-        EXPECT_LE(rel_err(gpu.state0_grad(l).data(), cpu.state0_grad(l).data(), S * B), 1e-4) << "g_0 of " << l;
-        EXPECT_LE(rel_err(gpu.grads(l).w_hh.data(), cpu.grads(l).w_hh.data(), cpu.grads(l).w_hh.size()), 1e-4);
-        EXPECT_LE(rel_err(gpu.grads(l).b_ih.data(), cpu.grads(l).b_ih.data(), cpu.grads(l).b_ih.size()), 1e-4);
+        EXPECT_LE(max_rel_error(gpu.state0_grad(l).data(), cpu.state0_grad(l).data(), S * B), 1e-4) << "g_0 of " << l;
+        EXPECT_LE(max_rel_error(gpu.grads(l).w_hh.data(), cpu.grads(l).w_hh.data(), cpu.grads(l).w_hh.size()), 1e-4);
+        EXPECT_LE(max_rel_error(gpu.grads(l).b_ih.data(), cpu.grads(l).b_ih.data(), cpu.grads(l).b_ih.size()), 1e-4);
       }
-      EXPECT_LE(rel_err(gpu.input_grad().data(), cpu.input_grad().data(), I * T * B), 1e-4);
+      EXPECT_LE(max_rel_error(gpu.input_grad().data(), cpu.input_grad().data(), I * T * B), 1e-4);
       // Many-to-one through the same API (only the last block of the output gradient counts).
       cpu.backward(up, false, BackwardOptions{.method = BackwardMethod::bp});
       gpu.backward(up, false, BackwardOptions{.method = m});
-      EXPECT_LE(rel_err(gpu.grads(0).w_ih.data(), cpu.grads(0).w_ih.data(), cpu.grads(0).w_ih.size()), 1e-4);
+      EXPECT_LE(max_rel_error(gpu.grads(0).w_ih.data(), cpu.grads(0).w_ih.data(), cpu.grads(0).w_ih.size()), 1e-4);
     }
 }
 
@@ -301,22 +301,24 @@ TEST(GpuSmall, RecurrentApiRunsEachSampleAtItsLength) {
           cpu.forward(x, T, B, lengths);
           gpu.forward(x, T, B, lengths);
           const Matrix<float> out_cpu = cpu.output(), out_gpu = gpu.output();
-          EXPECT_LE(rel_err(out_gpu.data(), out_cpu.data(), out_cpu.size()), 1e-5) << "outputs";
+          EXPECT_LE(max_rel_error(out_gpu.data(), out_cpu.data(), out_cpu.size()), 1e-5) << "outputs";
           for (Index l = 0; l < L; ++l) {
             const Matrix<float> a = gpu.final_state(l), b = cpu.final_state(l);
-            EXPECT_LE(rel_err(a.data(), b.data(), b.size()), 1e-5) << "final state of " << l;
+            EXPECT_LE(max_rel_error(a.data(), b.data(), b.size()), 1e-5) << "final state of " << l;
           }
           cpu.backward(up, every, BackwardOptions{.method = BackwardMethod::bp});
           gpu.backward(up, every, BackwardOptions{.method = m});
           for (Index l = 0; l < L; ++l) {
-            EXPECT_LE(rel_err(gpu.state0_grad(l).data(), cpu.state0_grad(l).data(), S * B), 1e-4) << "g_0 of " << l;
+            EXPECT_LE(max_rel_error(gpu.state0_grad(l).data(), cpu.state0_grad(l).data(), S * B), 1e-4)
+                << "g_0 of " << l;
             const auto &g = gpu.grads(l), &c = cpu.grads(l);
-            EXPECT_LE(rel_err(g.w_ih.data(), c.w_ih.data(), c.w_ih.size()), 1e-4) << "w_ih of " << l;
-            EXPECT_LE(rel_err(g.w_hh.data(), c.w_hh.data(), c.w_hh.size()), 1e-4) << "w_hh of " << l;
-            EXPECT_LE(rel_err(g.b_ih.data(), c.b_ih.data(), c.b_ih.size()), 1e-4) << "b_ih of " << l;
-            EXPECT_LE(rel_err(g.b_hh.data(), c.b_hh.data(), c.b_hh.size()), 1e-4) << "b_hh of " << l;
+            EXPECT_LE(max_rel_error(g.w_ih.data(), c.w_ih.data(), c.w_ih.size()), 1e-4) << "w_ih of " << l;
+            EXPECT_LE(max_rel_error(g.w_hh.data(), c.w_hh.data(), c.w_hh.size()), 1e-4) << "w_hh of " << l;
+            EXPECT_LE(max_rel_error(g.b_ih.data(), c.b_ih.data(), c.b_ih.size()), 1e-4) << "b_ih of " << l;
+            EXPECT_LE(max_rel_error(g.b_hh.data(), c.b_hh.data(), c.b_hh.size()), 1e-4) << "b_hh of " << l;
           }
-          EXPECT_LE(rel_err(gpu.input_grad().data(), cpu.input_grad().data(), I * T * B), 1e-4) << "input gradient";
+          EXPECT_LE(max_rel_error(gpu.input_grad().data(), cpu.input_grad().data(), I * T * B), 1e-4)
+              << "input gradient";
         }
 }
 
