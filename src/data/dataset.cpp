@@ -1,4 +1,5 @@
-// SequenceDataset checks, subsets, and the seeded shuffles behind every split and epoch order.
+// SequenceDataset checks, subsets, the seeded shuffles behind every split and epoch order, and
+// a batch's samples gathered from a data set.
 #include "bppsa/data/dataset.hpp"
 
 #include <algorithm>
@@ -6,6 +7,7 @@
 #include <numeric>
 
 #include "bppsa/core/error.hpp"
+#include "bppsa/data/image.hpp"
 #include "core/random.hpp"
 #include "data/subset.hpp"
 
@@ -71,6 +73,30 @@ std::vector<Index> permutation(Index n, std::uint64_t seed) {
   // Fisher–Yates: position i takes a uniform pick from the not yet placed [0, i].
   for (std::size_t i = p.size(); i > 1; --i) std::swap(p[i - 1], p[detail::uniform_below(rng, i)]);
   return p;
+}
+
+template <class Data>
+void gather_batch(const Data& data, std::span<const Index> indices, std::vector<float>& x,
+                  std::vector<std::int64_t>& y) {
+  const std::size_t per = data.sample(0).size();
+  x.resize(indices.size() * per);
+  y.resize(indices.size());
+  for (std::size_t k = 0; k < indices.size(); ++k) {
+    const auto s = data.sample(indices[k]);
+    std::copy(s.begin(), s.end(), x.begin() + static_cast<std::ptrdiff_t>(k * per));
+    y[k] = data.y[static_cast<std::size_t>(indices[k])];
+  }
+}
+template void gather_batch(const SequenceDataset&, std::span<const Index>, std::vector<float>&,
+                           std::vector<std::int64_t>&);
+template void gather_batch(const ImageDataset&, std::span<const Index>, std::vector<float>&,
+                           std::vector<std::int64_t>&);
+
+std::vector<Index> sample_lengths(const SequenceDataset& data, std::span<const Index> indices) {
+  std::vector<Index> lengths;
+  if (!data.lengths.empty())
+    for (const Index i : indices) lengths.push_back(data.length(i));
+  return lengths;
 }
 
 }  // namespace bppsa

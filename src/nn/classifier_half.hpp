@@ -4,17 +4,38 @@
 // the head's host API, the CUDA half (src/nn/cuda/classifier_cuda.hpp) on the device over the
 // stack's CUDA half.
 // The front picks the half by device (make_classifier_cpu or make_classifier_cuda); cuda/ defines
-// the CUDA factory, no_gpu/ its stub.
+// the CUDA factory, no_gpu/ its stub. A training or evaluation pass (src/train/pass.cpp) runs its
+// steps through the same half, and the optimizer's CUDA half finds the parameters through it.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
 
+#include "bppsa/data/dataset.hpp"
 #include "bppsa/nn/model.hpp"
 
 namespace bppsa::detail {
+
+namespace gpu {
+template <class T>
+struct DeviceParameters;  // nn/cuda/device_parameters.hpp
+}  // namespace gpu
+
+/// A pass's step read back: the pass's totals up to that step and, when training, its times.
+struct StepReport {
+  double loss_sum = 0;  ///< Σ batch-mean loss × batch size
+  std::int64_t correct = 0;
+  std::int64_t samples = 0;
+  StepTimes times;
+  double optimizer_seconds = 0;
+};
+
+/// Step slots a pass cycles through: step b uses slot b % kStepSlots, so step b − 1 can be read
+/// while step b runs.
+inline constexpr int kStepSlots = 2;
 
 template <class T>
 class ClassifierHalf {
@@ -40,13 +61,36 @@ class ClassifierHalf {
   /// Waits for the queued work and raises what it reported (NonFiniteError).
   virtual void synchronize() = 0;
   virtual std::size_t device_bytes() const = 0;
+
+  // --- A pass's steps (src/train/pass.cpp), on this half's device ------------------------------
+  /// Starts a pass over `data` (its shapes checked by ClassifierAccess::pass_half) whose batches
+  /// take samples in `order` (empty: 0, 1, 2, …), training or evaluating; the totals restart. One
+  /// pass per model at a time: a new one replaces the last.
+  virtual void begin_pass(const SequenceDataset& data, std::span<const Index> order, bool training) = 0;
+  /// Queues the batch order[first, first + n) into slot `slot` (< kStepSlots): forward and loss,
+  /// and with `options` the backward and then `optimizer_step` (which queues its work on this
+  /// half's device). The CPU half runs it to its end here; the CUDA half returns once queued.
+  virtual void queue_step(Index first, Index n, const BackwardOptions* options,
+                          const std::function<void()>& optimizer_step, int slot) = 0;
+  /// Waits for the step queued last in `slot` and throws what it failed with (NonFiniteError, as
+  /// the CPU engine throws it at that step).
+  virtual StepReport wait_step(int slot) = 0;
+
+  /// The CUDA half's parameters on its device, for the optimizer's CUDA half (src/train/cuda/):
+  /// host changes uploaded first; the caller may write the values (the host copies are stale from
+  /// then on). The CPU half has none (null).
+  virtual const gpu::DeviceParameters<T>* device_parameters() = 0;
 };
 
-/// The half of a model, for the other halves of its device (the training pass and the
-/// optimizer step reach the CUDA half through it: src/nn/cuda/classifier_cuda.hpp's cuda_half).
+/// The half of a model, for what runs on the model's device beside it: a pass's steps and the
+/// optimizer's step (src/train/).
 template <class T>
 struct ClassifierAccess {
   static ClassifierHalf<T>& half(SequenceClassifier<T>& model);
+  /// The half for a pass over `data`, whose shapes and lengths it checks against the model
+  /// (ShapeError, InvalidArgument); the front forgets its stored batch (a forward_loss or backward
+  /// without a batch raises until set_batch: the pass's batches replaced it).
+  static ClassifierHalf<T>& pass_half(SequenceClassifier<T>& model, const SequenceDataset& data);
 };
 
 /// The CPU half (src/nn/cpu/classifier.cpp) and the CUDA half (src/nn/cuda/classifier_cuda.cpp;

@@ -281,6 +281,26 @@ template <class T>
 ClassifierHalf<T>& ClassifierAccess<T>::half(SequenceClassifier<T>& model) {
   return *model.impl_->half;
 }
+template <class T>
+ClassifierHalf<T>& ClassifierAccess<T>::pass_half(SequenceClassifier<T>& model, const SequenceDataset& data) {
+  const Index I = model.config_.rnn.input;
+  if (data.features != I || data.steps < 1 ||
+      static_cast<Index>(data.x.size()) != data.size() * data.steps * data.features)
+    raise<ShapeError>("data", data.name + " holds " + std::to_string(data.x.size()) + " values for " +
+                                  std::to_string(data.size()) + " sequences of " + std::to_string(data.steps) +
+                                  " steps × " + std::to_string(data.features) + " features; the model takes " +
+                                  std::to_string(I) + " features per step");
+  if (!data.lengths.empty() && static_cast<Index>(data.lengths.size()) != data.size())
+    raise<ShapeError>("data", data.name + " has " + std::to_string(data.lengths.size()) + " lengths for " +
+                                  std::to_string(data.size()) + " sequences (one per sequence, or none)");
+  for (std::size_t i = 0; i < data.lengths.size(); ++i)
+    if (data.lengths[i] < 1 || data.lengths[i] > data.steps)
+      raise<InvalidArgument>("data", "length " + std::to_string(data.lengths[i]) + " of sequence " + std::to_string(i) +
+                                         " of " + data.name + " is outside 1.." + std::to_string(data.steps));
+  model.stored_ = 0;
+  model.batch_ = 0;
+  return *model.impl_->half;
+}
 template struct ClassifierAccess<float>;
 template struct ClassifierAccess<double>;
 }  // namespace detail

@@ -8,6 +8,7 @@
 
 #include "bppsa/core/error.hpp"
 #include "core/finite.hpp"
+#include "nn/classifier_half.hpp"
 #include "train/optimizer_half.hpp"
 
 namespace bppsa {
@@ -188,12 +189,13 @@ void Optimizer<T>::step(SequenceClassifier<T>& model) {
     step(model.parameters());
     return;
   }
+  const detail::gpu::DeviceParameters<T>& params = *detail::ClassifierAccess<T>::half(model).device_parameters();
   if (!cuda_) {
-    cuda_ = detail::make_optimizer_cuda(model);
+    cuda_ = detail::make_optimizer_cuda(params);
     if (!m_.empty()) cuda_->upload(m_, v_);  // a resumed state (load_state) or earlier CPU steps
   }
   ++step_;
-  cuda_->step(model, config_, step_);
+  cuda_->step(params, config_, step_);
   last_norm_ = std::numeric_limits<double>::quiet_NaN();
 }
 

@@ -1,7 +1,9 @@
-// One pass of the training loop over a data set (an epoch, or an evaluation) as a model's
-// device half runs it. The loop in trainer.cpp queues each batch into a slot and reads the step
-// in that slot back later: the CPU half runs a step when it is queued, the CUDA half queues it
-// on the GPU and reads it back one step later (src/train/cuda/pass.cpp).
+// One pass of the training loop over a data set (an epoch, or an evaluation). The loop in
+// trainer.cpp queues each batch into a slot and reads the step in that slot back later. A
+// sequence model's pass runs its steps through the model's half (src/nn/classifier_half.hpp):
+// the CPU half runs a step when it is queued, the CUDA half queues it on the GPU and it is read
+// back one step later. A ConvNet's pass runs on the host; a model-parallel pass across ranks
+// (src/mpi/train.cpp).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +12,7 @@
 #include <span>
 
 #include "bppsa/train/trainer.hpp"
+#include "nn/classifier_half.hpp"
 
 namespace bppsa::detail {
 
@@ -21,8 +24,8 @@ struct PassTotals {
 };
 
 /// Slots a pass cycles through: step b uses slot b % kPassSlots, so step b − 1 can be read
-/// while step b runs.
-inline constexpr int kPassSlots = 2;
+/// while step b runs (a model half's step slots).
+inline constexpr int kPassSlots = kStepSlots;
 
 class Pass {
  public:
@@ -52,22 +55,12 @@ EpochReport run_epoch(const PassMaker& make, Index samples, Index epoch, const T
 EvalReport run_evaluation(const PassMaker& make, Index samples, Index batch);
 
 /// The pass of a model on a data set: `optimizer` null evaluates, otherwise it trains with
-/// `options`. The spans and objects must outlive the pass. The front (pass.cpp) picks the half
-/// by the model's device: the CUDA half (make_pass_cuda) for Device::cuda, else the host pass.
+/// `options`. The spans and objects must outlive the pass.
 template <class T>
 std::unique_ptr<Pass> make_pass(SequenceClassifier<T>& model, Optimizer<T>* optimizer, const SequenceDataset& data,
                                 std::span<const Index> order, const BackwardOptions& options);
 template <class T>
 std::unique_ptr<Pass> make_pass(ConvNet<T>& model, Optimizer<T>* optimizer, const ImageDataset& data,
                                 std::span<const Index> order, const BackwardOptions& options);
-
-/// The CUDA half of the sequence models' pass (src/train/cuda/pass.cpp; without CUDA,
-/// src/train/no_gpu/pass.cpp throws UnsupportedError), instantiated there by BPPSA_CUDA_PASS.
-template <class T>
-std::unique_ptr<Pass> make_pass_cuda(SequenceClassifier<T>& model, Optimizer<T>* optimizer, const SequenceDataset& data,
-                                     std::span<const Index> order, const BackwardOptions& options);
-#define BPPSA_CUDA_PASS(T)                                                                                     \
-  template std::unique_ptr<Pass> make_pass_cuda(SequenceClassifier<T>&, Optimizer<T>*, const SequenceDataset&, \
-                                                std::span<const Index>, const BackwardOptions&);
 
 }  // namespace bppsa::detail

@@ -1,7 +1,8 @@
 // The training loop and evaluation: one loop for every model and device. A model's pass
 // (src/train/pass.hpp) runs each step on its device (or, with bppsa::mpi, across ranks:
 // src/mpi/train.cpp); the loop (run_epoch, run_evaluation) orders the batches, reads the steps
-// back and reports. A step's batch is gathered and run by train/batch.cpp, below both.
+// back and reports. A sequence model's pass hands its steps to the model's half; a batch is
+// gathered by gather_batch (src/data/), below both.
 #include "bppsa/train/trainer.hpp"
 
 #include <omp.h>

@@ -47,4 +47,14 @@ std::pair<SequenceDataset, SequenceDataset> split(const SequenceDataset& data, I
 /// on every platform (no std:: distributions, whose outputs are implementation-defined).
 std::vector<Index> permutation(Index n, std::uint64_t seed);
 
+/// Gathers samples `indices` of `data` (a SequenceDataset or an ImageDataset) into x, one
+/// sample after another, and their labels into y.
+template <class Data>
+void gather_batch(const Data& data, std::span<const Index> indices, std::vector<float>& x,
+                  std::vector<std::int64_t>& y);
+
+/// Each sample's length of samples `indices` of a sequence data set that has lengths; empty
+/// otherwise (every sample has every step).
+std::vector<Index> sample_lengths(const SequenceDataset& data, std::span<const Index> indices);
+
 }  // namespace bppsa

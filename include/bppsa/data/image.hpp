@@ -37,6 +37,9 @@ struct ImageDataset {
 /// The images at `indices`, in that order.
 ImageDataset subset(const ImageDataset& data, std::span<const Index> indices);
 
+/// An image has no length: empty (as sample_lengths of a sequence data set without lengths).
+inline std::vector<Index> sample_lengths(const ImageDataset&, std::span<const Index>) { return {}; }
+
 /// Deterministic shuffled split, {train, test}: the same rule as split(SequenceDataset) (the
 /// first `test_count` of permutation(size(), seed) to test), so data sets of the same size
 /// split with the same seed hold out the same positions. Throws InvalidArgument if

@@ -1,6 +1,6 @@
-// One batch of a data set: its samples gathered, and its loss (and gradients) on a model. What
-// every pass of the training loop runs per step (src/train/pass.hpp: the host pass, a
-// model-parallel pass), and what the CLI's --check runs on one batch.
+// One batch's loss (and gradients) on a model, its samples gathered by gather_batch
+// (bppsa/data/dataset.hpp): what the image pass and the model-parallel pass run per step
+// (src/train/pass.cpp, src/mpi/train.cpp), and what the CLI's --check runs on one batch.
 #pragma once
 
 #include <cstdint>
@@ -14,19 +14,9 @@
 
 namespace bppsa {
 
-/// Gathers samples `indices` of `data` into x (batch × sample) and y.
-template <class Data>
-void gather_batch(const Data& data, std::span<const Index> indices, std::vector<float>& x,
-                  std::vector<std::int64_t>& y);
-
-/// Each sample's length of samples `indices` of a sequence data set that has lengths; empty
-/// otherwise (every sample has every step, as every image does).
-std::vector<Index> sample_lengths(const SequenceDataset& data, std::span<const Index> indices);
-std::vector<Index> sample_lengths(const ImageDataset& data, std::span<const Index> indices);
-
 /// Loss (and gradients when `options` is given) of one batch, whatever the model: x and y hold
 /// the samples `indices` of `data` (gather_batch); the sequence models take the step count and
-/// each sample's length from the data set.
+/// each sample's length from the data set (sample_lengths).
 template <class T>
 T batch_loss(SequenceClassifier<T>& model, const SequenceDataset& data, std::span<const Index> indices,
              std::span<const float> x, std::span<const std::int64_t> y, const BackwardOptions* options,

@@ -1,8 +1,10 @@
 // The CPU half of SequenceClassifier<T>: the batch in host memory, the stack's and the head's
-// host forward, the loss, and the backward through the head into the stack.
+// host forward, the loss, and the backward through the head into the stack; a pass's step runs
+// to its end when it is queued (gather, forward, loss, backward, the optimizer step).
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <numeric>
 
 #include "bppsa/core/error.hpp"
@@ -122,6 +124,44 @@ class ClassifierCpu final : public ClassifierHalf<T> {
   void synchronize() override {}
   std::size_t device_bytes() const override { return 0; }
 
+  void begin_pass(const SequenceDataset& data, std::span<const Index> order, bool) override {
+    pass_data_ = &data;
+    pass_order_.assign(order.begin(), order.end());
+    totals_ = StepReport{};
+  }
+
+  void queue_step(Index first, Index n, const BackwardOptions* options, const std::function<void()>& optimizer_step,
+                  int slot) override {
+    const SequenceDataset& data = *pass_data_;
+    ids_.resize(static_cast<std::size_t>(n));
+    for (Index k = 0; k < n; ++k)
+      ids_[static_cast<std::size_t>(k)] =
+          pass_order_.empty() ? first + k : pass_order_[static_cast<std::size_t>(first + k)];
+    StepReport& r = slots_.at(static_cast<std::size_t>(slot));
+    r = StepReport{};
+    gather_batch(data, ids_, batch_x_, batch_y_);
+    const double t0 = omp_get_wtime();
+    set_batch(batch_x_, n, data.steps, batch_y_, sample_lengths(data, ids_));
+    const T loss = forward_loss(options != nullptr, &predictions_);
+    if (options) {
+      backward_timed(*options, omp_get_wtime() - t0, &r.times);
+      const double t1 = omp_get_wtime();
+      optimizer_step();
+      r.optimizer_seconds = omp_get_wtime() - t1;
+    }
+    totals_.loss_sum += static_cast<double>(loss) * static_cast<double>(n);
+    for (Index k = 0; k < n; ++k)
+      totals_.correct += predictions_[static_cast<std::size_t>(k)] == batch_y_[static_cast<std::size_t>(k)];
+    totals_.samples += n;
+    r.loss_sum = totals_.loss_sum;
+    r.correct = totals_.correct;
+    r.samples = totals_.samples;
+  }
+
+  StepReport wait_step(int slot) override { return slots_.at(static_cast<std::size_t>(slot)); }
+
+  const gpu::DeviceParameters<T>* device_parameters() override { return nullptr; }
+
  private:
   ModelConfig config_;
   Recurrent<T>& rnn_;
@@ -131,6 +171,13 @@ class ClassifierCpu final : public ClassifierHalf<T> {
   std::vector<Index> order_, lengths_;  ///< the batch sorted longest first (lengths_ empty: no lengths)
   std::vector<Index> head_cols_;        ///< with lengths: the output columns the head reads
   Index steps_ = 0, batch_ = 0;         ///< of the stored batch
+  // The current pass (begin_pass), its last batch, and each slot's step.
+  const SequenceDataset* pass_data_ = nullptr;
+  std::vector<Index> pass_order_, ids_;
+  std::vector<float> batch_x_;
+  std::vector<std::int64_t> batch_y_, predictions_;
+  StepReport totals_;
+  std::array<StepReport, kStepSlots> slots_;
 };
 
 }  // namespace

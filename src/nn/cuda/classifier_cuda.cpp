@@ -1,8 +1,8 @@
 // The CUDA half of SequenceClassifier<T> (classifier_cuda.hpp): the Linear head and the loss on
 // the device (cuBLAS GEMMs, one thread per column for the loss, one block for the fixed-order
 // reduction), batches uploaded or gathered on the device from data sets kept resident there,
-// CUDA-event timing per step slot, status snapshots through pinned memory; and the front's
-// host calls over them. Also the CUDA factory of the front.
+// CUDA-event timing per step slot, status snapshots through pinned memory; the front's host
+// calls and a pass's queued steps over them. Also the CUDA factory of the front.
 #include "nn/cuda/classifier_cuda.hpp"
 
 #include <algorithm>
@@ -89,12 +89,6 @@ void ClassifierCuda<T>::pull() {
 }
 
 template <class T>
-void ClassifierCuda<T>::parameters_stepped() {
-  head_sync_.device_newer = true;
-  stack_.sync.device_newer = true;
-}
-
-template <class T>
 void ClassifierCuda<T>::upload_batch(std::span<const float> x, Index batch, Index steps,
                                      std::span<const std::int64_t> labels) {
   lengths_ = false;
@@ -116,13 +110,7 @@ void ClassifierCuda<T>::use_data(int slot, const SequenceDataset& data) {
   if (r.source == &data && r.host_x == data.x.data() && r.host_y == data.y.data() && r.samples == data.size() &&
       r.steps == data.steps && r.features == data.features)
     return;
-  const char* op = "train";
-  if (data.features != I_ || data.steps < 1 ||
-      static_cast<Index>(data.x.size()) != data.size() * data.steps * data.features)
-    raise<ShapeError>("data", data.name + " holds " + std::to_string(data.x.size()) + " values for " +
-                                  std::to_string(data.size()) + " sequences of " + std::to_string(data.steps) +
-                                  " steps × " + std::to_string(data.features) + " features; the model takes " +
-                                  std::to_string(I_) + " features per step");
+  const char* op = "train";  // the front (ClassifierAccess::pass_half) checked the shapes
   for (Index i = 0; i < data.size(); ++i)
     check_label("loss", data.y[static_cast<std::size_t>(i)], "sample " + std::to_string(i) + " of " + data.name, C_);
   r = Resident{};
@@ -450,19 +438,82 @@ void ClassifierCuda<T>::synchronize() {
   raise_flagged(stack_.read_status());
 }
 
+// ---------------------------------------------------------------------------------------------
+// ClassifierHalf: a pass's steps, queued on the device
+
 template <class T>
-ClassifierCuda<T>& cuda_half(SequenceClassifier<T>& model) {
-  if (model.device() != Device::cuda)
-    raise<InvalidArgument>("SequenceClassifier", "the CUDA half of a model on the CPU was asked for");
-  auto& half = static_cast<ClassifierCuda<T>&>(ClassifierAccess<T>::half(model));
-  half.make_current();
-  return half;
+void ClassifierCuda<T>::begin_pass(const SequenceDataset& data, std::span<const Index> order, bool training) {
+  make_current();
+  training_ = training;
+  pass_slot_ = training ? 0 : 1;
+  pass_data_ = &data;
+  pass_order_.assign(order.begin(), order.end());
+  use_data(pass_slot_, data);
+  set_order(pass_slot_, order);
+  reset_totals();
+}
+
+template <class T>
+void ClassifierCuda<T>::queue_step(Index first, Index n, const BackwardOptions* options,
+                                   const std::function<void()>& optimizer_step, int slot) {
+  make_current();
+  const SequenceDataset& data = *pass_data_;
+  if (data.lengths.empty()) {
+    gather(pass_slot_, first, n, slot);
+  } else {  // the batch sorted longest first (as the CPU's classifier runs it), each at its length
+    std::vector<Index> ids(static_cast<std::size_t>(n)), lengths;
+    for (Index k = 0; k < n; ++k)
+      ids[static_cast<std::size_t>(k)] =
+          pass_order_.empty() ? first + k : pass_order_[static_cast<std::size_t>(first + k)];
+    for (const Index i : ids) lengths.push_back(data.length(i));
+    std::vector<std::int64_t> sorted;
+    std::vector<Index> sorted_lengths;
+    for (const Index k : longest_first(lengths, data.steps, n)) {
+      sorted.push_back(ids[static_cast<std::size_t>(k)]);
+      sorted_lengths.push_back(lengths[static_cast<std::size_t>(k)]);
+    }
+    gather_ids(pass_slot_, sorted, slot);
+    set_sorted_lengths(sorted_lengths);
+  }
+  queue_forward_loss(options != nullptr, slot);
+  if (options) {
+    queue_backward(*options, slot);
+    optimizer_step();
+    mark(slot, kOptimizerEnd);
+  }
+  snapshot(slot);
+}
+
+template <class T>
+StepReport ClassifierCuda<T>::wait_step(int slot) {
+  const DeviceStatus st = snapshot_wait(slot);
+  raise_flagged(st);  // what the CPU engine would have thrown at that step
+  StepReport r;
+  r.loss_sum = st.loss_sum;
+  r.correct = st.correct;
+  r.samples = st.samples;
+  if (training_) step_times(slot, r.times, r.optimizer_seconds);
+  return r;
+}
+
+template <class T>
+const DeviceParameters<T>* ClassifierCuda<T>::device_parameters() {
+  make_current();
+  head_sync_.device_newer = true;  // the caller writes them: the host copies are stale
+  stack_.sync.device_newer = true;
+  params_ = {stack_.param_values(),
+             stack_.param_grads(),
+             static_cast<Idx>(stack_.param_count()),
+             head_.data(),
+             head_grads_.data(),
+             static_cast<Idx>(head_.size()),
+             s(),
+             stack_.status()};
+  return &params_;
 }
 
 template class ClassifierCuda<float>;
 template class ClassifierCuda<double>;
-template ClassifierCuda<float>& cuda_half(SequenceClassifier<float>&);
-template ClassifierCuda<double>& cuda_half(SequenceClassifier<double>&);
 
 }  // namespace bppsa::detail::gpu
 

@@ -1,8 +1,9 @@
 // The CUDA half of SequenceClassifier<T>: the Linear head and the loss on the device over the
 // stack's CUDA half (recurrent_stack.hpp), batches uploaded or gathered on the device from data
 // sets kept resident there, CUDA-event timing per step slot, and status snapshots through pinned
-// memory. It implements ClassifierHalf (the front's host calls) over the device API below, which
-// the training pass and the optimizer's CUDA halves (src/train/cuda/) use through cuda_half().
+// memory. It implements ClassifierHalf over the device API below: the front's host calls, and a
+// pass's steps queued without waiting (the loop reads step k − 1 while step k runs: only a few
+// bytes of status come back per step).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -15,6 +16,7 @@
 
 #include "core/cuda/buffer.hpp"
 #include "nn/classifier_half.hpp"
+#include "nn/cuda/device_parameters.hpp"
 #include "nn/cuda/recurrent_stack.hpp"
 
 namespace bppsa {
@@ -42,20 +44,17 @@ class ClassifierCuda final : public ClassifierHalf<T> {
   void host_written() override;
   void synchronize() override;
   std::size_t device_bytes() const override;
+  void begin_pass(const SequenceDataset& data, std::span<const Index> order, bool training) override;
+  void queue_step(Index first, Index n, const BackwardOptions* options, const std::function<void()>& optimizer_step,
+                  int slot) override;
+  StepReport wait_step(int slot) override;
+  const DeviceParameters<T>* device_parameters() override;
 
-  // --- The device API (the pass and the optimizer step) ----------------------------------------
+ private:
+  // --- The device API ----------------------------------------------------------------------------
   /// Uploads what the host changed since the device last read it: the stack's parameters and
   /// the head's. Every device computation below starts with it.
   void make_current();
-  RecurrentStack<T>& stack() { return stack_; }
-  const ModelConfig& config() const { return config_; }
-  /// The head's parameters on the device: weight (C × H, row-major) then bias (C), and their
-  /// gradients in the same layout.
-  T* head_values() { return head_.data(); }
-  T* head_grads() { return head_grads_.data(); }
-  Idx head_size() const { return static_cast<Idx>(head_.size()); }
-  /// An optimizer step changed every parameter on the device: the host copies are stale.
-  void parameters_stepped();
 
   /// Data resident on the GPU: slot 0 (training) or 1 (evaluation) holds `data`, uploaded at
   /// its first use and kept while the same data set (same object, same sizes) is passed again;
@@ -90,7 +89,6 @@ class ClassifierCuda final : public ClassifierHalf<T> {
   /// stack's flags so that the next step starts clean; nothing when no flag is set.
   void raise_flagged(const DeviceStatus& status);
 
- private:
   /// A data set resident on the GPU, and what identifies the host copy it came from.
   struct Resident {
     const SequenceDataset* source = nullptr;
@@ -139,12 +137,15 @@ class ClassifierCuda final : public ClassifierHalf<T> {
   static_assert(kSlots == 2, "one snapshot event per slot");
   std::array<cuda::Event, kSlots> snap_{cuda::Event(false), cuda::Event(false)};  ///< ordering only
   std::vector<Index> order_, sorted_lengths_;  ///< the stored batch's order (longest first) and lengths
+  // The current pass (begin_pass): its data slot (0 training, 1 evaluation), data and order.
+  int pass_slot_ = 0;
+  bool training_ = false;
+  const SequenceDataset* pass_data_ = nullptr;
+  std::vector<Index> pass_order_;
+  DeviceParameters<T> params_;  ///< device_parameters()'s answer
 };
 
-/// The CUDA half of a Device::cuda model, with every host change uploaded (InvalidArgument for
-/// a model on another device).
-template <class T>
-ClassifierCuda<T>& cuda_half(SequenceClassifier<T>& model);
+static_assert(kSlots == kStepSlots, "a pass's step slot is a timing slot");
 
 extern template class ClassifierCuda<float>;
 extern template class ClassifierCuda<double>;

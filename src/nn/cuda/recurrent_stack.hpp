@@ -1,7 +1,7 @@
 // The CUDA half of Recurrent<T>: the recurrent stack on the current CUDA device. It implements
 // RecurrentHalf (the front's host-memory calls) over its device API below, which the other CUDA
-// halves use directly: the classifier's (classifier_cuda.hpp), the optimizer's and the pass
-// (src/train/cuda/), and bppsa.nn's layer on PyTorch's device memory (python/src/cuda/).
+// halves use directly: the classifier's (classifier_cuda.hpp, which also runs a training pass's
+// steps) and bppsa.nn's layer on PyTorch's device memory (python/src/cuda/).
 //
 // Everything lives on the device, allocated once per shape (steps × batch) and reused; work is
 // queued on the stack's stream (or the caller's: use_stream) and the host waits only where it

@@ -6,7 +6,7 @@
 
 #include "bppsa/core/error.hpp"
 #include "core/cuda/buffer.hpp"
-#include "nn/cuda/classifier_cuda.hpp"
+#include "nn/cuda/device_parameters.hpp"
 #include "train/cuda/kernels.hpp"
 #include "train/cuda/step_constants.hpp"
 #include "train/optimizer_half.hpp"
@@ -19,14 +19,14 @@ using gpu::Segments;
 
 /// The model's parameters in parameters() order: the recurrent arena, then the head's weight and bias.
 template <class T>
-Segments<T> segments(gpu::ClassifierCuda<T>& m) {
+Segments<T> segments(const gpu::DeviceParameters<T>& m) {
   Segments<T> p;
-  p.values[0] = m.stack().param_values();
-  p.grads[0] = m.stack().param_grads();
-  p.size[0] = m.stack().param_count();
-  p.values[1] = m.head_values();
-  p.grads[1] = m.head_grads();
-  p.size[1] = m.head_size();
+  p.values[0] = m.stack;
+  p.grads[0] = m.stack_grads;
+  p.size[0] = m.stack_size;
+  p.values[1] = m.head;
+  p.grads[1] = m.head_grads;
+  p.size[1] = m.head_size;
   p.count = 2;
   return p;
 }
@@ -34,9 +34,9 @@ Segments<T> segments(gpu::ClassifierCuda<T>& m) {
 template <class T>
 class OptimizerCuda final : public OptimizerHalf<T> {
  public:
-  explicit OptimizerCuda(SequenceClassifier<T>& model)
-      : stream_(gpu::cuda_half(model).stack().stream()),
-        count_(total_size(segments(gpu::cuda_half(model)))),
+  explicit OptimizerCuda(const gpu::DeviceParameters<T>& params)
+      : stream_(params.stream),
+        count_(total_size(segments(params))),
         m_(static_cast<std::size_t>(count_)),
         v_(static_cast<std::size_t>(count_)),
         partials_(gpu::kNormBlocks),
@@ -46,18 +46,16 @@ class OptimizerCuda final : public OptimizerHalf<T> {
     BPPSA_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
-  void step(SequenceClassifier<T>& model, const OptimizerConfig& config, std::int64_t step) override {
-    gpu::ClassifierCuda<T>& m = gpu::cuda_half(model);
+  void step(const gpu::DeviceParameters<T>& params, const OptimizerConfig& config, std::int64_t step) override {
     const gpu::StepConstants<T> k = step_constants<T>(config, step);
-    const Segments<T> p = segments(m);
+    const Segments<T> p = segments(params);
     if (total_size(p) != count_)
       raise<InvalidArgument>("optimizer", "parameter list changed between steps (" + std::to_string(count_) + " → " +
                                               std::to_string(total_size(p)) + " values)");
-    const cudaStream_t s = m.stack().stream();
+    const cudaStream_t s = params.stream;
     gpu::launch_norm_partials(p, partials_.data(), s);
-    gpu::launch_norm_finish(partials_.data(), k.clip_max, clip_.data(), m.stack().status(), s);
-    gpu::launch_update(p, m_.data(), v_.data(), clip_.data(), k, m.stack().status(), s);
-    m.parameters_stepped();
+    gpu::launch_norm_finish(partials_.data(), k.clip_max, clip_.data(), params.status, s);
+    gpu::launch_update(p, m_.data(), v_.data(), clip_.data(), k, params.status, s);
   }
 
   void upload(const std::vector<std::vector<T>>& m, const std::vector<std::vector<T>>& v) override {
@@ -98,10 +96,10 @@ class OptimizerCuda final : public OptimizerHalf<T> {
 }  // namespace
 
 template <class T>
-std::unique_ptr<OptimizerHalf<T>> make_optimizer_cuda(SequenceClassifier<T>& model) {
-  return std::make_unique<OptimizerCuda<T>>(model);
+std::unique_ptr<OptimizerHalf<T>> make_optimizer_cuda(const gpu::DeviceParameters<T>& params) {
+  return std::make_unique<OptimizerCuda<T>>(params);
 }
-template std::unique_ptr<OptimizerHalf<float>> make_optimizer_cuda(SequenceClassifier<float>&);
-template std::unique_ptr<OptimizerHalf<double>> make_optimizer_cuda(SequenceClassifier<double>&);
+template std::unique_ptr<OptimizerHalf<float>> make_optimizer_cuda(const gpu::DeviceParameters<float>&);
+template std::unique_ptr<OptimizerHalf<double>> make_optimizer_cuda(const gpu::DeviceParameters<double>&);
 
 }  // namespace bppsa::detail

@@ -6,11 +6,11 @@
 namespace bppsa::detail {
 
 template <class T>
-std::unique_ptr<OptimizerHalf<T>> make_optimizer_cuda(SequenceClassifier<T>&) {
+std::unique_ptr<OptimizerHalf<T>> make_optimizer_cuda(const gpu::DeviceParameters<T>&) {
   raise<UnsupportedError>("optimizer", "built without CUDA: a Device::cuda model's step needs bppsa's CUDA backend; "
                                        "rebuild with -DBPPSA_WITH_CUDA=ON, or use --device cpu");
 }
-template std::unique_ptr<OptimizerHalf<float>> make_optimizer_cuda(SequenceClassifier<float>&);
-template std::unique_ptr<OptimizerHalf<double>> make_optimizer_cuda(SequenceClassifier<double>&);
+template std::unique_ptr<OptimizerHalf<float>> make_optimizer_cuda(const gpu::DeviceParameters<float>&);
+template std::unique_ptr<OptimizerHalf<double>> make_optimizer_cuda(const gpu::DeviceParameters<double>&);
 
 }  // namespace bppsa::detail

@@ -747,7 +747,7 @@ void model_matches_cpu(const CellCase& c, Idx layers, HeadMode head, LossType lo
   for (float& v : xb) v = nd(rng);
   const std::vector<std::int64_t> y{1, 4, 0};
   // With lengths (any order): NaN in each sample's padding, which nothing may read. The GPU model
-  // runs the batch sorted longest first (ClassifierGpu::set_batch, GpuPass::queue: the ids in
+  // runs the batch sorted longest first (ClassifierCuda::set_batch, ClassifierCuda::queue_step: the ids in
   // that order, gathered), each sample at its length, the head on head_columns' columns.
   for (Idx b = 0; b < static_cast<Idx>(lengths.size()); ++b)
     for (Idx t = lengths[static_cast<std::size_t>(b)]; t < steps; ++t)
