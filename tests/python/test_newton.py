@@ -54,6 +54,28 @@ def test_newton_packed_sequences():
     assert all(not r["fell_back"] for r in mod.last_forward)
 
 
+def test_newton_safeguard_converges_where_the_linear_model_overflows():
+    # An RNN whose W_hh has spectral norm 3, in float32, T 300: at the first iterate (h_0 carried
+    # through every step) the linear recurrence expands by about 3 a step and overflows, which
+    # made the plain iteration give up at step 2. The safeguard (method.md §9.2) clips the states
+    # back into (−1, 1), where tanh puts every true state: certified in 10 iterations, and the
+    # result is torch.nn's.
+    torch.manual_seed(2)
+    mod = bppsa.nn.RNN(4, 20, forward="newton", threads=1)
+    ref = torch.nn.RNN(4, 20)
+    with torch.no_grad():
+        w = mod.weight_hh_l0
+        w.mul_(3.0 / torch.linalg.matrix_norm(w.double(), ord=2).item())
+    ref.load_state_dict(mod.state_dict())
+    x = torch.randn(300, 4, 4)
+    with torch.no_grad():
+        out, h = mod(x)
+        want, h_want = ref(x)
+    r = mod.last_forward[0]
+    assert r["fell_back"] is False and r["iterations"] < 30, r
+    assert _rel(out, want) <= 1e-5 and _rel(h, h_want) <= 1e-5
+
+
 def test_newton_falls_back_and_reports_it():
     # A NaN input: the certificate's residual is not finite, each layer falls back to the
     # sequential forward, whose result (NaN from there on, as torch.nn's) is returned.

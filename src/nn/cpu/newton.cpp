@@ -25,6 +25,51 @@ Matrix<T> state_block(const LayerRecord<T>& rec, Index t, Index P, Index S, bool
   return s;
 }
 
+/// Where every true state of a sample lies, row by row (the set the cell maps into; docs/method.md
+/// §9.2): lo ≤ s ≤ hi, with c's bound growing by 1 a step (c_t = f c_{t−1} + i g).
+template <class T>
+struct StateBox {
+  Vector<T> lo, hi;  ///< S rows, at step 0 for c
+  Index c_rows = 0;  ///< the last c_rows rows (LSTM's c) widen by 1 a step
+};
+
+template <class T>
+StateBox<T> state_box(const RecurrentConfig& config, const LayerWeights<T>& p, const Matrix<T>& s0) {
+  const Index S = s0.rows(), P = output_size(config), H = config.hidden;
+  constexpr T inf = std::numeric_limits<T>::infinity();
+  StateBox<T> box;
+  box.lo.setConstant(S, -inf);
+  box.hi.setConstant(S, inf);
+  const T start = s0.size() != 0 ? s0.cwiseAbs().maxCoeff() : T(0);
+  switch (config.cell) {
+    case CellType::rnn:  // tanh into (−1, 1); relu into [0, ∞)
+      if (config.nonlinearity == Nonlinearity::tanh) {
+        box.lo.setConstant(S, T(-1));
+        box.hi.setConstant(S, T(1));
+      } else {
+        box.lo.setZero(S);
+      }
+      break;
+    case CellType::gru:  // h_t = (1 − z) n + z h_{t−1}, n in (−1, 1)
+      box.lo.setConstant(S, -std::max(T(1), start));
+      box.hi.setConstant(S, std::max(T(1), start));
+      break;
+    case CellType::lstm: {  // h = o tanh c (or W_hr of it), |c_t| ≤ |c_{t−1}| + 1
+      for (Index i = 0; i < P; ++i) {
+        const T bound = config.proj > 0 ? p.w_hr.row(i).cwiseAbs().sum() : T(1);
+        box.lo(i) = -bound;
+        box.hi(i) = bound;
+      }
+      const T c0 = s0.bottomRows(H).size() != 0 ? s0.bottomRows(H).cwiseAbs().maxCoeff() : T(0);
+      box.lo.tail(H).setConstant(-c0);
+      box.hi.tail(H).setConstant(c0);
+      box.c_rows = H;
+      break;
+    }
+  }
+  return box;
+}
+
 }  // namespace
 
 template <class T>
@@ -86,6 +131,7 @@ NewtonOutcome newton_forward(const CellOps<T>& ops, const RecurrentConfig& confi
   Scanner<T> scanner(so);
   Gradients<T> solved;
   const Matrix<T> s0 = state_block(rec, 0, P, S, lstm);
+  const StateBox<T> box = state_box(config, p, s0);
 
   // Keeps the evaluated gates and auxiliaries of every step (they belong to the iterate's
   // states), then runs the sequential forward from step `first` on: the fallback.
@@ -206,6 +252,26 @@ NewtonOutcome newton_forward(const CellOps<T>& ops, const RecurrentConfig& confi
     }
     for (Index t = 1; t <= steps; ++t) linear.set_injection(steps - t, std::move(c[static_cast<std::size_t>(t - 1)]));
     scanner.run(linear, s0, solved);
+    // The safeguard (§9.2): where the linear model leaves the box every true state lies in (it
+    // expands, far from the trajectory), the state is clipped back into it, and where it is not
+    // finite it takes f(s_{t−1}) of the iterate. The fixed point lies inside: it is unchanged.
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (Index t = first; t <= steps; ++t) {
+      Matrix<T>& s = solved.g(steps - t);
+      const T widen = static_cast<T>(t);
+      for (Index b = 0; b < B; ++b) {
+        const Index f = TB + (t - 1) * B + b;
+        for (Index i = 0; i < S; ++i) {
+          T& v = s(i, b);
+          const bool c_row = i >= S - box.c_rows;
+          const T lo = c_row ? box.lo(i) - widen : box.lo(i), hi = c_row ? box.hi(i) + widen : box.hi(i);
+          if (!std::isfinite(v))
+            v = i < P ? wide.h(i, f) : wide.c(i - P, f);
+          else
+            v = std::clamp(v, lo, hi);
+        }
+      }
+    }
     for (Index t = first; t <= steps; ++t) {
       const Matrix<T>& s = solved.g(steps - t);
       rec.h.middleCols(t * B, B) = s.topRows(P);

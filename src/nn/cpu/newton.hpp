@@ -3,7 +3,8 @@
 // evaluates the cell at every step of the current iterate at once (one record of T·B one-step
 // samples: the cell's own forward and Jacobian generator), then solves the linear recurrence
 // s_t = A_t s_{t−1} + c_t, A_t = ∂f/∂s at the iterate, with the scan engine (an affine chain run
-// in reverse time). Certified steps are frozen and the first uncertified one takes its exact
+// in reverse time), and projects the new iterate into the box the cell maps into (§9.2's
+// safeguard: an expanding linear model cannot overflow it). Certified steps are frozen and the first uncertified one takes its exact
 // value, so every iteration certifies at least one more step. It stops when every step is
 // certified, or after max_iterations (or at a residual that is not finite) runs the sequential
 // forward from the first uncertified step; either way the record is complete, as the sequential
