@@ -216,7 +216,7 @@ def drive(a, drv, work):
                 mach.write_text(os.path.join(a.out, "fused_fit.md"), "\n".join(lines[1:]) + "\n")
     else:
         drv.skip("the fused scan alone", f"{fused} was not built: the fused scan's timing entry point "
-                 "(bench/gpu/fused_bench.hpp) is not in this tree, or CUDA is off", failed=True)
+                 "(bench/gpu/cuda/fused_bench.hpp) is not in this tree, or CUDA is off", failed=True)
     doc = write_report()
     print(f"bench_gpu: wrote {a.out}/gpu_bench.json and gpu_bench.md ({len(doc['records'])} records) in "
           f"{time.time() - t_start:.0f} s", flush=True)

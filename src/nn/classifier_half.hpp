@@ -1,7 +1,7 @@
 // The two halves of SequenceClassifier<T>. The front (src/nn/model.cpp) validates batches and
 // call order and holds the Recurrent stack and the Linear head; a ClassifierHalf runs the batch,
 // the loss and the backward: the CPU half (src/nn/cpu/classifier.cpp) through the stack's and
-// the head's host API, the CUDA half (src/nn/cuda/classifier_cuda.hpp) on the device over the
+// the head's host API, the CUDA half (src/nn/cuda/classifier.hpp) on the device over the
 // stack's CUDA half.
 // The front picks the half by device (make_classifier_cpu or make_classifier_cuda); cuda/ defines
 // the CUDA factory, no_gpu/ its stub. A training or evaluation pass (src/train/pass.cpp) runs its
@@ -93,7 +93,7 @@ struct ClassifierAccess {
   static ClassifierHalf<T>& pass_half(SequenceClassifier<T>& model, const SequenceDataset& data);
 };
 
-/// The CPU half (src/nn/cpu/classifier.cpp) and the CUDA half (src/nn/cuda/classifier_cuda.cpp;
+/// The CPU half (src/nn/cpu/classifier.cpp) and the CUDA half (src/nn/cuda/classifier.cpp;
 /// without CUDA, src/nn/no_gpu/halves.cpp throws UnsupportedError); rnn and head outlive them.
 template <class T>
 std::unique_ptr<ClassifierHalf<T>> make_classifier_cpu(const ModelConfig& config, Recurrent<T>& rnn, Linear<T>& head);

@@ -1,6 +1,6 @@
 // Recurrent layer stacks, the front: checks shapes and call order, holds the host copies of
 // the parameters, and dispatches to the stack's half (nn/recurrent_half.hpp): the CPU half in
-// src/nn/cpu/recurrent.cpp, the CUDA half in src/nn/cuda/recurrent_stack.cpp.
+// src/nn/cpu/recurrent.cpp, the CUDA half in src/nn/cuda/recurrent.cpp.
 #include "bppsa/nn/recurrent.hpp"
 
 #include <algorithm>

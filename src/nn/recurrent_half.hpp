@@ -1,7 +1,7 @@
 // The two halves of Recurrent<T>. The front (src/nn/recurrent.cpp) validates shapes and call
 // order, holds the host copies of the parameters and what set_initial_state /
 // set_final_state_grad were given, and dispatches to one RecurrentHalf: the CPU half
-// (src/nn/cpu/recurrent.cpp) or the CUDA half (src/nn/cuda/recurrent_stack.hpp, the GPU stack
+// (src/nn/cpu/recurrent.cpp) or the CUDA half (src/nn/cuda/recurrent.hpp, the GPU stack
 // itself). The front picks the half by device (make_recurrent_cpu or make_recurrent_cuda);
 // cuda/ defines the CUDA factory, no_gpu/ its stub.
 #pragma once
@@ -77,7 +77,7 @@ class RecurrentHalf {
 /// The CPU half (src/nn/cpu/recurrent.cpp).
 template <class T>
 std::unique_ptr<RecurrentHalf<T>> make_recurrent_cpu(const RecurrentConfig& config);
-/// The CUDA half (src/nn/cuda/recurrent_stack.cpp; without CUDA, src/nn/no_gpu/halves.cpp
+/// The CUDA half (src/nn/cuda/recurrent.cpp; without CUDA, src/nn/no_gpu/halves.cpp
 /// throws UnsupportedError).
 template <class T>
 std::unique_ptr<RecurrentHalf<T>> make_recurrent_cuda(const RecurrentConfig& config);

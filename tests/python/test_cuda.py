@@ -30,7 +30,7 @@ METHODS = ["auto", "bp", "blelloch", "hybrid", "linear"]
 def _no_tf32():
     """fp32 is fp32 on both sides (cuDNN may otherwise use TF32 tensor cores), through the API this
     PyTorch has (bench/common/precision.py: the two are not to be mixed)."""
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "gpu"))
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "common"))
     from precision import set_tf32
     set_tf32(False)
     yield

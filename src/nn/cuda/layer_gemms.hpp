@@ -1,7 +1,7 @@
 // Every matrix product of the GPU model spelled out once, as cuBLAS reads it (column-major,
 // op(A) m × k, op(B) k × n, leading dimensions): the layers' input projections, their
-// parameter and input gradients over all T·B columns, the head. recurrent_stack.cpp and
-// classifier_cuda.cpp run them with cuBLAS; the g++ tests run them with a reference GEMM, so the
+// parameter and input gradients over all T·B columns, the head. recurrent.cpp and
+// classifier.cpp run them with cuBLAS; the g++ tests run them with a reference GEMM, so the
 // shapes, transposes and leading dimensions are tested without a GPU. PyTorch's row-major
 // weights (rows × cols) are column-major cols × rows matrices: a weight is used with op = T
 // where the math has W, and op = N where it has W^T.

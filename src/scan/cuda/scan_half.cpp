@@ -9,9 +9,9 @@ namespace bppsa::detail {
 namespace {
 
 template <class T>
-class ScanGpu final : public ScanHalf<T> {
+class ScanCuda final : public ScanHalf<T> {
  public:
-  explicit ScanGpu(DeviceScanPtr<T> scan) : scan_(std::move(scan)) {}
+  explicit ScanCuda(DeviceScanPtr<T> scan) : scan_(std::move(scan)) {}
   void run(const Chain<T>& chain, const Matrix<T>& g_last, Gradients<T>& out, int threads) override {
     run_device_scan(*scan_, chain, g_last, out, threads);
   }
@@ -32,7 +32,7 @@ std::unique_ptr<ScanHalf<T>> make_scan_cuda(const Schedule<T>& schedule, const C
   std::vector<MemoryItem> host = run_memory(schedule, chain);
   host.erase(host.begin());
   check_host(host);
-  return std::make_unique<ScanGpu<T>>(make_device_scan(schedule, scan_elements(chain), chain.batch()));
+  return std::make_unique<ScanCuda<T>>(make_device_scan(schedule, scan_elements(chain), chain.batch()));
 }
 BPPSA_INSTANTIATE_SCAN_CUDA(float)
 BPPSA_INSTANTIATE_SCAN_CUDA(double)

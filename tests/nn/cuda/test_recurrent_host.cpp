@@ -500,7 +500,7 @@ TEST(CudaRecurrentHost, ForwardRecordMatchesTheCpuCellsDouble) { forward_record_
 TEST(CudaRecurrentHost, ForwardRecordMatchesTheCpuCellsFloat) { forward_record_matches_cpu<float>(); }
 
 /// A stack of `layers` simulated layers on the CPU engine's weights: forward, then BP or the
-/// scan path top-down (as RecurrentStack::backward_layer orders it), then every gradient,
+/// scan path top-down (as RecurrentCuda::backward_layer orders it), then every gradient,
 /// compared with Recurrent<T> on the CPU (BP).
 template <class T>
 void stack_matches_cpu(const CellCase& c, Idx layers, Idx H, Idx B, Idx steps, bool every_step, bool extras,
@@ -555,7 +555,7 @@ void stack_matches_cpu(const CellCase& c, Idx layers, Idx H, Idx B, Idx steps, b
     const Matrix<T> fs = L.final_state(), want_fs = cpu.final_state(k);
     EXPECT_CLOSE(T, fs.data(), want_fs.data(), S * B, "final state of layer " + std::to_string(k));
   }
-  // many-to-one: the top's gradient on each sample's last output (RecurrentStack::backward_begin).
+  // many-to-one: the top's gradient on each sample's last output (RecurrentCuda::backward_begin).
   Matrix<T> last(H, B);
   for (Idx b = 0; b < B; ++b) last.col(b) = grad_out.col((len_of(b) - 1) * B + b);
   std::vector<RecurrentLayerParams<T>> grads(static_cast<std::size_t>(layers));

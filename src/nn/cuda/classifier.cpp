@@ -1,9 +1,9 @@
-// The CUDA half of SequenceClassifier<T> (classifier_cuda.hpp): the Linear head and the loss on
+// The CUDA half of SequenceClassifier<T> (classifier.hpp): the Linear head and the loss on
 // the device (cuBLAS GEMMs, one thread per column for the loss, one block for the fixed-order
 // reduction), batches uploaded or gathered on the device from data sets kept resident there,
 // CUDA-event timing per step slot, status snapshots through pinned memory; the front's host
 // calls and a pass's queued steps over them. Also the CUDA factory of the front.
-#include "nn/cuda/classifier_cuda.hpp"
+#include "nn/cuda/classifier.hpp"
 
 #include <algorithm>
 #include <array>
@@ -36,7 +36,7 @@ ClassifierCuda<T>::ClassifierCuda(const ModelConfig& config, Recurrent<T>& rnn, 
     : config_(config),
       rnn_(rnn),
       head_host_(head),
-      stack_(static_cast<RecurrentStack<T>&>(RecurrentAccess<T>::half(rnn))),
+      stack_(static_cast<RecurrentCuda<T>&>(RecurrentAccess<T>::half(rnn))),
       I_(config.rnn.input),
       H_(config.rnn.hidden),
       C_(config.classes),

@@ -1,11 +1,12 @@
 // The CUDA half of Recurrent<T>: the recurrent stack on the current CUDA device. It implements
 // RecurrentHalf (the front's host-memory calls) over its device API below, which the other CUDA
-// halves use directly: the classifier's (classifier_cuda.hpp, which also runs a training pass's
-// steps) and bppsa.nn's layer on PyTorch's device memory (python/src/cuda/).
+// halves use directly: the classifier's (classifier.hpp, which also runs a training pass's
+// steps); bppsa.nn's layer reaches it through the Recurrent front (forward_io / backward_io, on
+// PyTorch's device memory).
 //
 // Everything lives on the device, allocated once per shape (steps × batch) and reused; work is
 // queued on the stack's stream (or the caller's: use_stream) and the host waits only where it
-// reads a value. Host memory crosses in one place, to_device / to_host in recurrent_stack.cpp;
+// reads a value. Host memory crosses in one place, to_device / to_host in recurrent.cpp;
 // the host copies of parameters and gradients are caches kept coherent by `sync`.
 #pragma once
 
@@ -103,13 +104,13 @@ struct TwoPlans {
 };
 
 template <class T>
-class RecurrentStack final : public RecurrentHalf<T> {
+class RecurrentCuda final : public RecurrentHalf<T> {
  public:
   /// DeviceError when there is no usable GPU; ResourceError when the weights do not fit.
-  explicit RecurrentStack(const RecurrentConfig& config);
-  ~RecurrentStack() override;
-  RecurrentStack(const RecurrentStack&) = delete;
-  RecurrentStack& operator=(const RecurrentStack&) = delete;
+  explicit RecurrentCuda(const RecurrentConfig& config);
+  ~RecurrentCuda() override;
+  RecurrentCuda(const RecurrentCuda&) = delete;
+  RecurrentCuda& operator=(const RecurrentCuda&) = delete;
 
   // --- RecurrentHalf: the front's calls, on host memory -------------------------------------
   void pull(LayerParamsList<T>& params, LayerParamsList<T>& grads) const override;
@@ -308,7 +309,7 @@ class RecurrentStack final : public RecurrentHalf<T> {
   ForwardReport report_;  ///< every layer sequential
 };
 
-extern template class RecurrentStack<float>;
-extern template class RecurrentStack<double>;
+extern template class RecurrentCuda<float>;
+extern template class RecurrentCuda<double>;
 
 }  // namespace bppsa::detail::gpu

@@ -1,10 +1,10 @@
-// The CUDA half of Recurrent<T> (recurrent_stack.hpp): device buffers per layer sized once per
+// The CUDA half of Recurrent<T> (recurrent.hpp): device buffers per layer sized once per
 // (steps, batch) and reused; the forward (the input projections of all steps as one cuBLAS
 // GEMM, then one persistent kernel for the recurrence); the backward (the BP kernel, the fused
 // chunked scan or the generic GPU scan for the state gradients, then the pre-activation
 // gradients and every parameter gradient as GEMMs over all T·B columns, and W_ih^T·δ for the
 // layer below); and the front's host-memory calls over them. Also the CUDA factory of the front.
-#include "nn/cuda/recurrent_stack.hpp"
+#include "nn/cuda/recurrent.hpp"
 
 #include <algorithm>
 #include <array>
@@ -59,7 +59,7 @@ void grow(ForEach&& for_each, Check&& check) {
 }
 
 /// How Device::cuda computes a layer's state gradients for a backward method;
-/// automatic: the fused scan, or bp when its plan has one chunk (RecurrentStack::state_grads).
+/// automatic: the fused scan, or bp when its plan has one chunk (RecurrentCuda::state_grads).
 StateGrads state_grads_for(BackwardMethod m) {
   switch (m) {
     case BackwardMethod::bp:
@@ -89,7 +89,7 @@ ScanStats fused_stats(const FusedScanStats& f) {
 }  // namespace
 
 template <class T>
-RecurrentStack<T>::RecurrentStack(const RecurrentConfig& config)
+RecurrentCuda<T>::RecurrentCuda(const RecurrentConfig& config)
     : config_(require_gpu(config)),
       cell_(config.cell == CellType::gru                ? kGru
             : config.cell == CellType::lstm             ? kLstm
@@ -129,10 +129,10 @@ RecurrentStack<T>::RecurrentStack(const RecurrentConfig& config)
 }
 
 template <class T>
-RecurrentStack<T>::~RecurrentStack() = default;
+RecurrentCuda<T>::~RecurrentCuda() = default;
 
 template <class T>
-DeviceStatus RecurrentStack<T>::read_status() {
+DeviceStatus RecurrentCuda<T>::read_status() {
   DeviceStatus s;
   BPPSA_CUDA_CHECK(cudaMemcpyAsync(&s, status_.data(), sizeof s, cudaMemcpyDeviceToHost, run_stream_));
   synchronize();
@@ -140,14 +140,14 @@ DeviceStatus RecurrentStack<T>::read_status() {
 }
 
 template <class T>
-void RecurrentStack<T>::clear_flags() {
+void RecurrentCuda<T>::clear_flags() {
   DeviceStatus* d = status_.data();
   BPPSA_CUDA_CHECK(cudaMemsetAsync(&d->flags, 0, sizeof d->flags, run_stream_));
   BPPSA_CUDA_CHECK(cudaMemsetAsync(&d->bad_param, 0xFF, sizeof d->bad_param, run_stream_));
 }
 
 template <class T>
-void RecurrentStack<T>::to_device(T* dst, const T* host, Idx n) const {
+void RecurrentCuda<T>::to_device(T* dst, const T* host, Idx n) const {
   if (n == 0) return;
   BPPSA_CUDA_CHECK(
       cudaMemcpyAsync(dst, host, static_cast<std::size_t>(n) * sizeof(T), cudaMemcpyHostToDevice, run_stream_));
@@ -155,7 +155,7 @@ void RecurrentStack<T>::to_device(T* dst, const T* host, Idx n) const {
 }
 
 template <class T>
-void RecurrentStack<T>::to_host(T* host, const T* src, Idx n) const {
+void RecurrentCuda<T>::to_host(T* host, const T* src, Idx n) const {
   if (n == 0) return;
   BPPSA_CUDA_CHECK(
       cudaMemcpyAsync(host, src, static_cast<std::size_t>(n) * sizeof(T), cudaMemcpyDeviceToHost, run_stream_));
@@ -163,7 +163,7 @@ void RecurrentStack<T>::to_host(T* host, const T* src, Idx n) const {
 }
 
 template <class T>
-void RecurrentStack<T>::upload_layers(const LayerParamsList<T>& host) {
+void RecurrentCuda<T>::upload_layers(const LayerParamsList<T>& host) {
   std::vector<T> all(params_.size());
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];
@@ -177,7 +177,7 @@ void RecurrentStack<T>::upload_layers(const LayerParamsList<T>& host) {
 }
 
 template <class T>
-void RecurrentStack<T>::download_layers(const DeviceBuffer<T>& packed, LayerParamsList<T>& host) const {
+void RecurrentCuda<T>::download_layers(const DeviceBuffer<T>& packed, LayerParamsList<T>& host) const {
   std::vector<T> all(packed.size());
   to_host(all.data(), packed.data(), static_cast<Idx>(all.size()));
   for (std::size_t l = 0; l < layers_.size(); ++l) {
@@ -191,7 +191,7 @@ void RecurrentStack<T>::download_layers(const DeviceBuffer<T>& packed, LayerPara
 }
 
 template <class T>
-void RecurrentStack<T>::resize(Index steps, Index batch) {
+void RecurrentCuda<T>::resize(Index steps, Index batch) {
   const char* op = "Recurrent::forward";
   const double TB = static_cast<double>(steps) * static_cast<double>(batch);
   if (TB * static_cast<double>(std::max<Idx>(GH_, config_.input)) > 4e18 || TB > 2147483647.0)
@@ -233,7 +233,7 @@ void RecurrentStack<T>::resize(Index steps, Index batch) {
 }
 
 template <class T>
-void RecurrentStack<T>::set_lengths(std::span<const Index> lengths) {
+void RecurrentCuda<T>::set_lengths(std::span<const Index> lengths) {
   const char* op = "Recurrent::forward";
   has_len_ = false;
   if (lengths.empty()) return;
@@ -249,7 +249,7 @@ void RecurrentStack<T>::set_lengths(std::span<const Index> lengths) {
 }
 
 template <class T>
-LayerArgs<T> RecurrentStack<T>::args(Index l) {
+LayerArgs<T> RecurrentCuda<T>::args(Index l) {
   Layer& L = layers_[static_cast<std::size_t>(l)];
   LayerArgs<T> a;
   a.cell = cell_;
@@ -273,7 +273,7 @@ LayerArgs<T> RecurrentStack<T>::args(Index l) {
 }
 
 template <class T>
-void RecurrentStack<T>::check_state_shape(const Matrix<T>& m, Index l, const char* what, const char* op) const {
+void RecurrentCuda<T>::check_state_shape(const Matrix<T>& m, Index l, const char* what, const char* op) const {
   if (m.rows() != S_ || m.cols() != batch_)
     raise<ShapeError>(op, std::string(what) + " of layer " + std::to_string(l) + " is " +
                               shape_string(m.rows(), m.cols()) + ", expected " + shape_string(S_, batch_) +
@@ -281,7 +281,7 @@ void RecurrentStack<T>::check_state_shape(const Matrix<T>& m, Index l, const cha
 }
 
 template <class T>
-void RecurrentStack<T>::forward_device(const std::vector<DeviceState<T>>& s0) {
+void RecurrentCuda<T>::forward_device(const std::vector<DeviceState<T>>& s0) {
   report_ = ForwardReport{};
   report_.iterations.assign(static_cast<std::size_t>(config_.layers), 0);
   report_.residual.assign(static_cast<std::size_t>(config_.layers), 0.0);
@@ -296,8 +296,8 @@ void RecurrentStack<T>::forward_device(const std::vector<DeviceState<T>>& s0) {
 }
 
 template <class T>
-std::vector<DeviceState<T>> RecurrentStack<T>::stage_states(const LayerMatrices<T>& host, const char* what,
-                                                            const char* op, Index first) {
+std::vector<DeviceState<T>> RecurrentCuda<T>::stage_states(const LayerMatrices<T>& host, const char* what,
+                                                           const char* op, Index first) {
   std::vector<DeviceState<T>> d(host.size());
   if (std::all_of(host.begin(), host.end(), [](const Matrix<T>* m) { return m == nullptr; })) return d;
   const Idx n = S_ * batch_;
@@ -314,7 +314,7 @@ std::vector<DeviceState<T>> RecurrentStack<T>::stage_states(const LayerMatrices<
 
 template <class T>
 template <class Init>
-void RecurrentStack<T>::forward_from(Init&& init) {
+void RecurrentCuda<T>::forward_from(Init&& init) {
   const cudaStream_t s = run_stream_;
   const Idx B = batch_, TB = steps_ * batch_;
   for (Index l = 0; l < config_.layers; ++l) {
@@ -336,14 +336,14 @@ void RecurrentStack<T>::forward_from(Init&& init) {
 }
 
 template <class T>
-void RecurrentStack<T>::copy(T* dst, const T* src, Idx n) const {
+void RecurrentCuda<T>::copy(T* dst, const T* src, Idx n) const {
   if (dst == nullptr || n == 0) return;
   BPPSA_CUDA_CHECK(
       cudaMemcpyAsync(dst, src, static_cast<std::size_t>(n) * sizeof(T), cudaMemcpyDeviceToDevice, run_stream_));
 }
 
 template <class T>
-void RecurrentStack<T>::copy_part(T* dst, Idx dst_ld, const T* src, Idx src_ld) const {
+void RecurrentCuda<T>::copy_part(T* dst, Idx dst_ld, const T* src, Idx src_ld) const {
   if (dst == nullptr) return;
   const std::size_t width = static_cast<std::size_t>(H_) * sizeof(T), rows = static_cast<std::size_t>(batch_);
   const std::size_t dpitch = static_cast<std::size_t>(dst_ld > 0 ? dst_ld : H_) * sizeof(T);
@@ -356,7 +356,7 @@ void RecurrentStack<T>::copy_part(T* dst, Idx dst_ld, const T* src, Idx src_ld) 
 }
 
 template <class T>
-void RecurrentStack<T>::use_stream(cudaStream_t stream) {
+void RecurrentCuda<T>::use_stream(cudaStream_t stream) {
   if (stream == run_stream_) return;
   // What is queued on the old stream still reads and writes this stack's buffers: the new stream
   // waits for it on the device (the host does not).
@@ -367,7 +367,7 @@ void RecurrentStack<T>::use_stream(cudaStream_t stream) {
 }
 
 template <class T>
-void RecurrentStack<T>::upload_layer_device(Index l, const DeviceLayerParams<T>& p) {
+void RecurrentCuda<T>::upload_layer_device(Index l, const DeviceLayerParams<T>& p) {
   const Layer& L = layers_.at(static_cast<std::size_t>(l));
   if (p.w_ih == nullptr || p.w_hh == nullptr)
     raise<InvalidArgument>("Recurrent", "upload_layer_device needs weight_ih and weight_hh");
@@ -383,7 +383,7 @@ void RecurrentStack<T>::upload_layer_device(Index l, const DeviceLayerParams<T>&
 }
 
 template <class T>
-void RecurrentStack<T>::copy_layer_grads(Index l, const DeviceLayerGrads<T>& g) {
+void RecurrentCuda<T>::copy_layer_grads(Index l, const DeviceLayerGrads<T>& g) {
   const Layer& L = layers_.at(static_cast<std::size_t>(l));
   const T* d = grads_.data();
   copy(g.w_ih, d + L.w_ih, GH_ * L.input);
@@ -393,12 +393,12 @@ void RecurrentStack<T>::copy_layer_grads(Index l, const DeviceLayerGrads<T>& g) 
 }
 
 template <class T>
-void RecurrentStack<T>::copy_output(T* out) {
+void RecurrentCuda<T>::copy_output(T* out) {
   copy(out, device_output(), H_ * steps_ * batch_);
 }
 
 template <class T>
-void RecurrentStack<T>::copy_state(Index l, Index t, const DeviceStateOut<T>& st) {
+void RecurrentCuda<T>::copy_state(Index l, Index t, const DeviceStateOut<T>& st) {
   const Layer& L = layers_.at(static_cast<std::size_t>(l));
   if (t < 0 || t > steps_)
     raise<InvalidArgument>("Recurrent", "state of step " + std::to_string(t) + " of " + std::to_string(steps_));
@@ -408,7 +408,7 @@ void RecurrentStack<T>::copy_state(Index l, Index t, const DeviceStateOut<T>& st
 }
 
 template <class T>
-void RecurrentStack<T>::copy_final_state(Index l, const DeviceStateOut<T>& st) {
+void RecurrentCuda<T>::copy_final_state(Index l, const DeviceStateOut<T>& st) {
   const Layer& L = layers_.at(static_cast<std::size_t>(l));
   const Idx ld = st.ld > 0 ? st.ld : H_;
   if (st.h != nullptr) launch_final_state(L.h.data(), device_lengths(), H_, batch_, steps_, st.h, ld, run_stream_);
@@ -417,7 +417,7 @@ void RecurrentStack<T>::copy_final_state(Index l, const DeviceStateOut<T>& st) {
 }
 
 template <class T>
-PersistentLaunch RecurrentStack<T>::launch_for(Idx rows, bool gate_vector) const {
+PersistentLaunch RecurrentCuda<T>::launch_for(Idx rows, bool gate_vector) const {
   const PersistentLaunch p = persistent_launch(GH_, H_, rows, batch_, sizeof(T), sms_,
                                                static_cast<std::size_t>(smem_optin_), kPersistentThreads, gate_vector);
   if (!p.fits)
@@ -433,13 +433,13 @@ PersistentLaunch RecurrentStack<T>::launch_for(Idx rows, bool gate_vector) const
 // Backward
 
 template <class T>
-StateGrads RecurrentStack<T>::state_grads(BackwardMethod m, Index l, bool inject) {
+StateGrads RecurrentCuda<T>::state_grads(BackwardMethod m, Index l, bool inject) {
   if (m != BackwardMethod::automatic) return state_grads_for(m);
   return fused_plan(l, inject).scan->stats().chunks > 1 ? StateGrads::fused : StateGrads::bp;
 }
 
 template <class T>
-void RecurrentStack<T>::check_backward_memory(Index steps, Index batch, const BackwardOptions& options) const {
+void RecurrentCuda<T>::check_backward_memory(Index steps, Index batch, const BackwardOptions& options) const {
   const double TB = static_cast<double>(steps) * static_cast<double>(batch), T1B = TB + static_cast<double>(batch);
   const double H = static_cast<double>(H_), GH = static_cast<double>(GH_), S = static_cast<double>(S_);
   const double size = sizeof(T);
@@ -472,7 +472,7 @@ void RecurrentStack<T>::check_backward_memory(Index steps, Index batch, const Ba
 }
 
 template <class T>
-double RecurrentStack<T>::backward_held() const {
+double RecurrentCuda<T>::backward_held() const {
   double n = 0;
   for (const Layer& L : layers_) {
     for (const DeviceBuffer<T>* b : {&L.g, &L.dx, &L.dh, &L.gx, &L.g_last}) n += static_cast<double>(b->bytes());
@@ -485,7 +485,7 @@ double RecurrentStack<T>::backward_held() const {
 }
 
 template <class T>
-void RecurrentStack<T>::prepare_backward(bool fused) {
+void RecurrentCuda<T>::prepare_backward(bool fused) {
   const Idx T_ = steps_, B = batch_, TB = steps_ * batch_;
   grow<T>(
       [&](auto&& buffer) {
@@ -508,14 +508,14 @@ void RecurrentStack<T>::prepare_backward(bool fused) {
 }
 
 template <class T>
-void RecurrentStack<T>::backward_begin_device(const T* top, bool inject) {
+void RecurrentCuda<T>::backward_begin_device(const T* top, bool inject) {
   top_ = top;
   inject_top_ = inject;
 }
 
 template <class T>
-void RecurrentStack<T>::backward_layer_device(Index l, const BackwardOptions& options, const DeviceState<T>& final_grad,
-                                              int slot) {
+void RecurrentCuda<T>::backward_layer_device(Index l, const BackwardOptions& options, const DeviceState<T>& final_grad,
+                                             int slot) {
   const bool given = final_grad.h != nullptr || final_grad.c != nullptr;
   if (given) {
     // g_final is S × B: column b holds h's H rows over c's (LSTM).
@@ -528,7 +528,7 @@ void RecurrentStack<T>::backward_layer_device(Index l, const BackwardOptions& op
 }
 
 template <class T>
-const char* RecurrentStack<T>::state_grads_method(Index l) const {
+const char* RecurrentCuda<T>::state_grads_method(Index l) const {
   const Layer& L = layers_.at(static_cast<std::size_t>(l));
   switch (L.how) {
     case StateGrads::bp:
@@ -542,7 +542,7 @@ const char* RecurrentStack<T>::state_grads_method(Index l) const {
 }
 
 template <class T>
-void RecurrentStack<T>::copy_input_grad(T* gx) {
+void RecurrentCuda<T>::copy_input_grad(T* gx) {
   const Layer& L = layers_.front();
   const Idx n = config_.input * steps_ * batch_;
   if (L.gx.size() < static_cast<std::size_t>(n))
@@ -551,7 +551,7 @@ void RecurrentStack<T>::copy_input_grad(T* gx) {
 }
 
 template <class T>
-void RecurrentStack<T>::copy_state0_grad(Index l, const DeviceStateOut<T>& g0) {
+void RecurrentCuda<T>::copy_state0_grad(Index l, const DeviceStateOut<T>& g0) {
   const Layer& L = layers_.at(static_cast<std::size_t>(l));
   if (L.g.size() < static_cast<std::size_t>(S_ * (steps_ + 1) * batch_))
     raise<InvalidArgument>("Recurrent::backward", "no initial-state gradient: no backward of this shape has run");
@@ -561,7 +561,7 @@ void RecurrentStack<T>::copy_state0_grad(Index l, const DeviceStateOut<T>& g0) {
 }
 
 template <class T>
-void RecurrentStack<T>::backward_from(Index l, const BackwardOptions& options, bool final_grad, int slot) {
+void RecurrentCuda<T>::backward_from(Index l, const BackwardOptions& options, bool final_grad, int slot) {
   const cudaStream_t s = run_stream_;
   Layer& L = layers_[static_cast<std::size_t>(l)];
   const Idx T_ = steps_, B = batch_, TB = steps_ * batch_;
@@ -635,7 +635,7 @@ void RecurrentStack<T>::backward_from(Index l, const BackwardOptions& options, b
 }
 
 template <class T>
-FusedPlan<T>& RecurrentStack<T>::fused_plan(Index l, bool inject) {
+FusedPlan<T>& RecurrentCuda<T>::fused_plan(Index l, bool inject) {
   const Idx steps = steps_, batch = batch_;
   return layers_[static_cast<std::size_t>(l)].fused.get(
       [&](const FusedPlan<T>& p) { return p.matches(steps, batch, inject); },
@@ -653,7 +653,7 @@ FusedPlan<T>& RecurrentStack<T>::fused_plan(Index l, bool inject) {
 }
 
 template <class T>
-void RecurrentStack<T>::run_fused(Index l, const LayerArgs<T>& a, cudaStream_t s) {
+void RecurrentCuda<T>::run_fused(Index l, const LayerArgs<T>& a, cudaStream_t s) {
   Layer& L = layers_[static_cast<std::size_t>(l)];
   FusedPlan<T>& plan = fused_plan(l, a.above != nullptr);
   FusedDevicePtrs<T> p;
@@ -670,7 +670,7 @@ void RecurrentStack<T>::run_fused(Index l, const LayerArgs<T>& a, cudaStream_t s
 }
 
 template <class T>
-BackwardTimes RecurrentStack<T>::backward_times(int slot, Index only) {
+BackwardTimes RecurrentCuda<T>::backward_times(int slot, Index only) {
   BackwardTimes t;
   for (const Index l : timed_[static_cast<std::size_t>(slot)]) {
     if (only >= 0 && l != only) continue;
@@ -691,7 +691,7 @@ BackwardTimes RecurrentStack<T>::backward_times(int slot, Index only) {
 }
 
 template <class T>
-void RecurrentStack<T>::check_grads(Index only) {
+void RecurrentCuda<T>::check_grads(Index only) {
   // A layer's parameters are one run of the arena: w_ih, w_hh, b_ih, b_hh.
   const Idx begin = only < 0 ? 0 : layers_[static_cast<std::size_t>(only)].w_ih;
   const Idx end = only < 0 ? static_cast<Idx>(grads_.size()) : layers_[static_cast<std::size_t>(only)].b_hh + GH_;
@@ -699,7 +699,7 @@ void RecurrentStack<T>::check_grads(Index only) {
 }
 
 template <class T>
-std::size_t RecurrentStack<T>::device_bytes() const {
+std::size_t RecurrentCuda<T>::device_bytes() const {
   std::size_t n = params_.bytes() + grads_.bytes() + x_.bytes() + ones_.bytes() + grad_out_.bytes() + status_.bytes() +
                   len_.bytes() + staged_.bytes() + readback_.bytes();
   for (const Layer& L : layers_) {
@@ -716,12 +716,12 @@ std::size_t RecurrentStack<T>::device_bytes() const {
 }
 
 template <class T>
-void RecurrentStack<T>::synchronize() const {
+void RecurrentCuda<T>::synchronize() const {
   BPPSA_CUDA_CHECK(cudaStreamSynchronize(run_stream_));
 }
 
 template <class T>
-std::vector<Index> RecurrentStack<T>::lengths() const {
+std::vector<Index> RecurrentCuda<T>::lengths() const {
   return has_len_ ? std::vector<Index>(len_host_.begin(), len_host_.end()) : std::vector<Index>();
 }
 
@@ -729,14 +729,14 @@ std::vector<Index> RecurrentStack<T>::lengths() const {
 // RecurrentHalf: the front's host-memory calls over the device API
 
 template <class T>
-void RecurrentStack<T>::make_current(const LayerParamsList<T>& params) {
+void RecurrentCuda<T>::make_current(const LayerParamsList<T>& params) {
   if (!sync.host_newer) return;
   upload_layers(params);
   sync.host_newer = false;
 }
 
 template <class T>
-void RecurrentStack<T>::pull(LayerParamsList<T>& params, LayerParamsList<T>& grads) const {
+void RecurrentCuda<T>::pull(LayerParamsList<T>& params, LayerParamsList<T>& grads) const {
   Coherence& s = sync;
   if (s.device_newer) {
     download_layers(params_, params);
@@ -749,7 +749,7 @@ void RecurrentStack<T>::pull(LayerParamsList<T>& params, LayerParamsList<T>& gra
 }
 
 template <class T>
-void RecurrentStack<T>::set_forward_options(const ForwardOptions& options) {
+void RecurrentCuda<T>::set_forward_options(const ForwardOptions& options) {
   if (options.method != ForwardMethod::sequential)
     raise<UnsupportedError>("Recurrent::set_forward_options",
                             std::string("the ") + to_string(options.method) +
@@ -758,15 +758,15 @@ void RecurrentStack<T>::set_forward_options(const ForwardOptions& options) {
 }
 
 template <class T>
-void RecurrentStack<T>::host_written() {
+void RecurrentCuda<T>::host_written() {
   sync.host_newer = true;
   sync.device_newer = false;
 }
 
 template <class T>
-void RecurrentStack<T>::forward(const Eigen::Ref<const Matrix<T>>& x, Index steps, Index batch,
-                                const LayerParamsList<T>& params, const LayerMatrices<T>& initial_states,
-                                std::span<const Index> lengths) {
+void RecurrentCuda<T>::forward(const Eigen::Ref<const Matrix<T>>& x, Index steps, Index batch,
+                               const LayerParamsList<T>& params, const LayerMatrices<T>& initial_states,
+                               std::span<const Index> lengths) {
   make_current(params);
   resize(steps, batch);
   set_lengths(lengths);
@@ -780,8 +780,8 @@ void RecurrentStack<T>::forward(const Eigen::Ref<const Matrix<T>>& x, Index step
 }
 
 template <class T>
-Matrix<T> RecurrentStack<T>::state(Index layer, Index t) const {
-  auto& self = const_cast<RecurrentStack&>(*this);  // queues copies only: nothing of the record changes
+Matrix<T> RecurrentCuda<T>::state(Index layer, Index t) const {
+  auto& self = const_cast<RecurrentCuda&>(*this);  // queues copies only: nothing of the record changes
   ensure(readback_, S_ * batch_);
   self.copy_state(layer, t, {readback_.data(), cell_ == kLstm ? readback_.data() + H_ : nullptr, S_});
   Matrix<T> s(S_, batch_);
@@ -790,8 +790,8 @@ Matrix<T> RecurrentStack<T>::state(Index layer, Index t) const {
 }
 
 template <class T>
-Matrix<T> RecurrentStack<T>::final_state(Index layer) const {
-  auto& self = const_cast<RecurrentStack&>(*this);  // queues a kernel only: nothing of the record changes
+Matrix<T> RecurrentCuda<T>::final_state(Index layer) const {
+  auto& self = const_cast<RecurrentCuda&>(*this);  // queues a kernel only: nothing of the record changes
   ensure(readback_, S_ * batch_);
   self.copy_final_state(layer, {readback_.data(), cell_ == kLstm ? readback_.data() + H_ : nullptr, S_});
   Matrix<T> s(S_, batch_);
@@ -800,7 +800,7 @@ Matrix<T> RecurrentStack<T>::final_state(Index layer) const {
 }
 
 template <class T>
-Eigen::Block<const Matrix<T>, Eigen::Dynamic, Eigen::Dynamic, true> RecurrentStack<T>::output() const {
+Eigen::Block<const Matrix<T>, Eigen::Dynamic, Eigen::Dynamic, true> RecurrentCuda<T>::output() const {
   out_.resize(H_, steps_ * batch_);
   to_host(out_.data(), device_output(), out_.size());
   const Matrix<T>& out = out_;
@@ -808,8 +808,8 @@ Eigen::Block<const Matrix<T>, Eigen::Dynamic, Eigen::Dynamic, true> RecurrentSta
 }
 
 template <class T>
-void RecurrentStack<T>::backward_begin(const Eigen::Ref<const Matrix<T>>& grad_out, bool every_step,
-                                       const LayerParamsList<T>& params) {
+void RecurrentCuda<T>::backward_begin(const Eigen::Ref<const Matrix<T>>& grad_out, bool every_step,
+                                      const LayerParamsList<T>& params) {
   make_current(params);
   const Index T_ = steps_, B = batch_;
   const Matrix<T> packed = grad_out;  // contiguous, whatever the caller's strides
@@ -825,8 +825,8 @@ void RecurrentStack<T>::backward_begin(const Eigen::Ref<const Matrix<T>>& grad_o
 }
 
 template <class T>
-void RecurrentStack<T>::backward_layer(Index l, const BackwardOptions& options, const LayerParamsList<T>& params,
-                                       LayerParamsList<T>&, const Matrix<T>* final_grad, BackwardTimes* times) {
+void RecurrentCuda<T>::backward_layer(Index l, const BackwardOptions& options, const LayerParamsList<T>& params,
+                                      LayerParamsList<T>&, const Matrix<T>* final_grad, BackwardTimes* times) {
   make_current(params);
   const std::vector<DeviceState<T>> g = stage_states({final_grad}, "final-state gradient", "Recurrent::backward", l);
   backward_layer_device(l, options, g.front(), 0);
@@ -849,14 +849,14 @@ void RecurrentStack<T>::backward_layer(Index l, const BackwardOptions& options, 
 }
 
 template <class T>
-std::pair<Jacobian<T>, Matrix<T>> RecurrentStack<T>::layer_transfer(Index, const BackwardOptions&,
-                                                                    const LayerParamsList<T>&) {
+std::pair<Jacobian<T>, Matrix<T>> RecurrentCuda<T>::layer_transfer(Index, const BackwardOptions&,
+                                                                   const LayerParamsList<T>&) {
   raise<UnsupportedError>("Recurrent::layer_transfer",
                           "layer_transfer (model-parallel stages) runs on the CPU; use Device::cpu");
 }
 
 template <class T>
-const Matrix<T>& RecurrentStack<T>::input_grad() const {
+const Matrix<T>& RecurrentCuda<T>::input_grad() const {
   const DeviceBuffer<T>& d = layers_.front().gx;
   if (steps_ == 0 || d.size() < static_cast<std::size_t>(config_.input * steps_ * batch_)) {
     input_grad_.resize(0, 0);  // no backward of this shape yet
@@ -868,7 +868,7 @@ const Matrix<T>& RecurrentStack<T>::input_grad() const {
 }
 
 template <class T>
-const Matrix<T>& RecurrentStack<T>::state0_grad(Index layer) const {
+const Matrix<T>& RecurrentCuda<T>::state0_grad(Index layer) const {
   if (g0_.size() != layers_.size()) g0_.resize(layers_.size());
   Matrix<T>& g0 = g0_.at(static_cast<std::size_t>(layer));
   const DeviceBuffer<T>& d = layers_[static_cast<std::size_t>(layer)].g;
@@ -883,8 +883,8 @@ const Matrix<T>& RecurrentStack<T>::state0_grad(Index layer) const {
 }
 
 template <class T>
-void RecurrentStack<T>::forward_io(const LayerForwardIo<T>& io, Index steps, Index batch,
-                                   std::span<const Index> lengths, std::uintptr_t stream, LayerParamsList<T>&) {
+void RecurrentCuda<T>::forward_io(const LayerForwardIo<T>& io, Index steps, Index batch, std::span<const Index> lengths,
+                                  std::uintptr_t stream, LayerParamsList<T>&) {
   use_stream(reinterpret_cast<cudaStream_t>(stream));
   upload_layer_device(0, {io.w_ih, io.w_hh, io.b_ih, io.b_hh});
   sync.host_newer = false;  // the device's weights are the caller's now; the front's copies are stale
@@ -898,9 +898,9 @@ void RecurrentStack<T>::forward_io(const LayerForwardIo<T>& io, Index steps, Ind
 }
 
 template <class T>
-std::string RecurrentStack<T>::backward_io(const LayerBackwardIo<T>& io, const BackwardOptions& options,
-                                           std::span<const Index>, std::uintptr_t stream, const LayerParamsList<T>&,
-                                           LayerParamsList<T>&) {
+std::string RecurrentCuda<T>::backward_io(const LayerBackwardIo<T>& io, const BackwardOptions& options,
+                                          std::span<const Index>, std::uintptr_t stream, const LayerParamsList<T>&,
+                                          LayerParamsList<T>&) {
   const char* op = "Recurrent::backward_io";
   if (io.grad_out == nullptr)
     raise<InvalidArgument>(op, "the CUDA half needs the output's gradient (zeros when none flows back)");
@@ -926,14 +926,14 @@ std::string RecurrentStack<T>::backward_io(const LayerBackwardIo<T>& io, const B
 }
 
 template <class T>
-const Chain<T>& RecurrentStack<T>::chain(Index) const {
+const Chain<T>& RecurrentCuda<T>::chain(Index) const {
   raise<UnsupportedError>("Recurrent::chain",
                           "a Device::cuda layer generates its Jacobians on the GPU and "
                           "keeps no host chain; inspect chains with Device::cpu");
 }
 
-template class RecurrentStack<float>;
-template class RecurrentStack<double>;
+template class RecurrentCuda<float>;
+template class RecurrentCuda<double>;
 
 }  // namespace bppsa::detail::gpu
 
@@ -941,7 +941,7 @@ namespace bppsa::detail {
 
 template <class T>
 std::unique_ptr<RecurrentHalf<T>> make_recurrent_cuda(const RecurrentConfig& config) {
-  return std::make_unique<gpu::RecurrentStack<T>>(config);
+  return std::make_unique<gpu::RecurrentCuda<T>>(config);
 }
 template std::unique_ptr<RecurrentHalf<float>> make_recurrent_cuda<float>(const RecurrentConfig&);
 template std::unique_ptr<RecurrentHalf<double>> make_recurrent_cuda<double>(const RecurrentConfig&);

@@ -1,5 +1,5 @@
 // The CUDA half of SequenceClassifier<T>: the Linear head and the loss on the device over the
-// stack's CUDA half (recurrent_stack.hpp), batches uploaded or gathered on the device from data
+// stack's CUDA half (recurrent.hpp), batches uploaded or gathered on the device from data
 // sets kept resident there, CUDA-event timing per step slot, and status snapshots through pinned
 // memory. It implements ClassifierHalf over the device API below: the front's host calls, and a
 // pass's steps queued without waiting (the loop reads step k − 1 while step k runs: only a few
@@ -17,7 +17,7 @@
 #include "core/cuda/buffer.hpp"
 #include "nn/classifier_half.hpp"
 #include "nn/cuda/device_parameters.hpp"
-#include "nn/cuda/recurrent_stack.hpp"
+#include "nn/cuda/recurrent.hpp"
 
 namespace bppsa {
 struct SequenceDataset;
@@ -67,7 +67,7 @@ class ClassifierCuda final : public ClassifierHalf<T> {
   /// The batch of samples ids (host indices into the slot's data, in this order); kStepBegin.
   void gather_ids(int slot, std::span<const std::int64_t> ids, int time_slot);
   /// Per-sample lengths of the batch just stored (upload, gather, gather_ids clear them),
-  /// sorted longest first as RecurrentStack::set_lengths takes them: the stack runs each sample
+  /// sorted longest first as RecurrentCuda::set_lengths takes them: the stack runs each sample
   /// at its length and the head reads what the CPU's reads (nn/lengths.hpp's head_columns).
   void set_sorted_lengths(std::span<const Index> lengths);
   /// Forward and loss of the current batch (∂loss/∂logits kept when grad), the last-step
@@ -112,7 +112,7 @@ class ClassifierCuda final : public ClassifierHalf<T> {
   ModelConfig config_;
   Recurrent<T>& rnn_;
   Linear<T>& head_host_;
-  RecurrentStack<T>& stack_;
+  RecurrentCuda<T>& stack_;
   Coherence head_sync_;
   Idx I_, H_, C_;
   bool every_, mse_;

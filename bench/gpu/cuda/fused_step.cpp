@@ -1,7 +1,7 @@
-// bench_fused_scan: the fused chunked scan alone (bench/gpu/fused_bench.hpp, one recurrent
+// bench_fused_scan: the fused chunked scan alone (bench/gpu/cuda/fused_bench.hpp, one recurrent
 // layer's state gradients from a forward record) on every configuration of the GPU benchmark's
 // plan, with its FLOPs and bytes against this GPU's FP32 and bandwidth roofline
-// (bench/gpu/device_peak.hpp). bench/gpu/gpu.py runs it; gpu_report.py computes the ratios.
+// (bench/gpu/cuda/device_peak.hpp). bench/gpu/gpu.py runs it; gpu_report.py computes the ratios.
 //
 //   bench_fused_scan --plan PLAN.json --out RECORDS.jsonl [--reps 10] [--budget SECONDS] [--sweep]
 //                    [--model FIT.json]
@@ -13,7 +13,7 @@
 // with "error").
 //
 // --model: the cost model's constants for every plan (bench/gpu/fit_fused_model.py --json writes
-// them; bench/gpu/fused_json.hpp reads them); without it the defaults (src/scan/cuda/fused/
+// them; bench/gpu/cuda/fused_json.hpp reads them); without it the defaults (src/scan/cuda/fused/
 // options.hpp, FusedModel). Every record holds all the constants its plans used ("model_constants").
 //
 // Per configuration (cell, H, T, B; the features of the input do not enter the scan): bench_fused
