@@ -55,16 +55,17 @@ def _absent(like):
 
 
 def _layer_forward_impl(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, cell, nonlinearity, method, threads,
-                        chunks, check_finite):
+                        chunks, check_finite, forward):
     spec = _spec(cell, x, w_hh, w_hr, nonlinearity)
     with spec.borrowed(x.dtype, _device(x)) as engine:
         out, h_n, c_n = _run_forward(engine, spec, engine_inputs(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr), lengths,
-                                     threads=decode_threads(threads), record=False)  # layer_backward recomputes
+                                     forward=forward, threads=decode_threads(threads),
+                                     record=False)  # layer_backward recomputes
     return out, h_n, _absent(x) if c_n is None else c_n
 
 
 def _layer_forward_fake(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, cell, nonlinearity, method, threads,
-                        chunks, check_finite):
+                        chunks, check_finite, forward):
     steps, batch = x.shape[0], x.shape[1]
     hidden, P = _sizes(w_hh, w_hr)
     c_n = x.new_empty((batch, hidden)) if cell == "lstm" else _absent(x)
@@ -72,19 +73,20 @@ def _layer_forward_fake(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, cell, 
 
 
 def _layer_backward_impl(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, grad_out, grad_hn, grad_cn, cell,
-                         nonlinearity, method, threads, chunks, check_finite, needs):
+                         nonlinearity, method, threads, chunks, check_finite, forward, needs):
     args = engine_inputs(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr)
     spec = _spec(cell, x, w_hh, w_hr, nonlinearity)
     with spec.borrowed(x.dtype, _device(x)) as engine:
         if x.shape[1] > 0:
-            _run_forward(engine, spec, args, lengths, threads=decode_threads(threads))  # the record it reads
+            # the record it reads: the same forward method, so the gradients are of the same trajectory
+            _run_forward(engine, spec, args, lengths, forward=forward, threads=decode_threads(threads))
         grads = _run_backward(engine, args, needs, grad_out, grad_hn, grad_cn if cell == "lstm" else None, method,
                               decode_threads(threads), chunks, check_finite)
     return [_absent(x) if g is None else g for g in grads]
 
 
 def _layer_backward_fake(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, grad_out, grad_hn, grad_cn, cell,
-                         nonlinearity, method, threads, chunks, check_finite, needs):
+                         nonlinearity, method, threads, chunks, check_finite, forward, needs):
     inputs = (x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr)
     return [t.new_empty(t.shape) if need and t is not None else _absent(x) for need, t in zip(needs, inputs)]
 
@@ -93,7 +95,7 @@ def _layer_setup(ctx, inputs, output):
     x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, *options = inputs
     ctx.save_for_backward(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr)
     ctx.lengths = lengths
-    ctx.options = options  # cell, nonlinearity, method, threads, chunks, check_finite
+    ctx.options = options  # cell, nonlinearity, method, threads, chunks, check_finite, forward
 
 
 def _layer_backward_formula(ctx, grad_out, grad_hn, grad_cn):
@@ -118,16 +120,17 @@ def _refuse_double_backward(what):
 
 
 def layer(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, cell, nonlinearity, method, threads, chunks, check_finite,
-          lengths=None):
+          lengths=None, forward="sequential"):
     """One layer-direction through the operators: (out, h_n, c_n or None)."""
     out, h_n, c_n = torch.ops.bppsa.layer_forward(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, list(lengths or ()),
                                                   cell, nonlinearity, method, encode_threads(threads), chunks,
-                                                  check_finite)
+                                                  check_finite, forward)
     return out, h_n, (c_n if cell == "lstm" else None)
 
 
 if AVAILABLE:
-    _OPTIONS = "str cell, str nonlinearity, str method, int threads, int chunks, bool check_finite"
+    _OPTIONS = ("str cell, str nonlinearity, str method, int threads, int chunks, bool check_finite, "
+                "str forward")
     _LAYER = ("Tensor x, Tensor? h0, Tensor? c0, Tensor w_ih, Tensor w_hh, Tensor? b_ih, Tensor? b_hh, Tensor? w_hr, "
               "int[] lengths")
     _layer_forward = torch.library.custom_op(

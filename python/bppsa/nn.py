@@ -20,8 +20,8 @@ bppsa's own options are keyword-only:
 - ``forward``: ``'sequential'`` (default: one step after another) or ``'newton'`` (Newton's method
   on the whole trajectory, each iteration's linear recurrence solved by the scan engine; exact by
   certificate, else that layer's sequential forward; docs/method.md §9). ``last_forward`` then
-  holds each layer-direction's iterations, certificate residual and fallback. CPU only, and in
-  eager mode only for now (under torch.compile, torch.export and CUDA graph capture it is refused);
+  holds each layer-direction's iterations, certificate residual and fallback (in eager mode: under
+  torch.compile and torch.export the operator's engine keeps its report). CPU tensors only for now;
   on a CPU it is slower than the sequential forward at every size measured.
 
 The modules subclass torch.nn.RNN, GRU and LSTM (so ``isinstance(m, torch.nn.RNNBase)`` holds and
@@ -295,7 +295,8 @@ class _Bppsa:
     def last_forward(self):
         """The last Newton forward of each layer-direction (layer-major, as h_n): a dict of its
         method, iterations, certificate residual, whether it fell back to the sequential forward
-        and from which step (fallback_step, 1-based; 0: none); None for one that has not run Newton."""
+        and from which step (fallback_step, 1-based; 0: none); None for one that has not run Newton.
+        Not updated under torch.compile or torch.export (their operator runs an engine of its own)."""
         return [spec.last_forward for spec in self._specs]
 
     def set_check_finite(self, check_finite=False):
@@ -515,10 +516,6 @@ class _Bppsa:
         forward = getattr(self, "bppsa_forward", "sequential")  # absent in a module pickled before it existed
         if forward not in FORWARD_METHODS:  # assigned directly
             raise ValueError(f"bppsa: unknown forward method {forward!r}; use 'sequential' or 'newton'")
-        if capture and forward != "sequential":
-            raise NotImplementedError(f"bppsa.nn.{type(self).__name__}: forward={forward!r} runs in eager mode "
-                                      "only for now; under torch.compile, torch.export or CUDA graph capture use "
-                                      "forward='sequential' (set_forward)")
         h_n, c_n = [], []
         for layer in range(self.num_layers):
             outputs = []
@@ -535,7 +532,7 @@ class _Bppsa:
                     spec = self._specs[k]
                     out, hk, ck = _ops.layer(xin, h0k, c0k, w_ih, w_hh, b_ih, b_hh, w_hr, spec.cell,
                                              spec.nonlinearity, self.bppsa_backward, threads, 0, check_finite,
-                                             lengths)
+                                             lengths, forward)
                 else:
                     out, hk, ck = run_layer(self._specs[k], xin, h0k, c0k, w_ih, w_hh, b_ih, b_hh, w_hr,
                                             self.bppsa_backward, threads, 0, check_finite, lengths, forward)

@@ -89,6 +89,43 @@ def test_newton_falls_back_and_reports_it():
     assert mod.last_forward[0]["fell_back"] is True and mod.last_forward[0]["fallback_step"] >= 1
 
 
+@pytest.mark.skipif(not bppsa._ops.AVAILABLE, reason="this PyTorch has no torch.library.custom_op (< 2.4)")
+@pytest.mark.parametrize("name,kw", CASES)
+def test_newton_compiles_fullgraph_and_equals_torch_nn(name, kw, monkeypatch):
+    # Under torch.compile(fullgraph=True) each layer is bppsa::layer_forward with forward='newton';
+    # its backward recomputes the same Newton forward. Outputs, h_n and every gradient against
+    # torch.nn's, in float64; every forward the operators ran was Newton's.
+    ran = []
+    run_forward = bppsa._ops._run_forward
+
+    def spy(*args, **kwargs):
+        ran.append(kwargs.get("forward"))
+        return run_forward(*args, **kwargs)
+
+    monkeypatch.setattr(bppsa._ops, "_run_forward", spy)
+    ref, mod = _pair(name, torch.float64, **kw)
+    x = torch.randn(20, 3, 4, dtype=torch.float64)
+    results = []
+    for m in (ref, mod):
+        xi = x.clone().requires_grad_()
+        if m is mod:
+            torch._dynamo.reset()
+            with torch._dynamo.config.patch(allow_rnn=True):
+                out, state = torch.compile(m, fullgraph=True, backend="aot_eager")(xi)
+                h = state[0] if isinstance(state, tuple) else state
+                (out.square().sum() + h.sum()).backward()
+        else:
+            out, state = m(xi)
+            h = state[0] if isinstance(state, tuple) else state
+            (out.square().sum() + h.sum()).backward()
+        results.append((out.detach(), h.detach(), [xi.grad] + [p.grad for p in m.parameters()]))
+    (o_ref, h_ref, g_ref), (o_mod, h_mod, g_mod) = results
+    assert len(ran) == 8 and set(ran) == {"newton"}, ran  # 4 layer-directions, forward and backward
+    assert _rel(o_mod, o_ref) <= 1e-10 and _rel(h_mod, h_ref) <= 1e-10
+    for a, b in zip(g_mod, g_ref):
+        assert _rel(a, b) <= 1e-9
+
+
 def test_forward_option_errors_and_repr():
     with pytest.raises(ValueError, match="unknown forward method 'deer'"):
         bppsa.nn.GRU(3, 4, forward="deer")

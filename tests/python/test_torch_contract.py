@@ -423,17 +423,24 @@ def test_operators_pass_torch_opcheck():
         b = torch.randn(gates * 4, requires_grad=True)
         torch.library.opcheck(torch.ops.bppsa.layer_forward.default,
                               (x, h0, c0 if cell == "lstm" else None, w_ih, w_hh, b, b, None, [], cell, "tanh", "blelloch",
-                               -1, 0, False))
+                               -1, 0, False, "sequential"))
     # Samples of different lengths (longest first), as a PackedSequence runs them.
     w_ih, w_hh, b = torch.randn(12, 3, requires_grad=True), torch.randn(12, 4, requires_grad=True), torch.randn(12)
     torch.library.opcheck(torch.ops.bppsa.layer_forward.default,
-                          (x, h0, None, w_ih, w_hh, b, b, None, [5, 2], "gru", "tanh", "blelloch", -1, 0, False))
+                          (x, h0, None, w_ih, w_hh, b, b, None, [5, 2], "gru", "tanh", "blelloch", -1, 0, False,
+                           "sequential"))
     # An LSTM with a projection (proj 2 of hidden 4): h0 and w_hh have the projection's size.
     w_ih, w_hh = torch.randn(16, 3, requires_grad=True), torch.randn(16, 2, requires_grad=True)
     w_hr, b = torch.randn(2, 4, requires_grad=True), torch.randn(16, requires_grad=True)
     torch.library.opcheck(torch.ops.bppsa.layer_forward.default,
                           (x, torch.randn(2, 2, requires_grad=True), c0, w_ih, w_hh, b, b, w_hr, [], "lstm", "tanh",
-                           "hybrid", -1, 0, False))
+                           "hybrid", -1, 0, False, "sequential"))
+    # The Newton forward (method.md §9), with its backward on the trajectory it found.
+    d = dict(dtype=torch.float64, requires_grad=True)
+    torch.library.opcheck(torch.ops.bppsa.layer_forward.default,
+                          (torch.randn(5, 2, 3, **d), torch.randn(2, 4, **d), None, torch.randn(12, 3, **d),
+                           torch.randn(12, 4, **d), torch.randn(12, **d), torch.randn(12, **d), None, [], "gru",
+                           "tanh", "blelloch", -1, 0, False, "newton"))
     elements = [torch.randn(4, 4, requires_grad=True), torch.randn(2, 5, 4, requires_grad=True),
                 torch.randn(1, 3, 5, requires_grad=True)]
     g = torch.randn(2, 4, requires_grad=True)
