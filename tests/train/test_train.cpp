@@ -128,6 +128,41 @@ TEST(Train, DataThatDoesNotFitIsRefused) {
   EXPECT_THROW(check_data_fits(mc, wrong_features, "the training data"), InvalidArgument);
 }
 
+TEST(Train, APassChecksItsDataAndReplacesTheModelsStoredBatch) {
+  // The library's train_epoch and evaluate (no CLI check before them): a data set the model cannot
+  // read is refused before any step, naming what is wrong, and the model is left as it was.
+  ModelConfig mc;
+  mc.rnn = {CellType::gru, 4, 5, 1};
+  mc.classes = 4;
+  SequenceClassifier<double> model(mc);
+  model.reset_parameters(7);
+  const std::vector<double> before(model.parameters()[0].value, model.parameters()[0].value + 12);
+  Optimizer<double> opt(OptimizerConfig{});
+  TrainConfig tc;
+  tc.batch = 4;
+  const SequenceDataset three = toy_data(8, 3, 3, 2);  // 3 features for a model of 4
+  const std::string m = testutil::message_of<ShapeError>([&] { train_epoch(model, opt, three, 1, tc); });
+  EXPECT_NE(m.find("3 features; the model takes 4 features per step"), std::string::npos) << m;
+  EXPECT_THROW(evaluate(model, three, 4), ShapeError);
+  SequenceDataset lengths = toy_data(8, 3, 4, 2);
+  lengths.lengths = {3, 3, 2, 4, 1, 1, 2, 3};  // sample 3 is longer than the data's 3 steps
+  const std::string l = testutil::message_of<InvalidArgument>([&] { evaluate(model, lengths, 4); });
+  EXPECT_NE(l.find("length 4 of sequence 3"), std::string::npos) << l;
+  lengths.lengths.pop_back();
+  EXPECT_THROW(evaluate(model, lengths, 4), ShapeError);  // 7 lengths for 8 sequences
+  for (std::size_t k = 0; k < before.size(); ++k) EXPECT_EQ(model.parameters()[0].value[k], before[k]);
+
+  // A batch the caller stored is forgotten once a pass has run its own: a backward() or a
+  // forward_loss() without a batch is refused rather than run on the pass's last batch.
+  const SequenceDataset data = toy_data(8, 3, 4, 2);
+  const std::vector<float> x(data.x.begin(), data.x.begin() + 2 * 3 * 4);
+  const std::vector<std::int64_t> y(data.y.begin(), data.y.begin() + 2);
+  model.forward_loss(x, 2, 3, y);
+  evaluate(model, data, 4);
+  EXPECT_THROW(model.backward(BackwardOptions{}), InvalidArgument);
+  EXPECT_THROW(model.forward_loss(), InvalidArgument);
+}
+
 TEST(Train, ScanThatCannotFitIsRefusedBeforeAllocating) {
   // 10^6 steps × 10^3 samples × 1024² values: petabytes. Nothing is allocated to find out.
   Recurrent<float> rnn({CellType::gru, 1, 1024, 1});
