@@ -3,9 +3,10 @@
 // the loss and the backward: the CPU half (src/nn/cpu/classifier.cpp) through the stack's and
 // the head's host API, the CUDA half (src/nn/cuda/classifier.hpp) on the device over the
 // stack's CUDA half.
-// The front picks the half by device (make_classifier_cpu or make_classifier_cuda); cuda/ defines
-// the CUDA factory, no_gpu/ its stub. A training or evaluation pass (src/train/pass.cpp) runs its
-// steps through the same half, and the optimizer's CUDA half finds the parameters through it.
+// The half is on the stack's device: the front asks the stack's half for it
+// (RecurrentHalf::make_classifier: make_classifier_cpu, or the CUDA stack's make_classifier_cuda).
+// A training or evaluation pass (src/train/pass.cpp) runs its steps through the same half, and the
+// optimizer's CUDA half finds the parameters through it.
 #pragma once
 
 #include <cstdint>
@@ -93,11 +94,9 @@ struct ClassifierAccess {
   static ClassifierHalf<T>& pass_half(SequenceClassifier<T>& model, const SequenceDataset& data);
 };
 
-/// The CPU half (src/nn/cpu/classifier.cpp) and the CUDA half (src/nn/cuda/classifier.cpp;
-/// without CUDA, src/nn/no_gpu/halves.cpp throws UnsupportedError); rnn and head outlive them.
+/// The CPU half (src/nn/cpu/classifier.cpp), which the CPU stack's make_classifier returns; rnn
+/// and head outlive it. The CUDA half's factory takes the CUDA stack (src/nn/cuda/classifier.hpp).
 template <class T>
 std::unique_ptr<ClassifierHalf<T>> make_classifier_cpu(const ModelConfig& config, Recurrent<T>& rnn, Linear<T>& head);
-template <class T>
-std::unique_ptr<ClassifierHalf<T>> make_classifier_cuda(const ModelConfig& config, Recurrent<T>& rnn, Linear<T>& head);
 
 }  // namespace bppsa::detail

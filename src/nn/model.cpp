@@ -6,6 +6,7 @@
 
 #include "bppsa/core/error.hpp"
 #include "nn/classifier_half.hpp"
+#include "nn/recurrent_half.hpp"
 
 namespace bppsa {
 
@@ -102,8 +103,7 @@ struct SequenceClassifier<T>::Impl {
   explicit Impl(const ModelConfig& config)
       : rnn(config.rnn),
         head(output_size(config.rnn), config.classes),
-        half(config.rnn.device == Device::cuda ? detail::make_classifier_cuda<T>(config, rnn, head)
-                                               : detail::make_classifier_cpu<T>(config, rnn, head)) {}
+        half(detail::RecurrentAccess<T>::half(rnn).make_classifier(config, rnn, head)) {}
 };
 
 template <class T>

@@ -3,7 +3,8 @@
 // set_final_state_grad were given, and dispatches to one RecurrentHalf: the CPU half
 // (src/nn/cpu/recurrent.cpp) or the CUDA half (src/nn/cuda/recurrent.hpp, the GPU stack
 // itself). The front picks the half by device (make_recurrent_cpu or make_recurrent_cuda);
-// cuda/ defines the CUDA factory, no_gpu/ its stub.
+// cuda/ defines the CUDA factory, no_gpu/ its stub. A SequenceClassifier's half is made by the
+// stack's (make_classifier): the same device, and the CUDA one typed over the CUDA stack.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +16,16 @@
 
 #include "bppsa/nn/recurrent.hpp"
 
+namespace bppsa {
+struct ModelConfig;
+template <class T>
+class Linear;
+}  // namespace bppsa
+
 namespace bppsa::detail {
+
+template <class T>
+class ClassifierHalf;  // nn/classifier_half.hpp
 
 template <class T>
 using LayerParamsList = std::vector<RecurrentLayerParams<T>>;
@@ -35,6 +45,12 @@ class RecurrentHalf {
   virtual void pull(LayerParamsList<T>& params, LayerParamsList<T>& grads) const = 0;
   /// The host copies of the parameters are the newest (written, or about to be, by the caller).
   virtual void host_written() = 0;
+
+  /// The half of a SequenceClassifier built on this stack, on the same device (rnn: the front
+  /// this half belongs to; rnn and head outlive it). The classifier's front makes its half here:
+  /// the device is chosen once, by the Recurrent front.
+  virtual std::unique_ptr<ClassifierHalf<T>> make_classifier(const ModelConfig& config, Recurrent<T>& rnn,
+                                                             Linear<T>& head) = 0;
 
   /// How the next forward runs (values checked by the front); what the last one did.
   virtual void set_forward_options(const ForwardOptions& options) = 0;

@@ -15,6 +15,7 @@
 #include "core/finite.hpp"
 #include "core/team.hpp"
 #include "nn/cell.hpp"
+#include "nn/classifier_half.hpp"
 #include "nn/cpu/newton.hpp"
 #include "nn/cpu/parallel.hpp"
 #include "nn/recurrent_half.hpp"
@@ -187,6 +188,10 @@ class RecurrentCpu final : public RecurrentHalf<T> {
 
   void pull(LayerParamsList<T>&, LayerParamsList<T>&) const override {}
   void host_written() override {}
+  std::unique_ptr<ClassifierHalf<T>> make_classifier(const ModelConfig& config, Recurrent<T>& rnn,
+                                                     Linear<T>& head) override {
+    return make_classifier_cpu<T>(config, rnn, head);
+  }
   void set_forward_options(const ForwardOptions& options) override { forward_options_ = options; }
   const ForwardReport& forward_report() const override { return report_; }
 

@@ -2,7 +2,8 @@
 // the device (cuBLAS GEMMs, one thread per column for the loss, one block for the fixed-order
 // reduction), batches uploaded or gathered on the device from data sets kept resident there,
 // CUDA-event timing per step slot, status snapshots through pinned memory; the front's host
-// calls and a pass's queued steps over them. Also the CUDA factory of the front.
+// calls and a pass's queued steps over them. Also its factory, which the CUDA stack's
+// make_classifier calls.
 #include "nn/cuda/classifier.hpp"
 
 #include <algorithm>
@@ -32,11 +33,12 @@ void ensure(DeviceBuffer<T>& b, Idx n) {
 }  // namespace
 
 template <class T>
-ClassifierCuda<T>::ClassifierCuda(const ModelConfig& config, Recurrent<T>& rnn, Linear<T>& head)
+ClassifierCuda<T>::ClassifierCuda(const ModelConfig& config, Recurrent<T>& rnn, Linear<T>& head,
+                                  RecurrentCuda<T>& stack)
     : config_(config),
       rnn_(rnn),
       head_host_(head),
-      stack_(static_cast<RecurrentCuda<T>&>(RecurrentAccess<T>::half(rnn))),
+      stack_(stack),
       I_(config.rnn.input),
       H_(config.rnn.hidden),
       C_(config.classes),
@@ -512,20 +514,17 @@ const DeviceParameters<T>* ClassifierCuda<T>::device_parameters() {
   return &params_;
 }
 
+template <class T>
+std::unique_ptr<ClassifierHalf<T>> make_classifier_cuda(const ModelConfig& config, Recurrent<T>& rnn, Linear<T>& head,
+                                                        RecurrentCuda<T>& stack) {
+  return std::make_unique<ClassifierCuda<T>>(config, rnn, head, stack);
+}
+
 template class ClassifierCuda<float>;
 template class ClassifierCuda<double>;
+template std::unique_ptr<ClassifierHalf<float>> make_classifier_cuda(const ModelConfig&, Recurrent<float>&,
+                                                                     Linear<float>&, RecurrentCuda<float>&);
+template std::unique_ptr<ClassifierHalf<double>> make_classifier_cuda(const ModelConfig&, Recurrent<double>&,
+                                                                      Linear<double>&, RecurrentCuda<double>&);
 
 }  // namespace bppsa::detail::gpu
-
-namespace bppsa::detail {
-
-template <class T>
-std::unique_ptr<ClassifierHalf<T>> make_classifier_cuda(const ModelConfig& config, Recurrent<T>& rnn, Linear<T>& head) {
-  return std::make_unique<gpu::ClassifierCuda<T>>(config, rnn, head);
-}
-template std::unique_ptr<ClassifierHalf<float>> make_classifier_cuda(const ModelConfig&, Recurrent<float>&,
-                                                                     Linear<float>&);
-template std::unique_ptr<ClassifierHalf<double>> make_classifier_cuda(const ModelConfig&, Recurrent<double>&,
-                                                                      Linear<double>&);
-
-}  // namespace bppsa::detail

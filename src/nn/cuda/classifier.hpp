@@ -28,7 +28,8 @@ namespace bppsa::detail::gpu {
 template <class T>
 class ClassifierCuda final : public ClassifierHalf<T> {
  public:
-  ClassifierCuda(const ModelConfig& config, Recurrent<T>& rnn, Linear<T>& head);
+  /// Over `stack`, the CUDA half of `rnn`.
+  ClassifierCuda(const ModelConfig& config, Recurrent<T>& rnn, Linear<T>& head, RecurrentCuda<T>& stack);
   ~ClassifierCuda() override;
   ClassifierCuda(const ClassifierCuda&) = delete;
   ClassifierCuda& operator=(const ClassifierCuda&) = delete;
@@ -146,6 +147,11 @@ class ClassifierCuda final : public ClassifierHalf<T> {
 };
 
 static_assert(kSlots == kStepSlots, "a pass's step slot is a timing slot");
+
+/// The CUDA half of a SequenceClassifier over `stack` (the CUDA stack's make_classifier).
+template <class T>
+std::unique_ptr<ClassifierHalf<T>> make_classifier_cuda(const ModelConfig& config, Recurrent<T>& rnn, Linear<T>& head,
+                                                        RecurrentCuda<T>& stack);
 
 extern template class ClassifierCuda<float>;
 extern template class ClassifierCuda<double>;

@@ -16,6 +16,7 @@
 #include "bppsa/core/memory.hpp"
 #include "jacobian/cuda/library.hpp"
 #include "nn/cuda/blas.hpp"
+#include "nn/cuda/classifier.hpp"
 #include "nn/lengths.hpp"
 
 namespace bppsa::detail::gpu {
@@ -746,6 +747,12 @@ void RecurrentCuda<T>::pull(LayerParamsList<T>& params, LayerParamsList<T>& grad
     download_layers(grads_, grads);
     s.grads_newer = false;
   }
+}
+
+template <class T>
+std::unique_ptr<ClassifierHalf<T>> RecurrentCuda<T>::make_classifier(const ModelConfig& config, Recurrent<T>& rnn,
+                                                                     Linear<T>& head) {
+  return make_classifier_cuda<T>(config, rnn, head, *this);
 }
 
 template <class T>

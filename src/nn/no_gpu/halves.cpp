@@ -1,8 +1,7 @@
-// The CUDA halves of the recurrent model in a build without CUDA (-DBPPSA_WITH_CUDA=OFF): their
-// factories throw UnsupportedError, so Device::cuda fails clearly and the library links;
-// Device::cpu gets the CPU halves.
+// The CUDA half of the recurrent model in a build without CUDA (-DBPPSA_WITH_CUDA=OFF): its
+// factory throws UnsupportedError, so Device::cuda fails clearly and the library links;
+// Device::cpu gets the CPU halves (the classifier's is made by the CPU stack's half).
 #include "bppsa/core/error.hpp"
-#include "nn/classifier_half.hpp"
 #include "nn/recurrent_half.hpp"
 
 namespace bppsa::detail {
@@ -18,15 +17,7 @@ template <class T>
 std::unique_ptr<RecurrentHalf<T>> make_recurrent_cuda(const RecurrentConfig&) {
   unsupported("Recurrent");
 }
-template <class T>
-std::unique_ptr<ClassifierHalf<T>> make_classifier_cuda(const ModelConfig&, Recurrent<T>&, Linear<T>&) {
-  unsupported("SequenceClassifier");
-}
 template std::unique_ptr<RecurrentHalf<float>> make_recurrent_cuda(const RecurrentConfig&);
 template std::unique_ptr<RecurrentHalf<double>> make_recurrent_cuda(const RecurrentConfig&);
-template std::unique_ptr<ClassifierHalf<float>> make_classifier_cuda(const ModelConfig&, Recurrent<float>&,
-                                                                     Linear<float>&);
-template std::unique_ptr<ClassifierHalf<double>> make_classifier_cuda(const ModelConfig&, Recurrent<double>&,
-                                                                      Linear<double>&);
 
 }  // namespace bppsa::detail

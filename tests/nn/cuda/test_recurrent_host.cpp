@@ -23,6 +23,7 @@
 
 #include "bppsa/nn/model.hpp"
 #include "bppsa/train/optimizer.hpp"
+#include "cuda/optimizer_replay.hpp"
 #include "expect_error.hpp"
 #include "jacobian/cuda/items.hpp"
 #include "nn/cell.hpp"
@@ -34,8 +35,6 @@
 #include "scan/cuda/program.hpp"
 #include "scan/plan.hpp"
 #include "tolerance.hpp"
-#include "train/cuda/optimizer_math.hpp"
-#include "train/cuda/step_constants.hpp"
 
 namespace {
 
@@ -50,6 +49,7 @@ template <class T>
 constexpr double kTol = testutil::tol<T>(testutil::Op::cuda_recurrent);
 
 using testutil::max_rel_error;
+using testutil::replay_optimizer;
 
 #define EXPECT_CLOSE(T, got, want, n, what) EXPECT_LE(max_rel_error((got), (want), (n)), kTol<T>) << (what)
 
@@ -696,34 +696,6 @@ void replay_loss_finish(bool mse, Idx C, Idx N, Idx B, const double* col_loss, c
       gpu::block_tree_step(hits.data(), width, th);
     }
   gpu::loss_finish_status<T>(mse, C, N, B, sum[0], hits[0], st);
-}
-
-/// Replays the optimizer: the norm's kNormBlocks blocks and final block, then every update.
-template <class T>
-void replay_optimizer(const gpu::Segments<T>& seg, std::vector<T>& m, std::vector<T>& v, const gpu::StepConstants<T>& k,
-                      gpu::DeviceStatus* st) {
-  constexpr Idx n = gpu::kReduceThreads;
-  const Idx total = gpu::total_size(seg);
-  std::vector<double> partials(gpu::kNormBlocks);
-  for (Idx blk = 0; blk < gpu::kNormBlocks; ++blk) {
-    std::vector<double> sum(n);
-    for (Idx th = 0; th < n; ++th)
-      sum[static_cast<std::size_t>(th)] = gpu::grad_square_sum(
-          seg, total, gpu::work_start(static_cast<unsigned>(blk), static_cast<unsigned>(n), static_cast<unsigned>(th)),
-          gpu::work_stride(static_cast<unsigned>(gpu::kNormBlocks), static_cast<unsigned>(n)));
-    for (Idx width = n; width > 1; width /= 2)
-      for (Idx th = 0; th < n; ++th) gpu::block_tree_step(sum.data(), width, th);
-    partials[static_cast<std::size_t>(blk)] = sum[0];
-  }
-  std::vector<double> sum(n);
-  for (Idx th = 0; th < n; ++th)
-    sum[static_cast<std::size_t>(th)] = gpu::strided_sum(partials.data(), gpu::kNormBlocks, th, n);
-  for (Idx width = n; width > 1; width /= 2)
-    for (Idx th = 0; th < n; ++th) gpu::block_tree_step(sum.data(), width, th);
-  T clip = kPoison<T>;
-  gpu::norm_finish_status(sum[0], k.clip_max, &clip, st);
-  for (Idx i = 0; i < total; ++i)
-    if (!gpu::update_item(seg, i, m.data(), v.data(), clip, k)) st->flags |= gpu::kParamNotFinite;
 }
 
 /// The whole model as the GPU runs it (gather, forward, head, loss, head backward, the stack's
