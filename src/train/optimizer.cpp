@@ -189,7 +189,11 @@ void Optimizer<T>::step(SequenceClassifier<T>& model) {
     step(model.parameters());
     return;
   }
-  const detail::gpu::DeviceParameters<T>& params = *detail::ClassifierAccess<T>::half(model).device_parameters();
+  const detail::gpu::DeviceParameters<T>* device = detail::ClassifierAccess<T>::half(model).device_parameters();
+  if (device == nullptr)  // a model on a device whose half keeps its parameters on the host
+    detail::raise<UnsupportedError>("optimizer", std::string("no device step for a model on ") +
+                                                     to_string(model.device()) + "; use Device::cpu");
+  const detail::gpu::DeviceParameters<T>& params = *device;
   if (!cuda_) {
     cuda_ = detail::make_optimizer_cuda(params);
     if (!m_.empty()) cuda_->upload(m_, v_);  // a resumed state (load_state) or earlier CPU steps
