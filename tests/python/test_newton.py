@@ -45,12 +45,23 @@ def test_newton_equals_torch_nn(name, kw, dtype, tol):
         assert r["residual"] <= 16 * torch.finfo(dtype).eps
 
 
-def test_newton_packed_sequences():
-    ref, mod = _pair("GRU", torch.float64)
+@pytest.mark.parametrize("name,kw", CASES)
+def test_newton_packed_sequences(name, kw):
+    # Per-sample lengths, unsorted, every cell: outputs, final states and every gradient.
+    ref, mod = _pair(name, torch.float64, **kw)
     seqs = [torch.randn(n, 4, dtype=torch.float64) for n in (9, 4, 7)]
-    packed = torch.nn.utils.rnn.pack_sequence(seqs, enforce_sorted=False)
-    (o_ref, h_ref), (o_mod, h_mod) = ref(packed), mod(packed)
-    assert _rel(o_mod.data, o_ref.data) <= 1e-10 and _rel(h_mod, h_ref) <= 1e-10
+    results = []
+    for m in (ref, mod):
+        xs = [s.clone().requires_grad_() for s in seqs]
+        packed = torch.nn.utils.rnn.pack_sequence(xs, enforce_sorted=False)
+        out, state = m(packed)
+        h = state[0] if isinstance(state, tuple) else state
+        (out.data.square().sum() + h.sum()).backward()
+        results.append((out.data.detach(), h.detach(), [x.grad for x in xs] + [p.grad for p in m.parameters()]))
+    (o_ref, h_ref, g_ref), (o_mod, h_mod, g_mod) = results
+    assert _rel(o_mod, o_ref) <= 1e-10 and _rel(h_mod, h_ref) <= 1e-10
+    for a, b in zip(g_mod, g_ref):
+        assert _rel(a, b) <= 1e-9
     assert all(not r["fell_back"] for r in mod.last_forward)
 
 
