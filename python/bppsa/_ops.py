@@ -55,7 +55,7 @@ def _absent(like):
 
 
 def _layer_forward_impl(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, cell, nonlinearity, method, threads,
-                        chunks, check_finite, forward):
+                        chunks, check_finite, forward="sequential"):
     spec = _spec(cell, x, w_hh, w_hr, nonlinearity)
     with spec.borrowed(x.dtype, _device(x)) as engine:
         out, h_n, c_n = _run_forward(engine, spec, engine_inputs(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr), lengths,
@@ -65,7 +65,7 @@ def _layer_forward_impl(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, cell, 
 
 
 def _layer_forward_fake(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, cell, nonlinearity, method, threads,
-                        chunks, check_finite, forward):
+                        chunks, check_finite, forward="sequential"):
     steps, batch = x.shape[0], x.shape[1]
     hidden, P = _sizes(w_hh, w_hr)
     c_n = x.new_empty((batch, hidden)) if cell == "lstm" else _absent(x)
@@ -73,7 +73,7 @@ def _layer_forward_fake(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, cell, 
 
 
 def _layer_backward_impl(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, grad_out, grad_hn, grad_cn, cell,
-                         nonlinearity, method, threads, chunks, check_finite, forward, needs):
+                         nonlinearity, method, threads, chunks, check_finite, needs, forward="sequential"):
     args = engine_inputs(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr)
     spec = _spec(cell, x, w_hh, w_hr, nonlinearity)
     with spec.borrowed(x.dtype, _device(x)) as engine:
@@ -86,7 +86,7 @@ def _layer_backward_impl(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, grad_
 
 
 def _layer_backward_fake(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, grad_out, grad_hn, grad_cn, cell,
-                         nonlinearity, method, threads, chunks, check_finite, forward, needs):
+                         nonlinearity, method, threads, chunks, check_finite, needs, forward="sequential"):
     inputs = (x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr)
     return [t.new_empty(t.shape) if need and t is not None else _absent(x) for need, t in zip(needs, inputs)]
 
@@ -95,7 +95,9 @@ def _layer_setup(ctx, inputs, output):
     x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, lengths, *options = inputs
     ctx.save_for_backward(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr)
     ctx.lengths = lengths
-    ctx.options = options  # cell, nonlinearity, method, threads, chunks, check_finite, forward
+    ctx.given = len(options)  # the backward returns one None per option given
+    ctx.options = list(options) + ["sequential"] * (7 - len(options))  # cell, nonlinearity, method, threads,
+    # chunks, check_finite, forward (a call that left the default)
 
 
 def _layer_backward_formula(ctx, grad_out, grad_hn, grad_cn):
@@ -109,8 +111,9 @@ def _layer_backward_formula(ctx, grad_out, grad_hn, grad_cn):
     grad_hn = zeros(grad_hn, (batch, P))
     grad_cn = zeros(grad_cn, (batch, hidden) if cell == "lstm" else (0,))
     needs = list(ctx.needs_input_grad[:8])
-    grads = torch.ops.bppsa.layer_backward(*saved, ctx.lengths, grad_out, grad_hn, grad_cn, *ctx.options, needs)
-    return (*[g if need else None for g, need in zip(grads, needs)], None, *([None] * len(ctx.options)))
+    grads = torch.ops.bppsa.layer_backward(*saved, ctx.lengths, grad_out, grad_hn, grad_cn, *ctx.options[:-1], needs,
+                                           ctx.options[-1])
+    return (*[g if need else None for g, need in zip(grads, needs)], None, *([None] * ctx.given))
 
 
 def _refuse_double_backward(what):
@@ -129,17 +132,19 @@ def layer(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, cell, nonlinearity, method, t
 
 
 if AVAILABLE:
-    _OPTIONS = ("str cell, str nonlinearity, str method, int threads, int chunks, bool check_finite, "
-                "str forward")
+    _OPTIONS = "str cell, str nonlinearity, str method, int threads, int chunks, bool check_finite"
+    # Last and defaulted, so that a program exported before it existed still loads (sequential).
+    _FORWARD = 'str forward="sequential"'
     _LAYER = ("Tensor x, Tensor? h0, Tensor? c0, Tensor w_ih, Tensor w_hh, Tensor? b_ih, Tensor? b_hh, Tensor? w_hr, "
               "int[] lengths")
     _layer_forward = torch.library.custom_op(
         "bppsa::layer_forward", _layer_forward_impl, mutates_args=(),
-        schema=f"({_LAYER}, {_OPTIONS}) -> (Tensor, Tensor, Tensor)")
+        schema=f"({_LAYER}, {_OPTIONS}, {_FORWARD}) -> (Tensor, Tensor, Tensor)")
     _layer_forward.register_fake(_layer_forward_fake)
     _layer_backward = torch.library.custom_op(
         "bppsa::layer_backward", _layer_backward_impl, mutates_args=(),
-        schema=f"({_LAYER}, Tensor grad_out, Tensor grad_hn, Tensor grad_cn, {_OPTIONS}, bool[] needs) -> Tensor[]")
+        schema=f"({_LAYER}, Tensor grad_out, Tensor grad_hn, Tensor grad_cn, {_OPTIONS}, bool[] needs, {_FORWARD}) "
+               "-> Tensor[]")
     _layer_backward.register_fake(_layer_backward_fake)
     _layer_forward.register_autograd(_layer_backward_formula, setup_context=_layer_setup)
     _layer_backward.register_autograd(_refuse_double_backward("bppsa.nn (a recurrent layer)"))

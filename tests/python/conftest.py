@@ -1,14 +1,23 @@
 # pytest configuration of the bppsa Python tests: the package as installed (never the source
 # tree's python/bppsa), a fixed seed per test.
+import atexit
 import importlib.metadata
 import json
 import os
+import shutil
+import tempfile
 import urllib.parse
 
-import pytest
-import torch
+# torch.compile's on-disk caches are the machine's, shared by every run and every version of bppsa:
+# a graph compiled against an older operator schema would be replayed as it was. The suite compiles
+# into a cache of its own.
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bppsa-tests-inductor-")
+atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], True)
 
-import bppsa
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import bppsa  # noqa: E402
 
 _ROOT = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 if os.path.realpath(bppsa.__file__).startswith(os.path.join(_ROOT, "python") + os.sep):

@@ -87,6 +87,30 @@ def test_newton_safeguard_converges_where_the_linear_model_overflows():
     assert _rel(out, want) <= 1e-5 and _rel(h, h_want) <= 1e-5
 
 
+@pytest.mark.parametrize("name,kw", [("GRU", {}), ("LSTM", {"proj_size": 5}), ("LSTM", {})])
+def test_newton_safeguard_keeps_large_initial_states_certified(name, kw):
+    # The boxes that depend on the initial state (GRU |h_t| ≤ max(1, ‖h0‖∞); LSTM |c_t| ≤ ‖c0‖∞ + t,
+    # and with a projection |h_t| ≤ W_hr's row sums) must hold every true state: a box too tight
+    # would clip the trajectory at every iteration, and the certificate would never hold. Expanding
+    # W_hh (‖·‖₂ 3 for the GRU, 2 for the LSTMs), h0 of norm about 5, c0 about 50, float32, T 300.
+    torch.manual_seed(1)
+    mod = getattr(bppsa.nn, name)(4, 20, forward="newton", threads=1, **kw)
+    ref = getattr(torch.nn, name)(4, 20, **kw)
+    with torch.no_grad():
+        w = mod.weight_hh_l0
+        w.mul_((3.0 if name == "GRU" else 2.0) / torch.linalg.matrix_norm(w.double(), ord=2).item())
+    ref.load_state_dict(mod.state_dict())
+    x = torch.randn(300, 4, 4)
+    h0 = 5 * torch.randn(1, 4, kw.get("proj_size", 20))
+    hx = (h0, 50 * torch.randn(1, 4, 20)) if name == "LSTM" else h0
+    with torch.no_grad():
+        out, _ = mod(x, hx)
+        want, _ = ref(x, hx)
+    r = mod.last_forward[0]
+    assert r["fell_back"] is False and r["iterations"] < 30, r
+    assert _rel(out, want) <= 1e-5
+
+
 def test_newton_falls_back_and_reports_it():
     # A NaN input: the certificate's residual is not finite, each layer falls back to the
     # sequential forward, whose result (NaN from there on, as torch.nn's) is returned.

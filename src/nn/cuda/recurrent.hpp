@@ -115,9 +115,9 @@ class RecurrentCuda final : public RecurrentHalf<T> {
   // --- RecurrentHalf: the front's calls, on host memory -------------------------------------
   void pull(LayerParamsList<T>& params, LayerParamsList<T>& grads) const override;
   void host_written() override;
-  /// The GPU runs the sequential forward only (UnsupportedError for newton).
   std::unique_ptr<ClassifierHalf<T>> make_classifier(const ModelConfig& config, Recurrent<T>& rnn,
                                                      Linear<T>& head) override;
+  /// The GPU runs the sequential forward only (UnsupportedError for newton).
   void set_forward_options(const ForwardOptions& options) override;
   const ForwardReport& forward_report() const override { return report_; }
   void forward(const Eigen::Ref<const Matrix<T>>& x, Index steps, Index batch, const LayerParamsList<T>& params,
