@@ -75,6 +75,12 @@ std::vector<Index> permutation(Index n, std::uint64_t seed) {
   return p;
 }
 
+void batch_indices(std::span<const Index> order, Index first, Index n, std::vector<Index>& indices) {
+  indices.resize(static_cast<std::size_t>(n));
+  for (Index k = 0; k < n; ++k)
+    indices[static_cast<std::size_t>(k)] = order.empty() ? first + k : order[static_cast<std::size_t>(first + k)];
+}
+
 template <class Data>
 void gather_batch(const Data& data, std::span<const Index> indices, std::vector<float>& x,
                   std::vector<std::int64_t>& y) {

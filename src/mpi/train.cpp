@@ -26,9 +26,7 @@ class PipelinePass final : public detail::Pass {
 
   void queue(Index first, Index n, int slot) override {
     ++batches_;
-    idx_.resize(static_cast<std::size_t>(n));
-    for (Index k = 0; k < n; ++k)
-      idx_[static_cast<std::size_t>(k)] = order_.empty() ? first + k : order_[static_cast<std::size_t>(first + k)];
+    batch_indices(order_, first, n, idx_);
     gather_batch(data_, idx_, x_, y_);
     const std::vector<Index> lengths = sample_lengths(data_, idx_);
     Step& s = steps_[static_cast<std::size_t>(slot)];

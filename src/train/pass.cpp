@@ -51,9 +51,7 @@ class ImagePass final : public Pass {
   }
 
   void queue(Index first, Index n, int slot) override {
-    idx_.resize(static_cast<std::size_t>(n));
-    for (Index k = 0; k < n; ++k)
-      idx_[static_cast<std::size_t>(k)] = order_.empty() ? first + k : order_[static_cast<std::size_t>(first + k)];
+    batch_indices(order_, first, n, idx_);
     gather_batch(data_, idx_, x_, y_);
     Step& s = steps_[static_cast<std::size_t>(slot)];
     s = Step{};

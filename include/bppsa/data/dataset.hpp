@@ -47,6 +47,9 @@ std::pair<SequenceDataset, SequenceDataset> split(const SequenceDataset& data, I
 /// on every platform (no std:: distributions, whose outputs are implementation-defined).
 std::vector<Index> permutation(Index n, std::uint64_t seed);
 
+/// The samples of a batch: order[first, first + n), or first, first + 1, … when order is empty.
+void batch_indices(std::span<const Index> order, Index first, Index n, std::vector<Index>& indices);
+
 /// Gathers samples `indices` of `data` (a SequenceDataset or an ImageDataset) into x, one
 /// sample after another, and their labels into y.
 template <class Data>

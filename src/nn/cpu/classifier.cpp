@@ -133,10 +133,7 @@ class ClassifierCpu final : public ClassifierHalf<T> {
   void queue_step(Index first, Index n, const BackwardOptions* options, const std::function<void()>& optimizer_step,
                   int slot) override {
     const SequenceDataset& data = *pass_data_;
-    ids_.resize(static_cast<std::size_t>(n));
-    for (Index k = 0; k < n; ++k)
-      ids_[static_cast<std::size_t>(k)] =
-          pass_order_.empty() ? first + k : pass_order_[static_cast<std::size_t>(first + k)];
+    batch_indices(pass_order_, first, n, ids_);
     StepReport& r = slots_.at(static_cast<std::size_t>(slot));
     r = StepReport{};
     gather_batch(data, ids_, batch_x_, batch_y_);

@@ -463,10 +463,8 @@ void ClassifierCuda<T>::queue_step(Index first, Index n, const BackwardOptions* 
   if (data.lengths.empty()) {
     gather(pass_slot_, first, n, slot);
   } else {  // the batch sorted longest first (as the CPU's classifier runs it), each at its length
-    std::vector<Index> ids(static_cast<std::size_t>(n)), lengths;
-    for (Index k = 0; k < n; ++k)
-      ids[static_cast<std::size_t>(k)] =
-          pass_order_.empty() ? first + k : pass_order_[static_cast<std::size_t>(first + k)];
+    std::vector<Index> ids, lengths;
+    batch_indices(pass_order_, first, n, ids);
     for (const Index i : ids) lengths.push_back(data.length(i));
     std::vector<std::int64_t> sorted;
     std::vector<Index> sorted_lengths;
