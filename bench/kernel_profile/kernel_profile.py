@@ -162,7 +162,7 @@ def table(rows, shape):
     return "\n".join(lines) + "\n"
 
 
-PERSISTENT = ("forward_kernel", "backward_kernel")  # one launch runs all T steps
+PERSISTENT = ("forward_kernel", "backward_kernel")  # one launch runs all T steps (forward_kernel_warp too)
 
 
 def parse_spec(spec):
@@ -198,7 +198,7 @@ def profile(args, ncu, spec):
             f.write(subprocess.run([ncu, "--import", base + ".ncu-rep", "--page", "source", "--csv",
                                     "--print-source", "sass"], capture_output=True, text=True,
                                    timeout=args.timeout).stdout)
-        steps = args.steps if kernel in PERSISTENT else None
+        steps = args.steps if kernel.startswith(PERSISTENT) else None
         r = summarize(kernel, parse_details(details), parse_sass(base + "_sass.csv"), steps)
         r.update(label=label, launch_skip=skip)
         return r, None

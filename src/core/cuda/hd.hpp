@@ -4,6 +4,8 @@
 // place that looks at __CUDACC__; kernel and op code never does.
 #pragma once
 
+#include <utility>
+
 #if defined(__CUDACC__)
 #define BPPSA_HD __host__ __device__
 /// For helpers that must disappear into their caller (register arrays indexed through them stay
@@ -21,5 +23,38 @@ BPPSA_HD_FORCEINLINE void hd_prefetch_l1(const void* p) {
   asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
 #else
   (void)p;
+#endif
+}
+
+/// hd_unrolled<N>(f): f(HdIndex<0>{}), …, f(HdIndex<N − 1>{}) in order, each index a compile-time
+/// constant (HdIndex<I>::value), so that register arrays indexed by it stay registers.
+template <int I>
+struct HdIndex {
+  static constexpr int value = I;
+};
+template <class F, int... I>
+BPPSA_HD_FORCEINLINE void hd_unrolled_seq(F& f, std::integer_sequence<int, I...>) {
+  (f(HdIndex<I>{}), ...);
+}
+template <int N, class F>
+BPPSA_HD_FORCEINLINE void hd_unrolled(F&& f) {
+  hd_unrolled_seq(f, std::make_integer_sequence<int, N>{});
+}
+
+/// out[0..3] = p[0..3], p aligned to 4 values (16 bytes for float, 32 for double): one 128-bit
+/// load (float) or two (double) in device code, four scalar loads on the host.
+template <class T>
+BPPSA_HD_FORCEINLINE void hd_load4(const T* p, T* out) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4) {
+    const float4 v = *reinterpret_cast<const float4*>(p);
+    out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+  } else {
+    static_assert(sizeof(T) == 8, "float or double");
+    const double2 u = reinterpret_cast<const double2*>(p)[0], v = reinterpret_cast<const double2*>(p)[1];
+    out[0] = u.x, out[1] = u.y, out[2] = v.x, out[3] = v.y;
+  }
+#else
+  for (int i = 0; i < 4; ++i) out[i] = p[i];
 #endif
 }

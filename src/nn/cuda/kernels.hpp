@@ -1,6 +1,6 @@
 // The launches of the recurrent model's kernels (recurrent_kernels.cu, head_kernels.cu): thin
-// __global__ loops over the __host__ __device__ functions of recurrent_math.hpp and head_math.hpp. Every launch is checked
-// (BPPSA_CUDA_CHECK_LAUNCH) and runs on the given stream; pointers are device pointers.
+// __global__ loops over the __host__ __device__ functions of recurrent_math.hpp and head_math.hpp. Every launch is
+// checked (BPPSA_CUDA_CHECK_LAUNCH) and runs on the given stream; pointers are device pointers.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -29,6 +29,10 @@ void launch_transpose(const T* in, Idx rows, Idx cols, T* out, cudaStream_t s);
 /// `threads`, `smem` bytes of dynamic shared memory (forward_smem(a).total values).
 template <class T>
 void launch_forward(const LayerArgs<T>& a, unsigned threads, std::size_t smem, cudaStream_t s);
+/// The warp-per-sample forward of one layer (a.H ≤ warp_forward_max_hidden, a.spb samples a
+/// block: warp_forward_spb): persistent_blocks(B, spb) blocks of 32·spb threads.
+template <class T>
+void launch_forward_warp(const LayerArgs<T>& a, cudaStream_t s);
 /// BP through time of one layer (g_T already in a.g): every g_t, dx (and dh).
 template <class T>
 void launch_backward_bp(const LayerArgs<T>& a, unsigned threads, std::size_t smem, cudaStream_t s);

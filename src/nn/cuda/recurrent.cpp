@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <span>
 #include <string>
 
@@ -37,6 +38,29 @@ int device_attribute(cudaDeviceAttr attr) {
   BPPSA_CUDA_CHECK(cudaGetDevice(&device));
   BPPSA_CUDA_CHECK(cudaDeviceGetAttribute(&value, attr, device));
   return value;
+}
+
+/// Whether a layer's forward runs the warp-per-sample kernel: where its H fits
+/// (warp_forward_max_hidden), unless BPPSA_CUDA_FORWARD says otherwise (auto: where it fits;
+/// warp: everywhere, UnsupportedError where it does not fit; block: never; for comparisons).
+template <class T>
+bool use_warp_forward(std::int32_t cell, Idx H) {
+  const bool fits = H <= warp_forward_max_hidden<T>(cell);
+  const char* env = std::getenv("BPPSA_CUDA_FORWARD");
+  const std::string v = env != nullptr ? env : "";
+  if (v.empty() || v == "auto") return fits;
+  if (v == "block") return false;
+  if (v != "warp")
+    raise<InvalidArgument>("Recurrent",
+                           "BPPSA_CUDA_FORWARD is '" + v + "'; expected auto, warp or block (or unset it)");
+  if (!fits)
+    raise<UnsupportedError>("Recurrent",
+                            "BPPSA_CUDA_FORWARD=warp: the warp-per-sample forward takes a hidden size up to " +
+                                std::to_string(warp_forward_max_hidden<T>(cell)) +
+                                " for this cell and "
+                                "precision, not " +
+                                std::to_string(H) + "; unset it or set it to auto");
+  return true;
 }
 
 template <class T>
@@ -329,6 +353,11 @@ void RecurrentCuda<T>::forward_from(Init&& init) {
     launch_transpose(params_.data() + L.w_hh, GH_, H_, L.w_col.data(), s);
     LayerArgs<T> a = args(l);
     a.w = L.w_col.data();
+    if (use_warp_forward<T>(cell_, H_)) {
+      a.spb = warp_forward_spb(B, sms_);
+      launch_forward_warp(a, s);
+      continue;
+    }
     const PersistentLaunch p = launch_for(H_, false);
     a.spb = p.spb;
     a.w_shared = p.w_shared;

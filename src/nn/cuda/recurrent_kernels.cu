@@ -32,6 +32,7 @@ struct ThisThread {
     f(thread);
   }
   __device__ void barrier() { __syncthreads(); }
+  __device__ void warp_barrier() { __syncwarp(); }
   template <class U>
   __device__ Local<U> per_thread() {
     return {};
@@ -43,6 +44,13 @@ template <class T, bool Len>
 __global__ void __launch_bounds__(kPersistentThreads) forward_kernel(LayerArgs<T> a) {
   ThisThread ctx{threadIdx.x};
   forward_program<Len>(a, persistent_smem<T>(), blockIdx.x, blockDim.x, ctx);
+}
+
+/// The warp-per-sample forward (forward_warp_program), one kernel per cell: its registers are its own.
+template <class T, bool Len, class Cell>
+__global__ void __launch_bounds__(32 * kWarpForwardSamples) forward_kernel_warp(LayerArgs<T> a) {
+  ThisThread ctx{threadIdx.x};
+  forward_warp_program<Cell, Len>(a, persistent_smem<T>(), blockIdx.x, ctx);
 }
 
 template <class T, bool Len>
@@ -165,6 +173,28 @@ void launch_forward(const LayerArgs<T>& a, unsigned threads, std::size_t smem, c
   BPPSA_CUDA_CHECK_LAUNCH();
 }
 
+template <class T, class Cell>
+void launch_forward_warp_cell(const LayerArgs<T>& a, cudaStream_t s) {
+  const auto blocks = static_cast<unsigned>(persistent_blocks(a.B, a.spb));
+  const auto threads = static_cast<unsigned>(32 * a.spb);
+  const auto smem = static_cast<std::size_t>(warp_forward_smem<T>(a.cell, a.spb)) * sizeof(T);
+  if (a.len != nullptr)
+    forward_kernel_warp<T, true, Cell><<<blocks, threads, smem, s>>>(a);
+  else
+    forward_kernel_warp<T, false, Cell><<<blocks, threads, smem, s>>>(a);
+  BPPSA_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void launch_forward_warp(const LayerArgs<T>& a, cudaStream_t s) {
+  if (a.cell == kGru)
+    launch_forward_warp_cell<T, GruCell>(a, s);
+  else if (a.cell == kLstm)
+    launch_forward_warp_cell<T, LstmCell>(a, s);
+  else
+    launch_forward_warp_cell<T, RnnCell>(a, s);
+}
+
 template <class T>
 void launch_backward_bp(const LayerArgs<T>& a, unsigned threads, std::size_t smem, cudaStream_t s) {
   const auto blocks = static_cast<unsigned>(persistent_blocks(a.B, a.spb));
@@ -264,6 +294,7 @@ void launch_fill(T* x, Idx n, T value, cudaStream_t s) {
   template void allow_persistent_smem<T>(int);                                                                    \
   template void launch_transpose<T>(const T*, Idx, Idx, T*, cudaStream_t);                                        \
   template void launch_forward<T>(const LayerArgs<T>&, unsigned, std::size_t, cudaStream_t);                      \
+  template void launch_forward_warp<T>(const LayerArgs<T>&, cudaStream_t);                                        \
   template void launch_backward_bp<T>(const LayerArgs<T>&, unsigned, std::size_t, cudaStream_t);                  \
   template void launch_final_grad<T>(Idx, Idx, Idx, Idx, const T*, const Idx*, const T*, T*, cudaStream_t);       \
   template void launch_injections_by_length<T>(T* const*, T*, const T*, const T*, const Idx*, Idx, Idx, Idx, Idx, \

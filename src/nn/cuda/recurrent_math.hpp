@@ -175,6 +175,17 @@ BPPSA_HD inline void forward_prefetch(const LayerArgs<T>& a, Idx block, Idx thre
   prefetch_range(a.ax + ((t - 1) * a.B + s0) * a.GH, ns * a.GH, thread, nthreads);
 }
 
+/// wh[q] = the P partial sums of gate q's dot product added pairwise: (acc0 + acc1), then
+/// + (acc2 + acc3) when P = 4.
+template <int G, int P, class T>
+BPPSA_HD_FORCEINLINE void sum_partials(const T (&acc)[G][P], T* wh) {
+  for (int q = 0; q < G; ++q) {
+    T sum = acc[q][0] + acc[q][1];
+    if (P == 4) sum = sum + (acc[q][P - 2] + acc[q][P - 1]);
+    wh[q] = sum;
+  }
+}
+
 /// wh[q] = (W_hh h)[q·H + j], q < G: unit j's G rows of the column-major W (GH × H) at w times h
 /// (H values). Each dot is P partial sums, over k ≡ p (mod P), added pairwise at the end (P = 4
 /// for one gate, 2 for several): independent multiply-add chains, so that a step waits on fewer
@@ -199,11 +210,7 @@ BPPSA_HD_FORCEINLINE void unit_dots(const T* w, const T* h, Idx GH, Idx H, Idx j
     const T* wk = wj + k * GH;
     for (int q = 0; q < G; ++q) acc[q][0] += wk[q * H] * hk;
   }
-  for (int q = 0; q < G; ++q) {
-    T sum = acc[q][0] + acc[q][1];
-    if (P == 4) sum = sum + (acc[q][P - 2] + acc[q][P - 1]);
-    wh[q] = sum;
-  }
+  sum_partials<G, P>(acc, wh);
 }
 
 /// Step t of the block's samples for one cell: each thread takes units (unit, sample), unit
@@ -262,19 +269,68 @@ BPPSA_HD inline bool forward_unit_per_thread(const LayerArgs<T>& a, Idx block, I
   return a.H * block_samples(block, a.spb, a.B) <= nthreads;
 }
 
+/// Unit j of sample b at a step t past its length: zeros in the record (h_t at h_out, which
+/// moves to step t + 1; LSTM c_t) and in the next state buffer hn, as forward_step_cell.
+template <class Cell, class T>
+BPPSA_HD_FORCEINLINE void unit_padding(const LayerArgs<T>& a, Idx t, Idx b, Idx j, T*& h_out, T* hn) {
+  *h_out = T(0);
+  h_out += a.B * a.H;
+  if (Cell::kStateParts == 2) a.c[(t * a.B + b) * a.H + j] = T(0);
+  hn[j] = T(0);
+}
+
+/// Unit j of sample b at step t from its G dot products wh: the cell on (ax + b_ih, b_hh, c,
+/// h_{t−1}[j] = hp), h_t written at h_out (which moves to step t + 1) and into hn, c left as c_t.
+template <class Cell, class T>
+BPPSA_HD_FORCEINLINE void unit_finish(const LayerArgs<T>& a, const T* ax, const T* bi, const T* bh, const T* wh, T hp,
+                                      T& c, Idx t, Idx b, Idx j, T*& h_out, T* hn) {
+  UnitInput<T> in;
+  for (int q = 0; q < Cell::kGates; ++q) {
+    in.xb[q] = ax[q] + bi[q];
+    in.bh[q] = bh[q];
+  }
+  in.cp = c;
+  const T h = Cell::forward(a, in, wh, hp, t, b, j);
+  c = in.cp;
+  *h_out = h;
+  h_out += a.B * a.H;
+  hn[j] = h;
+}
+
+/// What a forward unit (unit j of sample b) keeps in registers for all T steps: b_ih, b_hh,
+/// c_{t−1} (LSTM) and its two walking pointers into the record.
+template <class Cell, class T>
+struct UnitRegisters {
+  Idx j = 0, b = 0;
+  T bi[Cell::kGates] = {}, bh[Cell::kGates] = {}, c = T(0);
+  const T* ax_next = nullptr;  ///< unit j's input projection of the step load() reads next
+  T* h_out = nullptr;          ///< h_t[j] of sample b in the record, for the step step() runs next
+
+  /// Sets them for step 1 from j and b.
+  BPPSA_HD_FORCEINLINE void start(const LayerArgs<T>& a) {
+    for (int q = 0; q < Cell::kGates; ++q) {
+      bi[q] = a.b_ih[q * a.H + j];
+      bh[q] = a.b_hh[q * a.H + j];
+    }
+    if (Cell::kStateParts == 2) c = a.c[b * a.H + j];
+    ax_next = a.ax + b * a.GH + j;
+    h_out = a.h + (a.B + b) * a.H + j;
+  }
+};
+
 /// The forward kernel's path when every unit has a thread of its own: thread `thread` owns unit
 /// j of the block's sample s for all T steps, and keeps in registers what does not change
 /// (b_ih, b_hh), c_{t−1} (LSTM) and the next step's input projection, loaded a step ahead so
 /// that its latency passes behind a whole step. WShared: W_hh in shared memory (a.w_shared).
 /// Same arithmetic, in the same order, as forward_step_cell.
 template <class Cell, bool WShared, bool Len, class T>
-struct ForwardUnit {
+struct ForwardUnit : UnitRegisters<Cell, T> {
+  using R = UnitRegisters<Cell, T>;
+  using R::ax_next, R::b, R::bh, R::bi, R::c, R::h_out, R::j;
   static constexpr int G = Cell::kGates;
   bool active = false;
-  Idx s = 0, j = 0, b = 0;
-  T bi[G] = {}, bh[G] = {}, next[G] = {}, c = T(0);
-  const T* ax_next = nullptr;  ///< unit j's input projection of the step load() reads next
-  T* h_out = nullptr;          ///< h_t[j] of sample b in the record, for the step step() runs next
+  Idx s = 0;
+  T next[G] = {};
 
   BPPSA_HD void init(const LayerArgs<T>& a, Idx block, Idx thread) {
     active = thread < a.H * block_samples(block, a.spb, a.B);
@@ -282,13 +338,7 @@ struct ForwardUnit {
     s = thread / a.H;
     j = thread - s * a.H;
     b = block_first(block, a.spb) + s;
-    for (int q = 0; q < G; ++q) {
-      bi[q] = a.b_ih[q * a.H + j];
-      bh[q] = a.b_hh[q * a.H + j];
-    }
-    if (Cell::kStateParts == 2) c = a.c[b * a.H + j];
-    ax_next = a.ax + b * a.GH + j;
-    h_out = a.h + (a.B + b) * a.H + j;
+    this->start(a);
     load(a, 1);
   }
   /// The input projection of step t (nothing past T); the next call reads step t + 1's.
@@ -302,11 +352,8 @@ struct ForwardUnit {
     const SmemLayout L = forward_smem(a);
     const T* hp = sm + state_buffer(L, t - 1, 0) + s * a.H;
     T* hn = sm + state_buffer(L, t - 1, 1) + s * a.H;
-    if (padded_if<Len>(a, t, b)) {  // past the sample's length (so are the later steps): zeros, as forward_step_cell
-      *h_out = T(0);
-      h_out += a.B * a.H;
-      if (Cell::kStateParts == 2) a.c[(t * a.B + b) * a.H + j] = T(0);
-      hn[j] = T(0);
+    if (padded_if<Len>(a, t, b)) {  // past the sample's length (so are the later steps)
+      unit_padding<Cell>(a, t, b, j, h_out, hn);
       return;
     }
     T ax[G];
@@ -314,17 +361,7 @@ struct ForwardUnit {
     load(a, t + 1);  // in flight during this step's dot products, cell and barrier
     T wh[G];
     unit_dots<G>(WShared ? sm + L.w : a.w, hp, a.GH, a.H, j, wh);
-    UnitInput<T> in;
-    for (int q = 0; q < G; ++q) {
-      in.xb[q] = ax[q] + bi[q];
-      in.bh[q] = bh[q];
-    }
-    in.cp = c;
-    const T h = Cell::forward(a, in, wh, hp[j], t, b, j);
-    c = in.cp;
-    *h_out = h;
-    h_out += a.B * a.H;
-    hn[j] = h;
+    unit_finish<Cell>(a, ax, bi, bh, wh, hp[j], c, t, b, j, h_out, hn);
   }
 };
 
@@ -378,6 +415,140 @@ BPPSA_HD inline unsigned forward_threads(Idx H, Idx spb, Idx max_threads) {
   Idx threads = (H * spb + 31) / 32 * 32;
   if (threads > max_threads) threads = max_threads;
   return static_cast<unsigned>(threads < 32 ? 32 : threads);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward, a warp per sample (small H): W_hh's rows in registers, no block barrier
+
+/// The largest H the warp-per-sample forward takes for Cell and T: lane j keeps unit j's G rows
+/// of W_hh (G·max values) in registers, at most 512 bytes of them (128 float, 64 double).
+template <class Cell, class T>
+BPPSA_HD constexpr int warp_forward_max_hidden() {
+  constexpr std::size_t values = 512 / sizeof(T) / Cell::kGates;
+  return values >= 32 ? 32 : values >= 16 ? 16 : 8;
+}
+/// warp_forward_max_hidden for the layer's cell.
+template <class T>
+BPPSA_HD inline Idx warp_forward_max_hidden(std::int32_t cell) {
+  Idx m = 0;
+  visit_cell(cell, [&](auto c) { m = warp_forward_max_hidden<decltype(c), T>(); });
+  return m;
+}
+/// Warps (samples) per block of the warp-per-sample forward, at most.
+inline constexpr Idx kWarpForwardSamples = 8;
+/// Samples per block: ⌈batch / sms⌉ (every multiprocessor busy before any holds two), at most
+/// kWarpForwardSamples.
+BPPSA_HD inline Idx warp_forward_spb(Idx batch, Idx sms) {
+  const Idx spb = sms > 0 ? (batch + sms - 1) / sms : batch;
+  return spb < 1 ? 1 : spb > kWarpForwardSamples ? kWarpForwardSamples : spb;
+}
+/// Shared memory of the warp-per-sample forward, in values: two state buffers of
+/// warp_forward_max_hidden values a sample (whole 4-value vectors, so h is read 4 at a time).
+template <class T>
+BPPSA_HD inline Idx warp_forward_smem(std::int32_t cell, Idx spb) {
+  return 2 * warp_forward_max_hidden<T>(cell) * spb;
+}
+
+/// The warp-per-sample forward (H ≤ warp_forward_max_hidden): warp s of the block owns sample
+/// s for all T steps and lane j its unit j. Lane j keeps unit j's G rows of W_hh in registers,
+/// with b_ih, b_hh, c_{t−1} (LSTM) and a ring of the next kDepth steps' input projections (each
+/// loaded kDepth steps before its use, so its latency passes behind as many steps). h_{t−1} is
+/// broadcast through the warp's two shared buffers, read 4 values at a time; the warps share
+/// nothing, so a step's only barrier is the warp's own (__syncwarp). Same arithmetic, in the same
+/// order (unit_dots' partial sums, the cell's forward), as ForwardUnit: the same bits.
+template <class Cell, bool Len, class T>
+struct ForwardWarp : UnitRegisters<Cell, T> {
+  using R = UnitRegisters<Cell, T>;
+  using R::ax_next, R::b, R::bh, R::bi, R::c, R::h_out, R::j;
+  static constexpr int G = Cell::kGates;
+  static constexpr int kMax = warp_forward_max_hidden<Cell, T>();
+  static constexpr int kDepth = G == 1 ? 8 : 4;  ///< even: the buffer step t reads is (t − 1) mod 2 = d mod 2
+  static constexpr int P = G == 1 ? 4 : 2;       ///< unit_dots' partial sums
+  static_assert(kMax % 4 == 0 && 4 % P == 0 && kDepth % 2 == 0);
+  bool active = false;  ///< a lane with a unit of a sample
+  T* buf = nullptr;     ///< the warp's two state buffers, kMax values each
+  T w[G][kMax] = {};
+  T ring[kDepth][G] = {};
+
+  BPPSA_HD void init(const LayerArgs<T>& a, T* sm, Idx block, Idx thread) {
+    const Idx s = thread / 32, lane = thread - s * 32;
+    const bool sample = s < block_samples(block, a.spb, a.B);
+    b = block_first(block, a.spb) + s;
+    j = lane;
+    buf = sm + s * 2 * kMax;
+    if (lane < kMax) {  // h_0, and zeros past H (read by the 4-value loads, never used)
+      buf[lane] = sample && lane < a.H ? a.h[b * a.H + lane] : T(0);
+      buf[kMax + lane] = T(0);
+    }
+    active = sample && lane < a.H;
+    if (!active) return;
+    hd_unrolled<kMax>([&](auto kk) {
+      constexpr int k = decltype(kk)::value;
+      for (int q = 0; q < G; ++q) w[q][k] = k < a.H ? a.w[k * a.GH + q * a.H + j] : T(0);
+    });
+    this->start(a);
+    hd_unrolled<kDepth>([&](auto d) { load(a, 1 + decltype(d)::value, ring[decltype(d)::value]); });
+  }
+  /// The input projection of step t into `slot` (nothing past T); the next call reads step t + 1's.
+  BPPSA_HD_FORCEINLINE void load(const LayerArgs<T>& a, Idx t, T* slot) {
+    if (t > a.steps) return;
+    for (int q = 0; q < G; ++q) slot[q] = ax_next[q * a.H];
+    ax_next += a.B * a.GH;
+  }
+  /// Step t = t0 + D of the warp's sample (t0 ≡ 1 mod kDepth): its input projection is ring[D].
+  template <int D>
+  BPPSA_HD void step(const LayerArgs<T>& a, Idx t) {
+    if (!active) return;
+    const T* hp = buf + (D % 2) * kMax;
+    T* hn = buf + (1 - D % 2) * kMax;
+    if (padded_if<Len>(a, t, b)) {  // past the sample's length (so are the later steps)
+      unit_padding<Cell>(a, t, b, j, h_out, hn);
+      return;
+    }
+    T ax[G];
+    for (int q = 0; q < G; ++q) ax[q] = ring[D][q];
+    load(a, t + kDepth, ring[D]);  // in flight during the next kDepth steps
+    T acc[G][P];
+    for (int q = 0; q < G; ++q)
+      for (int p = 0; p < P; ++p) acc[q][p] = T(0);
+    // unit_dots' order: k ≡ p (mod P) into acc[p] over whole groups of P, the rest into acc[0].
+    hd_unrolled<kMax / 4>([&](auto v) {
+      constexpr int k4 = 4 * decltype(v)::value;
+      if (k4 >= a.H) return;
+      T h4[4];
+      hd_load4(hp + k4, h4);
+      hd_unrolled<4>([&](auto e) {
+        constexpr int k = k4 + decltype(e)::value, p = k % P;
+        if (k - p + P <= a.H) {
+          for (int q = 0; q < G; ++q) acc[q][p] += w[q][k] * h4[decltype(e)::value];
+        } else if (k < a.H) {
+          for (int q = 0; q < G; ++q) acc[q][0] += w[q][k] * h4[decltype(e)::value];
+        }
+      });
+    });
+    T wh[G];
+    sum_partials<G, P>(acc, wh);
+    unit_finish<Cell>(a, ax, bi, bh, wh, hp[j], c, t, b, j, h_out, hn);
+  }
+};
+
+/// The warp-per-sample forward's program for one block (blocks of 32·spb threads), written once
+/// for its kernel and the host replay: as forward_program, with ctx.warp_barrier() (__syncwarp;
+/// in the replay, a barrier) after each step, the steps unrolled kDepth at a time so that the
+/// input-projection ring is indexed by constants.
+template <class Cell, bool Len, class T, class Ctx>
+BPPSA_HD inline void forward_warp_program(const LayerArgs<T>& a, T* sm, Idx block, Ctx& ctx) {
+  using U = ForwardWarp<Cell, Len, T>;
+  auto units = ctx.template per_thread<U>();
+  ctx.each([=, &units](Idx th) { units(th).init(a, sm, block, th); });
+  ctx.warp_barrier();
+  for (Idx t0 = 1; t0 <= a.steps; t0 += U::kDepth)
+    hd_unrolled<U::kDepth>([&](auto d) {
+      constexpr int D = decltype(d)::value;
+      if (t0 + D > a.steps) return;
+      ctx.each([=, &units](Idx th) { units(th).template step<D>(a, t0 + D); });
+      ctx.warp_barrier();
+    });
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@
 // optimizer's own tests are in tests/train/cuda/.
 // GpuSmall.* stay small enough for compute-sanitizer (BPPSA_GPU_TESTS_REDUCED=1 runs part of them).
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -320,6 +321,55 @@ TEST(GpuSmall, RecurrentApiRunsEachSampleAtItsLength) {
           EXPECT_LE(max_rel_error(gpu.input_grad().data(), cpu.input_grad().data(), I * T * B), 1e-4)
               << "input gradient";
         }
+}
+
+TEST(GpuSmall, WarpForwardGivesTheBlockKernelsBits) {
+  // The warp-per-sample forward (H up to 32 in float) against the block kernel it replaces there
+  // (BPPSA_CUDA_FORWARD=block): the same arithmetic in the same order, so the same bits, outputs
+  // and final states, with and without lengths; both against the CPU engine. Then the variable's
+  // refusals.
+  struct Unset {
+    ~Unset() { unsetenv("BPPSA_CUDA_FORWARD"); }
+  } unset;
+  const std::vector<Index> lengths{37, 30, 30, 9, 1};
+  for (const CellType cell : cells())
+    for (const Index H : {Index{20}, Index{32}})
+      for (const bool by_length : {false, true}) {
+        SCOPED_TRACE(std::string(to_string(cell)) + " H " + std::to_string(H) + (by_length ? " lengths" : ""));
+        const Index I = 3, L = 2, B = 5, T = 37, S = state_size(cell, H);
+        Recurrent<float> cpu(RecurrentConfig{cell, I, H, L});
+        cpu.reset_parameters(6);
+        Recurrent<float> gpu = gpu_twin(cpu);
+        std::mt19937_64 rng(8);
+        const Matrix<float> x = normal_matrix(I, T * B, rng);
+        for (Index l = 0; l < L; ++l) {
+          const Matrix<float> s0 = normal_matrix(S, B, rng) * 0.5f;
+          cpu.set_initial_state(l, s0);
+          gpu.set_initial_state(l, s0);
+        }
+        const std::vector<Index> len = by_length ? lengths : std::vector<Index>{};
+        cpu.forward(x, T, B, len);
+        Matrix<float> out[2], fin[2];
+        for (int k = 0; k < 2; ++k) {
+          setenv("BPPSA_CUDA_FORWARD", k == 0 ? "block" : "warp", 1);
+          gpu.forward(x, T, B, len);
+          out[k] = gpu.output();
+          fin[k] = gpu.final_state(L - 1);
+        }
+        EXPECT_EQ(0, std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float))) << "outputs";
+        EXPECT_EQ(0, std::memcmp(fin[0].data(), fin[1].data(), fin[0].size() * sizeof(float))) << "final states";
+        const Matrix<float> want = cpu.output(), want_fin = cpu.final_state(L - 1);
+        EXPECT_LE(max_rel_error(out[1].data(), want.data(), want.size()), 1e-5) << "outputs against the CPU";
+        EXPECT_LE(max_rel_error(fin[1].data(), want_fin.data(), want_fin.size()), 1e-5) << "final state, CPU";
+      }
+  Recurrent<float> wide(RecurrentConfig{CellType::gru, 2, 64, 1, Nonlinearity::tanh, Device::cuda});
+  const Matrix<float> x = Matrix<float>::Zero(2, 3);
+  setenv("BPPSA_CUDA_FORWARD", "warp", 1);
+  testutil::expect_error<UnsupportedError>([&] { wide.forward(x, 3, 1); },
+                                           {"BPPSA_CUDA_FORWARD=warp", "up to 32", "not 64"});
+  setenv("BPPSA_CUDA_FORWARD", "fast", 1);
+  testutil::expect_error<InvalidArgument>([&] { wide.forward(x, 3, 1); },
+                                          {"BPPSA_CUDA_FORWARD", "'fast'", "auto, warp or block"});
 }
 
 TEST(GpuSmall, RerunsAreBitIdentical) {

@@ -17,6 +17,7 @@
 #include <limits>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -143,6 +144,9 @@ struct ReplayBlock {
       for (auto& f : queued) f(static_cast<Idx>(reverse ? threads - 1 - i : i));
     queued.clear();
   }
+  /// __syncwarp: the whole block's barrier here (the warp-per-sample forward's warps share nothing,
+  /// which the replays in opposite thread orders check).
+  void warp_barrier() { barrier(); }
   template <class U>
   PerThread<U> per_thread() {
     return {std::make_shared<std::vector<U>>(threads)};
@@ -158,18 +162,25 @@ void replay(const gpu::LayerArgs<T>& a, const gpu::SmemLayout& L, unsigned threa
     std::vector<T> sm(static_cast<std::size_t>(L.total), kPoison<T>);
     ReplayBlock ctx{threads, reverse, {}};
     program(a, sm.data(), block, static_cast<Idx>(threads), ctx);
-    ctx.barrier();  // the kernel's end: whatever the program queued after its last barrier
+    // A program ends with a barrier: a phase queued after it would run on its registers (per_thread)
+    // after the program has returned, and a kernel's last phase unordered against nothing is a
+    // barrier missing.
+    EXPECT_TRUE(ctx.queued.empty()) << "block " << block << ": the program's last phase is not followed by a barrier";
+    ctx.queued.clear();
   }
 }
 
-/// How a persistent kernel is launched in a test: samples per block, W_hh on chip, threads.
+/// How a persistent kernel is launched in a test: samples per block, W_hh on chip, threads; warp:
+/// the forward runs the warp-per-sample kernel (spb warps a block; w_shared and threads unused).
 struct Launch {
   Idx spb;
   bool w_shared;
   unsigned threads;
+  bool warp = false;
 };
 const std::vector<Launch>& launches() {
-  static const std::vector<Launch> l{{1, true, 32}, {2, false, 64}, {3, true, 32}, {1, false, 96}};
+  static const std::vector<Launch> l{
+      {1, true, 32}, {2, false, 64}, {3, true, 32}, {1, false, 96}, {2, false, 64, true}};
   return l;
 }
 
@@ -261,12 +272,29 @@ struct LayerSim {
       a.w_col[static_cast<std::size_t>(i)] = p->w_hh.data()[gpu::transpose_source(GH, H, i)];
     gpu::LayerArgs<T> r = args(l);
     r.w = a.w_col.data();
+    if (l.warp && H <= gpu::warp_forward_max_hidden<T>(cell)) {  // else the block kernel, as the stack picks
+      gpu::SmemLayout L;
+      L.total = gpu::warp_forward_smem<T>(cell, l.spb);
+      replay(r, L, static_cast<unsigned>(32 * l.spb), reverse, [&](auto&&... p) { forward_warp(p...); });
+      return;
+    }
     if (len.empty())
       replay(r, gpu::forward_smem(r), l.threads, reverse,
              [](auto&&... p) { gpu::forward_program<false>(std::forward<decltype(p)>(p)...); });
     else
       replay(r, gpu::forward_smem(r), l.threads, reverse,
              [](auto&&... p) { gpu::forward_program<true>(std::forward<decltype(p)>(p)...); });
+  }
+
+  /// forward_warp_program for the layer's cell and lengths (the kernel launch_forward_warp picks).
+  template <class Ctx>
+  static void forward_warp(const gpu::LayerArgs<T>& r, T* sm, Idx block, Idx, Ctx& ctx) {
+    gpu::visit_cell(r.cell, [&](auto cell) {
+      if (r.len != nullptr)
+        gpu::forward_warp_program<decltype(cell), true>(r, sm, block, ctx);
+      else
+        gpu::forward_warp_program<decltype(cell), false>(r, sm, block, ctx);
+    });
   }
 
   /// g_T from `last` (H × B or null; with injections and lengths, above's block T) and `extra`
@@ -496,6 +524,71 @@ void forward_record_matches_cpu() {
       }
 }
 
+/// The warp-per-sample forward against the block kernel (itself checked against the CPU cells
+/// above): the same record bit for bit (same arithmetic in the same order), in either thread
+/// order, for every H it takes (the vector tails of 4 and the dots' groups of P), samples per block
+/// that leave the last block short, T around its ring depth, with and without lengths.
+template <class T>
+void warp_forward_matches_the_block_kernel() {
+  std::mt19937_64 rng(17);
+  int n = 0;
+  for (const CellCase& c : every_cell()) {
+    const Idx max = gpu::warp_forward_max_hidden<T>(c.code);
+    for (const Idx H : {Idx{1}, Idx{3}, Idx{5}, Idx{8}, Idx{13}, Idx{20}, Idx{31}, Idx{32}}) {
+      if (H > max) continue;
+      for (const Idx steps : {Idx{1}, Idx{4}, Idx{9}, Idx{17}}) {
+        ++n;
+        const Idx B = 1 + n % 5, I = 2, spb = 1 + n % 3;
+        SCOPED_TRACE(std::string(c.name) + " H " + std::to_string(H) + " B " + std::to_string(B) + " T " +
+                     std::to_string(steps) + " spb " + std::to_string(spb));
+        Recurrent<T> cpu = random_stack<T>(c, I, H, 1, 40 + static_cast<std::uint64_t>(n));
+        const auto& p = cpu.params(0);
+        const Matrix<T> x = random_matrix<T>(I, steps * B, rng);
+        const Matrix<T> s0 = n % 2 ? random_matrix<T>(gpu::cell_state(c.code, H), B, rng, 0.5) : Matrix<T>();
+        std::vector<Idx> len;
+        if (n % 4 == 3)  // non-increasing, 1 … T
+          for (Idx b = 0; b < B; ++b) len.push_back(std::max<Idx>(1, steps - b * (steps / 3 + 1)));
+        LayerSim<T> block(c.code, I, H, B, steps, p), warp(c.code, I, H, B, steps, p), back(c.code, I, H, B, steps, p);
+        block.len = warp.len = back.len = len;
+        const std::vector<T> xd = block.device_input(x.data());
+        block.forward(xd.data(), s0, Launch{spb, true, 32});
+        warp.forward(xd.data(), s0, Launch{spb, false, 0, true});
+        back.forward(xd.data(), s0, Launch{spb, false, 0, true}, true);
+        const auto same = [](const std::vector<T>& u, const std::vector<T>& v) {
+          return u.size() == v.size() && std::memcmp(u.data(), v.data(), u.size() * sizeof(T)) == 0;
+        };
+        EXPECT_TRUE(same(warp.a.h, block.a.h)) << "h differs from the block kernel's";
+        EXPECT_TRUE(same(warp.a.h, back.a.h)) << "thread order changed h: a step reads what another lane writes";
+        if (c.cell == CellType::lstm) {
+          EXPECT_TRUE(same(warp.a.c, block.a.c) && same(warp.a.c, back.a.c)) << "c";
+        }
+        if (c.cell != CellType::rnn) {
+          EXPECT_TRUE(same(warp.a.gates, block.a.gates) && same(warp.a.aux, block.a.aux)) << "gates, aux";
+        }
+      }
+    }
+  }
+  EXPECT_GT(n, 40);
+}
+
+TEST(CudaRecurrentHost, WarpForwardGivesTheBlockKernelsBitsDouble) { warp_forward_matches_the_block_kernel<double>(); }
+TEST(CudaRecurrentHost, WarpForwardGivesTheBlockKernelsBitsFloat) { warp_forward_matches_the_block_kernel<float>(); }
+
+TEST(CudaRecurrentLaunch, WarpForwardTakesHiddenSizesItsRegistersHold) {
+  // 128 float or 64 double registers of W_hh a lane: float every cell to 32; double the plain RNN to 32, GRU and LSTM
+  // to 16.
+  for (const std::int32_t cell : {gpu::kRnnTanh, gpu::kRnnRelu, gpu::kGru, gpu::kLstm})
+    EXPECT_EQ(gpu::warp_forward_max_hidden<float>(cell), 32);
+  EXPECT_EQ(gpu::warp_forward_max_hidden<double>(gpu::kRnnTanh), 32);
+  EXPECT_EQ(gpu::warp_forward_max_hidden<double>(gpu::kGru), 16);
+  EXPECT_EQ(gpu::warp_forward_max_hidden<double>(gpu::kLstm), 16);
+  // ⌈B / SMs⌉ warps a block, at most kWarpForwardSamples: the paper's B 16 is 16 one-warp blocks.
+  EXPECT_EQ(gpu::warp_forward_spb(16, 132), 1);
+  EXPECT_EQ(gpu::warp_forward_spb(300, 132), 3);
+  EXPECT_EQ(gpu::warp_forward_spb(100000, 132), gpu::kWarpForwardSamples);
+  EXPECT_EQ(gpu::warp_forward_smem<float>(gpu::kGru, 3), 2 * 32 * 3);
+}
+
 TEST(CudaRecurrentHost, ForwardRecordMatchesTheCpuCellsDouble) { forward_record_matches_cpu<double>(); }
 TEST(CudaRecurrentHost, ForwardRecordMatchesTheCpuCellsFloat) { forward_record_matches_cpu<float>(); }
 
@@ -505,12 +598,12 @@ TEST(CudaRecurrentHost, ForwardRecordMatchesTheCpuCellsFloat) { forward_record_m
 template <class T>
 void stack_matches_cpu(const CellCase& c, Idx layers, Idx H, Idx B, Idx steps, bool every_step, bool extras,
                        BackwardMethod method, const Launch& l, const std::vector<Idx>& lengths = {}) {
-  std::string lens;
-  for (const Idx n : lengths) lens += " " + std::to_string(n);
-  SCOPED_TRACE(std::string(c.name) + " layers " + std::to_string(layers) + " H " + std::to_string(H) + " B " +
-               std::to_string(B) + " T " + std::to_string(steps) + (every_step ? " every" : " last") +
-               (extras ? " s0+final" : "") + " " + to_string(method) + " spb " + std::to_string(l.spb) +
-               (lengths.empty() ? "" : " lengths" + lens));
+  std::ostringstream trace;
+  trace << c.name << " layers " << layers << " H " << H << " B " << B << " T " << steps
+        << (every_step ? " every" : " last") << (extras ? " s0+final" : "") << " " << to_string(method) << " spb "
+        << l.spb << (l.warp ? " warp" : "") << (lengths.empty() ? "" : " lengths");
+  for (const Idx n : lengths) trace << " " << n;
+  SCOPED_TRACE(trace.str());
   std::mt19937_64 rng(17 + static_cast<std::uint64_t>(H * 31 + B * 7 + steps));
   const Idx I = 3, S = gpu::cell_state(c.code, H), TB = steps * B;
   const auto len_of = [&](Idx b) { return lengths.empty() ? steps : lengths[static_cast<std::size_t>(b)]; };
