@@ -33,6 +33,9 @@ void launch_forward(const LayerArgs<T>& a, unsigned threads, std::size_t smem, c
 /// block: warp_forward_spb): persistent_blocks(B, spb) blocks of 32·spb threads.
 template <class T>
 void launch_forward_warp(const LayerArgs<T>& a, cudaStream_t s);
+/// The warp-per-sample BP of one layer (as launch_forward_warp; g_T already in a.g).
+template <class T>
+void launch_backward_warp(const LayerArgs<T>& a, cudaStream_t s);
 /// BP through time of one layer (g_T already in a.g): every g_t, dx (and dh).
 template <class T>
 void launch_backward_bp(const LayerArgs<T>& a, unsigned threads, std::size_t smem, cudaStream_t s);

@@ -40,26 +40,26 @@ int device_attribute(cudaDeviceAttr attr) {
   return value;
 }
 
-/// Whether a layer's forward runs the warp-per-sample kernel: where its H fits
-/// (warp_forward_max_hidden), unless BPPSA_CUDA_FORWARD says otherwise (auto: where it fits;
-/// warp: everywhere, UnsupportedError where it does not fit; block: never; for comparisons).
+/// Whether a layer's persistent kernels (forward, BP) are the warp-per-sample ones: where its H
+/// fits (warp_forward_max_hidden), unless BPPSA_CUDA_RECURRENCE says otherwise (auto: where it
+/// fits; warp: everywhere, UnsupportedError where it does not fit; block: never; for comparisons).
 template <class T>
-bool use_warp_forward(std::int32_t cell, Idx H) {
+bool use_warp_kernels(std::int32_t cell, Idx H) {
   const bool fits = H <= warp_forward_max_hidden<T>(cell);
-  const char* env = std::getenv("BPPSA_CUDA_FORWARD");
+  const char* env = std::getenv("BPPSA_CUDA_RECURRENCE");
   const std::string v = env != nullptr ? env : "";
   if (v.empty() || v == "auto") return fits;
   if (v == "block") return false;
   if (v != "warp")
     raise<InvalidArgument>("Recurrent",
-                           "BPPSA_CUDA_FORWARD is '" + v + "'; expected auto, warp or block (or unset it)");
+                           "BPPSA_CUDA_RECURRENCE is '" + v + "'; expected auto, warp or block (or unset it)");
   if (!fits)
     raise<UnsupportedError>("Recurrent",
-                            "BPPSA_CUDA_FORWARD=warp: the warp-per-sample forward takes a hidden size up to " +
+                            "BPPSA_CUDA_RECURRENCE=warp: the warp-per-sample kernels take a hidden size up "
+                            "to " +
                                 std::to_string(warp_forward_max_hidden<T>(cell)) +
-                                " for this cell and "
-                                "precision, not " +
-                                std::to_string(H) + "; unset it or set it to auto");
+                                " for this cell and precision, not " + std::to_string(H) +
+                                "; unset it or set it to auto");
   return true;
 }
 
@@ -353,7 +353,7 @@ void RecurrentCuda<T>::forward_from(Init&& init) {
     launch_transpose(params_.data() + L.w_hh, GH_, H_, L.w_col.data(), s);
     LayerArgs<T> a = args(l);
     a.w = L.w_col.data();
-    if (use_warp_forward<T>(cell_, H_)) {
+    if (use_warp_kernels<T>(cell_, H_)) {
       a.spb = warp_forward_spb(B, sms_);
       launch_forward_warp(a, s);
       continue;
@@ -623,10 +623,15 @@ void RecurrentCuda<T>::backward_from(Index l, const BackwardOptions& options, bo
   switch (how) {
     case StateGrads::bp: {
       BPPSA_CUDA_CHECK(cudaEventRecord(ev.e[1], s));
-      const PersistentLaunch p = launch_for(S_, true);
-      a.spb = p.spb;
-      a.w_shared = p.w_shared;
-      launch_backward_bp(a, p.threads, p.smem_bytes, s);  // g_{T−1} … g_0, dx (and dh)
+      if (use_warp_kernels<T>(cell_, H_)) {
+        a.spb = warp_forward_spb(B, sms_);
+        launch_backward_warp(a, s);  // g_{T−1} … g_0, dx (and dh)
+      } else {
+        const PersistentLaunch p = launch_for(S_, true);
+        a.spb = p.spb;
+        a.w_shared = p.w_shared;
+        launch_backward_bp(a, p.threads, p.smem_bytes, s);
+      }
       BPPSA_CUDA_CHECK(cudaEventRecord(ev.e[2], s));
       break;
     }

@@ -53,6 +53,13 @@ __global__ void __launch_bounds__(32 * kWarpForwardSamples) forward_kernel_warp(
   forward_warp_program<Cell, Len>(a, persistent_smem<T>(), blockIdx.x, ctx);
 }
 
+/// The warp-per-sample BP (backward_warp_program), one kernel per cell.
+template <class T, bool Len, class Cell>
+__global__ void __launch_bounds__(32 * kWarpForwardSamples) backward_kernel_warp(LayerArgs<T> a) {
+  ThisThread ctx{threadIdx.x};
+  backward_warp_program<Cell, Len>(a, persistent_smem<T>(), blockIdx.x, ctx);
+}
+
 template <class T, bool Len>
 __global__ void __launch_bounds__(kPersistentThreads) backward_kernel(LayerArgs<T> a) {
   ThisThread ctx{threadIdx.x};
@@ -173,26 +180,37 @@ void launch_forward(const LayerArgs<T>& a, unsigned threads, std::size_t smem, c
   BPPSA_CUDA_CHECK_LAUNCH();
 }
 
+/// The warp-per-sample forward (backward = false) or BP of a.cell's Cell.
 template <class T, class Cell>
-void launch_forward_warp_cell(const LayerArgs<T>& a, cudaStream_t s) {
-  const auto blocks = static_cast<unsigned>(persistent_blocks(a.B, a.spb));
-  const auto threads = static_cast<unsigned>(32 * a.spb);
-  const auto smem = static_cast<std::size_t>(warp_forward_smem<T>(a.cell, a.spb)) * sizeof(T);
-  if (a.len != nullptr)
-    forward_kernel_warp<T, true, Cell><<<blocks, threads, smem, s>>>(a);
-  else
-    forward_kernel_warp<T, false, Cell><<<blocks, threads, smem, s>>>(a);
+void launch_warp_cell(const LayerArgs<T>& a, bool backward, cudaStream_t s) {
+  const bool len = a.len != nullptr;
+  void (*kernel)(LayerArgs<T>) =
+      backward ? (len ? backward_kernel_warp<T, true, Cell> : backward_kernel_warp<T, false, Cell>)
+               : (len ? forward_kernel_warp<T, true, Cell> : forward_kernel_warp<T, false, Cell>);
+  const Idx values = backward ? warp_backward_smem<T>(a.cell, a.spb) : warp_forward_smem<T>(a.cell, a.spb);
+  kernel<<<static_cast<unsigned>(persistent_blocks(a.B, a.spb)), static_cast<unsigned>(32 * a.spb),
+           static_cast<std::size_t>(values) * sizeof(T), s>>>(a);
   BPPSA_CUDA_CHECK_LAUNCH();
 }
 
 template <class T>
-void launch_forward_warp(const LayerArgs<T>& a, cudaStream_t s) {
+void launch_warp(const LayerArgs<T>& a, bool backward, cudaStream_t s) {
   if (a.cell == kGru)
-    launch_forward_warp_cell<T, GruCell>(a, s);
+    launch_warp_cell<T, GruCell>(a, backward, s);
   else if (a.cell == kLstm)
-    launch_forward_warp_cell<T, LstmCell>(a, s);
+    launch_warp_cell<T, LstmCell>(a, backward, s);
   else
-    launch_forward_warp_cell<T, RnnCell>(a, s);
+    launch_warp_cell<T, RnnCell>(a, backward, s);
+}
+
+template <class T>
+void launch_forward_warp(const LayerArgs<T>& a, cudaStream_t s) {
+  launch_warp(a, false, s);
+}
+
+template <class T>
+void launch_backward_warp(const LayerArgs<T>& a, cudaStream_t s) {
+  launch_warp(a, true, s);
 }
 
 template <class T>
@@ -295,6 +313,7 @@ void launch_fill(T* x, Idx n, T value, cudaStream_t s) {
   template void launch_transpose<T>(const T*, Idx, Idx, T*, cudaStream_t);                                        \
   template void launch_forward<T>(const LayerArgs<T>&, unsigned, std::size_t, cudaStream_t);                      \
   template void launch_forward_warp<T>(const LayerArgs<T>&, cudaStream_t);                                        \
+  template void launch_backward_warp<T>(const LayerArgs<T>&, cudaStream_t);                                       \
   template void launch_backward_bp<T>(const LayerArgs<T>&, unsigned, std::size_t, cudaStream_t);                  \
   template void launch_final_grad<T>(Idx, Idx, Idx, Idx, const T*, const Idx*, const T*, T*, cudaStream_t);       \
   template void launch_injections_by_length<T>(T* const*, T*, const T*, const T*, const Idx*, Idx, Idx, Idx, Idx, \

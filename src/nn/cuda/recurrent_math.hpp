@@ -703,6 +703,145 @@ BPPSA_HD inline void backward_program(const LayerArgs<T>& a, T* sm, Idx block, I
 }
 
 // ---------------------------------------------------------------------------------------------
+// BP through time, a warp per sample (small H): W_hh's columns in registers, g_t in registers
+
+/// How many steps ahead the warp-per-sample BP asks L1 for a step's record.
+inline constexpr Idx kWarpBackwardPrefetch = 8;
+
+/// The warp-per-sample BP (H ≤ warp_forward_max_hidden): warp s of the block owns sample s for all
+/// T steps and lane k its unit k. Lane k keeps column k of W_hh (the GH values its row of
+/// W_hh^T·d sums) in registers, and its rows of g_t (h row k; LSTM also c row H + k): a unit's
+/// pre-activation gradients read only its own rows, so only the recurrent-side gradients d cross
+/// lanes, through two shared buffers taken in turn (one __syncwarp a step). The record of step
+/// t − kWarpBackwardPrefetch is asked of L1 at step t. Same arithmetic in the same order as the
+/// block kernel (backward_preact, backward_transpose): the same bits.
+template <class Cell, bool Len, class T>
+struct BackwardWarp {
+  static constexpr int G = Cell::kGates;
+  static constexpr int kMax = warp_forward_max_hidden<Cell, T>();
+  static_assert(kMax % 4 == 0);
+  bool active = false;  ///< a lane with a unit of a sample
+  Idx k = 0, b = 0;
+  T* buf = nullptr;  ///< the warp's two d buffers, G·kMax values each (gate q's units at q·kMax)
+  T w[G][kMax] = {};
+  T gh = T(0), gc = T(0);  ///< g_t's h row k and (LSTM) c row H + k
+
+  BPPSA_HD void init(const LayerArgs<T>& a, T* sm, Idx block, Idx thread) {
+    const Idx s = thread / 32, lane = thread - s * 32;
+    b = block_first(block, a.spb) + s;
+    k = lane;
+    buf = sm + s * 2 * G * kMax;
+    if (lane < kMax)  // zeros past H in both buffers (read by the 4-value loads, never used)
+      for (int i = 0; i < 2 * G; ++i) buf[i * kMax + lane] = T(0);
+    active = s < block_samples(block, a.spb, a.B) && lane < a.H;
+    if (!active) return;
+    for (int q = 0; q < G; ++q)
+      hd_unrolled<kMax>([&](auto jj) {
+        constexpr int j = decltype(jj)::value;
+        w[q][j] = j < a.H ? a.w[(q * a.H + j) * a.H + k] : T(0);  // row-major W_hh, column k
+      });
+    const T* gT = a.g + (a.steps * a.B + b) * a.S;
+    gh = gT[k];
+    if (Cell::kStateParts == 2) gc = gT[a.H + k];
+    for (Idx t = a.steps; t > a.steps - kWarpBackwardPrefetch && t >= 1; --t) prefetch(a, t);
+  }
+  /// L1 hints for what steps t's two phases read of unit k (as backward_prefetch for the block).
+  BPPSA_HD_FORCEINLINE void prefetch(const LayerArgs<T>& a, Idx t) const {
+    if (t < 1) return;
+    const Idx H = a.H, col = (t - 1) * a.B + b;
+    for (Idx u = t - 1; u <= t; ++u) {
+      hd_prefetch_l1(a.h + (u * a.B + b) * H + k);
+      if (a.c != nullptr) hd_prefetch_l1(a.c + (u * a.B + b) * H + k);
+    }
+    if (a.gates != nullptr)
+      for (int q = 0; q < G; ++q) hd_prefetch_l1(a.gates + col * a.GH + q * H + k);
+    if (a.aux != nullptr) hd_prefetch_l1(a.aux + col * H + k);
+    if (a.above != nullptr && t >= 2) hd_prefetch_l1(a.above + ((t - 2) * a.B + b) * H + k);
+  }
+  /// Phase 1 of step t: the pre-activation gradients of unit k from its g_t rows, into dx (and
+  /// dh) and its recurrent-side ones into d buffer t mod 2.
+  BPPSA_HD void preact(const LayerArgs<T>& a, Idx t) {
+    if (!active) return;
+    prefetch(a, t - kWarpBackwardPrefetch);
+    const Idx col = (t - 1) * a.B + b;
+    T dx[4] = {}, dh[4] = {};  // zeros past the sample's length
+    if (!padded_if<Len>(a, t, b)) preact_unit(a, t, b, k, gh, Cell::kStateParts == 2 ? gc : T(0), dx, dh);
+    T* d = buf + (t % 2) * G * kMax;
+    for (int q = 0; q < G; ++q) {
+      a.dx[col * a.GH + q * a.H + k] = dx[q];
+      if (a.cell == kGru) a.dh[col * a.GH + q * a.H + k] = dh[q];
+      d[q * kMax + k] = a.cell == kGru ? dh[q] : dx[q];
+    }
+  }
+  /// Phase 2 of step t: g_{t−1}'s rows of unit k (backward_transpose's formulas, W_hh^T·d summed
+  /// over the GH rows in order), into the record and the registers.
+  BPPSA_HD void transpose(const LayerArgs<T>& a, Idx t) {
+    if (!active) return;
+    const Idx H = a.H, col = (t - 1) * a.B + b;
+    T vh, vc = T(0);
+    if (padded_if<Len>(a, t, b)) {  // past the sample's length: the identity, no injection
+      vh = gh;
+      vc = gc;
+    } else {
+      const T* d = buf + (t % 2) * G * kMax;
+      T acc = T(0);
+      for (int q = 0; q < G; ++q)
+        hd_unrolled<kMax / 4>([&](auto v) {
+          constexpr int j4 = 4 * decltype(v)::value;
+          if (j4 >= H) return;
+          T d4[4];
+          hd_load4(d + q * kMax + j4, d4);
+          hd_unrolled<4>([&](auto e) {
+            constexpr int j = j4 + decltype(e)::value;
+            if (j < H) acc += w[q][j] * d4[decltype(e)::value];
+          });
+        });
+      vh = (a.above != nullptr && t >= 2) ? a.above[((t - 2) * a.B + b) * H + k] : T(0);
+      vh = vh + acc;
+      if (a.cell == kGru) vh += a.gates[col * a.GH + H + k] * gh;
+      if (Cell::kStateParts == 2) {  // c rows: f ⊙ (g_c + o(1 − tanh²c') g_h)
+        const T f = a.gates[col * a.GH + H + k], o = a.gates[col * a.GH + 3 * H + k];
+        const T tc = a.aux[col * H + k];
+        vc = f * (gc + o * (T(1) - tc * tc) * gh);
+      }
+    }
+    T* g = a.g + ((t - 1) * a.B + b) * a.S;
+    g[k] = vh;
+    if (Cell::kStateParts == 2) g[H + k] = vc;
+    gh = vh;
+    gc = vc;
+  }
+};
+
+/// Shared memory of the warp-per-sample BP, in values: two d buffers of G·warp_forward_max_hidden
+/// values a sample.
+template <class T>
+BPPSA_HD inline Idx warp_backward_smem(std::int32_t cell, Idx spb) {
+  return 2 * cell_gates(cell) * warp_forward_max_hidden<T>(cell) * spb;
+}
+
+/// The warp-per-sample BP's program for one block (blocks of 32·spb threads): phase 1 of step T,
+/// then per step t = T … 1 phase 2 of t and phase 1 of t − 1 (the d buffers alternate), each
+/// followed by ctx.warp_barrier(). Written once for its kernel and the host replay.
+template <class Cell, bool Len, class T, class Ctx>
+BPPSA_HD inline void backward_warp_program(const LayerArgs<T>& a, T* sm, Idx block, Ctx& ctx) {
+  using U = BackwardWarp<Cell, Len, T>;
+  auto units = ctx.template per_thread<U>();
+  ctx.each([=, &units](Idx th) {
+    units(th).init(a, sm, block, th);
+    units(th).preact(a, a.steps);
+  });
+  ctx.warp_barrier();
+  for (Idx t = a.steps; t >= 1; --t) {
+    ctx.each([=, &units](Idx th) {
+      units(th).transpose(a, t);
+      if (t > 1) units(th).preact(a, t - 1);
+    });
+    ctx.warp_barrier();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Jacobian generation for the generic GPU scan (src/scan/cuda/device_scan.hpp): J_t^T of sample
 // b in the chain's layout (RNN: the per-sample diagonal of W_hh^T·diag(d); GRU, LSTM: dense
 // S × S column-major, (i, j) at j·S + i). As the CPU cells' fill_jacobians.

@@ -323,15 +323,18 @@ TEST(GpuSmall, RecurrentApiRunsEachSampleAtItsLength) {
         }
 }
 
-TEST(GpuSmall, WarpForwardGivesTheBlockKernelsBits) {
-  // The warp-per-sample forward (H up to 32 in float) against the block kernel it replaces there
-  // (BPPSA_CUDA_FORWARD=block): the same arithmetic in the same order, so the same bits, outputs
-  // and final states, with and without lengths; both against the CPU engine. Then the variable's
-  // refusals.
+TEST(GpuSmall, WarpKernelsGiveTheBlockKernelsBits) {
+  // The warp-per-sample forward and BP (H up to 32 in float) against the block kernels they replace
+  // there (BPPSA_CUDA_RECURRENCE=block): the same arithmetic in the same order, so the same bits
+  // (outputs, final states, g_0 and every gradient of a bp backward), with and without lengths;
+  // both against the CPU engine. Then the variable's refusals.
   struct Unset {
-    ~Unset() { unsetenv("BPPSA_CUDA_FORWARD"); }
+    ~Unset() { unsetenv("BPPSA_CUDA_RECURRENCE"); }
   } unset;
   const std::vector<Index> lengths{37, 30, 30, 9, 1};
+  const auto same = [](const float* a, const float* b, Index n) {
+    return std::memcmp(a, b, static_cast<std::size_t>(n) * sizeof(float)) == 0;
+  };
   for (const CellType cell : cells())
     for (const Index H : {Index{20}, Index{32}})
       for (const bool by_length : {false, true}) {
@@ -341,35 +344,49 @@ TEST(GpuSmall, WarpForwardGivesTheBlockKernelsBits) {
         cpu.reset_parameters(6);
         Recurrent<float> gpu = gpu_twin(cpu);
         std::mt19937_64 rng(8);
-        const Matrix<float> x = normal_matrix(I, T * B, rng);
+        const Matrix<float> x = normal_matrix(I, T * B, rng), up = normal_matrix(H, T * B, rng);
         for (Index l = 0; l < L; ++l) {
-          const Matrix<float> s0 = normal_matrix(S, B, rng) * 0.5f;
-          cpu.set_initial_state(l, s0);
-          gpu.set_initial_state(l, s0);
+          const Matrix<float> s0 = normal_matrix(S, B, rng) * 0.5f, gf = normal_matrix(S, B, rng);
+          for (auto* r : {&cpu, &gpu}) {
+            r->set_initial_state(l, s0);
+            r->set_final_state_grad(l, gf);
+          }
         }
         const std::vector<Index> len = by_length ? lengths : std::vector<Index>{};
         cpu.forward(x, T, B, len);
-        Matrix<float> out[2], fin[2];
+        cpu.backward(up, true, BackwardOptions{.method = BackwardMethod::bp});
+        Matrix<float> out[2], fin[2], g0[2], dx[2];
+        RowMatrix<float> dw[2];  // as grads() holds it
         for (int k = 0; k < 2; ++k) {
-          setenv("BPPSA_CUDA_FORWARD", k == 0 ? "block" : "warp", 1);
+          setenv("BPPSA_CUDA_RECURRENCE", k == 0 ? "block" : "warp", 1);
           gpu.forward(x, T, B, len);
           out[k] = gpu.output();
           fin[k] = gpu.final_state(L - 1);
+          gpu.backward(up, true, BackwardOptions{.method = BackwardMethod::bp});
+          g0[k] = gpu.state0_grad(0);
+          dw[k] = gpu.grads(0).w_hh;
+          dx[k] = gpu.input_grad();
         }
-        EXPECT_EQ(0, std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float))) << "outputs";
-        EXPECT_EQ(0, std::memcmp(fin[0].data(), fin[1].data(), fin[0].size() * sizeof(float))) << "final states";
+        EXPECT_TRUE(same(out[0].data(), out[1].data(), out[0].size())) << "outputs";
+        EXPECT_TRUE(same(fin[0].data(), fin[1].data(), fin[0].size())) << "final states";
+        EXPECT_TRUE(same(g0[0].data(), g0[1].data(), g0[0].size())) << "g_0";
+        EXPECT_TRUE(same(dw[0].data(), dw[1].data(), dw[0].size())) << "w_hh's gradient";
+        EXPECT_TRUE(same(dx[0].data(), dx[1].data(), dx[0].size())) << "input gradient";
         const Matrix<float> want = cpu.output(), want_fin = cpu.final_state(L - 1);
         EXPECT_LE(max_rel_error(out[1].data(), want.data(), want.size()), 1e-5) << "outputs against the CPU";
         EXPECT_LE(max_rel_error(fin[1].data(), want_fin.data(), want_fin.size()), 1e-5) << "final state, CPU";
+        EXPECT_LE(max_rel_error(g0[1].data(), cpu.state0_grad(0).data(), S * B), 1e-4) << "g_0 against the CPU";
+        EXPECT_LE(max_rel_error(dw[1].data(), cpu.grads(0).w_hh.data(), cpu.grads(0).w_hh.size()), 1e-4) << "w_hh";
+        EXPECT_LE(max_rel_error(dx[1].data(), cpu.input_grad().data(), I * T * B), 1e-4) << "input gradient, CPU";
       }
   Recurrent<float> wide(RecurrentConfig{CellType::gru, 2, 64, 1, Nonlinearity::tanh, Device::cuda});
   const Matrix<float> x = Matrix<float>::Zero(2, 3);
-  setenv("BPPSA_CUDA_FORWARD", "warp", 1);
+  setenv("BPPSA_CUDA_RECURRENCE", "warp", 1);
   testutil::expect_error<UnsupportedError>([&] { wide.forward(x, 3, 1); },
-                                           {"BPPSA_CUDA_FORWARD=warp", "up to 32", "not 64"});
-  setenv("BPPSA_CUDA_FORWARD", "fast", 1);
+                                           {"BPPSA_CUDA_RECURRENCE=warp", "up to 32", "not 64"});
+  setenv("BPPSA_CUDA_RECURRENCE", "fast", 1);
   testutil::expect_error<InvalidArgument>([&] { wide.forward(x, 3, 1); },
-                                          {"BPPSA_CUDA_FORWARD", "'fast'", "auto, warp or block"});
+                                          {"BPPSA_CUDA_RECURRENCE", "'fast'", "auto, warp or block"});
 }
 
 TEST(GpuSmall, RerunsAreBitIdentical) {

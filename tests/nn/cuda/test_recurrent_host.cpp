@@ -297,6 +297,17 @@ struct LayerSim {
     });
   }
 
+  /// backward_warp_program for the layer's cell and lengths (the kernel launch_backward_warp picks).
+  template <class Ctx>
+  static void backward_warp(const gpu::LayerArgs<T>& r, T* sm, Idx block, Idx, Ctx& ctx) {
+    gpu::visit_cell(r.cell, [&](auto cell) {
+      if (r.len != nullptr)
+        gpu::backward_warp_program<decltype(cell), true>(r, sm, block, ctx);
+      else
+        gpu::backward_warp_program<decltype(cell), false>(r, sm, block, ctx);
+    });
+  }
+
   /// g_T from `last` (H × B or null; with injections and lengths, above's block T) and `extra`
   /// (S × B or empty) into `dst` (S × B), as backward_from launches final_grad_kernel.
   void set_final(const T* last, bool inject, const Matrix<T>& extra, T* dst) {
@@ -311,6 +322,12 @@ struct LayerSim {
     gpu::LayerArgs<T> r = args(l);
     r.w = p->w_hh.data();
     r.above = inject ? above : nullptr;
+    if (l.warp && H <= gpu::warp_forward_max_hidden<T>(cell)) {  // else the block kernel, as the stack picks
+      gpu::SmemLayout L;
+      L.total = gpu::warp_backward_smem<T>(cell, l.spb);
+      replay(r, L, static_cast<unsigned>(32 * l.spb), reverse, [&](auto&&... p) { backward_warp(p...); });
+      return;
+    }
     if (len.empty())
       replay(r, gpu::backward_smem(r), l.threads, reverse,
              [](auto&&... p) { gpu::backward_program<false>(std::forward<decltype(p)>(p)...); });
@@ -524,12 +541,12 @@ void forward_record_matches_cpu() {
       }
 }
 
-/// The warp-per-sample forward against the block kernel (itself checked against the CPU cells
-/// above): the same record bit for bit (same arithmetic in the same order), in either thread
-/// order, for every H it takes (the vector tails of 4 and the dots' groups of P), samples per block
-/// that leave the last block short, T around its ring depth, with and without lengths.
+/// The warp-per-sample forward and BP against the block kernels (themselves checked against the
+/// CPU engine): the same record, state gradients and pre-activation gradients bit for bit (same
+/// arithmetic in the same order), in either thread order, for every H it takes (the vector tails of 4 and the dots'
+/// groups of P), samples per block that leave the last block short, T around its ring depth, with and without lengths.
 template <class T>
-void warp_forward_matches_the_block_kernel() {
+void warp_kernels_match_the_block_kernels() {
   std::mt19937_64 rng(17);
   int n = 0;
   for (const CellCase& c : every_cell()) {
@@ -565,14 +582,28 @@ void warp_forward_matches_the_block_kernel() {
         if (c.cell != CellType::rnn) {
           EXPECT_TRUE(same(warp.a.gates, block.a.gates) && same(warp.a.aux, block.a.aux)) << "gates, aux";
         }
+        // BP on those records: injections from above at every step or only g_T, a final-state
+        // gradient or not.
+        const bool inject = n % 3 != 0;
+        const Matrix<T> up = random_matrix<T>(H, steps * B, rng);
+        const Matrix<T> extra = n % 2 ? Matrix<T>() : random_matrix<T>(gpu::cell_state(c.code, H), B, rng);
+        block.backward_bp(up.data(), inject, extra, Launch{spb, true, 32});
+        warp.backward_bp(up.data(), inject, extra, Launch{spb, false, 0, true});
+        back.backward_bp(up.data(), inject, extra, Launch{spb, false, 0, true}, true);
+        EXPECT_TRUE(same(warp.a.g, block.a.g)) << "g differs from the block BP's";
+        EXPECT_TRUE(same(warp.a.g, back.a.g)) << "thread order changed g: a phase reads what another lane writes";
+        EXPECT_TRUE(same(warp.a.dx, block.a.dx) && same(warp.a.dx, back.a.dx)) << "dx";
+        if (c.cell == CellType::gru) {
+          EXPECT_TRUE(same(warp.a.dh, block.a.dh) && same(warp.a.dh, back.a.dh)) << "dh";
+        }
       }
     }
   }
   EXPECT_GT(n, 40);
 }
 
-TEST(CudaRecurrentHost, WarpForwardGivesTheBlockKernelsBitsDouble) { warp_forward_matches_the_block_kernel<double>(); }
-TEST(CudaRecurrentHost, WarpForwardGivesTheBlockKernelsBitsFloat) { warp_forward_matches_the_block_kernel<float>(); }
+TEST(CudaRecurrentHost, WarpKernelsGiveTheBlockKernelsBitsDouble) { warp_kernels_match_the_block_kernels<double>(); }
+TEST(CudaRecurrentHost, WarpKernelsGiveTheBlockKernelsBitsFloat) { warp_kernels_match_the_block_kernels<float>(); }
 
 TEST(CudaRecurrentLaunch, WarpForwardTakesHiddenSizesItsRegistersHold) {
   // 128 float or 64 double registers of W_hh a lane: float every cell to 32; double the plain RNN to 32, GRU and LSTM
