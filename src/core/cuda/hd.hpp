@@ -41,8 +41,8 @@ BPPSA_HD_FORCEINLINE void hd_unrolled(F&& f) {
   hd_unrolled_seq(f, std::make_integer_sequence<int, N>{});
 }
 
-/// out[0..3] = p[0..3], p aligned to 4 values (16 bytes for float, 32 for double): one 128-bit
-/// load (float) or two (double) in device code, four scalar loads on the host.
+/// out[0..3] = p[0..3], p aligned to 16 bytes: one 128-bit load (float) or two (double) in device
+/// code, four scalar loads on the host.
 template <class T>
 BPPSA_HD_FORCEINLINE void hd_load4(const T* p, T* out) {
 #if defined(__CUDA_ARCH__)
@@ -56,5 +56,21 @@ BPPSA_HD_FORCEINLINE void hd_load4(const T* p, T* out) {
   }
 #else
   for (int i = 0; i < 4; ++i) out[i] = p[i];
+#endif
+}
+
+/// acc + a·b as each side computes an unguarded `acc += a * b`: one rounding (FMA) in device code,
+/// where nvcc contracts it, two on the host (bppsa's C++ is compiled with -ffp-contract=off).
+/// Written out where a multiply-add sits under a condition, which nvcc may compile as a multiply
+/// and a select instead: so that such a loop gives the bits of its unguarded twin on both sides.
+template <class T>
+BPPSA_HD_FORCEINLINE T hd_fma(T a, T b, T acc) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4)
+    return __fmaf_rn(a, b, acc);
+  else
+    return __fma_rn(a, b, acc);
+#else
+  return acc + a * b;
 #endif
 }

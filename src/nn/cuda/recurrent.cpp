@@ -353,7 +353,8 @@ void RecurrentCuda<T>::forward_from(Init&& init) {
     launch_transpose(params_.data() + L.w_hh, GH_, H_, L.w_col.data(), s);
     LayerArgs<T> a = args(l);
     a.w = L.w_col.data();
-    if (use_warp_kernels<T>(cell_, H_)) {
+    L.warp = use_warp_kernels<T>(cell_, H_);
+    if (L.warp) {
       a.spb = warp_forward_spb(B, sms_);
       launch_forward_warp(a, s);
       continue;
@@ -623,7 +624,7 @@ void RecurrentCuda<T>::backward_from(Index l, const BackwardOptions& options, bo
   switch (how) {
     case StateGrads::bp: {
       BPPSA_CUDA_CHECK(cudaEventRecord(ev.e[1], s));
-      if (use_warp_kernels<T>(cell_, H_)) {
+      if (L.warp) {  // decided once, by the forward
         a.spb = warp_forward_spb(B, sms_);
         launch_backward_warp(a, s);  // g_{T−1} … g_0, dx (and dh)
       } else {

@@ -231,8 +231,8 @@ class RecurrentCuda final : public RecurrentHalf<T> {
     std::array<cuda::Event, 4> e;
   };
   struct Layer {
-    Idx input = 0;                                ///< I of this layer
-    Idx w_ih = 0, w_hh = 0, b_ih = 0, b_hh = 0;   ///< offsets in the parameter arenas
+    Idx input = 0;                                      ///< I of this layer
+    Idx w_ih = 0, w_hh = 0, b_ih = 0, b_hh = 0;         ///< offsets in the parameter arenas
     cuda::DeviceBuffer<T> h, c, gates, aux, ax, w_col;  ///< forward record (w_col: W_hh column-major)
     cuda::DeviceBuffer<T> g, dx, dh, gx, g_final;       ///< backward
     cuda::DeviceBuffer<T> g_last;                       ///< the fused scan's g_T input (apart from g)
@@ -241,6 +241,7 @@ class RecurrentCuda final : public RecurrentHalf<T> {
     std::array<LayerEvents, kSlots> events;
     StateGrads how = StateGrads::bp;             ///< how its last backward computed the state gradients
     BackwardMethod method = BackwardMethod::bp;  ///< the method of its last backward
+    bool warp = false;  ///< its last forward ran the warp-per-sample kernel (so does its bp backward)
   };
 
   // Host memory crosses here only: a queued copy of n values, then a wait (the host buffer may
@@ -293,7 +294,7 @@ class RecurrentCuda final : public RecurrentHalf<T> {
   int sms_, smem_optin_;
   cuda::DeviceBuffer<T> params_, grads_;
   cuda::DeviceBuffer<T> x_, ones_, grad_out_;
-  cuda::DeviceBuffer<T> staged_;          ///< host states staged for the device (stage_states), layer by layer
+  cuda::DeviceBuffer<T> staged_;            ///< host states staged for the device (stage_states), layer by layer
   mutable cuda::DeviceBuffer<T> readback_;  ///< a state gathered for the host (state, final_state)
   cuda::DeviceBuffer<DeviceStatus> status_;
   std::vector<Layer> layers_;

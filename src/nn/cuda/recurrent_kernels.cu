@@ -49,6 +49,8 @@ __global__ void __launch_bounds__(kPersistentThreads) forward_kernel(LayerArgs<T
 /// The warp-per-sample forward (forward_warp_program), one kernel per cell: its registers are its own.
 template <class T, bool Len, class Cell>
 __global__ void __launch_bounds__(32 * kWarpForwardSamples) forward_kernel_warp(LayerArgs<T> a) {
+  if (static_cast<Idx>(threadIdx.x / 32) >= block_samples(blockIdx.x, a.spb, a.B))
+    return;  // no sample: __syncwarp is per warp
   ThisThread ctx{threadIdx.x};
   forward_warp_program<Cell, Len>(a, persistent_smem<T>(), blockIdx.x, ctx);
 }
@@ -56,6 +58,8 @@ __global__ void __launch_bounds__(32 * kWarpForwardSamples) forward_kernel_warp(
 /// The warp-per-sample BP (backward_warp_program), one kernel per cell.
 template <class T, bool Len, class Cell>
 __global__ void __launch_bounds__(32 * kWarpForwardSamples) backward_kernel_warp(LayerArgs<T> a) {
+  if (static_cast<Idx>(threadIdx.x / 32) >= block_samples(blockIdx.x, a.spb, a.B))
+    return;  // no sample: __syncwarp is per warp
   ThisThread ctx{threadIdx.x};
   backward_warp_program<Cell, Len>(a, persistent_smem<T>(), blockIdx.x, ctx);
 }

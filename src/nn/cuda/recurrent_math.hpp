@@ -520,9 +520,9 @@ struct ForwardWarp : UnitRegisters<Cell, T> {
       hd_unrolled<4>([&](auto e) {
         constexpr int k = k4 + decltype(e)::value, p = k % P;
         if (k - p + P <= a.H) {
-          for (int q = 0; q < G; ++q) acc[q][p] += w[q][k] * h4[decltype(e)::value];
+          for (int q = 0; q < G; ++q) acc[q][p] = hd_fma(w[q][k], h4[decltype(e)::value], acc[q][p]);
         } else if (k < a.H) {
-          for (int q = 0; q < G; ++q) acc[q][0] += w[q][k] * h4[decltype(e)::value];
+          for (int q = 0; q < G; ++q) acc[q][0] = hd_fma(w[q][k], h4[decltype(e)::value], acc[q][0]);
         }
       });
     });
@@ -793,7 +793,7 @@ struct BackwardWarp {
           hd_load4(d + q * kMax + j4, d4);
           hd_unrolled<4>([&](auto e) {
             constexpr int j = j4 + decltype(e)::value;
-            if (j < H) acc += w[q][j] * d4[decltype(e)::value];
+            if (j < H) acc = hd_fma(w[q][j], d4[decltype(e)::value], acc);
           });
         });
       vh = (a.above != nullptr && t >= 2) ? a.above[((t - 2) * a.B + b) * H + k] : T(0);

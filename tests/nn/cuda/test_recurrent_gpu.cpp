@@ -6,12 +6,15 @@
 // covering set; bit-identical reruns; an epoch with lengths; errors. The training pass and the
 // optimizer's own tests are in tests/train/cuda/.
 // GpuSmall.* stay small enough for compute-sanitizer (BPPSA_GPU_TESTS_REDUCED=1 runs part of them).
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "bppsa/data/dataset.hpp"
@@ -323,68 +326,119 @@ TEST(GpuSmall, RecurrentApiRunsEachSampleAtItsLength) {
         }
 }
 
-TEST(GpuSmall, WarpKernelsGiveTheBlockKernelsBits) {
-  // The warp-per-sample forward and BP (H up to 32 in float) against the block kernels they replace
-  // there (BPPSA_CUDA_RECURRENCE=block): the same arithmetic in the same order, so the same bits
-  // (outputs, final states, g_0 and every gradient of a bp backward), with and without lengths;
-  // both against the CPU engine. Then the variable's refusals.
-  struct Unset {
-    ~Unset() { unsetenv("BPPSA_CUDA_RECURRENCE"); }
-  } unset;
-  const std::vector<Index> lengths{37, 30, 30, 9, 1};
-  const auto same = [](const float* a, const float* b, Index n) {
-    return std::memcmp(a, b, static_cast<std::size_t>(n) * sizeof(float)) == 0;
-  };
+/// Sets BPPSA_CUDA_RECURRENCE for its lifetime, then restores what it was.
+class RecurrenceVariable {
+ public:
+  RecurrenceVariable() {
+    if (const char* v = std::getenv(kName)) before_ = v;
+  }
+  ~RecurrenceVariable() {
+    if (before_)
+      setenv(kName, before_->c_str(), 1);
+    else
+      unsetenv(kName);
+  }
+  void set(const char* v) { setenv(kName, v, 1); }
+
+ private:
+  static constexpr const char* kName = "BPPSA_CUDA_RECURRENCE";
+  std::optional<std::string> before_;
+};
+
+/// One stack's forward and bp backward with the persistent kernels `kernels` (block or warp), on a
+/// fresh GPU twin of `cpu` (nothing left from another run): outputs, final states, then per layer
+/// g_0 and every parameter gradient, then the input gradient, as flat vectors.
+template <class T>
+std::vector<std::vector<T>> warp_or_block_run(const char* kernels, const Recurrent<T>& cpu, const Matrix<T>& x,
+                                              const Matrix<T>& up, const std::vector<Matrix<T>>& s0,
+                                              const std::vector<Matrix<T>>& gf, Index steps, Index batch,
+                                              const std::vector<Index>& len) {
+  RecurrenceVariable var;
+  var.set(kernels);
+  RecurrentConfig c = cpu.config();
+  c.device = Device::cuda;
+  Recurrent<T> gpu(c);
+  for (Index l = 0; l < c.layers; ++l) {
+    gpu.params(l) = cpu.params(l);
+    gpu.set_initial_state(l, s0[static_cast<std::size_t>(l)]);
+    gpu.set_final_state_grad(l, gf[static_cast<std::size_t>(l)]);
+  }
+  gpu.forward(x, steps, batch, len);
+  std::vector<std::vector<T>> r;
+  const auto add = [&](const auto& m) { r.emplace_back(m.data(), m.data() + m.size()); };
+  add(gpu.output());
+  for (Index l = 0; l < c.layers; ++l) add(gpu.final_state(l));
+  gpu.backward(up, true, BackwardOptions{.method = BackwardMethod::bp});
+  for (Index l = 0; l < c.layers; ++l) {
+    add(gpu.state0_grad(l));
+    const auto& g = gpu.grads(l);
+    add(g.w_ih), add(g.w_hh), add(g.b_ih), add(g.b_hh);
+  }
+  add(gpu.input_grad());
+  return r;
+}
+
+/// The warp-per-sample forward and BP against the block kernels they replace (BPPSA_CUDA_RECURRENCE
+/// =block), each on a fresh stack: the same arithmetic in the same order, so the same bits in every
+/// tensor; and against the CPU engine (its outputs and input gradient). H around the vector width
+/// and the partial sums, B above twice the SMs (several warps a block, a short last block).
+template <class T>
+void warp_kernels_give_the_block_kernels_bits() {
+  const double tol = std::is_same_v<T, float> ? 1e-4 : 1e-10;
   for (const CellType cell : cells())
-    for (const Index H : {Index{20}, Index{32}})
-      for (const bool by_length : {false, true}) {
-        SCOPED_TRACE(std::string(to_string(cell)) + " H " + std::to_string(H) + (by_length ? " lengths" : ""));
-        const Index I = 3, L = 2, B = 5, T = 37, S = state_size(cell, H);
-        Recurrent<float> cpu(RecurrentConfig{cell, I, H, L});
+    for (const Index H : {Index{5}, Index{13}, Index{16}, Index{20}, Index{31}, Index{32}})
+      for (const Index B : {Index{5}, Index{301}}) {
+        const bool by_length = (H + B) % 2 == 0;
+        if (std::is_same_v<T, double> && cell != CellType::rnn && H > 16) continue;  // the warp kernels' limit
+        if (B > 5 && H != 13 && H != 32) continue;
+        SCOPED_TRACE(std::string(to_string(cell)) + " H " + std::to_string(H) + " B " + std::to_string(B) +
+                     (by_length ? " lengths" : "") + (std::is_same_v<T, float> ? " float" : " double"));
+        const Index I = 3, L = 2, T_ = 37, S = state_size(cell, H);
+        Recurrent<T> cpu(RecurrentConfig{cell, I, H, L});
         cpu.reset_parameters(6);
-        Recurrent<float> gpu = gpu_twin(cpu);
         std::mt19937_64 rng(8);
-        const Matrix<float> x = normal_matrix(I, T * B, rng), up = normal_matrix(H, T * B, rng);
+        std::normal_distribution<double> nd;
+        const auto random = [&](Index r, Index cols) {
+          Matrix<T> m(r, cols);
+          for (Index i = 0; i < m.size(); ++i) m.data()[i] = static_cast<T>(nd(rng));
+          return m;
+        };
+        const Matrix<T> x = random(I, T_ * B), up = random(H, T_ * B);
+        std::vector<Matrix<T>> s0, gf;
         for (Index l = 0; l < L; ++l) {
-          const Matrix<float> s0 = normal_matrix(S, B, rng) * 0.5f, gf = normal_matrix(S, B, rng);
-          for (auto* r : {&cpu, &gpu}) {
-            r->set_initial_state(l, s0);
-            r->set_final_state_grad(l, gf);
-          }
+          s0.push_back(random(S, B) * T(0.5));
+          gf.push_back(random(S, B));
+          cpu.set_initial_state(l, s0.back());
+          cpu.set_final_state_grad(l, gf.back());
         }
-        const std::vector<Index> len = by_length ? lengths : std::vector<Index>{};
-        cpu.forward(x, T, B, len);
+        std::vector<Index> len;
+        for (Index b = 0; by_length && b < B; ++b) len.push_back(std::max<Index>(1, T_ - (b * T_) / B));
+        const auto block = warp_or_block_run<T>("block", cpu, x, up, s0, gf, T_, B, len);
+        const auto warp = warp_or_block_run<T>("warp", cpu, x, up, s0, gf, T_, B, len);
+        ASSERT_EQ(block.size(), warp.size());
+        for (std::size_t i = 0; i < block.size(); ++i)
+          EXPECT_TRUE(block[i].size() == warp[i].size() &&
+                      std::memcmp(block[i].data(), warp[i].data(), block[i].size() * sizeof(T)) == 0)
+              << "tensor " << i << " (outputs, final states, then per layer g_0, w_ih, w_hh, b_ih, b_hh; input)";
+        cpu.forward(x, T_, B, len);
         cpu.backward(up, true, BackwardOptions{.method = BackwardMethod::bp});
-        Matrix<float> out[2], fin[2], g0[2], dx[2];
-        RowMatrix<float> dw[2];  // as grads() holds it
-        for (int k = 0; k < 2; ++k) {
-          setenv("BPPSA_CUDA_RECURRENCE", k == 0 ? "block" : "warp", 1);
-          gpu.forward(x, T, B, len);
-          out[k] = gpu.output();
-          fin[k] = gpu.final_state(L - 1);
-          gpu.backward(up, true, BackwardOptions{.method = BackwardMethod::bp});
-          g0[k] = gpu.state0_grad(0);
-          dw[k] = gpu.grads(0).w_hh;
-          dx[k] = gpu.input_grad();
-        }
-        EXPECT_TRUE(same(out[0].data(), out[1].data(), out[0].size())) << "outputs";
-        EXPECT_TRUE(same(fin[0].data(), fin[1].data(), fin[0].size())) << "final states";
-        EXPECT_TRUE(same(g0[0].data(), g0[1].data(), g0[0].size())) << "g_0";
-        EXPECT_TRUE(same(dw[0].data(), dw[1].data(), dw[0].size())) << "w_hh's gradient";
-        EXPECT_TRUE(same(dx[0].data(), dx[1].data(), dx[0].size())) << "input gradient";
-        const Matrix<float> want = cpu.output(), want_fin = cpu.final_state(L - 1);
-        EXPECT_LE(max_rel_error(out[1].data(), want.data(), want.size()), 1e-5) << "outputs against the CPU";
-        EXPECT_LE(max_rel_error(fin[1].data(), want_fin.data(), want_fin.size()), 1e-5) << "final state, CPU";
-        EXPECT_LE(max_rel_error(g0[1].data(), cpu.state0_grad(0).data(), S * B), 1e-4) << "g_0 against the CPU";
-        EXPECT_LE(max_rel_error(dw[1].data(), cpu.grads(0).w_hh.data(), cpu.grads(0).w_hh.size()), 1e-4) << "w_hh";
-        EXPECT_LE(max_rel_error(dx[1].data(), cpu.input_grad().data(), I * T * B), 1e-4) << "input gradient, CPU";
+        const Matrix<T> out = cpu.output(), gx = cpu.input_grad();
+        EXPECT_LE(max_rel_error(warp.front().data(), out.data(), out.size()), tol) << "outputs against the CPU";
+        EXPECT_LE(max_rel_error(warp.back().data(), gx.data(), gx.size()), tol) << "input gradient against the CPU";
       }
+}
+
+TEST(GpuSmall, WarpKernelsGiveTheBlockKernelsBits) {
+  warp_kernels_give_the_block_kernels_bits<float>();
+  warp_kernels_give_the_block_kernels_bits<double>();
+  // BPPSA_CUDA_RECURRENCE's refusals.
+  RecurrenceVariable var;
   Recurrent<float> wide(RecurrentConfig{CellType::gru, 2, 64, 1, Nonlinearity::tanh, Device::cuda});
   const Matrix<float> x = Matrix<float>::Zero(2, 3);
-  setenv("BPPSA_CUDA_RECURRENCE", "warp", 1);
+  var.set("warp");
   testutil::expect_error<UnsupportedError>([&] { wide.forward(x, 3, 1); },
                                            {"BPPSA_CUDA_RECURRENCE=warp", "up to 32", "not 64"});
-  setenv("BPPSA_CUDA_RECURRENCE", "fast", 1);
+  var.set("fast");
   testutil::expect_error<InvalidArgument>([&] { wide.forward(x, 3, 1); },
                                           {"BPPSA_CUDA_RECURRENCE", "'fast'", "auto, warp or block"});
 }

@@ -551,19 +551,23 @@ void warp_kernels_match_the_block_kernels() {
   int n = 0;
   for (const CellCase& c : every_cell()) {
     const Idx max = gpu::warp_forward_max_hidden<T>(c.code);
-    for (const Idx H : {Idx{1}, Idx{3}, Idx{5}, Idx{8}, Idx{13}, Idx{20}, Idx{31}, Idx{32}}) {
+    for (const Idx H : {Idx{1}, Idx{3}, Idx{5}, Idx{8}, Idx{13}, Idx{16}, Idx{20}, Idx{31}, Idx{32}}) {
       if (H > max) continue;
       for (const Idx steps : {Idx{1}, Idx{4}, Idx{9}, Idx{17}}) {
         ++n;
-        const Idx B = 1 + n % 5, I = 2, spb = 1 + n % 3;
+        // Each option drawn on its own, so that every pair of them meets somewhere in the sweep.
+        const auto coin = [&] { return (rng() >> 7) % 2 == 0; };
+        const bool by_length = coin(), with_s0 = coin(), inject = coin(), with_extra = coin();
+        const Idx B = 1 + static_cast<Idx>(rng() % 5), I = 2, spb = 1 + static_cast<Idx>(rng() % 3);
         SCOPED_TRACE(std::string(c.name) + " H " + std::to_string(H) + " B " + std::to_string(B) + " T " +
-                     std::to_string(steps) + " spb " + std::to_string(spb));
+                     std::to_string(steps) + " spb " + std::to_string(spb) + (by_length ? " lengths" : "") +
+                     (with_s0 ? " s0" : "") + (inject ? " injected" : "") + (with_extra ? " final grad" : ""));
         Recurrent<T> cpu = random_stack<T>(c, I, H, 1, 40 + static_cast<std::uint64_t>(n));
         const auto& p = cpu.params(0);
         const Matrix<T> x = random_matrix<T>(I, steps * B, rng);
-        const Matrix<T> s0 = n % 2 ? random_matrix<T>(gpu::cell_state(c.code, H), B, rng, 0.5) : Matrix<T>();
+        const Matrix<T> s0 = with_s0 ? random_matrix<T>(gpu::cell_state(c.code, H), B, rng, 0.5) : Matrix<T>();
         std::vector<Idx> len;
-        if (n % 4 == 3)  // non-increasing, 1 … T
+        if (by_length)  // non-increasing, 1 … T
           for (Idx b = 0; b < B; ++b) len.push_back(std::max<Idx>(1, steps - b * (steps / 3 + 1)));
         LayerSim<T> block(c.code, I, H, B, steps, p), warp(c.code, I, H, B, steps, p), back(c.code, I, H, B, steps, p);
         block.len = warp.len = back.len = len;
@@ -584,9 +588,8 @@ void warp_kernels_match_the_block_kernels() {
         }
         // BP on those records: injections from above at every step or only g_T, a final-state
         // gradient or not.
-        const bool inject = n % 3 != 0;
         const Matrix<T> up = random_matrix<T>(H, steps * B, rng);
-        const Matrix<T> extra = n % 2 ? Matrix<T>() : random_matrix<T>(gpu::cell_state(c.code, H), B, rng);
+        const Matrix<T> extra = with_extra ? random_matrix<T>(gpu::cell_state(c.code, H), B, rng) : Matrix<T>();
         block.backward_bp(up.data(), inject, extra, Launch{spb, true, 32});
         warp.backward_bp(up.data(), inject, extra, Launch{spb, false, 0, true});
         back.backward_bp(up.data(), inject, extra, Launch{spb, false, 0, true}, true);
