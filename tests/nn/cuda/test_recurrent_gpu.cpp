@@ -386,7 +386,7 @@ template <class T>
 void warp_kernels_give_the_block_kernels_bits() {
   const double tol = std::is_same_v<T, float> ? 1e-4 : 1e-10;
   for (const CellType cell : cells())
-    for (const Index H : {Index{5}, Index{13}, Index{16}, Index{20}, Index{31}, Index{32}})
+    for (const Index H : pick<std::vector<Index>>({5, 13, 16, 20, 31, 32}, {13}))  // reduced: under the sanitizers
       for (const Index B : {Index{5}, Index{301}}) {
         const bool by_length = (H + B) % 2 == 0;
         if (std::is_same_v<T, double> && cell != CellType::rnn && H > 16) continue;  // the warp kernels' limit
@@ -430,7 +430,7 @@ void warp_kernels_give_the_block_kernels_bits() {
 
 TEST(GpuSmall, WarpKernelsGiveTheBlockKernelsBits) {
   warp_kernels_give_the_block_kernels_bits<float>();
-  warp_kernels_give_the_block_kernels_bits<double>();
+  if (!gpu_test::reduced()) warp_kernels_give_the_block_kernels_bits<double>();
   // BPPSA_CUDA_RECURRENCE's refusals.
   RecurrenceVariable var;
   Recurrent<float> wide(RecurrentConfig{CellType::gru, 2, 64, 1, Nonlinearity::tanh, Device::cuda});
