@@ -604,6 +604,19 @@ BPPSA_HD inline void backward_load(const LayerArgs<T>& a, T* sm, Idx block, Idx 
   load_phase(a, backward_smem(a), a.g + a.steps * a.B * a.S, a.S, sm, block, thread, nthreads);
 }
 
+/// Unit j's pre-activation gradients of column col (gate q at [q], q < G) into the record's dx
+/// (GRU: and dh), and the recurrent-side ones (GRU's dh, else dx) into vec[q·stride] for W_hh^T·d.
+template <class T>
+BPPSA_HD_FORCEINLINE void store_preact(const LayerArgs<T>& a, Idx G, Idx col, Idx j, const T* dx, const T* dh, T* vec,
+                                       Idx stride) {
+  for (int q = 0; q < 4; ++q) {  // constant length (unrolled), guarded: dx and dh stay registers
+    if (q >= G) break;
+    a.dx[col * a.GH + q * a.H + j] = dx[q];
+    if (a.cell == kGru) a.dh[col * a.GH + q * a.H + j] = dh[q];
+    vec[q * stride] = a.cell == kGru ? dh[q] : dx[q];
+  }
+}
+
 /// Phase 1 of step t: the pre-activation gradients of step t from g_t, into dx (and dh) and,
 /// the recurrent-side ones, into the shared vector for phase 2.
 template <bool Len, class T>
@@ -617,12 +630,7 @@ BPPSA_HD inline void backward_preact(const LayerArgs<T>& a, T* sm, Idx block, Id
     T dx[4] = {}, dh[4] = {};  // zeros past the sample's length
     if (!padded_if<Len>(a, t, b))
       preact_unit(a, t, b, j, gc[s * a.S + j], a.cell == kLstm ? gc[s * a.S + a.H + j] : T(0), dx, dh);
-    for (int q = 0; q < 4; ++q) {  // constant length (unrolled), guarded: dx and dh stay registers
-      if (q >= G) break;
-      a.dx[col * a.GH + q * a.H + j] = dx[q];
-      if (a.cell == kGru) a.dh[col * a.GH + q * a.H + j] = dh[q];
-      sm[L.vec + s * a.GH + q * a.H + j] = a.cell == kGru ? dh[q] : dx[q];
-    }
+    store_preact(a, G, col, j, dx, dh, sm + L.vec + s * a.GH + j, a.H);
   }
 }
 
@@ -652,6 +660,25 @@ BPPSA_HD inline void backward_prefetch(const LayerArgs<T>& a, Idx block, Idx thr
   if (a.above != nullptr && t >= 2) prefetch_range(a.above + ((t - 2) * a.B + s0) * H, ns * H, thread, nthreads);
 }
 
+/// Row k < H of g_{t−1} for sample b: the injection from above (none at t = 1) + acc (row k of
+/// W_hh^T·d), and GRU's direct term z ⊙ g_t (gh: g_t's row k).
+template <class T>
+BPPSA_HD_FORCEINLINE T grad_h_row(const LayerArgs<T>& a, Idx t, Idx b, Idx k, T acc, T gh) {
+  T v = (a.above != nullptr && t >= 2) ? a.above[((t - 2) * a.B + b) * a.H + k] : T(0);
+  v = v + acc;
+  if (a.cell == kGru) v += a.gates[((t - 1) * a.B + b) * a.GH + a.H + k] * gh;
+  return v;
+}
+
+/// LSTM's c row H + j of g_{t−1} at column col: (∂c'/∂c)^T δc = f ⊙ (g_c + o(1 − tanh²c') g_h),
+/// from g_t's c row (gc) and h row (gh) of unit j.
+template <class T>
+BPPSA_HD_FORCEINLINE T grad_c_row(const LayerArgs<T>& a, Idx col, Idx j, T gc, T gh) {
+  const T f = a.gates[col * a.GH + a.H + j], o = a.gates[col * a.GH + 3 * a.H + j];
+  const T tc = a.aux[col * a.H + j];
+  return f * (gc + o * (T(1) - tc * tc) * gh);
+}
+
 template <bool Len, class T>
 BPPSA_HD inline void backward_transpose(const LayerArgs<T>& a, T* sm, Idx block, Idx thread, Idx nthreads, Idx t) {
   const SmemLayout L = backward_smem(a);
@@ -668,14 +695,9 @@ BPPSA_HD inline void backward_transpose(const LayerArgs<T>& a, T* sm, Idx block,
     } else if (k < H) {
       // W in shared or in global memory: each call compiled for its address space.
       const T acc = a.w_shared ? transpose_dot(sm + L.w, d, k, H, a.GH) : transpose_dot(a.w, d, k, H, a.GH);
-      v = (a.above != nullptr && t >= 2) ? a.above[((t - 2) * a.B + b) * H + k] : T(0);
-      v = v + acc;
-      if (a.cell == kGru) v += a.gates[col * a.GH + H + k] * gc[s * a.S + k];
-    } else {  // LSTM c rows: (∂c'/∂c)^T δc = f ⊙ (g_c + o(1 − tanh²c') g_h)
-      const Idx j = k - H;
-      const T f = a.gates[col * a.GH + H + j], o = a.gates[col * a.GH + 3 * H + j];
-      const T tc = a.aux[col * H + j];
-      v = f * (gc[s * a.S + k] + o * (T(1) - tc * tc) * gc[s * a.S + j]);
+      v = grad_h_row(a, t, b, k, acc, gc[s * a.S + k]);
+    } else {  // LSTM c rows
+      v = grad_c_row(a, col, k - H, gc[s * a.S + k], gc[s * a.S + k - H]);
     }
     a.g[((t - 1) * a.B + b) * a.S + k] = v;
     gn[s * a.S + k] = v;
@@ -763,21 +785,15 @@ struct BackwardWarp {
   BPPSA_HD void preact(const LayerArgs<T>& a, Idx t) {
     if (!active) return;
     prefetch(a, t - kWarpBackwardPrefetch);
-    const Idx col = (t - 1) * a.B + b;
     T dx[4] = {}, dh[4] = {};  // zeros past the sample's length
     if (!padded_if<Len>(a, t, b)) preact_unit(a, t, b, k, gh, Cell::kStateParts == 2 ? gc : T(0), dx, dh);
-    T* d = buf + (t % 2) * G * kMax;
-    for (int q = 0; q < G; ++q) {
-      a.dx[col * a.GH + q * a.H + k] = dx[q];
-      if (a.cell == kGru) a.dh[col * a.GH + q * a.H + k] = dh[q];
-      d[q * kMax + k] = a.cell == kGru ? dh[q] : dx[q];
-    }
+    store_preact(a, G, (t - 1) * a.B + b, k, dx, dh, buf + (t % 2) * G * kMax + k, kMax);
   }
   /// Phase 2 of step t: g_{t−1}'s rows of unit k (backward_transpose's formulas, W_hh^T·d summed
   /// over the GH rows in order), into the record and the registers.
   BPPSA_HD void transpose(const LayerArgs<T>& a, Idx t) {
     if (!active) return;
-    const Idx H = a.H, col = (t - 1) * a.B + b;
+    const Idx H = a.H;
     T vh, vc = T(0);
     if (padded_if<Len>(a, t, b)) {  // past the sample's length: the identity, no injection
       vh = gh;
@@ -796,14 +812,8 @@ struct BackwardWarp {
             if (j < H) acc = hd_fma(w[q][j], d4[decltype(e)::value], acc);
           });
         });
-      vh = (a.above != nullptr && t >= 2) ? a.above[((t - 2) * a.B + b) * H + k] : T(0);
-      vh = vh + acc;
-      if (a.cell == kGru) vh += a.gates[col * a.GH + H + k] * gh;
-      if (Cell::kStateParts == 2) {  // c rows: f ⊙ (g_c + o(1 − tanh²c') g_h)
-        const T f = a.gates[col * a.GH + H + k], o = a.gates[col * a.GH + 3 * H + k];
-        const T tc = a.aux[col * H + k];
-        vc = f * (gc + o * (T(1) - tc * tc) * gh);
-      }
+      vh = grad_h_row(a, t, b, k, acc, gh);
+      if (Cell::kStateParts == 2) vc = grad_c_row(a, (t - 1) * a.B + b, k, gc, gh);
     }
     T* g = a.g + ((t - 1) * a.B + b) * a.S;
     g[k] = vh;
