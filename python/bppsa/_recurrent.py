@@ -10,7 +10,7 @@ import torch
 from . import _native
 
 BACKWARD_METHODS = ("auto", "blelloch", "hybrid", "bp", "linear")
-FORWARD_METHODS = ("sequential", "newton")
+FORWARD_METHODS = ("auto", "sequential", "newton")
 
 
 class LayerSpec:
@@ -27,7 +27,7 @@ class LayerSpec:
         self.hidden_size = hidden_size
         self.nonlinearity = nonlinearity
         self.proj_size = proj_size  # LSTM: rows of h (0 = hidden_size, no projection)
-        self.last_forward = None  # the last Newton forward's report (_run_forward)
+        self.last_forward = None  # the last newton or auto forward's report (_run_forward)
         self.last_backward = None  # the method of the last backward (_run_backward), or "torch.nn" (nn.py)
         self._idle = {}
         # Reentrant: an engine may come back (weakref.finalize, run by the garbage collector)
@@ -122,8 +122,8 @@ def _weight_refs(engine, weights):
 def _run_forward(engine, spec, args, lengths=None, forward="sequential", threads=None, record=True):
     """Runs the layer on args (engine_inputs: x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, contiguous).
     w_hr: the LSTM's projection or None; lengths: per sample, longest first, or None (every sample
-    runs every step). forward: "sequential" or "newton" (its report kept on the spec:
-    spec.last_forward); threads: as the module's (None follows torch.get_num_threads()); record:
+    runs every step). forward: "sequential", "newton" or "auto" (newton's and auto's report kept on
+    the spec: spec.last_forward); threads: as the module's (None follows torch.get_num_threads()); record:
     False when no backward follows (the engine keeps nothing for one)."""
     x = args[0]
     T, B = x.shape[0], x.shape[1]
@@ -138,9 +138,10 @@ def _run_forward(engine, spec, args, lengths=None, forward="sequential", threads
     engine.forward(x, args[1], args[2], *_weight_refs(engine, args[3:]), list(lengths or ()), out, h_n, c_n,
                    _native.stream_of(x), record)
     if forward != "sequential":
-        iterations, residual, fell_back, fallback_step = engine.forward_report()
-        spec.last_forward = {"method": forward, "iterations": iterations, "residual": residual,
-                             "fell_back": fell_back, "fallback_step": fallback_step}
+        ran, max_iterations, iterations, residual, fell_back, fallback_step = engine.forward_report()
+        spec.last_forward = {"method": ran, "asked": forward, "max_iterations": max_iterations,
+                             "iterations": iterations, "residual": residual, "fell_back": fell_back,
+                             "fallback_step": fallback_step}
     return out, h_n, c_n
 
 

@@ -17,12 +17,17 @@ bppsa's own options are keyword-only:
   core this process may use.
 - ``check_finite``: False (default) lets NaN/Inf propagate into the gradients, as torch.nn does;
   True raises FloatingPointError naming the layer.
-- ``forward``: ``'sequential'`` (default: one step after another) or ``'newton'`` (Newton's method
-  on the whole trajectory, each iteration's linear recurrence solved by the scan engine; exact by
-  certificate, else that layer's sequential forward; docs/method.md §9). ``last_forward`` then
-  holds each layer-direction's iterations, certificate residual and fallback (in eager mode: under
-  torch.compile and torch.export the operator's engine keeps its report). CPU tensors only for now;
-  on a CPU it is slower than the sequential forward at every size measured.
+- ``forward``: ``'auto'`` (default), ``'sequential'`` (one step after another) or ``'newton'``
+  (Newton's method on the whole trajectory, each iteration's linear recurrence solved by the scan
+  engine; exact by certificate, else that layer's sequential forward; docs/method.md §9; CPU
+  tensors only for now, and on a CPU slower than the sequential forward at every size measured).
+  ``'auto'`` runs Newton on a layer where the cost model (the one behind ``backward='auto'``)
+  predicts its expected iterations faster than the sequential forward, allowing it only the
+  iterations that fit in the sequential forward's predicted time, else the sequential forward: on
+  CUDA tensors, and with the built-in fit on a CPU, that is the sequential forward everywhere.
+  ``last_forward`` then holds each layer-direction's method, iterations, certificate residual and
+  fallback (in eager mode: under torch.compile and torch.export the operator's engine keeps its
+  report).
 
 The modules subclass torch.nn.RNN, GRU and LSTM (so ``isinstance(m, torch.nn.RNNBase)`` holds and
 the constructor is the installed torch's). Under ``torch.compile`` and ``torch.export`` each layer
@@ -229,13 +234,13 @@ class _Bppsa:
 
     _cell = None  # "rnn", "gru", "lstm"
 
-    def __init__(self, *args, backward="auto", threads=None, check_finite=False, forward="sequential", **kwargs):
+    def __init__(self, *args, backward="auto", threads=None, check_finite=False, forward="auto", **kwargs):
         # Before torch allocates anything (a CUDA device, say); again after, for positional arguments.
         _check_factory(type(self).__name__, kwargs.get("dtype"), kwargs.get("device"))
         super().__init__(*args, **kwargs)  # torch.nn.RNN's, GRU's or LSTM's (the next class in the MRO)
         self._bppsa_init(backward, threads, check_finite, forward)
 
-    def _bppsa_init(self, backward, threads, check_finite, forward="sequential"):
+    def _bppsa_init(self, backward, threads, check_finite, forward="auto"):
         name = type(self).__name__
         _check_factory(name, self.weight_ih_l0.dtype, self.weight_ih_l0.device)
         self._specs = self._layer_specs()
@@ -276,10 +281,11 @@ class _Bppsa:
         self.bppsa_backward = backward
         self.bppsa_threads = threads
 
-    def set_forward(self, forward="sequential"):
-        """Chooses how the forward pass is computed: 'sequential' or 'newton' (see the module docstring)."""
+    def set_forward(self, forward="auto"):
+        """Chooses how the forward pass is computed: 'auto', 'sequential' or 'newton' (see the module
+        docstring)."""
         if forward not in FORWARD_METHODS:
-            raise ValueError(f"bppsa: unknown forward method {forward!r}; use 'sequential' or 'newton'")
+            raise ValueError(f"bppsa: unknown forward method {forward!r}; use 'auto', 'sequential' or 'newton'")
         self.bppsa_forward = forward
 
     @property
@@ -293,9 +299,12 @@ class _Bppsa:
 
     @property
     def last_forward(self):
-        """The last Newton forward of each layer-direction (layer-major, as h_n): a dict of its
-        method, iterations, certificate residual, whether it fell back to the sequential forward
-        and from which step (fallback_step, 1-based; 0: none); None for one that has not run Newton.
+        """The last forward of each layer-direction (layer-major, as h_n) under forward='newton' or
+        'auto': a dict of the method asked ("asked") and the one it ran ("method": 'newton' or
+        'sequential', auto resolved), the iterations Newton was allowed ("max_iterations": auto's
+        from the cost model; 0 for a sequential forward) and took, its certificate residual, whether
+        it fell back to the sequential forward and from which step (fallback_step, 1-based; 0:
+        none); None before such a forward, or when backward='auto' ran torch.nn's implementation.
         Not updated under torch.compile or torch.export (their operator runs an engine of its own)."""
         return [spec.last_forward for spec in self._specs]
 
@@ -316,7 +325,7 @@ class _Bppsa:
             s += f", threads={self.bppsa_threads}"
         if self.bppsa_check_finite:
             s += ", check_finite=True"
-        if getattr(self, "bppsa_forward", "sequential") != "sequential":
+        if getattr(self, "bppsa_forward", "sequential") != "auto":
             s += f", forward={self.bppsa_forward!r}"
         return s
 
@@ -515,7 +524,7 @@ class _Bppsa:
         capture = _ops.capturing(layer_input)
         forward = getattr(self, "bppsa_forward", "sequential")  # absent in a module pickled before it existed
         if forward not in FORWARD_METHODS:  # assigned directly
-            raise ValueError(f"bppsa: unknown forward method {forward!r}; use 'sequential' or 'newton'")
+            raise ValueError(f"bppsa: unknown forward method {forward!r}; use 'auto', 'sequential' or 'newton'")
         h_n, c_n = [], []
         for layer in range(self.num_layers):
             outputs = []
@@ -564,7 +573,7 @@ class _Bppsa:
 class RNN(_Bppsa, torch.nn.RNN):
     """torch.nn.RNN (tanh or relu) with a BPPSA backward pass: a subclass of torch.nn.RNN taking
     the installed torch's arguments, plus keyword-only backward='auto', threads=None,
-    check_finite=False and forward='sequential'."""
+    check_finite=False and forward='auto'."""
 
     _cell = "rnn"
 
@@ -572,7 +581,7 @@ class RNN(_Bppsa, torch.nn.RNN):
 class GRU(_Bppsa, torch.nn.GRU):
     """torch.nn.GRU with a BPPSA backward pass: a subclass of torch.nn.GRU taking the installed
     torch's arguments, plus keyword-only backward='auto', threads=None, check_finite=False and
-    forward='sequential'."""
+    forward='auto'."""
 
     _cell = "gru"
 
@@ -581,7 +590,7 @@ class LSTM(_Bppsa, torch.nn.LSTM):
     """torch.nn.LSTM with a BPPSA backward pass, proj_size included (h_t = W_hr (o_t ⊙ tanh c_t),
     scanned with its own Jacobian): a subclass of torch.nn.LSTM taking the installed torch's
     arguments, plus keyword-only backward='auto', threads=None, check_finite=False and
-    forward='sequential'."""
+    forward='auto'."""
 
     _cell = "lstm"
 

@@ -164,7 +164,7 @@ void LayerEngine<T>::set_forward(const std::string& method, int threads) {
   const ForwardMethod m = parse_forward(method);
   threads = checked_threads(threads, kOp);
   if (m == rnn_->forward_options().method && threads == rnn_->forward_options().threads) return;
-  if (m != ForwardMethod::sequential && place_.device == "cuda")
+  if (m == ForwardMethod::newton && place_.device == "cuda")  // auto: sequential there
     detail::raise<UnsupportedError>(kOp, "forward='" + method +
                                              "' runs on the CPU only for now: use forward='sequential' on CUDA "
                                              "tensors, or move the module and its inputs with .cpu()");
@@ -175,10 +175,15 @@ void LayerEngine<T>::set_forward(const std::string& method, int threads) {
 }
 
 template <class T>
-std::tuple<int, double, bool, Index> LayerEngine<T>::forward_report() const {
+std::tuple<std::string, int, int, double, bool, Index> LayerEngine<T>::forward_report() const {
   const ForwardReport& r = rnn_->forward_report();
-  if (r.iterations.empty()) return {0, 0.0, false, 0};
-  return {r.iterations.front(), r.residual.front(), static_cast<bool>(r.fell_back.front()), r.fallback_step.front()};
+  if (r.iterations.empty()) return {"sequential", 0, 0, 0.0, false, 0};
+  return {to_string(r.ran.front()),
+          r.max_iterations.front(),
+          r.iterations.front(),
+          r.residual.front(),
+          static_cast<bool>(r.fell_back.front()),
+          r.fallback_step.front()};
 }
 
 template class LayerEngine<float>;

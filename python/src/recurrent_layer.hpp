@@ -56,12 +56,12 @@ class LayerEngine {
                        const OptRef& grad_c0, const OptRef& grad_w_ih, const OptRef& grad_w_hh, const OptRef& grad_b_ih,
                        const OptRef& grad_b_hh, const OptRef& grad_w_hr, bool check_finite, std::uintptr_t stream = 0);
 
-  /// How the next forwards run: "sequential" or "newton" (Recurrent's ForwardMethod; newton is
-  /// CPU only: NotImplementedError on CUDA), on up to `threads` threads (0: every core).
+  /// How the next forwards run: "sequential", "newton" or "auto" (Recurrent's ForwardMethod; newton
+  /// is CPU only: NotImplementedError on CUDA), on up to `threads` threads (0: every core).
   void set_forward(const std::string& method, int threads = 0);
-  /// The last forward's (iterations, certificate residual, fell back, the step it fell back from)
-  /// for newton; (0, 0, false, 0) for a sequential one.
-  std::tuple<int, double, bool, Index> forward_report() const;
+  /// The last forward's (method it ran, iterations allowed, iterations, certificate residual, fell
+  /// back, the step it fell back from); ("sequential", 0, 0, 0, false, 0) for a sequential one.
+  std::tuple<std::string, int, int, double, bool, Index> forward_report() const;
   /// Frees the last forward's record if larger than a small bound (Recurrent::release_record).
   void release_record() { rnn_->release_record(); }
   Index steps() const { return rnn_->steps(); }

@@ -1,5 +1,6 @@
-// The step cost model (bppsa/nn/cost_model.hpp): per (cell, candidate, threads) a non-negative
-// combination of the features below, fitted by bench/auto/fit_auto.py to measured step times.
+// The cost model (bppsa/nn/cost_model.hpp): per (cell, candidate, threads) a non-negative
+// combination of the features below, fitted by bench/auto/fit_auto.py to measured times: a
+// training step's (the step candidates) or a forward's (the forward candidates).
 #include "bppsa/nn/cost_model.hpp"
 
 #include <algorithm>
@@ -30,10 +31,18 @@ constexpr std::size_t kFeatureCount = std::size(kFeatures);
 // The dimensions of a group's span, in the file's order.
 constexpr const char* kSpanDims[] = {"steps", "batch", "hidden"};
 
+// Every candidate a group can model: the step candidates (StepCandidate's values), then the forward ones.
+enum class Candidate { bp, blelloch, hybrid, torch_nn, sequential_forward, newton_iteration };
+Candidate candidate_of(StepCandidate c) { return static_cast<Candidate>(static_cast<int>(c)); }
+Candidate candidate_of(ForwardCandidate c) {
+  return c == ForwardCandidate::sequential ? Candidate::sequential_forward : Candidate::newton_iteration;
+}
+
 struct Group {
   CellType cell;
-  StepCandidate candidate;
+  Candidate candidate;
   int threads;
+  int iterations = 0;        // newton iteration: the median iterations of the runs it was fitted to
   std::vector<double> coef;  // ms per unit of each feature
   // The smallest and largest T, B and H its fit measured; a file without a span: every shape.
   std::array<std::array<Index, 2>, std::size(kSpanDims)> span{};
@@ -52,12 +61,15 @@ constexpr const char* kBuiltIn =
 
 [[noreturn]] void bad_model(const std::string& where, const std::string& what);
 
-StepCandidate parse_candidate(const std::string& name, const std::string& where) {
-  if (name == "bp") return StepCandidate::bp;
-  if (name == "blelloch") return StepCandidate::blelloch;
-  if (name == "hybrid") return StepCandidate::hybrid;
-  if (name == "torch.nn") return StepCandidate::torch_nn;
-  bad_model(where, "unknown candidate '" + name + "' (expected bp, blelloch, hybrid or torch.nn)");
+Candidate parse_candidate(const std::string& name, const std::string& where) {
+  if (name == "bp") return Candidate::bp;
+  if (name == "blelloch") return Candidate::blelloch;
+  if (name == "hybrid") return Candidate::hybrid;
+  if (name == "torch.nn") return Candidate::torch_nn;
+  if (name == "sequential forward") return Candidate::sequential_forward;
+  if (name == "newton iteration") return Candidate::newton_iteration;
+  bad_model(where, "unknown candidate '" + name +
+                       "' (expected bp, blelloch, hybrid, torch.nn, sequential forward or newton iteration)");
 }
 
 [[noreturn]] void bad_model(const std::string& where, const std::string& what) {
@@ -101,6 +113,12 @@ Model parse_model(const std::string& text, const std::string& where, std::string
     out.candidate = parse_candidate(g["candidate"].get<std::string>(), where + ": " + at);
     out.threads = g["threads"].get<int>();
     if (out.threads < 1) bad(at + ": threads must be ≥ 1");
+    if (out.candidate == Candidate::newton_iteration) {
+      const auto it = g.find("iterations");
+      if (it == g.end() || !it->is_number_integer() || it->get<int>() < 1)
+        bad(at + ": a \"newton iteration\" group needs \"iterations\", an integer ≥ 1 (the median its runs took)");
+      out.iterations = it->get<int>();
+    }
     if (g["coef"].size() != kFeatureCount)
       bad(at + ": \"coef\" must have " + std::to_string(kFeatureCount) + " numbers");
     for (const auto& c : g["coef"]) {
@@ -178,7 +196,7 @@ const char* to_string(StepCandidate c) {
 namespace {
 
 /// The group that serves a shape and candidate (the thread-count rule of predict_step_ms), or null.
-const Group* group_for(const Model& model, const StepShape& shape, StepCandidate candidate) {
+const Group* group_for(const Model& model, const StepShape& shape, Candidate candidate) {
   const int threads = resolve_threads(shape.threads);
   const Group* best = nullptr;
   for (const Group& g : model.groups) {
@@ -192,9 +210,17 @@ const Group* group_for(const Model& model, const StepShape& shape, StepCandidate
   return best;
 }
 
-}  // namespace
+/// Whether the group serving a shape and candidate was fitted on T, B and H spanning it.
+bool spans(const Model& model, const StepShape& shape, Candidate candidate) {
+  const Group* g = group_for(model, shape, candidate);
+  if (g == nullptr) return false;
+  const Index at[] = {shape.steps, shape.batch, shape.hidden};
+  for (std::size_t d = 0; d < std::size(kSpanDims); ++d)
+    if (at[d] < g->span[d][0] || at[d] > g->span[d][1]) return false;
+  return true;
+}
 
-double predict_step_ms(const StepShape& shape, StepCandidate candidate) {
+double predict_ms(const StepShape& shape, Candidate candidate) {
   const auto model = model_in_use();
   const Group* best = group_for(*model, shape, candidate);
   if (best == nullptr) return std::numeric_limits<double>::quiet_NaN();
@@ -204,14 +230,52 @@ double predict_step_ms(const StepShape& shape, StepCandidate candidate) {
   return ms;
 }
 
-bool cost_model_spans(const StepShape& shape, StepCandidate candidate) {
+}  // namespace
+
+double predict_step_ms(const StepShape& shape, StepCandidate candidate) {
+  return predict_ms(shape, candidate_of(candidate));
+}
+
+const char* to_string(ForwardCandidate c) {
+  return c == ForwardCandidate::sequential ? "sequential forward" : "newton iteration";
+}
+
+double predict_forward_ms(const StepShape& shape, ForwardCandidate candidate) {
+  return predict_ms(shape, candidate_of(candidate));
+}
+
+int expected_newton_iterations(const StepShape& shape) {
   const auto model = model_in_use();
-  const Group* g = group_for(*model, shape, candidate);
-  if (g == nullptr) return false;
-  const Index at[] = {shape.steps, shape.batch, shape.hidden};
-  for (std::size_t d = 0; d < std::size(kSpanDims); ++d)
-    if (at[d] < g->span[d][0] || at[d] > g->span[d][1]) return false;
-  return true;
+  const Group* g = group_for(*model, shape, Candidate::newton_iteration);
+  return g == nullptr ? 0 : g->iterations;
+}
+
+ForwardPlan resolve_forward(const ForwardOptions& options, const StepShape& shape, Device device) {
+  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+  ForwardPlan plan{options.method, options.method == ForwardMethod::sequential ? 0 : options.max_iterations, kNaN,
+                   kNaN};
+  if (options.method != ForwardMethod::automatic) return plan;
+  plan.method = ForwardMethod::sequential;
+  plan.max_iterations = 0;
+  if (shape.steps <= 1 || device != Device::cpu) return plan;  // one step: the first is exact; no CUDA Newton yet
+  plan.sequential_ms = predict_forward_ms(shape, ForwardCandidate::sequential);
+  plan.iteration_ms = predict_forward_ms(shape, ForwardCandidate::newton_iteration);
+  const int expected = expected_newton_iterations(shape);
+  if (!(plan.iteration_ms > 0) || !(plan.sequential_ms > 0) || expected < 1) return plan;  // no fit (NaN)
+  // Outside the shapes the fits measured a prediction is extrapolated: at T 2 and H 1, say, a fit
+  // whose Newton iteration has no fixed term would predict Newton nearly free.
+  const auto model = model_in_use();
+  if (!spans(*model, shape, Candidate::sequential_forward) || !spans(*model, shape, Candidate::newton_iteration))
+    return plan;
+  const double affordable = std::floor(plan.sequential_ms / plan.iteration_ms);
+  if (affordable <= expected) return plan;  // Newton's expected iterations take at least as long
+  plan.method = ForwardMethod::newton;
+  plan.max_iterations = static_cast<int>(std::min<double>(affordable, options.max_iterations));
+  return plan;
+}
+
+bool cost_model_spans(const StepShape& shape, StepCandidate candidate) {
+  return spans(*model_in_use(), shape, candidate_of(candidate));
 }
 
 BackwardMethod resolve_backward(const BackwardOptions& options, const StepShape& shape) {

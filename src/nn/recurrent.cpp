@@ -45,18 +45,19 @@ Nonlinearity parse_nonlinearity(std::string_view name) {
 
 Index gate_count(CellType c) { return c == CellType::rnn ? 1 : c == CellType::gru ? 3 : 4; }
 Index state_size(CellType c, Index hidden) { return c == CellType::lstm ? 2 * hidden : hidden; }
-const char* to_string(ForwardMethod m) { return m == ForwardMethod::newton ? "newton" : "sequential"; }
+const char* to_string(ForwardMethod m) {
+  return m == ForwardMethod::newton ? "newton" : m == ForwardMethod::automatic ? "auto" : "sequential";
+}
 
 ForwardMethod parse_forward(std::string_view name) {
   if (name == "sequential") return ForwardMethod::sequential;
   if (name == "newton") return ForwardMethod::newton;
-  detail::raise<InvalidArgument>("parse_forward",
-                                 "unknown forward method '" + std::string(name) + "'; expected sequential or newton");
+  if (name == "auto") return ForwardMethod::automatic;
+  detail::raise<InvalidArgument>(
+      "parse_forward", "unknown forward method '" + std::string(name) + "'; expected sequential, newton or auto");
 }
 
-int ForwardReport::fallbacks() const {
-  return static_cast<int>(std::count(fell_back.begin(), fell_back.end(), true));
-}
+int ForwardReport::fallbacks() const { return static_cast<int>(std::count(fell_back.begin(), fell_back.end(), true)); }
 
 Index output_size(const RecurrentConfig& c) { return c.proj > 0 ? c.proj : c.hidden; }
 Index state_size(const RecurrentConfig& c) { return c.cell == CellType::lstm ? output_size(c) + c.hidden : c.hidden; }
@@ -345,8 +346,9 @@ void Recurrent<T>::forward_io(const LayerForwardIo<T>& io, Index steps, Index ba
                                       " steps, batch " + std::to_string(batch) + ")");
   if (io.x == nullptr || io.w_ih == nullptr || io.w_hh == nullptr || io.out == nullptr || io.h_n == nullptr ||
       (config_.cell == CellType::lstm && io.c_n == nullptr) || (config_.proj > 0 && io.w_hr == nullptr))
-    detail::raise<InvalidArgument>(op, "x, weight_ih, weight_hh, out and h_n are required (and c_n for an LSTM, "
-                                       "weight_hr with a projection)");
+    detail::raise<InvalidArgument>(op,
+                                   "x, weight_ih, weight_hh, out and h_n are required (and c_n for an LSTM, "
+                                   "weight_hr with a projection)");
   detail::check_sorted_lengths(op, lengths, batch, steps);
   impl_->next_layer = -1;
   impl_->io_forward = false;  // until it has run
@@ -366,8 +368,9 @@ std::string Recurrent<T>::backward_io(const LayerBackwardIo<T>& io, const Backwa
   if (steps() == 0 || !impl_->io_recorded)
     detail::raise<InvalidArgument>(op, "call forward_io() (with record true) before backward_io()");
   if (impl_->io_weights != detail::weight_addresses(io, config_))
-    detail::raise<InvalidArgument>(op, "the weights (w_ih, w_hh, b_ih, b_hh, w_hr) must be those forward_io read, "
-                                       "at the same addresses and unchanged: the backward reads them in place");
+    detail::raise<InvalidArgument>(op,
+                                   "the weights (w_ih, w_hh, b_ih, b_hh, w_hr) must be those forward_io read, "
+                                   "at the same addresses and unchanged: the backward reads them in place");
   impl_->next_layer = -1;
   return impl_->half->backward_io(io, options, impl_->lengths, stream, params_, grads_);
 }
@@ -391,12 +394,14 @@ void Recurrent<T>::set_forward_options(const ForwardOptions& o) {
   if (o.max_iterations < 1)
     detail::raise<InvalidArgument>(op, "max_iterations must be ≥ 1, got " + std::to_string(o.max_iterations));
   if (!(o.tolerance >= 0) || !std::isfinite(o.tolerance))
-    detail::raise<InvalidArgument>(op, "tolerance must be ≥ 0 and finite (0 = 16 ε), got " + std::to_string(o.tolerance));
+    detail::raise<InvalidArgument>(op,
+                                   "tolerance must be ≥ 0 and finite (0 = 16 ε), got " + std::to_string(o.tolerance));
   if (o.threads < 0 || o.chunks < 0)
     detail::raise<InvalidArgument>(op, "threads and chunks must be ≥ 0 (0 = automatic)");
   if (o.algorithm == Algorithm::fused)
-    detail::raise<InvalidArgument>(op, "the Newton forward's linear recurrences run on the scan engine: linear, "
-                                       "blelloch, hybrid or auto, not fused");
+    detail::raise<InvalidArgument>(op,
+                                   "the Newton forward's linear recurrences run on the scan engine: linear, "
+                                   "blelloch, hybrid or auto, not fused");
   impl_->half->set_forward_options(o);
   impl_->forward_options = o;
 }
@@ -471,8 +476,9 @@ void Recurrent<T>::backward_begin(const Eigen::Ref<const Matrix<T>>& grad_out, b
   impl_->next_layer = -1;
   if (T_ == 0) detail::raise<InvalidArgument>(op, "call forward() before backward()");
   if (impl_->io_forward)
-    detail::raise<InvalidArgument>(op, "the last forward was forward_io, on the caller's weights: its backward is "
-                                       "backward_io (or run forward() first)");
+    detail::raise<InvalidArgument>(op,
+                                   "the last forward was forward_io, on the caller's weights: its backward is "
+                                   "backward_io (or run forward() first)");
   if (grad_out.rows() != P || grad_out.cols() != T_ * B)
     detail::raise<ShapeError>(op, "output gradient is " + shape_string(grad_out.rows(), grad_out.cols()) +
                                       ", expected " + shape_string(P, T_ * B) +

@@ -23,8 +23,8 @@ SMALL = ["train", "--model", "gru", "--hidden", "5", "--data", "bitstream", "--s
          "--batch", "8", "--lr", "1e-2", "--no-progress"]
 
 
-def run(args, expect_rc=0, expect_err=None, label=""):
-    r = subprocess.run([BIN] + args, capture_output=True, text=True)
+def run(args, expect_rc=0, expect_err=None, label="", env=None):
+    r = subprocess.run([BIN] + args, capture_output=True, text=True, env=None if env is None else {**os.environ, **env})
     ok = r.returncode == expect_rc and (expect_err is None or expect_err in r.stderr)
     print(f"{'ok  ' if ok else 'FAIL'} {label or ' '.join(args)} -> rc {r.returncode}")
     if not ok:
@@ -126,9 +126,30 @@ def main():
         for fwd in ("sequential", "newton"):
             r = run(base + extra + ["--epochs", "2", "--forward", fwd], label=f"train --forward {fwd} {' '.join(extra)}")
             line[fwd] = [ln for ln in r.stdout.splitlines() if ln.startswith("epoch")]
+        if not extra:
+            small_sequential = line["sequential"]
         strip = [re.sub(r"\d+\.\d+ s.*", "", ln) for ln in line["newton"]]
         check(len(strip) == 2 and strip == [re.sub(r"\d+\.\d+ s.*", "", ln) for ln in line["sequential"]],
               f"--forward newton trains as the sequential forward does {' '.join(extra)}")
+    # --forward auto (the default): with a cost model that predicts Newton faster (a sequential forward
+    # of 1 ms a step, an iteration of 0.1 ms, 4 expected) it runs Newton, says so on the model line,
+    # and trains as the sequential forward does; with a model that predicts no forward, sequentially.
+    features = ["1", "T", "T*B*S", "T*B*S^2", "T*B*S^3", "T*B*S*I", "T*S^2"]
+    fast = {"format": "bppsa-cost-model/1", "fitted_on": "check_cli", "features": features, "groups": [
+        {"cell": "gru", "candidate": "sequential forward", "threads": 1, "coef": [0, 1, 0, 0, 0, 0, 0]},
+        {"cell": "gru", "candidate": "newton iteration", "threads": 1, "iterations": 4,
+         "coef": [0.1, 0, 0, 0, 0, 0, 0]}]}
+    with open(path("newton_model.json"), "w") as f:
+        json.dump(fast, f)
+    with open(path("no_model.json"), "w") as f:
+        json.dump({**fast, "groups": []}, f)
+    for model, says in (("newton_model.json", True), ("no_model.json", False)):
+        r = run(SMALL + ["--epochs", "2", "--forward", "auto"], label=f"train --forward auto with {model}",
+                env={"BPPSA_COST_MODEL": path(model)})
+        check(("forward=newton (auto)" in r.stderr) == says, f"the model line says whether auto runs Newton ({model})")
+        got = [re.sub(r"\d+\.\d+ s.*", "", ln) for ln in r.stdout.splitlines() if ln.startswith("epoch")]
+        check(len(got) == 2 and got == [re.sub(r"\d+\.\d+ s.*", "", ln) for ln in small_sequential],
+              f"--forward auto trains as the sequential forward does ({model})")
     run(SMALL + ["--forward", "newton", "--device", "cuda"], 1, "--forward newton runs on the CPU only",
         "--forward newton --device cuda refused")
     run(["train", "--model", "cnn", "--data", "bitstream", "--forward", "newton", "--no-progress"], 1,

@@ -1000,8 +1000,8 @@ struct GruIo {
   Recurrent<double> rnn{{CellType::gru, 3, 4, 1}};
   const Index T, B = 2;
   Rng rng;
-  const Md x = random_matrix(3, T * B, rng), w_ih = random_matrix(12, 3, rng), w_hh = random_matrix(12, 4, rng);
-  Md out = Md(4, T * B), hn = Md(4, B), gout = Md::Ones(4, T * B), gw = Md(12, 3);
+  const Md x = random_matrix(3, T*B, rng), w_ih = random_matrix(12, 3, rng), w_hh = random_matrix(12, 4, rng);
+  Md out = Md(4, T*B), hn = Md(4, B), gout = Md::Ones(4, T*B), gw = Md(12, 3);
   LayerForwardIo<double> f;
   LayerBackwardIo<double> b;
 };
@@ -1376,7 +1376,9 @@ TEST(RecurrentErrors, ForwardOptions) {
   expect_error<InvalidArgument>([&] { r.set_forward_options(o); }, {"fused"});
   EXPECT_EQ(parse_forward("newton"), ForwardMethod::newton);
   EXPECT_STREQ(to_string(ForwardMethod::sequential), "sequential");
-  expect_error<InvalidArgument>([] { parse_forward("deer"); }, {"deer", "sequential or newton"});
+  expect_error<InvalidArgument>([] { parse_forward("deer"); }, {"deer", "sequential, newton or auto"});
+  EXPECT_EQ(parse_forward("auto"), ForwardMethod::automatic);
+  EXPECT_STREQ(to_string(ForwardMethod::automatic), "auto");
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// The step cost model behind `auto` (bppsa/nn/cost_model.hpp): predictions from hand-written
-// models against their closed forms, the thread-count fallback, auto's choice, and bad files.
+// The cost model behind `auto` (bppsa/nn/cost_model.hpp): predictions from hand-written models
+// against their closed forms, the thread-count fallback, auto's choices (the backward's method, the
+// forward's method and its iterations), and bad files.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -164,6 +165,125 @@ TEST_F(CostModel, AutoRunsBpAtOneStep) {
   EXPECT_EQ(resolve_backward(o, shape(CellType::lstm, 16, 1, 4, 1)), BackwardMethod::hybrid);
 }
 
+/// A forward model for one cell at one thread count: the sequential forward's and one Newton
+/// iteration's coefficients, and the iterations Newton is expected to take.
+std::string forward_json(const std::string& cell, int threads, const std::string& sequential,
+                         const std::string& iteration, int iterations) {
+  return model_json(group(cell, "sequential forward", threads, sequential) + "," + R"({"cell": ")" + cell +
+                    R"(", "candidate": "newton iteration", "threads": )" + std::to_string(threads) +
+                    R"(, "iterations": )" + std::to_string(iterations) + R"(, "coef": [)" + iteration + "]}");
+}
+
+ForwardOptions forward_auto(int threads) {
+  ForwardOptions o;
+  o.method = ForwardMethod::automatic;
+  o.threads = threads;
+  return o;
+}
+
+TEST_F(CostModel, AutoForwardRunsNewtonWhereItsExpectedIterationsArePredictedFaster) {
+  // sequential: 0.01 ms a step; a Newton iteration: 1 ms; 4 iterations expected. Newton is
+  // allowed floor(0.01 T / 1) iterations and runs where that exceeds 4: from T 500 on.
+  load_cost_model(write(dir, "f.json", forward_json("gru", 2, "0, 0.01, 0, 0, 0, 0, 0", "1, 0, 0, 0, 0, 0, 0", 4)));
+  const ForwardOptions o = forward_auto(2);
+  EXPECT_DOUBLE_EQ(predict_forward_ms(shape(CellType::gru, 20, 300, 16, 2), ForwardCandidate::sequential), 3.0);
+  EXPECT_DOUBLE_EQ(predict_forward_ms(shape(CellType::gru, 20, 300, 16, 2), ForwardCandidate::newton_iteration), 1.0);
+  EXPECT_EQ(expected_newton_iterations(shape(CellType::gru, 20, 300, 16, 2)), 4);
+  EXPECT_EQ(expected_newton_iterations(shape(CellType::rnn, 20, 300, 16, 2)), 0);  // no fit
+  const auto plan = [&](Index steps, const ForwardOptions& opt = forward_auto(2), CellType cell = CellType::gru,
+                        Device device = Device::cpu) {
+    return resolve_forward(opt, shape(cell, 20, steps, 16, 2), device);
+  };
+  EXPECT_EQ(plan(400).method, ForwardMethod::sequential);  // 4 affordable: not more than expected
+  EXPECT_EQ(plan(499).method, ForwardMethod::sequential);
+  const ForwardPlan p = plan(500);
+  EXPECT_EQ(p.method, ForwardMethod::newton);
+  EXPECT_EQ(p.max_iterations, 5);
+  EXPECT_DOUBLE_EQ(p.sequential_ms, 5.0);
+  EXPECT_DOUBLE_EQ(p.iteration_ms, 1.0);
+  EXPECT_EQ(plan(2000).max_iterations, 20);
+  EXPECT_EQ(plan(100000).max_iterations, o.max_iterations);  // at most the option's (30)
+  ForwardOptions capped = o;
+  capped.max_iterations = 7;
+  EXPECT_EQ(plan(2000, capped).max_iterations, 7);
+  capped.max_iterations = 3;  // fewer than expected: Newton would not be given its chance
+  EXPECT_EQ(plan(2000, capped).method, ForwardMethod::newton);
+  EXPECT_EQ(plan(2000, capped).max_iterations, 3);
+  // no fit for the cell, one step, CUDA: sequential
+  EXPECT_EQ(plan(2000, o, CellType::rnn).method, ForwardMethod::sequential);
+  EXPECT_EQ(plan(1, o).method, ForwardMethod::sequential);
+  EXPECT_EQ(plan(2000, o, CellType::gru, Device::cuda).method, ForwardMethod::sequential);
+  EXPECT_EQ(plan(2000, o, CellType::gru, Device::cuda).max_iterations, 0);
+  // an asked method is itself, with the option's iterations
+  ForwardOptions asked = o;
+  asked.method = ForwardMethod::newton;
+  EXPECT_EQ(plan(10, asked).method, ForwardMethod::newton);
+  EXPECT_EQ(plan(10, asked).max_iterations, 30);
+  asked.method = ForwardMethod::sequential;
+  EXPECT_EQ(plan(2000, asked).method, ForwardMethod::sequential);
+  EXPECT_EQ(plan(2000, asked).max_iterations, 0);
+  // a fit is trusted only on the shapes it spans: Newton's measured at T 100-1000 only
+  load_cost_model(
+      write(dir, "span.json",
+            model_json(group("gru", "sequential forward", 2, "0, 0.01, 0, 0, 0, 0, 0") +
+                       R"(, {"cell": "gru", "candidate": "newton iteration", "threads": 2, )"
+                       R"("iterations": 4, "coef": [1, 0, 0, 0, 0, 0, 0], "span": {"steps": [100, 1000]}})")));
+  EXPECT_EQ(plan(1000).method, ForwardMethod::newton);
+  EXPECT_EQ(plan(1001).method, ForwardMethod::sequential);
+  EXPECT_EQ(plan(100000).method, ForwardMethod::sequential);
+  // the step model's candidates are not the forward's: a model of steps only predicts no forward
+  load_cost_model(write(dir, "steps.json",
+                        methods_json("gru", 2, "1, 0, 0, 0, 0, 0, 0", "1, 0, 0, 0, 0, 0, 0", "1, 0, 0, 0, 0, 0, 0")));
+  EXPECT_TRUE(std::isnan(predict_forward_ms(shape(CellType::gru, 20, 300, 16, 2), ForwardCandidate::sequential)));
+  EXPECT_EQ(plan(100000).method, ForwardMethod::sequential);
+}
+
+TEST_F(CostModel, RecurrentAutoForwardRunsWhatTheModelPicks) {
+  // A two-layer GRU, T 200: where the model says Newton, both layers run it with the iterations the
+  // model allows, and give the sequential forward's outputs (the oracle, run on its own).
+  const Index steps = 200, batch = 3;
+  Recurrent<double> rnn(RecurrentConfig{CellType::gru, /*input=*/3, /*hidden=*/5, /*layers=*/2});
+  rnn.reset_parameters(11);
+  const Matrix<double> x = Matrix<double>::Random(3, steps * batch);
+  ForwardOptions o;
+  o.method = ForwardMethod::sequential;
+  o.threads = 1;
+  rnn.set_forward_options(o);
+  rnn.forward(x, steps, batch);
+  const Matrix<double> sequential = rnn.output();
+  EXPECT_EQ(rnn.forward_report().ran,
+            (std::vector<ForwardMethod>{ForwardMethod::sequential, ForwardMethod::sequential}));
+  o = forward_auto(1);
+  rnn.set_forward_options(o);
+  // sequential 0.1 ms a step (20 ms), an iteration 2 ms, 4 expected: 10 allowed
+  load_cost_model(write(dir, "n.json", forward_json("gru", 1, "0, 0.1, 0, 0, 0, 0, 0", "2, 0, 0, 0, 0, 0, 0", 4)));
+  rnn.forward(x, steps, batch);
+  const ForwardReport& r = rnn.forward_report();
+  EXPECT_EQ(r.method, ForwardMethod::automatic);
+  EXPECT_EQ(r.ran, (std::vector<ForwardMethod>{ForwardMethod::newton, ForwardMethod::newton}));
+  EXPECT_EQ(r.max_iterations, (std::vector<int>{10, 10}));
+  for (std::size_t l = 0; l < 2; ++l) {
+    EXPECT_GE(r.iterations[l], 2) << l;
+    EXPECT_LE(r.iterations[l], 10) << l;
+    EXPECT_FALSE(r.fell_back[l]) << l;
+  }
+  EXPECT_LE((rnn.output() - sequential).cwiseAbs().maxCoeff(), 1e-10);
+  // Allowed 2 iterations (an iteration 0.9 ms, 1 expected): not enough to certify 200 steps from the
+  // first iterate, so each layer falls back after 2, to the same outputs.
+  load_cost_model(write(dir, "two.json", forward_json("gru", 1, "0, 0.01, 0, 0, 0, 0, 0", "0.9, 0, 0, 0, 0, 0, 0", 1)));
+  rnn.forward(x, steps, batch);
+  EXPECT_EQ(r.max_iterations, (std::vector<int>{2, 2}));
+  EXPECT_EQ(r.iterations, (std::vector<int>{2, 2}));
+  EXPECT_EQ(r.fallbacks(), 2);
+  EXPECT_LE((rnn.output() - sequential).cwiseAbs().maxCoeff(), 1e-10);
+  // Newton predicted slower: the sequential forward, its bits
+  load_cost_model(write(dir, "slow.json", forward_json("gru", 1, "0, 0.01, 0, 0, 0, 0, 0", "5, 0, 0, 0, 0, 0, 0", 4)));
+  rnn.forward(x, steps, batch);
+  EXPECT_EQ(r.ran, (std::vector<ForwardMethod>{ForwardMethod::sequential, ForwardMethod::sequential}));
+  EXPECT_EQ(r.iterations, (std::vector<int>{0, 0}));
+  EXPECT_EQ(rnn.output(), sequential);
+}
+
 TEST_F(CostModel, RefusesBadFilesAndKeepsTheModelInUse) {
   const std::string good = write(dir, "good.json", model_json(group("rnn", "bp", 2, "7, 0, 0, 0, 0, 0, 0")));
   load_cost_model(good);
@@ -181,6 +301,12 @@ TEST_F(CostModel, RefusesBadFilesAndKeepsTheModelInUse) {
       {"features.json", R"({"format": "bppsa-cost-model/1", "features": ["1", "T"], "groups": []})", "\"features\""},
       {"cell.json", model_json(group("tcn", "bp", 2, "1, 0, 0, 0, 0, 0, 0")), "unknown cell 'tcn'"},
       {"candidate.json", model_json(group("rnn", "jax", 2, "1, 0, 0, 0, 0, 0, 0")), "unknown candidate 'jax'"},
+      {"iterations.json", model_json(group("rnn", "newton iteration", 2, "1, 0, 0, 0, 0, 0, 0")),
+       "needs \"iterations\""},
+      {"iterations_zero.json",
+       model_json(R"({"cell": "rnn", "candidate": "newton iteration", "threads": 2, "iterations": 0, )"
+                  R"("coef": [1, 0, 0, 0, 0, 0, 0]})"),
+       "an integer ≥ 1"},
       {"threads.json", model_json(group("rnn", "bp", 0, "1, 0, 0, 0, 0, 0, 0")), "threads must be"},
       {"count.json", model_json(group("rnn", "bp", 2, "1, 0, 0")), "7 numbers"},
       {"negative.json", model_json(group("rnn", "bp", 2, "1, -1, 0, 0, 0, 0, 0")), "≥ 0"},

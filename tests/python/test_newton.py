@@ -1,10 +1,17 @@
 # bppsa.nn's forward='newton' (docs/method.md §9): outputs, final states and every gradient equal
 # torch.nn's (the independent oracle) for every cell, stacked and bidirectional, packed; the
-# report of the last forward; refusals.
+# report of the last forward; refusals; forward='auto' (the default) running what a cost model
+# picks, with the iterations it allows.
+import json
+import os
+
 import pytest
 import torch
 
+import bppsa
 import bppsa.nn
+
+NO_COST_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cost_model_none.json")  # no fit
 
 
 CASES = [("RNN", {}), ("RNN", {"nonlinearity": "relu"}), ("GRU", {}), ("LSTM", {}), ("LSTM", {"proj_size": 3})]
@@ -165,9 +172,91 @@ def test_forward_option_errors_and_repr():
     with pytest.raises(ValueError, match="unknown forward method 'deer'"):
         bppsa.nn.GRU(3, 4, forward="deer")
     m = bppsa.nn.GRU(3, 4)
-    assert m.bppsa_forward == "sequential" and "forward=" not in repr(m) and m.last_forward == [None]
+    assert m.bppsa_forward == "auto" and "forward=" not in repr(m) and m.last_forward == [None]
+    m.set_forward("sequential")
+    assert "forward='sequential'" in repr(m)
     m.set_forward("newton")
     assert "forward='newton'" in repr(m)
     m.bppsa_forward = "bogus"
     with pytest.raises(ValueError, match="unknown forward method"):
         m(torch.randn(5, 1, 3))
+
+
+FEATURES = ["1", "T", "T*B*S", "T*B*S^2", "T*B*S^3", "T*B*S*I", "T*S^2"]
+
+
+def _forward_model(path, sequential_per_step, iteration_ms, iterations, cells=("rnn", "gru", "lstm")):
+    """A cost model of the forward alone: the sequential forward sequential_per_step ms a step, one
+    Newton iteration iteration_ms, `iterations` expected; at every thread count from 1."""
+    groups = []
+    for c in cells:
+        groups.append({"cell": c, "candidate": "sequential forward", "threads": 1,
+                       "coef": [0, sequential_per_step, 0, 0, 0, 0, 0]})
+        groups.append({"cell": c, "candidate": "newton iteration", "threads": 1, "iterations": iterations,
+                       "coef": [iteration_ms, 0, 0, 0, 0, 0, 0]})
+    with open(path, "w") as f:
+        json.dump({"format": "bppsa-cost-model/1", "fitted_on": "test", "features": FEATURES, "groups": groups}, f)
+    return str(path)
+
+
+@pytest.fixture
+def forward_model(tmp_path):
+    yield lambda *a, **kw: _forward_model(tmp_path / "forward.json", *a, **kw)
+    bppsa.load_cost_model("")  # back to the process's default for the other tests
+
+
+@pytest.mark.parametrize("name,kw", CASES)
+def test_auto_forward_runs_what_the_cost_model_picks(name, kw, forward_model):
+    # forward='auto' (the default): at T 30 the sequential forward is predicted 30 × 0.2 = 6 ms and an
+    # iteration 0.5 ms, so Newton runs, allowed 12 iterations (4 expected); every output and gradient
+    # equals torch.nn's. A model predicting Newton slower, or none at all: the sequential forward's bits.
+    torch.manual_seed(3)
+    ref = getattr(torch.nn, name)(4, 6, num_layers=2, bidirectional=True, dtype=torch.float64, **kw)
+    mod = getattr(bppsa.nn, name)(4, 6, num_layers=2, bidirectional=True, dtype=torch.float64, **kw)
+    seq = getattr(bppsa.nn, name)(4, 6, num_layers=2, bidirectional=True, dtype=torch.float64,
+                                  forward="sequential", **kw)
+    mod.load_state_dict(ref.state_dict())
+    seq.load_state_dict(ref.state_dict())
+    assert mod.bppsa_forward == "auto"
+    x = torch.randn(30, 3, 4, dtype=torch.float64)
+
+    def run(m):
+        m.zero_grad(set_to_none=True)
+        xi = x.clone().requires_grad_()
+        out, state = m(xi)
+        h = state[0] if isinstance(state, tuple) else state
+        (out.square().sum() + h.sum()).backward()
+        return [out.detach(), h.detach(), xi.grad] + [p.grad for p in m.parameters()]
+
+    expected, sequential = run(ref), run(seq)
+    bppsa.load_cost_model(forward_model(0.2, 0.5, 4))
+    got = run(mod)
+    for g, e in zip(got, expected):
+        assert _rel(g, e) <= 1e-9
+    for r in mod.last_forward:
+        assert r["asked"] == "auto" and r["method"] == "newton" and r["max_iterations"] == 12, r
+        assert 1 <= r["iterations"] <= 12 and r["fell_back"] is False, r
+    bppsa.load_cost_model(forward_model(0.2, 5.0, 4))  # an iteration predicted at 5 ms: 1 affordable
+    assert all(torch.equal(g, s) for g, s in zip(run(mod), sequential))
+    assert all(r["method"] == "sequential" and r["iterations"] == 0 and r["max_iterations"] == 0
+               for r in mod.last_forward)
+    bppsa.load_cost_model(NO_COST_MODEL)  # no fit: sequential
+    assert all(torch.equal(g, s) for g, s in zip(run(mod), sequential))
+    assert all(r["method"] == "sequential" for r in mod.last_forward)
+
+
+def test_auto_forward_bounds_newton_by_the_sequential_forward(forward_model):
+    # Allowed 2 iterations (sequential 30 × 0.01 ms, an iteration 0.15 ms, 1 expected): too few to
+    # certify 30 steps, so each layer falls back after 2 and returns torch.nn's result.
+    torch.manual_seed(5)
+    ref = torch.nn.GRU(4, 6, dtype=torch.float64)
+    mod = bppsa.nn.GRU(4, 6, dtype=torch.float64)
+    mod.load_state_dict(ref.state_dict())
+    bppsa.load_cost_model(forward_model(0.01, 0.15, 1))
+    x = torch.randn(30, 2, 4, dtype=torch.float64)
+    with torch.no_grad():  # the inference path too
+        o_ref, _ = ref(x)
+        o_mod, _ = mod(x)
+    assert _rel(o_mod, o_ref) <= 1e-10
+    (r,) = mod.last_forward
+    assert r["method"] == "newton" and r["max_iterations"] == 2 and r["iterations"] == 2 and r["fell_back"], r

@@ -10,10 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "bppsa/nn/conv_net.hpp"
 #include "bppsa/io/safetensors.hpp"
+#include "bppsa/nn/conv_net.hpp"
 #include "bppsa/train/optimizer.hpp"
-
 #include "options.hpp"
 
 namespace bppsa::cli {
@@ -46,11 +45,11 @@ struct TrainArgs {
   std::string save, resume, log;
   bool no_progress = false;
   bool check = false;
-  bool compare_bp = false;  ///< after training, time one epoch of BP on a copy (scripts/run.sh)
-  std::string init;    ///< cnn: start from these weights (e.g. a dense model to prune)
-  double prune = -1;   ///< cnn: global magnitude pruning to this sparsity before training
-  std::string device = "cpu";  ///< --device: recurrent models on the CPU or the GPU
-  std::string forward = "sequential";  ///< --forward: the recurrent forward's method
+  bool compare_bp = false;       ///< after training, time one epoch of BP on a copy (scripts/run.sh)
+  std::string init;              ///< cnn: start from these weights (e.g. a dense model to prune)
+  double prune = -1;             ///< cnn: global magnitude pruning to this sparsity before training
+  std::string device = "cpu";    ///< --device: recurrent models on the CPU or the GPU
+  std::string forward = "auto";  ///< --forward: the recurrent forward's method
   MpArgs mp;
   CLI::App* app = nullptr;
 };

@@ -16,6 +16,7 @@
 #include "bppsa/bppsa.hpp"
 #include "bppsa/io/file.hpp"
 #include "bppsa/io/safetensors.hpp"
+#include "bppsa/nn/cost_model.hpp"
 #include "bppsa/train/trainer.hpp"
 #include "checkpoint.hpp"
 #include "commands.hpp"
@@ -209,8 +210,7 @@ int train_single(const Args& a, Model& model, const std::string& description, co
     std::string comparison;
     if (a.compare_bp) {
       if (resolved == BackwardMethod::bp)
-        comparison =
-            "epoch time: the run's backward is bp; --compare-bp compares a scan with BP (use a scan backward)";
+        comparison = "epoch time: the run's backward is bp; --compare-bp compares a scan with BP (use a scan backward)";
       else if (last.steps == 0)
         comparison = "epoch time: no epoch was trained in this run; nothing to compare";
       else {
@@ -284,8 +284,19 @@ int run_recurrent(const Args& a, const TensorFile& resumed) {
   model.rnn().set_forward_options(forward);
   std::map<std::string, std::string> meta;
   if (!a.init.empty()) meta["bppsa.init"] = utf8_text(a.init);
-  const std::string description =
-      describe(config) + (forward.method == ForwardMethod::newton ? " forward=newton" : "");
+  // What runs: newton when asked, or when auto picks it for the first layer at the training batches' shape.
+  const ForwardPlan plan = resolve_forward(forward,
+                                           StepShape{.cell = config.rnn.cell,
+                                                     .input = config.rnn.input,
+                                                     .hidden = config.rnn.hidden,
+                                                     .proj = config.rnn.proj,
+                                                     .steps = train.steps,
+                                                     .batch = std::min(a.batch, train.size()),
+                                                     .threads = forward.threads},
+                                           config.rnn.device);
+  const std::string description = describe(config) + (forward.method == ForwardMethod::newton ? " forward=newton"
+                                                      : plan.method == ForwardMethod::newton  ? " forward=newton (auto)"
+                                                                                              : "");
   return train_single(a, model, description, train, test, a.resume.empty() ? TensorFile{} : resumed, meta);
 }
 
@@ -338,12 +349,12 @@ void check_flags(const Args& a) {
     if (a.device != "cpu")
       detail::raise<UnsupportedError>("train", proj + " runs on the CPU only: drop --device " + a.device);
   }
-  if (a.forward != "sequential") {
+  if (a.forward == "newton") {  // auto: sequential where newton would not run
     const std::string f = "--forward " + a.forward;
     if (cnn) detail::raise<InvalidArgument>("train", f + " is for recurrent models (rnn, gru, lstm): drop it");
     if (a.device != "cpu")
-      detail::raise<UnsupportedError>("train", f + " runs on the CPU only for now: drop --device " + a.device +
-                                                   " or use --forward sequential");
+      detail::raise<UnsupportedError>(
+          "train", f + " runs on the CPU only for now: drop --device " + a.device + " or use --forward sequential");
     if (a.mp.enabled)
       detail::raise<InvalidArgument>("train", f + " with --model-parallel: a stage runs the sequential forward; "
                                                   "drop one of them");
@@ -549,8 +560,9 @@ void report(const TrainArgs& a, const LoopMode& mode, Index epoch, const EpochRe
                   "rank 0: forward %.1f, backward %.1f, gradient all-reduce %.2f, optimizer %.2f; eval %.1f s",
                   r.forward_seconds, r.backward_seconds, r.reduce_seconds, r.optimizer_seconds, e.seconds);
   else
-    std::snprintf(times, sizeof times, "forward %.1f, backward %.1f of which Jacobians %.1f, optimizer %.2f; eval %.1f s",
-                  r.forward_seconds, r.backward_seconds, r.jacobian_seconds, r.optimizer_seconds, e.seconds);
+    std::snprintf(times, sizeof times,
+                  "forward %.1f, backward %.1f of which Jacobians %.1f, optimizer %.2f; eval %.1f s", r.forward_seconds,
+                  r.backward_seconds, r.jacobian_seconds, r.optimizer_seconds, e.seconds);
   std::printf("epoch %lld/%lld  train loss %.4f acc %5.2f%%  test loss %.4f acc %5.2f%%  %.1f s (%s)\n",
               static_cast<long long>(epoch), static_cast<long long>(a.epochs), r.train_loss, 100 * r.train_accuracy,
               e.loss, 100 * e.accuracy, r.seconds, times);
@@ -618,10 +630,11 @@ Command add_train(CLI::App& app) {
   add_backward_options(*sub, a->backward);
   add_device_option(*sub, a->device);
   sub->add_option("--forward", a->forward,
-                  "recurrent models: sequential, or newton (Newton's method on the whole trajectory, each "
+                  "recurrent models: sequential, newton (Newton's method on the whole trajectory, each "
                   "iteration's linear recurrence solved by the scan; exact by certificate, else the sequential "
-                  "forward; CPU only)")
-      ->check(CLI::IsMember({"sequential", "newton"}))
+                  "forward; CPU only), or auto (per layer, newton where the cost model predicts it faster, else "
+                  "sequential)")
+      ->check(CLI::IsMember({"sequential", "newton", "auto"}))
       ->capture_default_str();
   sub->add_option("--epochs", a->epochs, "epochs in all (a resumed run continues up to this)")
       ->check(CLI::Range(Index{1}, Index{1000000}))

@@ -1,6 +1,7 @@
-// The step cost model behind `auto`: the time of one recurrent layer's training step (forward and
-// backward) with each CPU backward method, and with torch.nn's own kernels (bppsa.nn's fallback),
-// fitted to measured times by bench/auto/fit_auto.py (docs/method.md §8, docs/benchmarks.md).
+// The cost model behind `auto`: the time of one recurrent layer's training step (forward and
+// backward) with each CPU backward method and with torch.nn's own kernels (bppsa.nn's fallback),
+// and of its forward, sequential or one Newton iteration; fitted to measured times by
+// bench/auto/fit_auto.py (docs/cost_model.md, docs/method.md §9).
 #pragma once
 
 #include <string>
@@ -41,6 +42,37 @@ bool cost_model_spans(const StepShape& shape, StepCandidate candidate);
 /// bp, blelloch and hybrid the one with the least predicted time; where the model has no fit for the
 /// cell, resolve_backward(options, batch)'s batch rule. Other methods resolve to themselves.
 BackwardMethod resolve_backward(const BackwardOptions& options, const StepShape& shape);
+
+/// What the forward model predicts: the sequential forward of one layer, and one iteration of its
+/// Newton forward (the cell and Jacobians at every step, then the scan; docs/method.md §9).
+enum class ForwardCandidate { sequential, newton_iteration };
+const char* to_string(ForwardCandidate c);
+
+/// Milliseconds of one layer's forward of the shape (no backward), as the model in use predicts;
+/// NaN where it has no fit for that cell and candidate. Threads as predict_step_ms.
+double predict_forward_ms(const StepShape& shape, ForwardCandidate candidate);
+
+/// Iterations the Newton forward took in the sweep the model's Newton fit measured (their median:
+/// what `automatic` expects of a layer it has not seen); 0 where the model has no Newton fit.
+int expected_newton_iterations(const StepShape& shape);
+
+/// How a layer's forward runs: the method, and for newton the iterations before it falls back.
+struct ForwardPlan {
+  ForwardMethod method = ForwardMethod::sequential;
+  int max_iterations = 0;
+  /// The predictions behind an `automatic` choice (NaN where the model has none, or the method
+  /// was asked for), in milliseconds.
+  double sequential_ms = 0, iteration_ms = 0;
+};
+
+/// `automatic`: newton where its expected iterations (expected_newton_iterations) are predicted
+/// faster than the sequential forward, with max_iterations the iterations that fit in the
+/// sequential forward's predicted time (at most options.max_iterations): a layer on which Newton
+/// does not certify then costs at most about twice the sequential forward. Else, at T 1, on
+/// Device::cuda (no CUDA Newton yet), where the model has no forward fit for the cell, or where
+/// either fit does not span the shape (T, B, H as cost_model_spans): sequential. Other methods
+/// resolve to themselves with options.max_iterations.
+ForwardPlan resolve_forward(const ForwardOptions& options, const StepShape& shape, Device device = Device::cpu);
 
 /// Where the model in use came from: the path of a loaded file, "BPPSA_COST_MODEL=<path>", or
 /// "built-in (<what it was fitted on>)"; "none" when no fit is built in.

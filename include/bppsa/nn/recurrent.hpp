@@ -82,15 +82,18 @@ struct RecurrentLayerParams {
 /// the current iterate in parallel, then the linear recurrence s_t = A_t s_{t−1} + c_t solved
 /// by the scan engine, until a certificate holds at every step (certified steps are frozen: each
 /// iteration certifies at least one more); else the sequential forward from the first uncertified
-/// step (a result never depends on convergence). CPU only for now.
-enum class ForwardMethod { sequential, newton };
+/// step (a result never depends on convergence). CPU only for now. automatic: per layer, newton
+/// where the cost model predicts it faster, with the iterations it may take from the model, else
+/// sequential (resolve_forward in bppsa/nn/cost_model.hpp).
+enum class ForwardMethod { sequential, newton, automatic };
 const char* to_string(ForwardMethod m);
-/// "sequential", "newton"; InvalidArgument otherwise.
+/// "sequential", "newton", "auto"; InvalidArgument otherwise.
 ForwardMethod parse_forward(std::string_view name);
 
 struct ForwardOptions {
-  ForwardMethod method = ForwardMethod::sequential;
-  /// newton: iterations before falling back to the sequential forward (≥ 1).
+  ForwardMethod method = ForwardMethod::automatic;
+  /// newton: iterations before falling back to the sequential forward (≥ 1); automatic: at most
+  /// this many, fewer where the cost model says the sequential forward would be done sooner.
   int max_iterations = 30;
   /// newton: the certificate, max over steps and samples of ‖s_t − f(s_{t−1}, x_t)‖∞ /
   /// max(1, ‖f‖∞); 0 = 16 ε of the scalar type (the per-step rounding of a sequential forward).
@@ -101,12 +104,15 @@ struct ForwardOptions {
   int chunks = 0;   ///< hybrid chunks (0 = automatic)
 };
 
-/// What the last forward() did, per layer: Newton's iterations (0 for a sequential layer), its
-/// final certificate residual, and whether the layer fell back to the sequential forward
-/// (iterations exhausted, or a residual that is not finite) and from which step (1-based: the
-/// steps before it are Newton's, certified; 0 = none).
+/// What the last forward() did, per layer: the method it ran (`automatic` resolved), the
+/// iterations it allowed Newton (0 for a sequential layer), Newton's iterations (0 for a
+/// sequential layer), its final certificate residual, and whether the layer fell back to the
+/// sequential forward (iterations exhausted, or a residual that is not finite) and from which step
+/// (1-based: the steps before it are Newton's, certified; 0 = none). `method`: the one asked for.
 struct ForwardReport {
-  ForwardMethod method = ForwardMethod::sequential;
+  ForwardMethod method = ForwardMethod::automatic;
+  std::vector<ForwardMethod> ran;
+  std::vector<int> max_iterations;
   std::vector<int> iterations;
   std::vector<double> residual;
   std::vector<bool> fell_back;

@@ -69,7 +69,8 @@ class BpSteps final : public RecurrenceStep<T> {
   Index h_stride() const override { return dh_.rows(); }
   void init(Index s, Index r0, Index rows) override {
     const Index t = time(s), B = rec_.batch;
-    if (inject_ && t >= 2) g_.block(r0, (t - 1) * B, rows, rec_.width(t)) = above_.block(r0, (t - 2) * B, rows, rec_.width(t));
+    if (inject_ && t >= 2)
+      g_.block(r0, (t - 1) * B, rows, rec_.width(t)) = above_.block(r0, (t - 2) * B, rows, rec_.width(t));
   }
   void pointwise(Index s, Index j0, Index cols) override {
     const Index t = time(s), B = rec_.batch, w = rec_.width(t);
@@ -223,17 +224,21 @@ class RecurrentCpu final : public RecurrentHalf<T> {
   void prepare_layer(Index, const BackwardOptions& options) const override {
     check_backward_memory(steps_, batch_, options);
   }
+  /// Layer l at this shape, as the cost model sees it, on `threads` (0: OpenMP's default).
+  StepShape layer_shape(Index l, Index steps, Index batch, int threads) const {
+    return {.cell = config_.cell,
+            .input = l == 0 ? config_.input : output_size(config_),
+            .hidden = config_.hidden,
+            .proj = config_.proj,
+            .steps = steps,
+            .batch = batch,
+            .threads = threads};
+  }
   /// options with `automatic` resolved by the step cost model for layer l at this shape
   /// (bppsa/nn/cost_model.hpp): bp, blelloch or hybrid, or `automatic` (the scan's own choice).
   BackwardOptions resolved(Index l, Index steps, Index batch, const BackwardOptions& options) const {
     BackwardOptions o = options;
-    o.method = resolve_backward(options, StepShape{.cell = config_.cell,
-                                                   .input = l == 0 ? config_.input : output_size(config_),
-                                                   .hidden = config_.hidden,
-                                                   .proj = config_.proj,
-                                                   .steps = steps,
-                                                   .batch = batch,
-                                                   .threads = options.threads});
+    o.method = resolve_backward(options, layer_shape(l, steps, batch, options.threads));
     return o;
   }
   void backward_begin(const Eigen::Ref<const Matrix<T>>& grad_out, bool every_step,
@@ -359,6 +364,8 @@ void RecurrentCpu<T>::run_forward(std::span<const LayerWeights<T>> w, const Eige
   const auto& ops = cell_ops<T>(config_.cell, config_.nonlinearity);
   report_.method = forward_options_.method;  // (cleared, not replaced: a T 1 call allocates nothing here)
   const int threads = resolve_threads(forward_options_.threads);  // each GEMM's team
+  report_.ran.clear();
+  report_.max_iterations.clear();
   report_.iterations.clear();
   report_.residual.clear();
   report_.fell_back.clear();
@@ -388,11 +395,17 @@ void RecurrentCpu<T>::run_forward(std::span<const LayerWeights<T>> w, const Eige
       scatter_running(rec, ax, rec.ax);
     }
     init(l, rec);
+    const ForwardPlan plan = resolve_forward(forward_options_, layer_shape(l, steps, batch, forward_options_.threads));
     NewtonOutcome newton;
-    if (forward_options_.method == ForwardMethod::newton)
-      newton = newton_forward(ops, config_, p, rec, forward_options_);  // its fallback included
-    else
+    if (plan.method == ForwardMethod::newton) {
+      ForwardOptions o = forward_options_;
+      o.max_iterations = plan.max_iterations;
+      newton = newton_forward(ops, config_, p, rec, o);  // its fallback included
+    } else {
       ops.forward(p, rec, threads);
+    }
+    report_.ran.push_back(plan.method);
+    report_.max_iterations.push_back(plan.max_iterations);
     report_.iterations.push_back(newton.iterations);
     report_.residual.push_back(newton.residual);
     report_.fell_back.push_back(newton.fallback_step > 0);
@@ -733,7 +746,9 @@ void RecurrentCpu<T>::forward_io(const LayerForwardIo<T>& io, Index steps, Index
   const Index I = config_.input, H = config_.hidden, P = output_size(config_);
   const bool lstm = config_.cell == CellType::lstm;
   const LayerWeights<T> w = io_weights(io.w_ih, io.w_hh, io.b_ih, io.b_hh, io.w_hr);
-  if (!io.record && lengths.empty() && forward_options_.method == ForwardMethod::sequential) {
+  if (!io.record && lengths.empty() &&
+      resolve_forward(forward_options_, layer_shape(0, steps, batch, forward_options_.threads)).method ==
+          ForwardMethod::sequential) {
     forward_unrecorded(w, io, steps, batch);
     return;
   }
@@ -768,13 +783,14 @@ void RecurrentCpu<T>::forward_unrecorded(const LayerWeights<T>& p, const LayerFo
   // matrix-vector path (parallel_product), where the recorded forward's last tile takes the GEMM's.
   const Index tail = steps % chunk, longest = std::min(steps, chunk + (tail * batch < 4 ? tail : 0));
   check_memory("Recurrent::forward_io", "an inference call of " + stack_string(config_, chunk, batch) + " at a time",
-               {{"chunk buffers", forward_record_bytes(config_, longest, batch, sizeof(T))}},
-               "use a smaller batch");
+               {{"chunk buffers", forward_record_bytes(config_, longest, batch, sizeof(T))}}, "use a smaller batch");
   for (auto& layer : layer_) layer.rec = LayerRecord<T>{};  // an earlier record is no longer this half's
   steps_ = 0;
   batch_ = 0;
   lengths_.clear();
-  report_.method = ForwardMethod::sequential;
+  report_.method = forward_options_.method;
+  report_.ran.assign(1, ForwardMethod::sequential);
+  report_.max_iterations.assign(1, 0);
   report_.iterations.assign(1, 0);
   report_.residual.assign(1, 0.0);
   report_.fell_back.assign(1, false);

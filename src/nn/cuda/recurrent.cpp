@@ -307,7 +307,11 @@ void RecurrentCuda<T>::check_state_shape(const Matrix<T>& m, Index l, const char
 
 template <class T>
 void RecurrentCuda<T>::forward_device(const std::vector<DeviceState<T>>& s0) {
+  const ForwardMethod asked = report_.method;  // set_forward_options's
   report_ = ForwardReport{};
+  report_.method = asked;
+  report_.ran.assign(static_cast<std::size_t>(config_.layers), ForwardMethod::sequential);
+  report_.max_iterations.assign(static_cast<std::size_t>(config_.layers), 0);
   report_.iterations.assign(static_cast<std::size_t>(config_.layers), 0);
   report_.residual.assign(static_cast<std::size_t>(config_.layers), 0.0);
   report_.fell_back.assign(static_cast<std::size_t>(config_.layers), false);
@@ -792,11 +796,12 @@ std::unique_ptr<ClassifierHalf<T>> RecurrentCuda<T>::make_classifier(const Model
 
 template <class T>
 void RecurrentCuda<T>::set_forward_options(const ForwardOptions& options) {
-  if (options.method != ForwardMethod::sequential)
+  if (options.method == ForwardMethod::newton)  // automatic: sequential (resolve_forward)
     raise<UnsupportedError>("Recurrent::set_forward_options",
                             std::string("the ") + to_string(options.method) +
                                 " forward runs on the CPU only for now; use ForwardMethod::sequential on Device::cuda "
                                 "(--forward sequential) or Device::cpu");
+  report_.method = options.method;
 }
 
 template <class T>
