@@ -2,6 +2,7 @@
 """Fits the step cost model behind `auto` (bppsa/nn/cost_model.hpp) to measured training steps.
 
     bench/auto/fit_auto.py SWEEP.json [SWEEP.json …] --out DIR [--write-builtin FILE] [--max-regret 1.10]
+                           [--newton NEWTON.jsonl …]
 
 SWEEP.json: what bench/peers/peers.py writes (bench/auto/run.sh runs it on the cost model's grid
 at every thread count): per shape and thread count the median training step of torch.nn and of
@@ -12,7 +13,16 @@ bppsa::load_cost_model), DIR/fit.md (the fit's errors, in-sample and leave-one-s
 every shape what auto picks against the best measured method) and, with --write-builtin, the
 model as the library's built-in fit (src/nn/cost_model_fit.inc). Exit 3 when auto's pick at some
 shape of the sweep is slower than the best bppsa method measured there by more than --max-regret
-(in-sample), 2 on bad arguments or files."""
+(in-sample), 2 on bad arguments or files.
+
+NEWTON.jsonl: what bench/newton/run.sh writes (bench_newton: per shape and thread count the median
+sequential forward and Newton forward, and Newton's iterations). They fit the forward model behind
+forward='auto': per (cell, thread count) the sequential forward ("sequential forward") and one
+Newton iteration ("newton iteration": the Newton forward's time over its iterations, runs that fell
+back left out), with the median iterations of the group's runs (what auto expects of a layer). auto
+runs Newton where floor(sequential / iteration) > iterations, inside both fits' spans, allowing it
+that many iterations (src/nn/cost_model.cpp, resolve_forward); fit.md shows its pick at every
+measured shape."""
 import argparse
 import json
 import math
@@ -73,6 +83,65 @@ def load_points(paths):
             elif "over budget" in str(r.get("skipped", "")):
                 shapes.setdefault(key, {})[cand] = math.inf
     return shapes
+
+
+FORWARD = ("sequential forward", "newton iteration")
+
+
+def load_forward_points(paths):
+    """bench_newton's records: a list of (key, {"sequential forward": ms, "newton": ms, "newton iteration": ms,
+    "iterations": n, "fell_back": bool, "radius": r}) with key (cell, hidden, steps, batch, inputs, threads)."""
+    out = []
+    for path in paths:
+        try:
+            with open(path) as f:
+                recs = [json.loads(ln) for ln in f if ln.strip()]
+            for r in recs:
+                key = (r["cell"], int(r["hidden"]), int(r["steps"]), int(r["batch"]), int(r.get("input", 4)),
+                       int(r["threads"]))
+                it = int(r["iterations"])
+                out.append((key, {"sequential forward": float(r["sequential_ms"]), "newton": float(r["newton_ms"]),
+                                  "newton iteration": float(r["newton_ms"]) / max(it, 1), "iterations": it,
+                                  "fell_back": bool(r["fell_back"]), "radius": float(r.get("spectral_radius", 0))}))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            sys.exit(f"fit_auto: {path}: not bench_newton's JSON lines ({e}); rerun bench/newton/run.sh")
+    return out
+
+
+def fit_forward(records):
+    """The forward groups {(cell, candidate, threads): coef}, their points as fit() gives them, and
+    each newton iteration group's median iterations."""
+    points, iterations = {}, {}
+    for key, m in records:
+        cell, hidden, steps, batch, inputs, threads = key
+        row = features(cell, hidden, steps, batch, inputs)
+        points.setdefault((cell, FORWARD[0], threads), []).append((key, row, m[FORWARD[0]]))
+        if not m["fell_back"]:  # a fallback's time is Newton's iterations plus a sequential forward
+            points.setdefault((cell, FORWARD[1], threads), []).append((key, row, m[FORWARD[1]]))
+            iterations.setdefault((cell, FORWARD[1], threads), []).append(m["iterations"])
+    groups = {g: fit_group([p[1] for p in pts], [p[2] for p in pts]) for g, pts in sorted(points.items())
+              if len(pts) >= 2}
+    expected = {g: int(round(statistics.median(v))) for g, v in iterations.items() if g in groups}
+    return groups, points, expected
+
+
+def auto_forward(groups, expected, key, spans=None):
+    """What forward='auto' runs at a shape, as src/nn/cost_model.cpp's resolve_forward: ("newton", the
+    iterations it allows) or ("sequential", 0). spans: {group: span()} (None: every shape)."""
+    cell, hidden, steps, batch, inputs, threads = key
+    seq, it = (cell, FORWARD[0], threads), (cell, FORWARD[1], threads)
+    if steps <= 1 or seq not in groups or it not in groups:
+        return "sequential", 0
+    at = {"steps": steps, "batch": batch, "hidden": hidden}
+    for g in (seq, it):
+        if spans is not None and any(not lo <= at[d] <= hi for d, (lo, hi) in spans[g].items()):
+            return "sequential", 0  # extrapolated
+    row = features(cell, hidden, steps, batch, inputs)
+    s, i = predict(groups[seq], row), predict(groups[it], row)
+    if not (s > 0 and i > 0):
+        return "sequential", 0
+    affordable = math.floor(s / i)
+    return ("newton", affordable) if affordable > expected[it] else ("sequential", 0)
 
 
 def fit_group(rows, times):
@@ -162,6 +231,42 @@ def rel_errors(groups, points, predictions=None):
     return errs
 
 
+def forward_report(groups, points, expected, records):
+    """fit.md's section on the forward model: its errors, and auto's pick at every measured shape."""
+    ins = rel_errors(groups, points)
+    out_of = rel_errors(groups, points, loo_predictions({g: p for g, p in points.items() if g in groups}))
+    lines = ["", "## The forward: sequential against Newton (forward='auto')", "",
+             "Relative error of the predicted sequential forward and Newton iteration, in-sample and leave-one-out; "
+             "the iterations auto expects (the median its group's runs took).", "",
+             "| cell | candidate | threads | points | median | max | LOO median | LOO max | iterations |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for g in groups:
+        e, lo = ins.get(g, []), out_of.get(g, [])
+        lines.append(f"| {g[0]} | {g[1]} | {g[2]} | {len(points[g])} | {statistics.median(e):.1%} | {max(e):.1%} | "
+                     + (f"{statistics.median(lo):.1%} | {max(lo):.1%} |" if lo else "– | – |")
+                     + f" {expected.get(g, '–')} |")
+    lines += ["", "At every measured shape: the sequential and Newton forwards (ms), Newton's iterations, and "
+              "what auto runs (with the iterations it allows) against the faster of the two measured.", "",
+              "| cell | H | I | T | B | threads | spectral radius | sequential | newton | iterations | auto | "
+              "allowed | auto / best |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    worst = 1.0
+    for key, m in sorted(records, key=lambda r: (r[0], r[1]["radius"])):
+        pick, allowed = auto_forward(groups, expected, key, {g: span(p) for g, p in points.items()})
+        best = min(m["sequential forward"], m["newton"])
+        # auto's Newton costs the measured Newton forward when it certifies within what it allows;
+        # else about `allowed` iterations and the sequential forward
+        mine = m["sequential forward"] if pick == "sequential" else (
+            m["newton"] if m["iterations"] <= allowed and not m["fell_back"]
+            else allowed * m["newton iteration"] + m["sequential forward"])
+        worst = max(worst, mine / best)
+        cell, hidden, steps, batch, inputs, threads = key
+        lines.append(f"| {cell} | {hidden} | {inputs} | {steps} | {batch} | {threads} | {m['radius'] or '–'} | "
+                     f"{m['sequential forward']:.3g} | {m['newton']:.3g} | {m['iterations']}"
+                     f"{' (fell back)' if m['fell_back'] else ''} | {pick} | {allowed or '–'} | {mine / best:.2f} |")
+    lines += ["", f"Worst forward regret: {worst:.2f} (auto's forward over the faster of the two measured)."]
+    return lines
+
+
 def fmt_ms(ms):
     return "skipped" if ms is None else ("over budget" if math.isinf(ms) else f"{ms:.3g}")
 
@@ -173,8 +278,11 @@ def main():
     ap.add_argument("--write-builtin", help="also write the model as the library's built-in fit (a .inc file)")
     ap.add_argument("--max-regret", type=float, default=1.10,
                     help="exit 3 when auto's pick is slower than the best bppsa method by more than this (in-sample)")
+    ap.add_argument("--newton", nargs="+", default=[],
+                    help="bench_newton's JSON lines (bench/newton/run.sh): fit the forward model too")
     a = ap.parse_args()
     shapes = load_points(a.sweeps)
+    forward = load_forward_points(a.newton)
     if not shapes:
         sys.exit(f"fit_auto: no bppsa.nn or torch.nn step times in {', '.join(a.sweeps)}; rerun bench/auto/run.sh")
     groups, points = fit(shapes)
@@ -194,6 +302,15 @@ def main():
              "groups": [{"cell": c, "candidate": cand, "threads": t, "coef": coef, "points": len(points[(c, cand, t)]),
                          "span": span(points[(c, cand, t)])}
                         for (c, cand, t), coef in groups.items()]}
+    fgroups, fpoints, expected = fit_forward(forward)
+    for (c, cand, t), coef in fgroups.items():
+        g = {"cell": c, "candidate": cand, "threads": t, "coef": coef, "points": len(fpoints[(c, cand, t)]),
+             "span": span(fpoints[(c, cand, t)])}
+        if cand == FORWARD[1]:
+            g["iterations"] = expected[(c, cand, t)]
+        model["groups"].append(g)
+    if a.newton:
+        model["forward_sweeps"] = [os.path.relpath(p) for p in a.newton]
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "model.json"), "w") as f:
         json.dump(model, f, indent=1)
@@ -237,6 +354,8 @@ def main():
                      f"{'–' if torch_wins is None else ('yes' if torch_wins else 'no')} |")
     lines += ["", f"Worst regret: {worst:.2f} in-sample, {worst_loo:.2f} leave-one-out (limit {a.max_regret:.2f}, "
               "in-sample)."]
+    if fgroups:
+        lines += forward_report(fgroups, fpoints, expected, forward)
     with open(os.path.join(a.out, "fit.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print(f"fit_auto: {len(groups)} groups from {len(shapes)} shapes; worst regret {worst:.2f} in-sample, "

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Refits the step cost model behind `auto` on this machine (bench/auto/, docs/benchmarks.md): runs
+# Refits the cost model behind `auto` on this machine (bench/auto/, docs/benchmarks.md): runs
 # bench/peers/peers.py on the cost model's grid (torch.nn and bppsa.nn bp/blelloch/hybrid, a fresh
-# worker per shape and peer) at every thread count from 1 to the cores, then bench/auto/fit_auto.py.
+# worker per shape and peer) and bench_newton on its forward grid (the sequential forward against
+# Newton's, for forward='auto') at every thread count from 1 to the cores, then bench/auto/fit_auto.py.
 #   bench/auto/run.sh                  the full grid on a quiet machine (about 1 h on 2 cores):
 #                                      bench/results/cpu/auto/{threads-N/peers.json,model.json,fit.md}
 #   bench/auto/run.sh --quick          smoke test (CI, about a minute) into build/auto-quick: 4 tiny
@@ -10,6 +11,8 @@
 #   bench/auto/run.sh --steps 1        a partial sweep: only the grid's shapes of these step counts (comma-
 #                                      separated), into threads-N/steps-1/; the fit joins it with the whole
 #                                      sweeps already in threads-N/ (of this machine: the same --out)
+#   bench/auto/run.sh --forward        only the forward grid (threads-N/newton.jsonl, a few minutes), fitted
+#                                      with the step sweeps already in threads-N/
 # The fit reads the sweeps of the thread counts measured in this run only; a whole run first removes
 # those counts' partial sweeps (threads-N/steps-*/), which it measures again.
 # Other arguments: --out DIR, --threads "1 2" (the counts to measure). Use the fit elsewhere with
@@ -19,11 +22,12 @@ cd "$(dirname "$0")/../.."
 # shellcheck source=scripts/lib/bench.sh
 . scripts/lib/bench.sh
 bench_out bench/results/cpu/auto auto-quick "$@"
-quick=() builtin=() threads="" steps=""
+quick=() builtin=() threads="" steps="" forward_only=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=(--quick) ;;
     --builtin) builtin=(--write-builtin src/nn/cost_model_fit.inc) ;;
+    --forward) forward_only=1 ;;
     --out) shift ;;
     --threads)
       threads=${2:?--threads needs a list such as "1 2"}
@@ -34,7 +38,7 @@ while [ $# -gt 0 ]; do
       shift
       ;;
     *)
-      echo "bench/auto/run.sh: unknown argument '$1' (use --quick, --builtin, --out DIR, --threads \"1 2\", --steps 1)" >&2
+      echo "bench/auto/run.sh: unknown argument '$1' (use --quick, --builtin, --forward, --out DIR, --threads \"1 2\", --steps 1)" >&2
       exit 2
       ;;
   esac
@@ -44,18 +48,51 @@ if [ -z "$threads" ]; then
   if [ ${#quick[@]} -eq 0 ]; then threads=$(seq 1 "$(nproc)"); else threads=1; fi
 fi
 bench_bppsa_python
+cmake -S . -B "$build" -DBPPSA_BUILD_BENCH=ON >/dev/null
+cmake --build "$build" -j"$(nproc)" --target bench_newton >/dev/null
 bench_load
 mkdir -p "$out"
 out=${out%/}
+
+# The forward grid at $1 threads into $2 (bench_newton's JSON lines): H 16 and 64, B 1 and 16, T 30,
+# 300 and 3000, I 8, where the Newton forward's dense Jacobians (T·B·S² values) fit in 160 MB.
+forward_grid() {
+  local part=$2.part cell h b t s
+  local cells=(rnn gru lstm) hs=(16 64) bs=(1 16) ts=(30 300 3000) reps=3
+  if [ ${#quick[@]} -gt 0 ]; then cells=(gru) hs=(8) bs=(2) ts=(10 20) reps=1; fi
+  : >"$2"
+  for cell in "${cells[@]}"; do
+    for h in "${hs[@]}"; do
+      s=$h
+      [ "$cell" != lstm ] || s=$((2 * h))
+      for b in "${bs[@]}"; do
+        local run=()
+        for t in "${ts[@]}"; do [ $((t * b * s * s)) -gt 40000000 ] || run+=("$t"); done
+        [ ${#run[@]} -gt 0 ] || continue
+        "$build/bench_newton" --cells "$cell" --hidden "$h" --batch "$b" --input 8 --steps "${run[@]}" \
+          --threads "$1" --reps "$reps" --out "$part" >/dev/null
+        cat "$part" >>"$2"
+      done
+    done
+  done
+  rm -f "$part"
+}
+
 for t in $threads; do
   dir=$out/threads-$t partial=()
-  if [ -n "$steps" ]; then
-    dir=$dir/steps-${steps//,/-} partial=(--steps "$steps")
-  else
-    rm -rf "$dir"/steps-*
+  if [ "$forward_only" = 0 ]; then
+    if [ -n "$steps" ]; then
+      dir=$dir/steps-${steps//,/-} partial=(--steps "$steps")
+    else
+      rm -rf "$dir"/steps-*
+    fi
+    "$py" bench/peers/peers.py --grid cost-model --threads "$t" --out "$dir" \
+      --only "torch.nn,bppsa.nn bp,bppsa.nn blelloch,bppsa.nn hybrid" "${partial[@]}" "${quick[@]}"
   fi
-  "$py" bench/peers/peers.py --grid cost-model --threads "$t" --out "$dir" \
-    --only "torch.nn,bppsa.nn bp,bppsa.nn blelloch,bppsa.nn hybrid" "${partial[@]}" "${quick[@]}"
+  if [ -z "$steps" ]; then
+    mkdir -p "$out/threads-$t"
+    forward_grid "$t" "$out/threads-$t/newton.jsonl"
+  fi
 done
 # The measured thread counts' sweeps: whole grids and partial ones (--steps) alike.
 sweeps=()
@@ -73,4 +110,9 @@ done
 # The quick grid is too small to hold auto to the limit: its fit is only checked to run.
 limit=()
 [ ${#quick[@]} -eq 0 ] || limit=(--max-regret 1e9)
-"$py" bench/auto/fit_auto.py "${sweeps[@]}" --out "$out" "${builtin[@]}" "${limit[@]}"
+newton=()
+for t in $threads; do
+  [ ! -f "$out/threads-$t/newton.jsonl" ] || newton+=("$out/threads-$t/newton.jsonl")
+done
+"$py" bench/auto/fit_auto.py "${sweeps[@]}" --out "$out" "${builtin[@]}" "${limit[@]}" \
+  ${newton[@]:+--newton "${newton[@]}"}

@@ -2,7 +2,8 @@
 """Checks bench/auto/fit_auto.py on synthetic sweeps whose step times come from known models:
 the fit must reproduce them (predictions to 1e-6 at shapes it never saw), pick the method that is
 truly fastest, write a model the library's format names, and exit 3 when a measured time makes
-auto's pick too slow. Run by CI; needs numpy and scipy."""
+auto's pick too slow; and the same of the forward model (--newton: bench_newton's records) and
+forward='auto''s pick. Run by CI; needs numpy and scipy."""
 import json
 import math
 import os
@@ -106,6 +107,69 @@ def main():
         rows = [ln.split("|")[1:-1] for ln in open(os.path.join(tmp, "t1", "fit.md")) if ln.startswith("| rnn |")]
         rows = [[c.strip() for c in ln] for ln in rows if ln[3].strip() == "1"]
         assert len(rows) == len(t1) and all(ln[10] == "bp" and float(ln[11]) > 1.5 for ln in rows), rows
+
+        # The forward model (--newton): bench_newton's records whose sequential forward and Newton
+        # iteration come from known models: the fit reproduces them at shapes it never saw, writes the
+        # groups with the median iterations (runs that fell back left out of the iteration's fit), and
+        # auto's forward pick follows the truth inside the span and stays sequential outside it.
+        seq_truth, it_truth = [0.01, 2e-4, 3e-6, 1e-8, 0, 1e-8, 0], [0.05, 1e-4, 0, 2e-8, 4e-10, 0, 0]
+        fshapes = [(h, t, b) for h in (8, 16, 32) for t in (30, 100, 300, 1000) for b in (1, 4, 16)]
+
+        def fwd_ms(coef, h, t, b):
+            return sum(c * f for c, f in zip(coef, fit_auto.features("gru", h, t, b, 8)))
+
+        def newton_lines(path, shapes):
+            with open(path, "w") as f:
+                for k, (h, t, b) in enumerate(shapes):
+                    iters, fell = (3 if k % 4 else 5), k == 1
+                    newton = iters * fwd_ms(it_truth, h, t, b) * (7.0 if fell else 1.0)
+                    f.write(json.dumps({"cell": "gru", "hidden": h, "steps": t, "batch": b, "input": 8,
+                                        "threads": 1, "sequential_ms": fwd_ms(seq_truth, h, t, b),
+                                        "newton_ms": newton, "iterations": iters, "fell_back": fell,
+                                        "residual": 0.0, "spectral_radius": 0.0}) + "\n")
+
+        ftrain = [s for k, s in enumerate(fshapes) if k % 5 != 2]  # spanning every T, B and H
+        fheld = [s for k, s in enumerate(fshapes) if k % 5 == 2]
+        newton_lines(os.path.join(tmp, "newton.jsonl"), ftrain)
+        r = run(os.path.join(tmp, "s2.json"), "--out", os.path.join(tmp, "fwd"), "--newton",
+                os.path.join(tmp, "newton.jsonl"))
+        assert r.returncode == 0, r.stderr + r.stdout
+        with open(os.path.join(tmp, "fwd", "model.json")) as f:
+            fmodel = json.load(f)
+        fg = {g["candidate"]: g for g in fmodel["groups"] if g["cell"] == "gru" and g["threads"] == 1}
+        assert set(fg) == {"sequential forward", "newton iteration"}, sorted(fg)
+        assert fg["newton iteration"]["iterations"] == 3 and fg["newton iteration"]["points"] == len(ftrain) - 1
+        assert "iterations" not in fg["sequential forward"] and fg["sequential forward"]["points"] == len(ftrain)
+        fworst = 0.0
+        for h, t, b in fheld:
+            for cand, truth in (("sequential forward", seq_truth), ("newton iteration", it_truth)):
+                p = fit_auto.predict(fg[cand]["coef"], fit_auto.features("gru", h, t, b, 8))
+                fworst = max(fworst, abs(p - fwd_ms(truth, h, t, b)) / fwd_ms(truth, h, t, b))
+        assert fworst < 1e-6, f"held-out forward predictions off by {fworst:.3g} (relative)"
+        groups = {("gru", c, 1): g["coef"] for c, g in fg.items()}
+        spans = {("gru", c, 1): g["span"] for c, g in fg.items()}
+        expected = {("gru", "newton iteration", 1): 3}
+        newton_somewhere = False
+        for h, t, b in fshapes:
+            key = ("gru", h, t, b, 8, 1)
+            k_max = math.floor(fwd_ms(seq_truth, h, t, b) / fwd_ms(it_truth, h, t, b))
+            want = ("newton", k_max) if k_max > 3 else ("sequential", 0)
+            got = fit_auto.auto_forward(groups, expected, key, spans)
+            # the floor of a ratio the fit reproduces to 1e-6: equal unless the ratio is that near an integer
+            ratio = fwd_ms(seq_truth, h, t, b) / fwd_ms(it_truth, h, t, b)
+            if abs(ratio - round(ratio)) > 1e-4:
+                assert got == want, (key, got, want)
+            newton_somewhere |= got[0] == "newton"
+        assert newton_somewhere, "the synthetic truth makes Newton win somewhere"
+        assert fit_auto.auto_forward(groups, expected, ("gru", 16, 5000, 16, 8, 1), spans) == ("sequential", 0)
+        assert fit_auto.auto_forward(groups, expected, ("gru", 16, 1, 16, 8, 1)) == ("sequential", 0)
+        fit_md = open(os.path.join(tmp, "fwd", "fit.md")).read()
+        assert "## The forward: sequential against Newton" in fit_md and "Worst forward regret" in fit_md
+        with open(os.path.join(tmp, "junk.jsonl"), "w") as f:
+            f.write("{\"cell\": \"gru\"}\n")
+        r = run(os.path.join(tmp, "s2.json"), "--out", os.path.join(tmp, "junk2"), "--newton",
+                os.path.join(tmp, "junk.jsonl"))
+        assert r.returncode != 0 and "junk.jsonl" in r.stderr and "bench_newton" in r.stderr, r.stderr
 
         # Not a sweep: a clear message, non-zero exit
         with open(os.path.join(tmp, "junk.json"), "w") as f:

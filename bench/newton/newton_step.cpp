@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "sequence lengths")->check(CLI::Range(Index{1}, Index{1} << 24));
   app.add_option("--batch", batch)->check(CLI::Range(Index{1}, Index{1} << 16));
   app.add_option("--hidden", hidden)->check(CLI::Range(Index{1}, Index{4096}));
+  app.add_option("--input", input, "features of x_t")->check(CLI::Range(Index{1}, Index{4096}));
   app.add_option("--threads", threads, "OpenMP threads of the Newton scan (0 = all)")->check(CLI::Range(0, 1024));
   app.add_option("--reps", reps, "timed runs per method (median)")->check(CLI::Range(1, 1000));
   app.add_option("--spectral-radius", radius,
@@ -49,7 +50,9 @@ int main(int argc, char** argv) {
       jsonl.open(out);
       if (!jsonl) throw IoError("[bench_newton] cannot write " + out);
     }
-    std::printf("| cell | T | batch | H | threads | sequential ms | newton ms | newton / sequential | iterations | residual | fell back |\n");
+    std::printf(
+        "| cell | T | batch | H | threads | sequential ms | newton ms | newton / sequential | iterations | residual | "
+        "fell back |\n");
     std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
     for (const std::string& cell : cells) {
       for (const Index T : steps) {
@@ -68,8 +71,8 @@ int main(int argc, char** argv) {
           r.params(0).w_hh *= static_cast<float>(radius) / norm;
         }
         const Matrix<float> x = Matrix<float>::Random(input, T * batch);
-        nlohmann::json rec{{"cell", cell}, {"steps", T}, {"batch", batch}, {"hidden", hidden}, {"threads", threads},
-                           {"spectral_radius", radius}};
+        nlohmann::json rec{{"cell", cell},   {"steps", T},         {"batch", batch},           {"hidden", hidden},
+                           {"input", input}, {"threads", threads}, {"spectral_radius", radius}};
         double ms[2] = {0, 0};
         for (int m = 0; m < 2; ++m) {
           ForwardOptions o;
@@ -94,8 +97,7 @@ int main(int argc, char** argv) {
         if (jsonl) jsonl << rec.dump() << "\n";
         std::printf("| %s | %lld | %lld | %lld | %d | %.3f | %.3f | %.1f× | %d | %.3g | %s |\n", cell.c_str(),
                     static_cast<long long>(T), static_cast<long long>(batch), static_cast<long long>(hidden), threads,
-                    ms[0], ms[1], ms[1] / ms[0], rep.iterations[0], rep.residual[0],
-                    rep.fell_back[0] ? "yes" : "no");
+                    ms[0], ms[1], ms[1] / ms[0], rep.iterations[0], rep.residual[0], rep.fell_back[0] ? "yes" : "no");
         std::fflush(stdout);
       }
     }

@@ -396,6 +396,16 @@ TEST_F(CostModel, TheBuiltInFitPredictsEveryCandidateOfEveryCell) {
         const double ms = predict_step_ms(shape(cell, 64, 300, 16, threads, 64), c);
         EXPECT_TRUE(std::isfinite(ms) && ms > 0) << to_string(c) << " at " << threads << " threads: " << ms;
       }
+  // and the forward's: the sequential forward, a Newton iteration and the iterations expected
+  for (const CellType cell : {CellType::rnn, CellType::gru, CellType::lstm})
+    for (const int threads : {1, 2}) {
+      const StepShape s = shape(cell, 64, 300, 16, threads, 8);
+      for (const ForwardCandidate c : {ForwardCandidate::sequential, ForwardCandidate::newton_iteration}) {
+        const double ms = predict_forward_ms(s, c);
+        EXPECT_TRUE(std::isfinite(ms) && ms > 0) << to_string(c) << " at " << threads << " threads: " << ms;
+      }
+      EXPECT_GE(expected_newton_iterations(s), 1);
+    }
 }
 
 }  // namespace
