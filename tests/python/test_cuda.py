@@ -1,7 +1,8 @@
 # bppsa.nn on CUDA tensors (issue 26, item 2): the CUDA half of the layer engine against
 # torch.nn on the same GPU (cuDNN), against a float64 reference and against bppsa's own CPU engine,
 # padded and packed (PackedSequence: each sample at its own length); PyTorch's current stream (work
-# queued, never waited for); errors for what the GPU does not run.
+# queued, never waited for); a training step captured in a CUDA graph; errors for what the GPU does
+# not run.
 # Skipped without a CUDA device or a bppsa built without CUDA, unless BPPSA_REQUIRE_CUDA=1
 # (scripts/gpu_check.sh sets it), where that is a failure.
 import os
@@ -192,6 +193,54 @@ def test_training_on_cuda_follows_torch():
     assert losses[1][-1] < losses[1][0]
     for a, b in zip(*losses):
         assert abs(a - b) <= 1e-4 * max(1.0, abs(a)), losses
+
+
+@pytest.mark.parametrize("backward", ["auto", "bp"])
+def test_a_training_step_captured_in_a_cuda_graph_replays_as_eager(backward):
+    """Issue 42, item 3: on CUDA the layer reads PyTorch's weights and input and writes its gradients
+    in place, and in steady state neither waits for the GPU nor allocates, so torch.cuda.graph can
+    capture a whole training step (forward, loss, backward, SGD). Three eager warm-up steps, then
+    three replays of the captured step, against six eager steps of a twin: the same losses and
+    weights (the same kernels in the same order: to float rounding)."""
+    def make():
+        torch.manual_seed(11)
+        rnn = bppsa.nn.GRU(3, 16, num_layers=2, backward=backward).cuda()
+        head = torch.nn.Linear(16, 4).cuda()
+        params = list(rnn.parameters()) + list(head.parameters())
+        return rnn, head, params, torch.optim.SGD(params, lr=0.1)
+
+    torch.manual_seed(12)
+    x = torch.randn(300, 8, 3, device="cuda")
+    y = torch.randint(0, 4, (8,), device="cuda")
+
+    def step(rnn, head, opt):
+        opt.zero_grad(set_to_none=False)
+        out, _ = rnn(x)
+        loss = torch.nn.functional.cross_entropy(head(out[-1]), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    rnn_e, head_e, params_e, opt_e = make()
+    eager = [step(rnn_e, head_e, opt_e).item() for _ in range(6)]
+    rnn_g, head_g, params_g, opt_g = make()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up: plans, buffers and gradients allocated here
+        warm = [step(rnn_g, head_g, opt_g).item() for _ in range(3)]
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_loss = step(rnn_g, head_g, opt_g)
+    replayed = []
+    for _ in range(3):
+        graph.replay()
+        replayed.append(static_loss.item())
+    got = warm + replayed
+    for a, b in zip(got, eager):
+        assert abs(a - b) <= 1e-5 * max(1.0, abs(b)), (got, eager)
+    for a, b in zip(params_g, params_e):
+        assert rel_err(a, b) < 1e-5
 
 
 def test_compiled_on_cuda_matches_eager():

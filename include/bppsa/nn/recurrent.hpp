@@ -124,9 +124,9 @@ struct ForwardReport {
 /// stack's device: host memory for Device::cpu, the current CUDA device's for Device::cuda. With
 /// P = output_size and G·H gate rows: x (T, B, I); h0, h_n (B, P); c0, c_n (B, H); w_ih (G·H, I);
 /// w_hh (G·H, P); b_ih, b_hh (G·H); w_hr (P, H). Null: absent (zeros for h0, c0 and the biases).
-/// On Device::cpu the weights and x are read in place, by the forward and again by backward_io:
-/// they must stay alive and unchanged until backward_io has returned (or until the next forward
-/// when no backward follows).
+/// The weights and x are read in place (on either device), by the forward and again by
+/// backward_io: they must stay alive and unchanged until backward_io has returned (or until the
+/// next forward when no backward follows).
 template <class T>
 struct LayerForwardIo {
   const T *x = nullptr, *h0 = nullptr, *c0 = nullptr;

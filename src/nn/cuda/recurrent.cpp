@@ -283,8 +283,8 @@ LayerArgs<T> RecurrentCuda<T>::args(Index l) {
   a.S = S_;
   a.B = batch_;
   a.steps = steps_;
-  a.b_ih = params_.data() + L.b_ih;
-  a.b_hh = params_.data() + L.b_hh;
+  a.b_ih = L.weights.b_ih;
+  a.b_hh = L.weights.b_hh;
   a.ax = L.ax.data();
   a.h = L.h.data();
   a.c = L.c.data();
@@ -306,7 +306,44 @@ void RecurrentCuda<T>::check_state_shape(const Matrix<T>& m, Index l, const char
 }
 
 template <class T>
-void RecurrentCuda<T>::forward_device(const std::vector<DeviceState<T>>& s0) {
+DeviceLayerParams<T> RecurrentCuda<T>::arena_params(Index l) const {
+  const Layer& L = layers_.at(static_cast<std::size_t>(l));
+  const T* d = params_.data();
+  return {d + L.w_ih, d + L.w_hh, d + L.b_ih, d + L.b_hh};
+}
+
+template <class T>
+DeviceLayerGrads<T> RecurrentCuda<T>::grad_targets(Index l, const DeviceLayerGrads<T>& given) {
+  const Layer& L = layers_.at(static_cast<std::size_t>(l));
+  T* d = grads_.data();
+  return {given.w_ih != nullptr ? given.w_ih : d + L.w_ih, given.w_hh != nullptr ? given.w_hh : d + L.w_hh,
+          given.b_ih != nullptr ? given.b_ih : d + L.b_ih, given.b_hh != nullptr ? given.b_hh : d + L.b_hh};
+}
+
+template <class T>
+void RecurrentCuda<T>::check_grad_targets(const DeviceLayerGrads<T>& g, Idx input) {
+  for (const auto& [p, n] : {std::pair<const T*, Idx>{g.w_ih, GH_ * input}, std::pair<const T*, Idx>{g.w_hh, GH_ * H_},
+                             std::pair<const T*, Idx>{g.b_ih, GH_}, std::pair<const T*, Idx>{g.b_hh, GH_}})
+    launch_check_finite(p, n, kGradNotFinite, status_.data(), run_stream_);
+}
+
+template <class T>
+void RecurrentCuda<T>::forward_device(const std::vector<DeviceState<T>>& s0, const T* x0,
+                                      const DeviceLayerParams<T>* w0) {
+  // The caller's input in place, unless its padding must be zeroed (lengths): then a copy.
+  if (x0 != nullptr && has_len_) copy_input_device(x0);
+  x0_ = x0 != nullptr && !has_len_ ? x0 : x_.data();
+  for (Index l = 0; l < config_.layers; ++l) layers_[static_cast<std::size_t>(l)].weights = arena_params(l);
+  if (w0 != nullptr) {
+    if (w0->w_ih == nullptr || w0->w_hh == nullptr)
+      raise<InvalidArgument>("Recurrent::forward", "a layer's weights in device memory need weight_ih and weight_hh");
+    if ((w0->b_ih == nullptr || w0->b_hh == nullptr) && zeros_.size() < static_cast<std::size_t>(GH_)) {
+      ensure(zeros_, GH_);  // once: a bias the caller leaves out reads zeros
+      BPPSA_CUDA_CHECK(cudaMemsetAsync(zeros_.data(), 0, zeros_.bytes(), run_stream_));
+    }
+    layers_.front().weights = {w0->w_ih, w0->w_hh, w0->b_ih != nullptr ? w0->b_ih : zeros_.data(),
+                               w0->b_hh != nullptr ? w0->b_hh : zeros_.data()};
+  }
   const ForwardMethod asked = report_.method;  // set_forward_options's
   report_ = ForwardReport{};
   report_.method = asked;
@@ -348,13 +385,13 @@ void RecurrentCuda<T>::forward_from(Init&& init) {
   const Idx B = batch_, TB = steps_ * batch_;
   for (Index l = 0; l < config_.layers; ++l) {
     Layer& L = layers_[static_cast<std::size_t>(l)];
-    const T* x = l == 0 ? x_.data() : layers_[static_cast<std::size_t>(l - 1)].h.data() + H_ * B;
+    const T* x = l == 0 ? x0_ : layers_[static_cast<std::size_t>(l - 1)].h.data() + H_ * B;
     // The caller's padding is never used, but the parameter-gradient GEMMs read it (times zero):
-    // zeros there (the layers above read zeros from the forward).
+    // zeros there (the layers above read zeros from the forward; layer 0 reads x_ then).
     if (l == 0 && has_len_) launch_zero_padding(x_.data(), config_.input, B, steps_, device_lengths(), s);
-    run(blas_->get(), input_projection(GH_, L.input, TB, params_.data() + L.w_ih, x, L.ax.data()));
+    run(blas_->get(), input_projection(GH_, L.input, TB, L.weights.w_ih, x, L.ax.data()));
     init(l, L.h.data(), cell_ == kLstm ? L.c.data() : nullptr);
-    launch_transpose(params_.data() + L.w_hh, GH_, H_, L.w_col.data(), s);
+    launch_transpose(L.weights.w_hh, GH_, H_, L.w_col.data(), s);
     LayerArgs<T> a = args(l);
     a.w = L.w_col.data();
     L.warp = use_warp_kernels<T>(cell_, H_);
@@ -394,37 +431,18 @@ template <class T>
 void RecurrentCuda<T>::use_stream(cudaStream_t stream) {
   if (stream == run_stream_) return;
   // What is queued on the old stream still reads and writes this stack's buffers: the new stream
-  // waits for it on the device (the host does not).
-  BPPSA_CUDA_CHECK(cudaEventRecord(switch_event_, run_stream_));
-  BPPSA_CUDA_CHECK(cudaStreamWaitEvent(stream, switch_event_, 0));
+  // waits for it on the device (the host does not). Not where either stream is being captured
+  // into a CUDA graph, which cannot wait for work outside it (nor make the other stream join it):
+  // its caller orders the capture after what ran before (torch.cuda.graph synchronises first).
+  cudaStreamCaptureStatus from = cudaStreamCaptureStatusNone, to = cudaStreamCaptureStatusNone;
+  BPPSA_CUDA_CHECK(cudaStreamIsCapturing(run_stream_, &from));
+  BPPSA_CUDA_CHECK(cudaStreamIsCapturing(stream, &to));
+  if (from == cudaStreamCaptureStatusNone && to == cudaStreamCaptureStatusNone) {
+    BPPSA_CUDA_CHECK(cudaEventRecord(switch_event_, run_stream_));
+    BPPSA_CUDA_CHECK(cudaStreamWaitEvent(stream, switch_event_, 0));
+  }
   blas_->set_stream(stream);
   run_stream_ = stream;
-}
-
-template <class T>
-void RecurrentCuda<T>::upload_layer_device(Index l, const DeviceLayerParams<T>& p) {
-  const Layer& L = layers_.at(static_cast<std::size_t>(l));
-  if (p.w_ih == nullptr || p.w_hh == nullptr)
-    raise<InvalidArgument>("Recurrent", "upload_layer_device needs weight_ih and weight_hh");
-  T* d = params_.data();
-  copy(d + L.w_ih, p.w_ih, GH_ * L.input);
-  copy(d + L.w_hh, p.w_hh, GH_ * H_);
-  for (auto [off, src] : {std::pair<Idx, const T*>{L.b_ih, p.b_ih}, std::pair<Idx, const T*>{L.b_hh, p.b_hh}}) {
-    if (src != nullptr)
-      copy(d + off, src, GH_);
-    else
-      BPPSA_CUDA_CHECK(cudaMemsetAsync(d + off, 0, static_cast<std::size_t>(GH_) * sizeof(T), run_stream_));
-  }
-}
-
-template <class T>
-void RecurrentCuda<T>::copy_layer_grads(Index l, const DeviceLayerGrads<T>& g) {
-  const Layer& L = layers_.at(static_cast<std::size_t>(l));
-  const T* d = grads_.data();
-  copy(g.w_ih, d + L.w_ih, GH_ * L.input);
-  copy(g.w_hh, d + L.w_hh, GH_ * H_);
-  copy(g.b_ih, d + L.b_ih, GH_);
-  copy(g.b_hh, d + L.b_hh, GH_);
 }
 
 template <class T>
@@ -550,7 +568,7 @@ void RecurrentCuda<T>::backward_begin_device(const T* top, bool inject) {
 
 template <class T>
 void RecurrentCuda<T>::backward_layer_device(Index l, const BackwardOptions& options, const DeviceState<T>& final_grad,
-                                             int slot) {
+                                             int slot, const DeviceLayerGrads<T>& grads, T* grad_x) {
   const bool given = final_grad.h != nullptr || final_grad.c != nullptr;
   if (given) {
     // g_final is S × B: column b holds h's H rows over c's (LSTM).
@@ -559,7 +577,7 @@ void RecurrentCuda<T>::backward_layer_device(Index l, const BackwardOptions& opt
     copy_part(L.g_final.data(), S_, final_grad.h, final_grad.ld);
     if (cell_ == kLstm) copy_part(L.g_final.data() + H_, S_, final_grad.c, final_grad.ld);
   }
-  backward_from(l, options, given, slot);
+  backward_from(l, options, given, slot, grads, grad_x);
 }
 
 template <class T>
@@ -577,15 +595,6 @@ const char* RecurrentCuda<T>::state_grads_method(Index l) const {
 }
 
 template <class T>
-void RecurrentCuda<T>::copy_input_grad(T* gx) {
-  const Layer& L = layers_.front();
-  const Idx n = config_.input * steps_ * batch_;
-  if (L.gx.size() < static_cast<std::size_t>(n))
-    raise<InvalidArgument>("Recurrent::backward", "no input gradient: no backward of this shape has run");
-  copy(gx, L.gx.data(), n);
-}
-
-template <class T>
 void RecurrentCuda<T>::copy_state0_grad(Index l, const DeviceStateOut<T>& g0) {
   const Layer& L = layers_.at(static_cast<std::size_t>(l));
   if (L.g.size() < static_cast<std::size_t>(S_ * (steps_ + 1) * batch_))
@@ -596,7 +605,8 @@ void RecurrentCuda<T>::copy_state0_grad(Index l, const DeviceStateOut<T>& g0) {
 }
 
 template <class T>
-void RecurrentCuda<T>::backward_from(Index l, const BackwardOptions& options, bool final_grad, int slot) {
+void RecurrentCuda<T>::backward_from(Index l, const BackwardOptions& options, bool final_grad, int slot,
+                                     const DeviceLayerGrads<T>& grads, T* grad_x) {
   const cudaStream_t s = run_stream_;
   Layer& L = layers_[static_cast<std::size_t>(l)];
   const Idx T_ = steps_, B = batch_, TB = steps_ * batch_;
@@ -623,7 +633,7 @@ void RecurrentCuda<T>::backward_from(Index l, const BackwardOptions& options, bo
   launch_final_grad(H_, S_, B, T_, last, inject ? a.len : nullptr, gfinal,
                     how == StateGrads::fused ? L.g_last.data() : a.g + T_ * B * S_, s);
   a.above = inject ? above : nullptr;
-  a.w = params_.data() + L.w_hh;  // row-major
+  a.w = L.weights.w_hh;  // row-major
 
   switch (how) {
     case StateGrads::bp: {
@@ -662,12 +672,12 @@ void RecurrentCuda<T>::backward_from(Index l, const BackwardOptions& options, bo
   }
 
   // Parameter gradients over all T·B columns (row-major PyTorch weights = column-major transposes).
-  const T* x = l == 0 ? x_.data() : layers_[static_cast<std::size_t>(l - 1)].h.data() + H_ * B;
+  const T* x = l == 0 ? x0_ : layers_[static_cast<std::size_t>(l - 1)].h.data() + H_ * B;
   const T* dhh = cell_ == kGru ? L.dh.data() : L.dx.data();
-  T* g = grads_.data();
+  const DeviceLayerGrads<T> g = grad_targets(l, grads);
   const LayerGradProducts<T> p =
-      layer_grad_products(L.input, H_, GH_, TB, x, L.h.data(), L.dx.data(), dhh, params_.data() + L.w_ih, ones_.data(),
-                          g + L.w_ih, g + L.w_hh, g + L.b_ih, g + L.b_hh, L.gx.data());
+      layer_grad_products(L.input, H_, GH_, TB, x, L.h.data(), L.dx.data(), dhh, L.weights.w_ih, ones_.data(), g.w_ih,
+                          g.w_hh, g.b_ih, g.b_hh, l == 0 && grad_x != nullptr ? grad_x : L.gx.data());
   cublasHandle_t h = blas_->get();
   for (const Gemm<T>* m : {&p.w_ih, &p.w_hh, &p.input}) run(h, *m);
   for (const Gemv<T>* v : {&p.b_ih, &p.b_hh}) run(h, *v);
@@ -740,8 +750,8 @@ void RecurrentCuda<T>::check_grads(Index only) {
 
 template <class T>
 std::size_t RecurrentCuda<T>::device_bytes() const {
-  std::size_t n = params_.bytes() + grads_.bytes() + x_.bytes() + ones_.bytes() + grad_out_.bytes() + status_.bytes() +
-                  len_.bytes() + staged_.bytes() + readback_.bytes();
+  std::size_t n = params_.bytes() + grads_.bytes() + x_.bytes() + ones_.bytes() + zeros_.bytes() + grad_out_.bytes() +
+                  status_.bytes() + len_.bytes() + staged_.bytes() + readback_.bytes();
   for (const Layer& L : layers_) {
     for (const DeviceBuffer<T>* b :
          {&L.h, &L.c, &L.gates, &L.aux, &L.ax, &L.w_col, &L.g, &L.dx, &L.dh, &L.gx, &L.g_final})
@@ -933,13 +943,11 @@ template <class T>
 void RecurrentCuda<T>::forward_io(const LayerForwardIo<T>& io, Index steps, Index batch, std::span<const Index> lengths,
                                   std::uintptr_t stream, LayerParamsList<T>&) {
   use_stream(reinterpret_cast<cudaStream_t>(stream));
-  upload_layer_device(0, {io.w_ih, io.w_hh, io.b_ih, io.b_hh});
-  sync.host_newer = false;  // the device's weights are the caller's now; the front's copies are stale
-  sync.device_newer = true;
   resize(steps, batch);
   set_lengths(lengths);  // a PackedSequence: each sample's length, longest first
-  copy_input_device(io.x);
-  forward_device({{io.h0, io.c0}});
+  // The caller's weights and x read in place (the front checks the backward gets the same ones).
+  const DeviceLayerParams<T> w{io.w_ih, io.w_hh, io.b_ih, io.b_hh};
+  forward_device({{io.h0, io.c0}}, io.x, &w);
   copy_output(io.out);
   copy_final_state(0, {io.h_n, io.c_n});
 }
@@ -954,10 +962,12 @@ std::string RecurrentCuda<T>::backward_io(const LayerBackwardIo<T>& io, const Ba
   use_stream(reinterpret_cast<cudaStream_t>(stream));
   // Every step's gradient is injected: telling a many-to-one gradient apart would read it on the host.
   backward_begin_device(io.grad_out, true);
-  backward_layer_device(0, options, {io.grad_hn, io.grad_cn}, 0);
-  sync.grads_newer = true;
+  // The parameter and input gradients written in place (those the caller does not want: into the
+  // stack's own buffers).
+  const DeviceLayerGrads<T> wanted{io.grad_w_ih, io.grad_w_hh, io.grad_b_ih, io.grad_b_hh};
+  backward_layer_device(0, options, {io.grad_hn, io.grad_cn}, 0, wanted, io.grad_x);
   if (options.check_finite) {
-    check_grads(0);
+    check_grad_targets(grad_targets(0, wanted), config_.input);
     const DeviceStatus status = read_status();  // waits for the stream
     if ((status.flags & kGradNotFinite) != 0) {
       clear_flags();
@@ -966,8 +976,6 @@ std::string RecurrentCuda<T>::backward_io(const LayerBackwardIo<T>& io, const Ba
                             "the incoming gradients or the weights diverged");
     }
   }
-  copy_layer_grads(0, {io.grad_w_ih, io.grad_w_hh, io.grad_b_ih, io.grad_b_hh});
-  if (io.grad_x != nullptr) copy_input_grad(io.grad_x);
   copy_state0_grad(0, {io.grad_h0, io.grad_c0});
   return state_grads_method(0);
 }

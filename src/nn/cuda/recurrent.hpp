@@ -1,8 +1,8 @@
 // The CUDA half of Recurrent<T>: the recurrent stack on the current CUDA device. It implements
 // RecurrentHalf (the front's host-memory calls) over its device API below, which the other CUDA
 // halves use directly: the classifier's (classifier.hpp, which also runs a training pass's
-// steps); bppsa.nn's layer reaches it through the Recurrent front (forward_io / backward_io, on
-// PyTorch's device memory).
+// steps); bppsa.nn's layer reaches it through the Recurrent front (forward_io / backward_io:
+// PyTorch's weights, input and parameter and input gradients read and written in place).
 //
 // Everything lives on the device, allocated once per shape (steps × batch) and reused; work is
 // queued on the stack's stream (or the caller's: use_stream) and the host waits only where it
@@ -60,7 +60,7 @@ struct DeviceStateOut {
   Idx ld = 0;
 };
 /// One layer's parameters (or their gradients) in device memory, PyTorch's layout; a null bias
-/// is zero (inputs) or not wanted (outputs).
+/// is zero (inputs), a null gradient not wanted (outputs).
 template <class T>
 struct DeviceLayerParams {
   const T *w_ih = nullptr, *w_hh = nullptr, *b_ih = nullptr, *b_hh = nullptr;
@@ -167,10 +167,6 @@ class RecurrentCuda final : public RecurrentHalf<T> {
   T* param_values() { return params_.data(); }
   T* param_grads() { return grads_.data(); }
   Index param_count() const { return static_cast<Index>(params_.size()); }
-  /// Layer `layer`'s parameters from device memory (queued copies; null biases: zeros).
-  void upload_layer_device(Index layer, const DeviceLayerParams<T>& p);
-  /// Layer `layer`'s parameter gradients of the last backward into device memory (null: skipped).
-  void copy_layer_grads(Index layer, const DeviceLayerGrads<T>& g);
 
   /// Sizes the forward buffers for steps × batch (allocating only when the shape grows; a
   /// ResourceError, with the numbers, before allocating what does not fit).
@@ -186,8 +182,11 @@ class RecurrentCuda final : public RecurrentHalf<T> {
   /// Copies the layer-0 input from the caller's device memory (I × steps·batch), queued.
   void copy_input_device(const T* x) { copy(x_.data(), x, config_.input * steps_ * batch_); }
   /// Every layer over input(); s0[l]: layer l's initial state in device memory (the vector
-  /// may be shorter than the stack: zeros).
-  void forward_device(const std::vector<DeviceState<T>>& s0);
+  /// may be shorter than the stack: zeros). x0: layer 0's input read in place instead of input(),
+  /// and w0: layer 0's parameters read in place instead of the arena's (null biases: zeros); both
+  /// stay in use by the backward of this forward, so they must stay unchanged until it ends.
+  void forward_device(const std::vector<DeviceState<T>>& s0, const T* x0 = nullptr,
+                      const DeviceLayerParams<T>* w0 = nullptr);
   /// Top layer's h_1 … h_T, H × (steps·batch), on the device.
   const T* device_output() const { return layers_.back().h.data() + config_.hidden * batch_; }
   /// The top layer's outputs h_1 … h_T (H × steps·batch) into device memory.
@@ -203,8 +202,11 @@ class RecurrentCuda final : public RecurrentHalf<T> {
   void backward_begin_device(const T* top, bool inject);
   /// One layer, top-down: state gradients (BP, the fused scan or the generic scan), the
   /// pre-activation and parameter gradients, the gradient on the layer's input; final_grad: the
-  /// extra gradient on s_T in device memory (both null: none). Timed in `slot`.
-  void backward_layer_device(Index layer, const BackwardOptions& options, const DeviceState<T>& final_grad, int slot);
+  /// extra gradient on s_T in device memory (both null: none). Timed in `slot`. grads: where the
+  /// parameter gradients go, written in place (a null one: into the gradient arena); grad_x:
+  /// where layer 0's input gradient goes (null: the stack's own buffer, which input_grad() reads).
+  void backward_layer_device(Index layer, const BackwardOptions& options, const DeviceState<T>& final_grad, int slot,
+                             const DeviceLayerGrads<T>& grads = {}, T* grad_x = nullptr);
   /// Host matrices the front holds (initial states, final-state gradients; S × batch, h rows
   /// over c rows; host[k] is layer first + k's, checked against the batch) staged on the device
   /// for forward_device / backward_layer_device. The pointers stay valid until the next
@@ -217,8 +219,7 @@ class RecurrentCuda final : public RecurrentHalf<T> {
   /// How layer `layer`'s last backward computed its state gradients: "bp", "fused", or the
   /// generic scan's method ("blelloch", "hybrid", "linear").
   const char* state_grads_method(Index layer) const;
-  /// ∂ℓ/∂x of the last backward (I × steps·batch) and layer `layer`'s ∂ℓ/∂s_0 into device memory.
-  void copy_input_grad(T* gx);
+  /// Layer `layer`'s ∂ℓ/∂s_0 of the last backward into device memory.
   void copy_state0_grad(Index layer, const DeviceStateOut<T>& g0);
   /// Sets kGradNotFinite in the status when a parameter gradient is not finite: of every layer,
   /// or of layer `only` alone (the one a layer-by-layer backward has just computed).
@@ -233,6 +234,7 @@ class RecurrentCuda final : public RecurrentHalf<T> {
   struct Layer {
     Idx input = 0;                                      ///< I of this layer
     Idx w_ih = 0, w_hh = 0, b_ih = 0, b_hh = 0;         ///< offsets in the parameter arenas
+    DeviceLayerParams<T> weights;                       ///< what its last forward read (and its backward reads)
     cuda::DeviceBuffer<T> h, c, gates, aux, ax, w_col;  ///< forward record (w_col: W_hh column-major)
     cuda::DeviceBuffer<T> g, dx, dh, gx, g_final;       ///< backward
     cuda::DeviceBuffer<T> g_last;                       ///< the fused scan's g_T input (apart from g)
@@ -259,7 +261,14 @@ class RecurrentCuda final : public RecurrentHalf<T> {
   template <class Init>
   void forward_from(Init&& init);
   /// backward_layer_device() once the extra gradient on s_T is in L.g_final (when final_grad).
-  void backward_from(Index layer, const BackwardOptions& options, bool final_grad, int slot);
+  void backward_from(Index layer, const BackwardOptions& options, bool final_grad, int slot,
+                     const DeviceLayerGrads<T>& grads, T* grad_x);
+  /// Layer l's parameters in the arena.
+  DeviceLayerParams<T> arena_params(Index l) const;
+  /// Layer l's gradient targets: `given`'s, the arena's where `given` has none.
+  DeviceLayerGrads<T> grad_targets(Index l, const DeviceLayerGrads<T>& given);
+  /// Sets kGradNotFinite in the status when a value of these gradients is not finite.
+  void check_grad_targets(const DeviceLayerGrads<T>& g, Idx input);
   /// Queued device-to-device copy of n values (nothing when dst is null).
   void copy(T* dst, const T* src, Idx n) const;
   /// Queued copy of an H × batch state part between leading dimensions (0: H); a null src zeroes.
@@ -294,7 +303,9 @@ class RecurrentCuda final : public RecurrentHalf<T> {
   int sms_, smem_optin_;
   cuda::DeviceBuffer<T> params_, grads_;
   cuda::DeviceBuffer<T> x_, ones_, grad_out_;
-  cuda::DeviceBuffer<T> staged_;            ///< host states staged for the device (stage_states), layer by layer
+  cuda::DeviceBuffer<T> zeros_;   ///< GH zeros: the biases a caller's forward leaves out
+  const T* x0_ = nullptr;         ///< layer 0's input in the last forward: x_, or the caller's (forward_device)
+  cuda::DeviceBuffer<T> staged_;  ///< host states staged for the device (stage_states), layer by layer
   mutable cuda::DeviceBuffer<T> readback_;  ///< a state gathered for the host (state, final_state)
   cuda::DeviceBuffer<DeviceStatus> status_;
   std::vector<Layer> layers_;

@@ -316,6 +316,11 @@ void FusedScan<T>::run(cudaStream_t stream, const FusedChainPtrs<T>& p) {
   }
   gr.previous = p;
   gr.have_previous = true;
+  // Inside the caller's capture (torch.cuda.graph) the kernels join the caller's graph: a capture
+  // of our own, or its instantiation, may not start then.
+  cudaStreamCaptureStatus outer = cudaStreamCaptureStatusNone;
+  BPPSA_CUDA_CHECK(cudaStreamIsCapturing(stream, &outer));
+  if (outer != cudaStreamCaptureStatusNone) graph = false;
   if (graph) {
     if (!gr.exec || !same(p, gr.captured)) m.capture(p, gr);
     BPPSA_CUDA_CHECK(cudaGraphLaunch(gr.exec, stream));
