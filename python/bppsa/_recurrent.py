@@ -30,6 +30,7 @@ class LayerSpec:
         self.last_forward = None  # the last newton or auto forward's report (_run_forward)
         self.last_backward = None  # the method of the last backward (_run_backward), or "torch.nn" (nn.py)
         self._idle = {}
+        self._captured = []  # engines that ran inside a CUDA graph capture: the graph's, never reused
         # Reentrant: an engine may come back (weakref.finalize, run by the garbage collector)
         # while this thread is inside acquire() or release().
         self._lock = threading.RLock()
@@ -49,7 +50,14 @@ class LayerSpec:
         """key: (dtype, device), as given to acquire. The engine's forward record goes (kept only
         when it is small: a few steps × samples), so nothing sized by a call's steps and batch
         outlives the call's backward, or the call itself under no_grad; the pool keeps its weights'
-        copies and small buffers, and lives as long as the module."""
+        copies and small buffers, and lives as long as the module. An engine that ran inside a CUDA
+        graph capture is the graph's: its buffers are what the replays read and write, so it is
+        kept apart, alive and never lent again, for as long as the module lives."""
+        if getattr(engine, "bppsa_captured", False):
+            with self._lock:
+                if not any(e is engine for e in self._captured):
+                    self._captured.append(engine)
+            return
         engine.release_record()
         with self._lock:
             idle = self._idle.setdefault(key, [])
@@ -68,11 +76,13 @@ class LayerSpec:
     def __getstate__(self):  # engines and locks are not picklable: a copied module starts with none
         state = dict(self.__dict__)
         state["_idle"] = {}
+        state["_captured"] = []
         del state["_lock"]
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+        self.__dict__.setdefault("_captured", [])  # pickled by a bppsa without it
         self._lock = threading.RLock()
 
     def __deepcopy__(self, memo):
@@ -134,6 +144,8 @@ def _run_forward(engine, spec, args, lengths=None, forward="sequential", threads
     c_n = _empty((B, H), x) if spec.cell == "lstm" else None
     if B == 0:  # nothing to compute (torch returns the empty tensors too)
         return out, h_n, c_n
+    if x.is_cuda and torch.cuda.is_current_stream_capturing():
+        engine.bppsa_captured = True  # the graph's from now on (LayerSpec.release)
     engine.set_forward(forward, _native.resolve_threads(threads))
     engine.forward(x, args[1], args[2], *_weight_refs(engine, args[3:]), list(lengths or ()), out, h_n, c_n,
                    _native.stream_of(x), record)

@@ -195,45 +195,57 @@ def test_training_on_cuda_follows_torch():
         assert abs(a - b) <= 1e-4 * max(1.0, abs(a)), losses
 
 
-@pytest.mark.parametrize("backward", ["auto", "bp"])
-def test_a_training_step_captured_in_a_cuda_graph_replays_as_eager(backward):
+@pytest.mark.parametrize("cell,bias,backward", [("GRU", True, "auto"), ("GRU", True, "bp"), ("LSTM", False, "auto")])
+def test_a_training_step_captured_in_a_cuda_graph_replays_as_eager(cell, bias, backward):
     """Issue 42, item 3: on CUDA the layer reads PyTorch's weights and input and writes its gradients
     in place, and in steady state neither waits for the GPU nor allocates, so torch.cuda.graph can
-    capture a whole training step (forward, loss, backward, SGD). Three eager warm-up steps, then
-    three replays of the captured step, against six eager steps of a twin: the same losses and
-    weights (the same kernels in the same order: to float rounding)."""
+    capture a whole training step (forward, loss on the last output and h_n, backward, SGD). Three
+    eager warm-up steps, then three replays of the captured step, each on a new batch copied into
+    the static input, against six eager steps of a twin on the same batches: the same losses and
+    weights (the same kernels in the same order: to float rounding). The engines that ran in the
+    capture stay the graph's (kept out of the pool)."""
     def make():
         torch.manual_seed(11)
-        rnn = bppsa.nn.GRU(3, 16, num_layers=2, backward=backward).cuda()
+        rnn = getattr(bppsa.nn, cell)(3, 16, num_layers=2, bias=bias, backward=backward).cuda()
         head = torch.nn.Linear(16, 4).cuda()
         params = list(rnn.parameters()) + list(head.parameters())
         return rnn, head, params, torch.optim.SGD(params, lr=0.1)
 
     torch.manual_seed(12)
-    x = torch.randn(300, 8, 3, device="cuda")
-    y = torch.randint(0, 4, (8,), device="cuda")
+    batches = [(torch.randn(300, 8, 3, device="cuda"), torch.randint(0, 4, (8,), device="cuda")) for _ in range(6)]
 
-    def step(rnn, head, opt):
+    def step(rnn, head, opt, x, y):
         opt.zero_grad(set_to_none=False)
-        out, _ = rnn(x)
-        loss = torch.nn.functional.cross_entropy(head(out[-1]), y)
+        out, state = rnn(x)
+        h = state[0] if isinstance(state, tuple) else state
+        loss = torch.nn.functional.cross_entropy(head(out[-1] + h[-1]), y)
         loss.backward()
         opt.step()
         return loss
 
     rnn_e, head_e, params_e, opt_e = make()
-    eager = [step(rnn_e, head_e, opt_e).item() for _ in range(6)]
+    eager = [step(rnn_e, head_e, opt_e, x, y).item() for x, y in batches]
     rnn_g, head_g, params_g, opt_g = make()
+    sx, sy = batches[0][0].clone(), batches[0][1].clone()  # the graph's static input
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # warm-up: plans, buffers and gradients allocated here
-        warm = [step(rnn_g, head_g, opt_g).item() for _ in range(3)]
+        warm = []
+        for x, y in batches[:3]:
+            sx.copy_(x)
+            sy.copy_(y)
+            warm.append(step(rnn_g, head_g, opt_g, sx, sy).item())
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        static_loss = step(rnn_g, head_g, opt_g)
+        static_loss = step(rnn_g, head_g, opt_g, sx, sy)
+    assert all(m in (("fused", "bp") if backward == "auto" else ("bp",)) for m in rnn_g.last_backward), \
+        rnn_g.last_backward
+    assert all(len(spec._captured) == 1 for spec in rnn_g._specs)
     replayed = []
-    for _ in range(3):
+    for x, y in batches[3:]:
+        sx.copy_(x)
+        sy.copy_(y)
         graph.replay()
         replayed.append(static_loss.item())
     got = warm + replayed

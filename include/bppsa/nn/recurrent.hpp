@@ -125,8 +125,9 @@ struct ForwardReport {
 /// P = output_size and G·H gate rows: x (T, B, I); h0, h_n (B, P); c0, c_n (B, H); w_ih (G·H, I);
 /// w_hh (G·H, P); b_ih, b_hh (G·H); w_hr (P, H). Null: absent (zeros for h0, c0 and the biases).
 /// The weights and x are read in place (on either device), by the forward and again by
-/// backward_io: they must stay alive and unchanged until backward_io has returned (or until the
-/// next forward when no backward follows).
+/// backward_io: they must stay alive and unchanged until backward_io's work has run (on
+/// Device::cuda: until what it queued on its stream has run), or, when no backward follows,
+/// until the forward's has.
 template <class T>
 struct LayerForwardIo {
   const T *x = nullptr, *h0 = nullptr, *c0 = nullptr;
@@ -258,9 +259,9 @@ class Recurrent {
 
   /// forward() of a one-layer stack on the caller's tensors (LayerForwardIo; what bppsa.nn
   /// runs): the weights are read from io, the initial state from h0 / c0, and out, h_n (each
-  /// sample's at its length) and c_n are written. lengths as forward(). Device::cpu computes on
-  /// io's weights and x in place (no copy; params(0) are left as they were), and keeps reading
-  /// them until backward_io; Device::cuda uploads the weights (they become params(0)). Its backward
+  /// sample's at its length) and c_n are written. lengths as forward(). Both devices compute on
+  /// io's weights and x in place (no copy; params(0) are left as they were), and keep reading
+  /// them until backward_io (Device::cuda copies x when lengths are given, to zero its padding). Its backward
   /// is backward_io (backward() and layer_transfer() refuse it: InvalidArgument). On
   /// Device::cuda every copy and kernel is queued on `stream` (a cudaStream_t; 0: the legacy
   /// default stream) and nothing waits for it; `stream` is unused on the CPU. The caller has
@@ -268,14 +269,15 @@ class Recurrent {
   void forward_io(const LayerForwardIo<T>& io, Index steps, Index batch, std::span<const Index> lengths = {},
                   std::uintptr_t stream = 0);
   /// backward() of the last forward_io from the gradients on out, h_n and c_n (those on out past
-  /// a sample's length are not used), writing the gradients asked for (into io only: on
-  /// Device::cpu grads() and input_grad() are not updated). io's weights must be the forward's
+  /// a sample's length are not used), writing the gradients asked for in place (into io only:
+  /// grads() and input_grad() are not updated). io's weights must be the forward's
   /// (InvalidArgument for other addresses; values changed in between are not detected and give
-  /// wrong gradients), as must the x it read (Device::cpu). Returns how the state
+  /// wrong gradients), as must the x it read. Returns how the state
   /// gradients were computed: the method that ran (automatic resolved), "fused" for the GPU's
   /// fused chunked scan. On Device::cuda grad_out is required (zeros when none flows back) and,
   /// with options.check_finite, the parameter gradients' finiteness is checked (waiting for the
-  /// stream; NonFiniteError).
+  /// stream; NonFiniteError; UnsupportedError while `stream` is being captured into a CUDA
+  /// graph, where nothing may wait).
   std::string backward_io(const LayerBackwardIo<T>& io, const BackwardOptions& options, std::uintptr_t stream = 0);
   /// Frees the last forward's record and the backward's buffers when they hold more than a
   /// small bound (a decoder's next one-step call keeps reusing them); the parameters stay. The

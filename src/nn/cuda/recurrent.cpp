@@ -431,13 +431,17 @@ template <class T>
 void RecurrentCuda<T>::use_stream(cudaStream_t stream) {
   if (stream == run_stream_) return;
   // What is queued on the old stream still reads and writes this stack's buffers: the new stream
-  // waits for it on the device (the host does not). Not where either stream is being captured
-  // into a CUDA graph, which cannot wait for work outside it (nor make the other stream join it):
-  // its caller orders the capture after what ran before (torch.cuda.graph synchronises first).
+  // waits for it on the device (the host does not), also within one CUDA graph capture. A stream
+  // being captured cannot wait for work outside its capture (nor join another stream to it): its
+  // caller orders the capture after what ran before (torch.cuda.graph synchronises first).
   cudaStreamCaptureStatus from = cudaStreamCaptureStatusNone, to = cudaStreamCaptureStatusNone;
-  BPPSA_CUDA_CHECK(cudaStreamIsCapturing(run_stream_, &from));
-  BPPSA_CUDA_CHECK(cudaStreamIsCapturing(stream, &to));
-  if (from == cudaStreamCaptureStatusNone && to == cudaStreamCaptureStatusNone) {
+  unsigned long long from_id = 0, to_id = 0;
+  BPPSA_CUDA_CHECK(cudaStreamGetCaptureInfo(run_stream_, &from, &from_id));
+  BPPSA_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &to, &to_id));
+  const bool neither = from == cudaStreamCaptureStatusNone && to == cudaStreamCaptureStatusNone;
+  const bool one_capture =
+      from == cudaStreamCaptureStatusActive && to == cudaStreamCaptureStatusActive && from_id == to_id;
+  if (neither || one_capture) {
     BPPSA_CUDA_CHECK(cudaEventRecord(switch_event_, run_stream_));
     BPPSA_CUDA_CHECK(cudaStreamWaitEvent(stream, switch_event_, 0));
   }
@@ -959,6 +963,14 @@ std::string RecurrentCuda<T>::backward_io(const LayerBackwardIo<T>& io, const Ba
   const char* op = "Recurrent::backward_io";
   if (io.grad_out == nullptr)
     raise<InvalidArgument>(op, "the CUDA half needs the output's gradient (zeros when none flows back)");
+  if (options.check_finite) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    BPPSA_CUDA_CHECK(cudaStreamIsCapturing(reinterpret_cast<cudaStream_t>(stream), &capture));
+    if (capture != cudaStreamCaptureStatusNone)
+      raise<UnsupportedError>(op,
+                              "check_finite reads the gradients' status on the host, which a CUDA graph "
+                              "capture cannot wait for: capture with check_finite=False");
+  }
   use_stream(reinterpret_cast<cudaStream_t>(stream));
   // Every step's gradient is injected: telling a many-to-one gradient apart would read it on the host.
   backward_begin_device(io.grad_out, true);
