@@ -210,9 +210,8 @@ const Group* group_for(const Model& model, const StepShape& shape, Candidate can
   return best;
 }
 
-/// Whether the group serving a shape and candidate was fitted on T, B and H spanning it.
-bool spans(const Model& model, const StepShape& shape, Candidate candidate) {
-  const Group* g = group_for(model, shape, candidate);
+/// Whether group g (null: none) was fitted on T, B and H spanning the shape.
+bool spans(const Group* g, const StepShape& shape) {
   if (g == nullptr) return false;
   const Index at[] = {shape.steps, shape.batch, shape.hidden};
   for (std::size_t d = 0; d < std::size(kSpanDims); ++d)
@@ -220,14 +219,17 @@ bool spans(const Model& model, const StepShape& shape, Candidate candidate) {
   return true;
 }
 
-double predict_ms(const StepShape& shape, Candidate candidate) {
-  const auto model = model_in_use();
-  const Group* best = group_for(*model, shape, candidate);
-  if (best == nullptr) return std::numeric_limits<double>::quiet_NaN();
+/// Group g's prediction for the shape in milliseconds; NaN when g is null.
+double predict(const Group* g, const StepShape& shape) {
+  if (g == nullptr) return std::numeric_limits<double>::quiet_NaN();
   const std::vector<double> f = features(shape);
   double ms = 0;
-  for (std::size_t k = 0; k < kFeatureCount; ++k) ms += best->coef[k] * f[k];
+  for (std::size_t k = 0; k < kFeatureCount; ++k) ms += g->coef[k] * f[k];
   return ms;
+}
+
+double predict_ms(const StepShape& shape, Candidate candidate) {
+  return predict(group_for(*model_in_use(), shape, candidate), shape);
 }
 
 }  // namespace
@@ -258,15 +260,16 @@ ForwardPlan resolve_forward(const ForwardOptions& options, const StepShape& shap
   plan.method = ForwardMethod::sequential;
   plan.max_iterations = 0;
   if (shape.steps <= 1 || device != Device::cpu) return plan;  // one step: the first is exact; no CUDA Newton yet
-  plan.sequential_ms = predict_forward_ms(shape, ForwardCandidate::sequential);
-  plan.iteration_ms = predict_forward_ms(shape, ForwardCandidate::newton_iteration);
-  const int expected = expected_newton_iterations(shape);
+  const auto model = model_in_use();                           // one model for the whole decision
+  const Group* seq = group_for(*model, shape, Candidate::sequential_forward);
+  const Group* it = group_for(*model, shape, Candidate::newton_iteration);
+  plan.sequential_ms = predict(seq, shape);
+  plan.iteration_ms = predict(it, shape);
+  const int expected = it == nullptr ? 0 : it->iterations;
   if (!(plan.iteration_ms > 0) || !(plan.sequential_ms > 0) || expected < 1) return plan;  // no fit (NaN)
   // Outside the shapes the fits measured a prediction is extrapolated: at T 2 and H 1, say, a fit
   // whose Newton iteration has no fixed term would predict Newton nearly free.
-  const auto model = model_in_use();
-  if (!spans(*model, shape, Candidate::sequential_forward) || !spans(*model, shape, Candidate::newton_iteration))
-    return plan;
+  if (!spans(seq, shape) || !spans(it, shape)) return plan;
   const double affordable = std::floor(plan.sequential_ms / plan.iteration_ms);
   if (affordable <= expected) return plan;  // Newton's expected iterations take at least as long
   plan.method = ForwardMethod::newton;
@@ -275,7 +278,7 @@ ForwardPlan resolve_forward(const ForwardOptions& options, const StepShape& shap
 }
 
 bool cost_model_spans(const StepShape& shape, StepCandidate candidate) {
-  return spans(*model_in_use(), shape, candidate_of(candidate));
+  return spans(group_for(*model_in_use(), shape, candidate_of(candidate)), shape);
 }
 
 BackwardMethod resolve_backward(const BackwardOptions& options, const StepShape& shape) {
