@@ -56,6 +56,19 @@ def versions():
     return out
 
 
+def source():
+    """The checkout's commit, and whether its tracked files differ from it (None outside a git checkout)."""
+    root = os.path.join(HERE, "..", "..")
+    try:
+        commit = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True,
+                                check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip() != ""
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return {"commit": commit, "dirty": dirty}
+
+
 def over_budget(peer, cfg, done, cap):
     """A shape this peer would spend minutes on: estimated from its time at a third of the steps
     (linear in T), or the JAX BPPSA's dense Jacobians against the memory there is."""
@@ -127,7 +140,7 @@ def main():
     doc = {"machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "threads": a.threads,
                        "busy_core": common.busy_core(), "platform": platform.platform(),
                        "load_before": open("/proc/loadavg").read().split()[:3]},
-           "versions": versions(), "quick": a.quick, "grid": a.grid, "seed": SEED,
+           "versions": versions(), "source": source(), "quick": a.quick, "grid": a.grid, "seed": SEED,
            "settings": {"reps": a.reps, "warmup": a.warmup, "budget_s": a.budget, "cap_s": a.cap,
                         "threads": {"torch": f"torch.set_num_threads({a.threads})",
                                     "bppsa": f"threads={a.threads}",

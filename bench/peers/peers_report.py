@@ -97,6 +97,19 @@ def write_md(doc, out):
              f"Medians (ms) after warm-ups; reps adaptive (≤ {doc['settings']['reps']}). Busy: a spinning process "
              f"pinned to core {m['busy_core']}. Peak: resident memory above the set-up's during one warm step. "
              f"Run took {doc['wall_s']:.0f} s." + (f" STOPPED: {doc['stopped']}" if doc.get("stopped") else ""), ""]
+    src = doc.get("source")
+    if src:
+        lines += [f"Commit {src['commit']}" + (" with tracked files modified." if src["dirty"] else "."), ""]
+    if doc.get("runs"):  # merged slices (bench/peers/merge.py)
+        lines += ["Merged from runs of slices of the sweep (bench/peers/merge.py):", "",
+                  "| run | step counts | commit | load before | reps / budget / cap | wall |", "|---|---|---|---|---|---|"]
+        for r in doc["runs"]:
+            st, c = r.get("settings") or {}, r.get("source") or {}
+            lines.append(f"| {r['dir']} | {', '.join(map(str, r['steps'])) if r.get('steps') else 'all'} | "
+                         f"{c.get('commit', 'not recorded')[:12]}{' (modified)' if c.get('dirty') else ''} | "
+                         f"{' '.join(r.get('load_before') or [])} | {st.get('reps')} / {st.get('budget_s')} s / "
+                         f"{st.get('cap_s')} s | {(r.get('wall_s') or 0):.0f} s |")
+        lines.append("")
     for title, key in (("Training step (forward, loss, backward, Adam), ms", "step"),
                        ("Backward alone, ms", "backward"), ("Training step with one core busy, ms", "step_busy")):
         lines += [f"## {title}", "", "| config | " + " | ".join(peers) + " |", "|---" * (len(peers) + 1) + "|"]
@@ -118,8 +131,10 @@ def write_md(doc, out):
             lines.append(f"- {r['config']}, {r['peer']}: {r.get('error') or r.get('skipped') or ''}"
                          + (f" (torch.compile failed, ran eager: {r['compile_error']})" if r.get("compile_error") else ""))
     lines += ["", "## What wins where (training step)", ""]
-    goals = {"auto ahead of every peer": [], "auto ≥ 5× the best peer (RNN T1000 B16)": [],
-             "blelloch ahead of the JAX assoc-scan BPPSA": [], "busy slowdown of auto ≤ every peer's": []}
+    goals = {"auto ahead of every peer": [], "auto ≥ 5× the best peer (RNN H20 T1000 B16)": [],
+             "blelloch ahead of the JAX assoc-scan BPPSA": [], "busy slowdown of auto ≤ every peer's": [],
+             "auto ≥ torch.nn (issue 45)": [], "auto ≥ the best peer at T ≥ 300 (issue 45)": [],
+             "auto ≥ 2× the best peer at T ≥ 1000, H ≤ 64 (issue 45)": []}
     for c, sides in cfgs.items():
         ok = {p: r for p, r in sides.items() if r.get("step")}
         if not ok:
@@ -143,8 +158,8 @@ def write_md(doc, out):
         if a and bestpeer:
             goals["auto ahead of every peer"].append(
                 (c, others[bestpeer]["step"]["median"] / a["step"]["median"]))
-            if cfg["cell"] == "RNN" and cfg["steps"] == 1000 and cfg["batch"] == 16:
-                goals["auto ≥ 5× the best peer (RNN T1000 B16)"].append(
+            if cfg["cell"] == "RNN" and cfg["hidden"] == 20 and cfg["steps"] == 1000 and cfg["batch"] == 16:
+                goals["auto ≥ 5× the best peer (RNN H20 T1000 B16)"].append(
                     (c, others[bestpeer]["step"]["median"] / a["step"]["median"]))
             if a.get("step_busy"):
                 sl = a["step_busy"]["median"] / a["step"]["median"]
@@ -155,9 +170,21 @@ def write_md(doc, out):
         b, j = ok.get("bppsa.nn blelloch"), ok.get("jax assoc-scan BPPSA")
         if b and j:
             goals["blelloch ahead of the JAX assoc-scan BPPSA"].append((c, j["step"]["median"] / b["step"]["median"]))
-    lines += ["", "## Goals of issue 25, as measured (ratio > 1: goal met at that shape)", ""]
+    for c, sides in cfgs.items():  # issue 45's goals: auto against torch.nn and the best peer
+        ok = {p: r for p, r in sides.items() if r.get("step")}
+        a, t = ok.get("bppsa.nn auto"), ok.get("torch.nn")
+        others = {p: r for p, r in ok.items() if p not in BPPSA}
+        cfg = next(iter(sides.values()))
+        if a and t:
+            goals["auto ≥ torch.nn (issue 45)"].append((c, t["step"]["median"] / a["step"]["median"]))
+        if a and others and cfg["steps"] >= 300:
+            best = min(r["step"]["median"] for r in others.values()) / a["step"]["median"]
+            goals["auto ≥ the best peer at T ≥ 300 (issue 45)"].append((c, best))
+            if cfg["steps"] >= 1000 and cfg["hidden"] <= 64:
+                goals["auto ≥ 2× the best peer at T ≥ 1000, H ≤ 64 (issue 45)"].append((c, best))
+    lines += ["", "## Goals of issues 25 and 45, as measured (ratio ≥ the goal's factor: met at that shape)", ""]
     for g, vals in goals.items():
-        need = 5.0 if "5×" in g else 1.0
+        need = 5.0 if "5×" in g else 2.0 if "2×" in g else 1.0
         met = [c for c, x in vals if x >= need]
         lines.append(f"- {g}: met at {len(met)} of {len(vals)} shapes"
                      + ("; " + ", ".join(f"{c} {x:.2f}" for c, x in vals) if vals else ""))
@@ -172,9 +199,14 @@ def plot(doc, out):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     recs = [r for r in doc["records"] if r.get("step")]
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
-    groups = [("RNN H20 B16, over T", lambda r: r["cell"] == "RNN" and r["batch"] == 16, "steps", "T"),
-              ("RNN H20 T1000, over batch", lambda r: r["cell"] == "RNN" and r["steps"] == 1000, "batch", "batch")]
+    large = [r for r in recs if r["hidden"] >= 512] if not doc["quick"] else []
+    rows = 2 if large else 1
+    fig, grid = plt.subplots(rows, 3, figsize=(16, 4.8 * rows), squeeze=False)
+    axes = list(grid[0])
+    groups = [("RNN H20 B16, over T", lambda r: r["cell"] == "RNN" and r["hidden"] == 20 and r["batch"] == 16,
+               "steps", "T"),
+              ("RNN H20 T1000, over batch", lambda r: r["cell"] == "RNN" and r["hidden"] == 20 and r["steps"] == 1000,
+               "batch", "batch")]
     if doc["quick"]:
         groups = [("quick: every shape", lambda r: True, "steps", "T")]
     for ax, (title, sel, xkey, xlabel) in zip(axes, groups):
@@ -186,7 +218,8 @@ def plot(doc, out):
     for ax in axes[len(groups):-1]:
         ax.axis("off")
     axes[0].legend(fontsize=7)
-    big = [r for r in recs if r["cell"] in ("GRU", "LSTM") and r["steps"] == 1000 and not doc["quick"]]
+    big = [r for r in recs if r["cell"] in ("GRU", "LSTM") and r["hidden"] <= 256 and r["steps"] == 1000
+           and r["batch"] == 16 and not doc["quick"]]
     ax = axes[-1]
     if big:
         names = list(dict.fromkeys(r["config"] for r in big))
@@ -200,8 +233,32 @@ def plot(doc, out):
         ax.set(yscale="log", ylabel="training step, ms", title="GRU/LSTM, T 1000, batch 16")
     else:
         ax.axis("off")
+    for ax, cell_name in zip(grid[1] if large else [], ("RNN", "GRU", "LSTM")):
+        plot_large(ax, [r for r in large if r["cell"] == cell_name], cell_name)
     fig.suptitle(f"bppsa vs peers — {doc['machine']['cpu']}, {doc['machine']['threads']} threads"
                  + (" (QUICK smoke run)" if doc["quick"] else ""), fontsize=9)
     fig.tight_layout()
     fig.savefig(os.path.join(out, "fig_peers.png"), dpi=110)
     plt.close(fig)
+
+
+def plot_large(ax, recs, cell_name):
+    """The large states (H 512, 1024): every peer's training step over torch.nn's, shape by shape
+    (below 1: faster than torch.nn)."""
+    shapes = sorted({(r["hidden"], r["steps"], r["batch"]) for r in recs})
+    ref = {(r["hidden"], r["steps"], r["batch"]): r["step"]["median"] for r in recs if r["peer"] == "torch.nn"}
+    if not shapes or not ref:
+        ax.axis("off")
+        return
+    for p in dict.fromkeys(r["peer"] for r in recs):
+        if p == "torch.nn":
+            continue
+        pts = [(shapes.index(k), r["step"]["median"] / ref[k]) for r in recs if r["peer"] == p
+               for k in [(r["hidden"], r["steps"], r["batch"])] if k in ref]
+        if pts:
+            ax.plot(*zip(*pts), marker="o", markersize=4, label=p, linestyle="none" if len(pts) < 2 else ":",
+                    linewidth=0.8, color="black" if p == "bppsa.nn auto" else None)
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set_xticks(range(len(shapes)), [f"H{h} T{t} B{b}" for h, t, b in shapes], rotation=90, fontsize=6)
+    ax.set(yscale="log", ylabel="training step / torch.nn's", title=f"{cell_name}, large states")
+    ax.legend(fontsize=6)

@@ -3,7 +3,8 @@
 # torch.compile, PyTorch's prototype scan, JAX BPTT (lax.scan), a JAX BPPSA (lax.associative_scan),
 # and bppsa.nn with backward bp/blelloch/hybrid/auto. Same weights, data and loss; the run stops when a
 # first loss differs from torch.nn's or the JAX BPPSA's gradients differ from jax.grad's.
-#   bench/peers/run.sh            full sweep on a quiet machine (about 30-45 min on 2 cores):
+#   bench/peers/run.sh            full sweep on a quiet machine (hours on 2 cores; --steps T runs a slice,
+#                                 bench/peers/merge.py merges slices):
 #                                     bench/results/cpu/peers/{peers.json,peers.csv,fig_peers.png,README.md}
 #   bench/peers/run.sh --quick    smoke test (CI) into build/bench-peers-quick; not for comparisons
 # Other arguments go to bench/peers/peers.py (--threads N, --reps N, --only PEER,…, --out DIR,
