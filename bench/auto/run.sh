@@ -13,6 +13,9 @@
 #                                      sweeps already in threads-N/ (of this machine: the same --out)
 #   bench/auto/run.sh --forward        only the forward grid (threads-N/newton.jsonl, a few minutes), fitted
 #                                      with the step sweeps already in threads-N/
+#   bench/auto/run.sh --fit            no measurement: the fit of the sweeps already in threads-N/
+#   --with SWEEP.json                  (repeatable) one more sweep for the fit, of this machine: the large
+#                                      states' peers sweep (bench/results/cpu/peers_large/peers.json, 2 threads)
 # The fit reads the sweeps of the thread counts measured in this run only; a whole run first removes
 # those counts' partial sweeps (threads-N/steps-*/), which it measures again.
 # Other arguments: --out DIR, --threads "1 2" (the counts to measure). Use the fit elsewhere with
@@ -22,12 +25,18 @@ cd "$(dirname "$0")/../.."
 # shellcheck source=scripts/lib/bench.sh
 . scripts/lib/bench.sh
 bench_out bench/results/cpu/auto auto-quick "$@"
-quick=() builtin=() threads="" steps="" forward_only=0
+quick=() builtin=() threads="" steps="" forward_only=0 fit_only=0 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=(--quick) ;;
     --builtin) builtin=(--write-builtin src/nn/cost_model_fit.inc) ;;
     --forward) forward_only=1 ;;
+    --fit) fit_only=1 ;;
+    --with)
+      extra+=("${2:?--with needs a peers.json}")
+      [ -f "$2" ] || { echo "bench/auto/run.sh: --with $2: no such file (a peers.json of bench/peers/peers.py or merge.py)" >&2; exit 2; }
+      shift
+      ;;
     --out) shift ;;
     --threads)
       threads=${2:?--threads needs a list such as "1 2"}
@@ -38,7 +47,7 @@ while [ $# -gt 0 ]; do
       shift
       ;;
     *)
-      echo "bench/auto/run.sh: unknown argument '$1' (use --quick, --builtin, --forward, --out DIR, --threads \"1 2\", --steps 1)" >&2
+      echo "bench/auto/run.sh: unknown argument '$1' (use --quick, --builtin, --forward, --fit, --with SWEEP.json, --out DIR, --threads \"1 2\", --steps 1)" >&2
       exit 2
       ;;
   esac
@@ -48,8 +57,10 @@ if [ -z "$threads" ]; then
   if [ ${#quick[@]} -eq 0 ]; then threads=$(seq 1 "$(nproc)"); else threads=1; fi
 fi
 bench_bppsa_python
-cmake -S . -B "$build" -DBPPSA_BUILD_BENCH=ON >/dev/null
-cmake --build "$build" -j"$(nproc)" --target bench_newton >/dev/null
+if [ "$fit_only" = 0 ]; then
+  cmake -S . -B "$build" -DBPPSA_BUILD_BENCH=ON >/dev/null
+  cmake --build "$build" -j"$(nproc)" --target bench_newton >/dev/null
+fi
 bench_load
 mkdir -p "$out"
 out=${out%/}
@@ -79,6 +90,7 @@ forward_grid() {
 }
 
 for t in $threads; do
+  [ "$fit_only" = 0 ] || break
   dir=$out/threads-$t partial=()
   if [ "$forward_only" = 0 ]; then
     if [ -n "$steps" ]; then
@@ -101,6 +113,7 @@ for t in $threads; do
   sweeps+=("$out/threads-$t/peers.json" "$out/threads-$t"/steps-*/peers.json)
 done
 shopt -u nullglob
+sweeps+=(${extra[@]+"${extra[@]}"})
 for s in "${sweeps[@]}"; do
   [ -f "$s" ] || {
     echo "bench/auto/run.sh: $s is missing: run the whole grid first (without --steps) into $out" >&2

@@ -63,7 +63,8 @@ def merge(runs):
             records[key] = r
     peers = list(dict.fromkeys(r["peer"] for _, doc in runs for r in doc["records"]))
     merged = sorted(records.values(), key=lambda r: (order.get(r["config"], len(order)), peers.index(r["peer"])))
-    out = {k: v for k, v in first.items() if k not in ("records", "steps", "wall_s", "stopped")}
+    # What differs between the runs (commit, load, settings, wall time) is listed per run, not once.
+    out = {k: v for k, v in first.items() if k not in ("records", "steps", "wall_s", "stopped", "source")}
     out["records"] = merged
     out["runs"] = [{"dir": d, "steps": doc.get("steps"), "source": doc.get("source"),
                     "load_before": doc["machine"].get("load_before"), "settings": doc.get("settings"),

@@ -92,11 +92,13 @@ def write_md(doc, out):
     cfgs = by_config(recs)
     lines = [f"# bppsa and its peers ({m['cpu']}, {m['cores']} cores, {m['threads']} threads for every framework)",
              "", "Versions: " + ", ".join(f"{k} {x}" for k, x in v.items()) + ".",
-             f"Load average before the run: {' '.join(m['load_before'])}. "
+             ("Merged runs: the load average before each, below. " if doc.get("runs") else
+              f"Load average before the run: {' '.join(m['load_before'])}. ")
              + ("QUICK smoke run: tiny shapes, few reps; not for comparisons." if doc["quick"] else ""),
              f"Medians (ms) after warm-ups; reps adaptive (≤ {doc['settings']['reps']}). Busy: a spinning process "
              f"pinned to core {m['busy_core']}. Peak: resident memory above the set-up's during one warm step. "
-             f"Run took {doc['wall_s']:.0f} s." + (f" STOPPED: {doc['stopped']}" if doc.get("stopped") else ""), ""]
+             + (f"Runs took {doc['wall_s']:.0f} s in all." if doc.get("runs") else f"Run took {doc['wall_s']:.0f} s.")
+             + (f" STOPPED: {doc['stopped']}" if doc.get("stopped") else ""), ""]
     src = doc.get("source")
     if src:
         lines += [f"Commit {src['commit']}" + (" with tracked files modified." if src["dirty"] else "."), ""]
