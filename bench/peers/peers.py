@@ -128,6 +128,7 @@ def main():
     ap.add_argument("--grid", choices=("peers", "cost-model"), default="peers",
                     help="the shapes: the peers table's (default) or those auto's cost model is fitted to")
     ap.add_argument("--steps", help="comma-separated step counts: only the grid's shapes of these T (a partial sweep)")
+    ap.add_argument("--cells", help="comma-separated cells (RNN, GRU, LSTM): only the grid's shapes of these cells")
     ap.add_argument("--perturb-jax-bppsa", type=float, default=0.0,
                     help="scale the JAX BPPSA's Jacobians by 1+x: its gradient check must then stop the run")
     a = ap.parse_args()
@@ -157,6 +158,14 @@ def main():
         if not configs:
             sys.exit(f"bench_peers: --steps {a.steps}: the {a.grid} grid has no shape of those step counts")
         doc["steps"] = sorted(wanted)
+    if a.cells:
+        cells = {c.strip().upper() for c in a.cells.split(",")}
+        if not cells <= {"RNN", "GRU", "LSTM"}:
+            sys.exit(f"bench_peers: --cells {a.cells!r}: expected cells among RNN, GRU, LSTM")
+        configs = [c for c in configs if c["cell"] in cells]
+        if not configs:
+            sys.exit(f"bench_peers: --cells {a.cells}: no shape of the {a.grid} grid left")
+        doc["cells"] = sorted(cells)
     t_start = time.perf_counter()
     stop = None
     with tempfile.TemporaryDirectory() as tmp:
