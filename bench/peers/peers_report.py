@@ -202,15 +202,24 @@ def plot(doc, out):
     import matplotlib.pyplot as plt
     recs = [r for r in doc["records"] if r.get("step")]
     large = [r for r in recs if r["hidden"] >= 512] if not doc["quick"] else []
-    rows = 2 if large else 1
-    fig, grid = plt.subplots(rows, 3, figsize=(16, 4.8 * rows), squeeze=False)
-    axes = list(grid[0])
     groups = [("RNN H20 B16, over T", lambda r: r["cell"] == "RNN" and r["hidden"] == 20 and r["batch"] == 16,
                "steps", "T"),
               ("RNN H20 T1000, over batch", lambda r: r["cell"] == "RNN" and r["hidden"] == 20 and r["steps"] == 1000,
                "batch", "batch")]
     if doc["quick"]:
         groups = [("quick: every shape", lambda r: True, "steps", "T")]
+    big = [r for r in recs if r["cell"] in ("GRU", "LSTM") and r["hidden"] <= 256 and r["steps"] == 1000
+           and r["batch"] == 16 and not doc["quick"]]
+    # The first row only where it has curves to draw (a sweep of the large states alone has none).
+    top = doc["quick"] or bool(big) or any(len({r[x] for r in recs if sel(r)}) >= 2 for _, sel, x, _ in groups)
+    rows = int(top) + int(bool(large))
+    fig, grid = plt.subplots(rows, 3, figsize=(16, 4.8 * rows), squeeze=False)
+    if not top:
+        for ax, cell_name in zip(grid[0], ("RNN", "GRU", "LSTM")):
+            plot_large(ax, [r for r in large if r["cell"] == cell_name], cell_name)
+        finish(fig, doc, out)
+        return
+    axes = list(grid[0])
     for ax, (title, sel, xkey, xlabel) in zip(axes, groups):
         for p in dict.fromkeys(r["peer"] for r in recs):
             pts = sorted((r[xkey], r["step"]["median"] * 1e3) for r in recs if r["peer"] == p and sel(r))
@@ -220,8 +229,6 @@ def plot(doc, out):
     for ax in axes[len(groups):-1]:
         ax.axis("off")
     axes[0].legend(fontsize=7)
-    big = [r for r in recs if r["cell"] in ("GRU", "LSTM") and r["hidden"] <= 256 and r["steps"] == 1000
-           and r["batch"] == 16 and not doc["quick"]]
     ax = axes[-1]
     if big:
         names = list(dict.fromkeys(r["config"] for r in big))
@@ -237,6 +244,11 @@ def plot(doc, out):
         ax.axis("off")
     for ax, cell_name in zip(grid[1] if large else [], ("RNN", "GRU", "LSTM")):
         plot_large(ax, [r for r in large if r["cell"] == cell_name], cell_name)
+    finish(fig, doc, out)
+
+
+def finish(fig, doc, out):
+    import matplotlib.pyplot as plt
     fig.suptitle(f"bppsa vs peers — {doc['machine']['cpu']}, {doc['machine']['threads']} threads"
                  + (" (QUICK smoke run)" if doc["quick"] else ""), fontsize=9)
     fig.tight_layout()
