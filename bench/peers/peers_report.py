@@ -156,7 +156,14 @@ def write_md(doc, out):
                 lines.append(f"  - {meth} ({ok[meth]['step']['median'] * 1e3:.2f} ms) loses to "
                              + ", ".join(f"{p} ({t * 1e3:.2f} ms)" for t, p in beat)
                              + f": {why_loses(meth.split()[-1], beat[0][1], cfg)}")
-        a = ok.get("bppsa.nn auto")
+        a, t = ok.get("bppsa.nn auto"), ok.get("torch.nn")
+        if a and t:
+            goals["auto ≥ torch.nn (issue 45)"].append((c, t["step"]["median"] / a["step"]["median"]))
+        if a and bestpeer and cfg["steps"] >= 300:
+            best = others[bestpeer]["step"]["median"] / a["step"]["median"]
+            goals["auto ≥ the best peer at T ≥ 300 (issue 45)"].append((c, best))
+            if cfg["steps"] >= 1000 and cfg["hidden"] <= 64:
+                goals["auto ≥ 2× the best peer at T ≥ 1000, H ≤ 64 (issue 45)"].append((c, best))
         if a and bestpeer:
             goals["auto ahead of every peer"].append(
                 (c, others[bestpeer]["step"]["median"] / a["step"]["median"]))
@@ -172,18 +179,6 @@ def write_md(doc, out):
         b, j = ok.get("bppsa.nn blelloch"), ok.get("jax assoc-scan BPPSA")
         if b and j:
             goals["blelloch ahead of the JAX assoc-scan BPPSA"].append((c, j["step"]["median"] / b["step"]["median"]))
-    for c, sides in cfgs.items():  # issue 45's goals: auto against torch.nn and the best peer
-        ok = {p: r for p, r in sides.items() if r.get("step")}
-        a, t = ok.get("bppsa.nn auto"), ok.get("torch.nn")
-        others = {p: r for p, r in ok.items() if p not in BPPSA}
-        cfg = next(iter(sides.values()))
-        if a and t:
-            goals["auto ≥ torch.nn (issue 45)"].append((c, t["step"]["median"] / a["step"]["median"]))
-        if a and others and cfg["steps"] >= 300:
-            best = min(r["step"]["median"] for r in others.values()) / a["step"]["median"]
-            goals["auto ≥ the best peer at T ≥ 300 (issue 45)"].append((c, best))
-            if cfg["steps"] >= 1000 and cfg["hidden"] <= 64:
-                goals["auto ≥ 2× the best peer at T ≥ 1000, H ≤ 64 (issue 45)"].append((c, best))
     lines += ["", "## Goals of issues 25 and 45, as measured (ratio ≥ the goal's factor: met at that shape)", ""]
     for g, vals in goals.items():
         need = 5.0 if "5×" in g else 2.0 if "2×" in g else 1.0
@@ -211,15 +206,23 @@ def plot(doc, out):
     big = [r for r in recs if r["cell"] in ("GRU", "LSTM") and r["hidden"] <= 256 and r["steps"] == 1000
            and r["batch"] == 16 and not doc["quick"]]
     # The first row only where it has curves to draw (a sweep of the large states alone has none).
-    top = doc["quick"] or bool(big) or any(len({r[x] for r in recs if sel(r)}) >= 2 for _, sel, x, _ in groups)
+    top = (doc["quick"] or bool(big) or not large
+           or any(len({r[x] for r in recs if sel(r)}) >= 2 for _, sel, x, _ in groups))
     rows = int(top) + int(bool(large))
     fig, grid = plt.subplots(rows, 3, figsize=(16, 4.8 * rows), squeeze=False)
-    if not top:
-        for ax, cell_name in zip(grid[0], ("RNN", "GRU", "LSTM")):
-            plot_large(ax, [r for r in large if r["cell"] == cell_name], cell_name)
-        finish(fig, doc, out)
-        return
-    axes = list(grid[0])
+    if top:
+        plot_top(list(grid[0]), recs, groups, big)
+    for ax, cell_name in zip(grid[-1] if large else [], ("RNN", "GRU", "LSTM")):
+        plot_large(ax, [r for r in large if r["cell"] == cell_name], cell_name)
+    fig.suptitle(f"bppsa vs peers — {doc['machine']['cpu']}, {doc['machine']['threads']} threads"
+                 + (" (QUICK smoke run)" if doc["quick"] else ""), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "fig_peers.png"), dpi=110)
+    plt.close(fig)
+
+
+def plot_top(axes, recs, groups, big):
+    """The H 20 RNN over T and over batch, and GRU/LSTM at H ≤ 256, T 1000, batch 16."""
     for ax, (title, sel, xkey, xlabel) in zip(axes, groups):
         for p in dict.fromkeys(r["peer"] for r in recs):
             pts = sorted((r[xkey], r["step"]["median"] * 1e3) for r in recs if r["peer"] == p and sel(r))
@@ -242,18 +245,6 @@ def plot(doc, out):
         ax.set(yscale="log", ylabel="training step, ms", title="GRU/LSTM, T 1000, batch 16")
     else:
         ax.axis("off")
-    for ax, cell_name in zip(grid[1] if large else [], ("RNN", "GRU", "LSTM")):
-        plot_large(ax, [r for r in large if r["cell"] == cell_name], cell_name)
-    finish(fig, doc, out)
-
-
-def finish(fig, doc, out):
-    import matplotlib.pyplot as plt
-    fig.suptitle(f"bppsa vs peers — {doc['machine']['cpu']}, {doc['machine']['threads']} threads"
-                 + (" (QUICK smoke run)" if doc["quick"] else ""), fontsize=9)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "fig_peers.png"), dpi=110)
-    plt.close(fig)
 
 
 def plot_large(ax, recs, cell_name):
