@@ -129,6 +129,7 @@ def main():
                     help="the shapes: the peers table's (default) or those auto's cost model is fitted to")
     ap.add_argument("--steps", help="comma-separated step counts: only the grid's shapes of these T (a partial sweep)")
     ap.add_argument("--cells", help="comma-separated cells (RNN, GRU, LSTM): only the grid's shapes of these cells")
+    ap.add_argument("--hidden", help="comma-separated hidden sizes: only the grid's shapes of these sizes")
     ap.add_argument("--perturb-jax-bppsa", type=float, default=0.0,
                     help="scale the JAX BPPSA's Jacobians by 1+x: its gradient check must then stop the run")
     a = ap.parse_args()
@@ -149,23 +150,19 @@ def main():
                                     "affinity": f"every worker pinned to cores 0..{a.threads - 1}"}},
            "records": []}
     configs = common.configs(a.quick, a.grid)
-    if a.steps:
-        try:
-            wanted = {int(t) for t in a.steps.split(",")}
-        except ValueError:
-            sys.exit(f"bench_peers: --steps {a.steps!r}: expected step counts such as 1,30")
-        configs = [c for c in configs if c["steps"] in wanted]
-        if not configs:
-            sys.exit(f"bench_peers: --steps {a.steps}: the {a.grid} grid has no shape of those step counts")
-        doc["steps"] = sorted(wanted)
-    if a.cells:
-        cells = {c.strip().upper() for c in a.cells.split(",")}
-        if not cells <= {"RNN", "GRU", "LSTM"}:
-            sys.exit(f"bench_peers: --cells {a.cells!r}: expected cells among RNN, GRU, LSTM")
-        configs = [c for c in configs if c["cell"] in cells]
-        if not configs:
-            sys.exit(f"bench_peers: --cells {a.cells}: no shape of the {a.grid} grid left")
-        doc["cells"] = sorted(cells)
+    for flag, key, raw, parse in (("--steps", "steps", a.steps, int), ("--cells", "cell", a.cells, str.upper),
+                                  ("--hidden", "hidden", a.hidden, int)):
+        if raw:  # a slice of the grid: only its shapes of these values
+            try:
+                wanted = {parse(v.strip()) for v in raw.split(",")}
+            except ValueError:
+                sys.exit(f"bench_peers: {flag} {raw!r}: expected comma-separated numbers such as 20,512")
+            if key == "cell" and not wanted <= {"RNN", "GRU", "LSTM"}:
+                sys.exit(f"bench_peers: --cells {raw!r}: expected cells among RNN, GRU, LSTM")
+            configs = [c for c in configs if c[key] in wanted]
+            if not configs:
+                sys.exit(f"bench_peers: {flag} {raw}: no shape of the {a.grid} grid left")
+            doc[flag[2:]] = sorted(wanted)
     t_start = time.perf_counter()
     stop = None
     with tempfile.TemporaryDirectory() as tmp:

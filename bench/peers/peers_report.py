@@ -104,10 +104,13 @@ def write_md(doc, out):
         lines += [f"Commit {src['commit']}" + (" with tracked files modified." if src["dirty"] else "."), ""]
     if doc.get("runs"):  # merged slices (bench/peers/merge.py)
         lines += ["Merged from runs of slices of the sweep (bench/peers/merge.py):", "",
-                  "| run | step counts | commit | load before | reps / budget / cap | wall |", "|---|---|---|---|---|---|"]
+                  "| run | step counts (cells, hidden sizes) | commit | load before | reps / budget / cap | wall |",
+                  "|---|---|---|---|---|---|"]
         for r in doc["runs"]:
             st, c = r.get("settings") or {}, r.get("source") or {}
-            lines.append(f"| {r['dir']} | {', '.join(map(str, r['steps'])) if r.get('steps') else 'all'} | "
+            part = ", ".join(", ".join(map(str, r[k])) for k in ("cells", "hidden") if r.get(k))
+            lines.append(f"| {r['dir']} | {', '.join(map(str, r['steps'])) if r.get('steps') else 'all'}"
+                         f"{f' ({part})' if part else ''} | "
                          f"{c.get('commit', 'not recorded')[:12]}{' (modified)' if c.get('dirty') else ''} | "
                          f"{' '.join(r.get('load_before') or [])} | {st.get('reps')} / {st.get('budget_s')} s / "
                          f"{st.get('cap_s')} s | {(r.get('wall_s') or 0):.0f} s |")

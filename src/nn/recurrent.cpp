@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <random>
 
 #include "bppsa/core/error.hpp"
@@ -101,6 +103,23 @@ StackBytes stack_bytes(const RecurrentConfig& c, Index steps, Index batch, std::
   return b;
 }
 
+/// Bytes of the records and backward buffers that every Recurrent of the process keeps between
+/// calls (release_record): at most kept_budget(), so that a small step does not page-fault its
+/// buffers afresh at each call while a large one frees them as soon as its backward is done.
+std::atomic<std::int64_t> g_kept_bytes{0};
+
+/// The budget: BPPSA_KEPT_RECORD_MB (MiB, ≥ 0; 0 frees every record past a decoder step's) or 16 MiB.
+std::int64_t kept_budget() {
+  const char* v = std::getenv("BPPSA_KEPT_RECORD_MB");
+  if (v == nullptr || *v == '\0') return std::int64_t{16} << 20;
+  char* end = nullptr;
+  const double mb = std::strtod(v, &end);
+  if (end == v || *end != '\0' || !(mb >= 0) || mb > 1e9)
+    raise<InvalidArgument>("BPPSA_KEPT_RECORD_MB",
+                           std::string("must be a number of MiB ≥ 0, got '") + v + "'; unset it for the default, 16");
+  return static_cast<std::int64_t>(mb * 1048576.0);
+}
+
 /// The addresses of an io call's weights (w_hr only with a projection): backward_io must get forward_io's.
 template <class Io>
 std::array<const void*, 5> weight_addresses(const Io& io, const RecurrentConfig& config) {
@@ -157,6 +176,30 @@ struct Recurrent<T>::Impl {
   /// ... and kept a record for backward_io (LayerForwardIo::record).
   bool io_recorded = false;
   std::array<const void*, 5> io_weights{};
+  /// What release_record keeps of the budget (detail::g_kept_bytes), and whether the half has
+  /// run anything that holds more than a sequential forward's record and BP's buffers (a scan's
+  /// Jacobians: such a half is never kept).
+  std::int64_t kept = 0;
+  bool scanned = false;
+
+  Impl() = default;
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+  ~Impl() { detail::g_kept_bytes -= kept; }
+  /// A Newton forward holds its scan's buffers.
+  void note_forward(const detail::RecurrentHalf<T>& h) {
+    const auto& ran = h.forward_report().ran;
+    if (std::find(ran.begin(), ran.end(), ForwardMethod::newton) != ran.end()) scanned = true;
+  }
+  /// Counts `bytes` as this stack's kept buffers if the process's budget allows (true).
+  bool keep(std::int64_t bytes, std::int64_t budget) {
+    std::int64_t cur = detail::g_kept_bytes.load();
+    do {
+      if (cur - kept + bytes > budget) return false;
+    } while (!detail::g_kept_bytes.compare_exchange_weak(cur, cur - kept + bytes));
+    kept = bytes;
+    return true;
+  }
 
   static detail::LayerMatrices<T> present(const std::vector<Matrix<T>>& m) {
     detail::LayerMatrices<T> out;
@@ -332,6 +375,7 @@ void Recurrent<T>::forward(const Eigen::Ref<const Matrix<T>>& x, Index steps, In
   // All the same length as the batch's steps: the plain (padded) path gives the same result.
   if (!lengths.empty() && lengths.back() < steps) impl_->lengths.assign(lengths.begin(), lengths.end());
   impl_->half->forward(x, steps, batch, params_, Impl::present(impl_->s0), impl_->lengths);
+  impl_->note_forward(*impl_->half);
 }
 
 template <class T>
@@ -356,6 +400,7 @@ void Recurrent<T>::forward_io(const LayerForwardIo<T>& io, Index steps, Index ba
   impl_->lengths.clear();
   if (!lengths.empty() && lengths.back() < steps) impl_->lengths.assign(lengths.begin(), lengths.end());
   impl_->half->forward_io(io, steps, batch, impl_->lengths, stream, params_);
+  impl_->note_forward(*impl_->half);
   impl_->io_forward = true;
   impl_->io_recorded = io.record;
   impl_->io_weights = detail::weight_addresses(io, config_);
@@ -372,13 +417,21 @@ std::string Recurrent<T>::backward_io(const LayerBackwardIo<T>& io, const Backwa
                                    "the weights (w_ih, w_hh, b_ih, b_hh, w_hr) must be those forward_io read, "
                                    "at the same addresses and unchanged: the backward reads them in place");
   impl_->next_layer = -1;
-  return impl_->half->backward_io(io, options, impl_->lengths, stream, params_, grads_);
+  std::string method = impl_->half->backward_io(io, options, impl_->lengths, stream, params_, grads_);
+  if (method != "bp") impl_->scanned = true;
+  return method;
 }
 
 template <class T>
 void Recurrent<T>::release_record() {
   constexpr Index kKeptColumns = 64;  // a decoder's one-step calls keep their buffers
   if (config_.device == Device::cuda || steps() * batch() <= kKeptColumns) return;
+  // A small record is kept within the process's budget (its pages stay mapped for the next call).
+  const detail::StackBytes b = detail::stack_bytes(config_, steps(), batch(), sizeof(T), BackwardMethod::bp);
+  if (!impl_->scanned && impl_->keep(static_cast<std::int64_t>(b.record + b.grads), detail::kept_budget())) return;
+  detail::g_kept_bytes -= impl_->kept;
+  impl_->kept = 0;
+  impl_->scanned = false;
   impl_->half->pull(params_, grads_);
   impl_->half = detail::make_recurrent_cpu<T>(config_);
   impl_->half->set_forward_options(impl_->forward_options);
@@ -474,6 +527,7 @@ void Recurrent<T>::backward_begin(const Eigen::Ref<const Matrix<T>>& grad_out, b
   const char* op = "Recurrent::backward";
   const Index T_ = steps(), B = batch(), P = output_size(config_), S = state_size(config_);
   impl_->next_layer = -1;
+  impl_->scanned = true;  // (backward_layer may scan; only backward_io tells what ran)
   if (T_ == 0) detail::raise<InvalidArgument>(op, "call forward() before backward()");
   if (impl_->io_forward)
     detail::raise<InvalidArgument>(op,

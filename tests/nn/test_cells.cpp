@@ -1,8 +1,11 @@
 // Recurrent cells and stacks: generated Jacobians and gradients vs finite differences, BPPSA vs BP, errors.
 #include <array>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
+#include <string>
 #include <tuple>
 
 #include "bppsa/nn/model.hpp"
@@ -1020,8 +1023,29 @@ TEST(RecurrentIo, NoBackwardAfterAnInferenceCallThatKeptItsRecord) {
   EXPECT_EQ(io.rnn.backward_io(io.b, {BackwardMethod::bp}), "bp");
 }
 
+/// BPPSA_KEPT_RECORD_MB set for a scope (null: unset), the earlier value restored after.
+struct KeptRecordBudget {
+  explicit KeptRecordBudget(const char* mb) {
+    if (const char* v = std::getenv(kName)) old = v, had = true;
+    if (mb)
+      ::setenv(kName, mb, 1);
+    else
+      ::unsetenv(kName);
+  }
+  ~KeptRecordBudget() {
+    if (had)
+      ::setenv(kName, old.c_str(), 1);
+    else
+      ::unsetenv(kName);
+  }
+  static constexpr const char* kName = "BPPSA_KEPT_RECORD_MB";
+  std::string old;
+  bool had = false;
+};
+
 TEST(RecurrentIo, ReleaseRecordFreesALargeOneAndKeepsTheWeights) {
-  GruIo io(40, 5);  // 80 columns: more than the 64 kept
+  KeptRecordBudget none("0");  // only a decoder step's record is kept
+  GruIo io(40, 5);             // 80 columns: more than the 64 kept
   Recurrent<double>& rnn = io.rnn;
   const Index T = io.T, B = io.B;
   const LayerForwardIo<double>& f = io.f;
@@ -1038,6 +1062,44 @@ TEST(RecurrentIo, ReleaseRecordFreesALargeOneAndKeepsTheWeights) {
   rnn.forward_io(f, T, B);
   EXPECT_EQ(out, again);
   EXPECT_EQ(rnn.backward_io(b, {BackwardMethod::bp}), "bp");
+}
+
+// Records past 64 columns are kept while the process's kept records stay within the budget
+// (the GRU's record and buffers below: 2808 + 2488 doubles, 42 KB), never after a scan, and the
+// budget comes back when a stack frees its record or is destroyed.
+TEST(RecurrentIo, ReleaseRecordKeepsSmallRecordsWithinTheProcessBudget) {
+  KeptRecordBudget budget("0.06");  // 62.9 KB: one record, not two
+  GruIo a(40, 5);
+  auto b = std::make_unique<GruIo>(40, 7);
+  a.rnn.forward_io(a.f, a.T, a.B);
+  EXPECT_EQ(a.rnn.backward_io(a.b, {BackwardMethod::bp}), "bp");
+  const Md first = a.gw;
+  a.rnn.release_record();
+  EXPECT_EQ(a.rnn.steps(), a.T);  // kept
+  a.gw.setZero();
+  EXPECT_EQ(a.rnn.backward_io(a.b, {BackwardMethod::bp}), "bp");  // a kept record serves a second backward
+  EXPECT_EQ(a.gw, first);
+  b->rnn.forward_io(b->f, b->T, b->B);
+  b->rnn.release_record();
+  EXPECT_EQ(b->rnn.steps(), 0);  // over the budget: freed
+  b->rnn.forward_io(b->f, b->T, b->B);
+  EXPECT_EQ(b->rnn.backward_io(b->b, {BackwardMethod::bp}), "bp");
+  // a's scan: its half holds Jacobians and is freed, which returns a's part of the budget to b.
+  a.rnn.forward_io(a.f, a.T, a.B);
+  EXPECT_EQ(a.rnn.backward_io(a.b, {BackwardMethod::blelloch}), "blelloch");
+  a.rnn.release_record();
+  EXPECT_EQ(a.rnn.steps(), 0);
+  b->rnn.release_record();
+  EXPECT_EQ(b->rnn.steps(), b->T);  // kept now
+  a.rnn.forward_io(a.f, a.T, a.B);
+  a.rnn.release_record();
+  EXPECT_EQ(a.rnn.steps(), 0);  // b holds the budget
+  b.reset();                    // until it goes
+  a.rnn.forward_io(a.f, a.T, a.B);
+  a.rnn.release_record();
+  EXPECT_EQ(a.rnn.steps(), a.T);
+  KeptRecordBudget bad("lots");
+  expect_error<InvalidArgument>([&] { a.rnn.release_record(); }, {"BPPSA_KEPT_RECORD_MB", "lots", "MiB"});
 }
 
 // The CPU half reads the caller's weights in place at every call (no copy, no cache): weights

@@ -177,9 +177,13 @@ def test_memory_after_del_compiled_model():
 
 
 @pytest.mark.parametrize("cell", ["RNN", "GRU", "LSTM"])
-def test_retained_graph_backward_after_the_record_is_freed(cell):
+@pytest.mark.parametrize("kept_mb", ["0", None])
+def test_retained_graph_backward_after_the_record_is_freed(cell, kept_mb, monkeypatch):
     """The record goes at the end of a backward: a second backward of a retained graph (T·B past
-    the kept bound) runs the forward again and gives torch.nn's gradients."""
+    the kept bound: BPPSA_KEPT_RECORD_MB=0) runs the forward again and gives torch.nn's gradients;
+    under the default budget the record stays and serves the second backward."""
+    if kept_mb is not None:
+        monkeypatch.setenv("BPPSA_KEPT_RECORD_MB", kept_mb)
     results = []
     for family in (torch.nn, bppsa.nn):
         torch.manual_seed(0)

@@ -279,9 +279,12 @@ class Recurrent {
   /// stream; NonFiniteError; UnsupportedError while `stream` is being captured into a CUDA
   /// graph, where nothing may wait).
   std::string backward_io(const LayerBackwardIo<T>& io, const BackwardOptions& options, std::uintptr_t stream = 0);
-  /// Frees the last forward's record and the backward's buffers when they hold more than a
-  /// small bound (a decoder's next one-step call keeps reusing them); the parameters stay. The
-  /// next backward needs a new forward. Device::cuda keeps its buffers (they are reused per shape).
+  /// Frees the last forward's record and the backward's buffers, unless they are small: those of
+  /// at most 64 columns (a decoder's one-step calls), and on the CPU a sequential forward's and
+  /// BP's while all the records kept in the process stay within BPPSA_KEPT_RECORD_MB (default 16
+  /// MiB; 0: none but a decoder's), since a fresh allocation page-faults at every call. A kept
+  /// record still serves a second backward; a freed one needs a new forward. The parameters stay.
+  /// Device::cuda keeps its buffers (they are reused per shape).
   void release_record();
 
   /// Throws ResourceError (bppsa/core/memory.hpp), with the numbers, when a training step of
