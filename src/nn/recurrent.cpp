@@ -185,7 +185,12 @@ struct Recurrent<T>::Impl {
   Impl() = default;
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
-  ~Impl() { detail::g_kept_bytes -= kept; }
+  ~Impl() { unkeep(); }
+  /// Hands this stack's share of the budget back.
+  void unkeep() {
+    detail::g_kept_bytes -= kept;
+    kept = 0;
+  }
   /// A Newton forward holds its scan's buffers.
   void note_forward(const detail::RecurrentHalf<T>& h) {
     const auto& ran = h.forward_report().ran;
@@ -429,8 +434,7 @@ void Recurrent<T>::release_record() {
   // A small record is kept within the process's budget (its pages stay mapped for the next call).
   const detail::StackBytes b = detail::stack_bytes(config_, steps(), batch(), sizeof(T), BackwardMethod::bp);
   if (!impl_->scanned && impl_->keep(static_cast<std::int64_t>(b.record + b.grads), detail::kept_budget())) return;
-  detail::g_kept_bytes -= impl_->kept;
-  impl_->kept = 0;
+  impl_->unkeep();
   impl_->scanned = false;
   impl_->half->pull(params_, grads_);
   impl_->half = detail::make_recurrent_cpu<T>(config_);
