@@ -65,10 +65,10 @@ def merge(runs):
     merged = sorted(records.values(), key=lambda r: (order.get(r["config"], len(order)), peers.index(r["peer"])))
     # What differs between the runs (commit, load, settings, wall time) is listed per run, not once.
     out = {k: v for k, v in first.items()
-           if k not in ("records", "steps", "cells", "hidden", "wall_s", "stopped", "source")}
+           if k not in ("records", "steps", "cells", "hidden", "batch", "wall_s", "stopped", "source")}
     out["records"] = merged
     out["runs"] = [{"dir": d, "steps": doc.get("steps"), "cells": doc.get("cells"), "hidden": doc.get("hidden"),
-                    "source": doc.get("source"),
+                    "batch": doc.get("batch"), "source": doc.get("source"),
                     "load_before": doc["machine"].get("load_before"), "settings": doc.get("settings"),
                     "wall_s": doc.get("wall_s"), "stopped": doc.get("stopped")} for d, doc in runs]
     out["wall_s"] = sum(doc.get("wall_s") or 0 for _, doc in runs)

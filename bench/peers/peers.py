@@ -130,6 +130,7 @@ def main():
     ap.add_argument("--steps", help="comma-separated step counts: only the grid's shapes of these T (a partial sweep)")
     ap.add_argument("--cells", help="comma-separated cells (RNN, GRU, LSTM): only the grid's shapes of these cells")
     ap.add_argument("--hidden", help="comma-separated hidden sizes: only the grid's shapes of these sizes")
+    ap.add_argument("--batch", help="comma-separated batch sizes: only the grid's shapes of these batches")
     ap.add_argument("--perturb-jax-bppsa", type=float, default=0.0,
                     help="scale the JAX BPPSA's Jacobians by 1+x: its gradient check must then stop the run")
     a = ap.parse_args()
@@ -151,7 +152,7 @@ def main():
            "records": []}
     configs = common.configs(a.quick, a.grid)
     for flag, key, raw, parse in (("--steps", "steps", a.steps, int), ("--cells", "cell", a.cells, str.upper),
-                                  ("--hidden", "hidden", a.hidden, int)):
+                                  ("--hidden", "hidden", a.hidden, int), ("--batch", "batch", a.batch, int)):
         if raw:  # a slice of the grid: only its shapes of these values
             try:
                 wanted = {parse(v.strip()) for v in raw.split(",")}

@@ -104,11 +104,13 @@ def write_md(doc, out):
         lines += [f"Commit {src['commit']}" + (" with tracked files modified." if src["dirty"] else "."), ""]
     if doc.get("runs"):  # merged slices (bench/peers/merge.py)
         lines += ["Merged from runs of slices of the sweep (bench/peers/merge.py):", "",
-                  "| run | step counts (cells, hidden sizes) | commit | load before | reps / budget / cap | wall |",
+                  "| run | step counts (cells, hidden sizes, batches) | commit | load before | reps / budget / cap | wall |",
                   "|---|---|---|---|---|---|"]
         for r in doc["runs"]:
             st, c = r.get("settings") or {}, r.get("source") or {}
             part = ", ".join(", ".join(map(str, r[k])) for k in ("cells", "hidden") if r.get(k))
+            if r.get("batch"):
+                part += (", " if part else "") + "B " + ", ".join(map(str, r["batch"]))
             lines.append(f"| {r['dir']} | {', '.join(map(str, r['steps'])) if r.get('steps') else 'all'}"
                          f"{f' ({part})' if part else ''} | "
                          f"{c.get('commit', 'not recorded')[:12]}{' (modified)' if c.get('dirty') else ''} | "

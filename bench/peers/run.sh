@@ -8,7 +8,7 @@
 #                                     bench/results/cpu/peers/{peers.json,peers.csv,fig_peers.png,README.md}
 #   bench/peers/run.sh --quick    smoke test (CI) into build/bench-peers-quick; not for comparisons
 # Other arguments go to bench/peers/peers.py (--threads N, --reps N, --only PEER,…, --out DIR, a slice
-# of the grid by --steps T,… --cells RNN,… --hidden H,…,
+# of the grid by --steps T,… --cells RNN,… --hidden H,… --batch B,…,
 # --perturb-jax-bppsa X to see the gradient check stop the run).
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -202,13 +202,17 @@ class ToySteps final : public bppsa::detail::RecurrenceStep<T> {
   std::vector<T> c_, a_, h_;
 };
 
+/// col_major: W stored by columns (BP's W_hh^T, packed transposed), else by rows (the forward's W_hh).
 template <class T>
-void expect_recurrence(Index depth, const std::vector<Index>& widths) {
+void expect_recurrence(Index depth, const std::vector<Index>& widths, bool col_major = false) {
   const Index rows = 2 * depth, n = widths[0], steps = static_cast<Index>(widths.size());
   std::mt19937_64 rng(static_cast<unsigned>(depth * 100 + n));
   std::uniform_real_distribution<double> u(-1, 1);
-  const Index w_stride = depth + 2;
-  std::vector<T> w(static_cast<std::size_t>(rows * w_stride)), c(static_cast<std::size_t>(rows)),
+  const Index w_stride = (col_major ? rows : depth) + 2;  // W(r, k) at w[at(r, k)]
+  const auto at = [&](Index r, Index k) {
+    return static_cast<std::size_t>(col_major ? k * w_stride + r : r * w_stride + k);
+  };
+  std::vector<T> w(static_cast<std::size_t>((col_major ? depth : rows) * w_stride)), c(static_cast<std::size_t>(rows)),
       h0(static_cast<std::size_t>(n * (depth + 3)));
   const double scale = 0.5 / std::sqrt(static_cast<double>(depth));  // contracting: errors do not grow
   for (T& v : w) v = static_cast<T>(scale * u(rng));
@@ -221,7 +225,7 @@ void expect_recurrence(Index depth, const std::vector<Index>& widths) {
     for (Index t = 1; t <= steps && j < widths[static_cast<std::size_t>(t - 1)]; ++t) {
       for (Index r = 0; r < rows; ++r) {
         a[r] = static_cast<long double>(c[r]) + static_cast<long double>(static_cast<T>(t) / T(100));
-        for (Index k = 0; k < depth; ++k) a[r] += static_cast<long double>(w[r * w_stride + k]) * h[k];
+        for (Index k = 0; k < depth; ++k) a[r] += static_cast<long double>(w[at(r, k)]) * h[k];
       }
       for (Index i = 0; i < depth; ++i) h[i] = std::tanh(a[i] + a[depth + i] / 2);
     }
@@ -231,7 +235,7 @@ void expect_recurrence(Index depth, const std::vector<Index>& widths) {
   std::vector<std::vector<T>> first;
   for (int threads : {1, 2, 3}) {
     PackedWeights<T> packed;
-    packed.pack(w.data(), rows, depth, w_stride);
+    packed.pack(w.data(), rows, depth, w_stride, col_major);
     ToySteps<T> toy(depth, widths, c, h0);
     packed.recurrence(threads, steps, toy);
     std::vector<std::vector<T>> got;
@@ -242,31 +246,34 @@ void expect_recurrence(Index depth, const std::vector<Index>& widths) {
       for (Index i = 0; i < depth; ++i)
         ASSERT_NEAR(static_cast<double>(got.back()[i]), static_cast<double>(want[j][i]),
                     64.0 * static_cast<double>(depth) * std::numeric_limits<T>::epsilon())
-            << "depth " << depth << ", widths from " << n << ", sample " << j << " after step " << last << ", row " << i
-            << ", " << threads << " threads";
+            << "depth " << depth << (col_major ? " (W by columns)" : "") << ", widths from " << n << ", sample " << j
+            << " after step " << last << ", row " << i << ", " << threads << " threads";
     }
     if (threads == 1)
       first = got;
     else
-      EXPECT_EQ(got, first) << "depth " << depth << ", widths from " << n << ": " << threads
-                            << " threads changed the bits";
+      EXPECT_EQ(got, first) << "depth " << depth << (col_major ? " (W by columns)" : "") << ", widths from " << n
+                            << ": " << threads << " threads changed the bits";
   }
 }
 
-// PackedWeights::recurrence (the cells' forward) against a long-double loop: steps on every product
-// path (several packed columns, fewer than 4 columns, wide steps by columns), widths that shrink
-// to ones that are not whole panels of packed h, and 1, 2 or 3 threads giving the same bits.
+// PackedWeights::recurrence (the cells' forward; BP's, W by columns) against a long-double loop:
+// steps on every product path (packed columns from 2, not whole panels; 1 column, on W or its
+// row-major copy; wide steps by columns), widths that shrink, and 1, 2 or 3 threads giving the same bits.
 TEST(PackedWeights, RecurrenceMatchesALoopAndTheThreadCount) {
   const std::vector<std::vector<Index>> schedules = {
       {13, 13, 9, 9, 6, 5, 5, 3, 1, 1}, {16, 16, 16, 16, 12, 12}, {4, 4, 3, 2, 2}, {1, 1, 1, 1}, {3, 3}};
   for (Index depth : {37, 64, 5}) {
     for (const auto& widths : schedules) {
-      expect_recurrence<float>(depth, widths);
-      expect_recurrence<double>(depth, widths);
+      for (bool col_major : {false, true}) {
+        expect_recurrence<float>(depth, widths, col_major);
+        expect_recurrence<double>(depth, widths, col_major);
+      }
     }
   }
   expect_recurrence<float>(20, std::vector<Index>(3, 600));  // wide steps: step by step, by columns
   expect_recurrence<double>(20, {600, 600, 7, 1});
+  expect_recurrence<float>(20, std::vector<Index>(3, 600), /*col_major=*/true);
 }
 
 }  // namespace

@@ -15,6 +15,8 @@ namespace bppsa::detail {
 namespace {
 /// Products of fewer columns take Eigen's matrix-vector path (wide ones, parallel_step_product's columns).
 constexpr Index kMinCols = 4;
+/// The same within a recurrence of more than one step (W packed once for all of them).
+constexpr Index kRecurrenceMinCols = 2;
 /// Columns of a recurrence's pointwise block: whole panels of the packed h (the micro-kernel's nr
 /// columns), so that blocks packing their columns apart lay h out as one packing of the step does.
 constexpr Index kStepCols = 4;
@@ -42,6 +44,7 @@ void PackedWeights<T>::pack(const T* w, Index rows, Index depth, Index stride, b
   stride_ = stride;
   col_major_ = col_major;
   packed_now_ = false;
+  transposed_now_ = false;
 }
 
 template <class T>
@@ -57,14 +60,33 @@ void PackedWeights<T>::pack_now() {
 }
 
 template <class T>
+void PackedWeights<T>::transpose_now() {
+  if (!col_major_ || transposed_now_) return;
+  row_major_.resize(static_cast<std::size_t>(rows_ * depth_));
+  Eigen::Map<RowMatrix<T>> to(row_major_.data(), rows_, depth_);
+  using ColMap = Eigen::Map<const Matrix<T>, 0, Eigen::OuterStride<>>;
+  const ColMap from(w_, rows_, depth_, Eigen::OuterStride<>(stride_));
+  constexpr Index tile = 64;  // tiles of both layouts' cache lines
+  for (Index k0 = 0; k0 < depth_; k0 += tile)
+    for (Index r0 = 0; r0 < rows_; r0 += tile) {
+      const Index r = std::min(tile, rows_ - r0), k = std::min(tile, depth_ - k0);
+      to.block(r0, k0, r, k) = from.block(r0, k0, r, k);
+    }
+  transposed_now_ = true;
+}
+
+template <class T>
 void PackedWeights<T>::rows_product(Index r0, Index len, T* dst, Index dst_stride, const T* h, Index h_stride,
                                     Index n) const {
-  // The expression parallel_product's blocks of rows evaluate (so the same bits).
+  // The expression parallel_product's blocks of rows evaluate (so the same bits), on W's row-major copy
+  // when there is one (a transposed W's recurrence: the bits of that copy's product, at every team size).
   using RowMap = Eigen::Map<const RowMatrix<T>, 0, Eigen::OuterStride<>>;
   using ColMap = Eigen::Map<const Matrix<T>, 0, Eigen::OuterStride<>>;
   Eigen::Map<Matrix<T>, 0, Eigen::OuterStride<>> d(dst, rows_, n, Eigen::OuterStride<>(dst_stride));
   const ColMap hm(h, depth_, n, Eigen::OuterStride<>(h_stride));
-  if (col_major_)
+  if (transposed_now_)
+    d.middleRows(r0, len).noalias() += RowMap(row_major_.data(), rows_, depth_, Eigen::OuterStride<>(depth_)).middleRows(r0, len) * hm;
+  else if (col_major_)
     d.middleRows(r0, len).noalias() += ColMap(w_, rows_, depth_, Eigen::OuterStride<>(stride_)).middleRows(r0, len) * hm;
   else
     d.middleRows(r0, len).noalias() += RowMap(w_, rows_, depth_, Eigen::OuterStride<>(stride_)).middleRows(r0, len) * hm;
@@ -103,12 +125,19 @@ void PackedWeights<T>::recurrence(int threads, Index steps, RecurrenceStep<T>& s
   if (n < kWideColumns && depth_ > 0) {
     using K = GebpKernel<T>;
     static_assert(kStepCols % K::Traits::nr == 0, "a pointwise block must hold whole panels of packed h");
-    if (n >= kMinCols) pack_now();  // (so few columns: matrix-vector products on W as it is, a T 1 call's)
+    // Steps of packed_from columns or more run on the packed W. Over many steps the packing pays for
+    // itself from 2 columns (Eigen's product of 2–3 columns repacks W at each call); a step of 1 is
+    // a matrix-vector product, on W by rows. One step (a T 1 call's) takes Eigen's path below 4 columns.
+    const Index packed_from = steps > 1 ? kRecurrenceMinCols : kMinCols;
+    if (n >= packed_from)
+      pack_now();
+    else if (steps > 1)
+      transpose_now();
     rhs_.resize(static_cast<std::size_t>(depth_ * n));
     const auto pack_h = [&](Index t, Index j0, Index cols) {  // h(t)'s columns [j0, j0 + cols), where all of h(t) would go
       K::pack_rhs(rhs_.data() + j0 * depth_, step.h(t), hs, /*row_major=*/false, 0, j0, depth_, cols);
     };
-    if (step.width(1) >= kMinCols) pack_h(1, 0, step.width(1));
+    if (step.width(1) >= packed_from) pack_h(1, 0, step.width(1));
     const Index row_blocks = (rows_ + kProductRows - 1) / kProductRows;
     std::vector<std::int64_t> units;  // per step: its product's row blocks, then its pointwise column blocks
     units.reserve(static_cast<std::size_t>(2 * steps));
@@ -121,7 +150,7 @@ void PackedWeights<T>::recurrence(int threads, Index steps, RecurrenceStep<T>& s
       if (s % 2 == 0) {
         const Index r0 = u * kProductRows, len = std::min(kProductRows, rows_ - r0);
         step.init(t, r0, len);
-        if (w >= kMinCols)
+        if (w >= packed_from)
           K::gebp(step.dst(t) + r0, ld, packed_.data() + r0 * depth_, rhs_.data(), len, depth_, w);
         else
           rows_product(r0, len, step.dst(t), ld, step.h(t), hs, w);
@@ -131,7 +160,7 @@ void PackedWeights<T>::recurrence(int threads, Index steps, RecurrenceStep<T>& s
       step.pointwise(t, j0, cols);
       if (t < steps) {
         const Index next = step.width(t + 1);
-        if (next >= kMinCols && j0 < next) pack_h(t + 1, j0, std::min(cols, next - j0));
+        if (next >= packed_from && j0 < next) pack_h(t + 1, j0, std::min(cols, next - j0));
       }
     };
     const double flops = 2.0 * static_cast<double>(rows_) * static_cast<double>(depth_) * static_cast<double>(n);

@@ -37,7 +37,8 @@ class PackedWeights {
   /// Packs w (rows × depth, row-major with rows `stride` apart; column-major with columns `stride`
   /// apart when `col_major`), which must stay alive and unchanged while product() is used (the
   /// fallback reads it). Packing happens at the first product that uses it (none for products of
-  /// fewer than 4 columns, a T 1 call's); the buffer is kept for the next pack().
+  /// fewer than 4 columns outside a recurrence, a T 1 call's, and none for a recurrence of 1 column; a
+  /// transposed W is then copied by rows); the buffer is kept for the next pack().
   void pack(const T* w, Index rows, Index depth, Index stride, bool col_major = false);
 
   /// dst = W · h: dst rows × n and h depth × n, both column-major with columns dst_stride and
@@ -70,13 +71,17 @@ class PackedWeights {
 
  private:
   void pack_now();  // W into packed_, unless it is there
+  /// A column-major W copied into rows_major_ as contiguous rows, unless it is there: a product of few
+  /// columns then reads W by whole rows, where on W as it is each block of rows would read a few
+  /// floats from each of depth_ columns (a page apart at H ≥ 1024).
+  void transpose_now();
   /// rows [r0, r0 + len) of dst += W · h, through Eigen's product (so few columns that it is a matrix-vector product)
   void rows_product(Index r0, Index len, T* dst, Index dst_stride, const T* h, Index h_stride, Index n) const;
 
   const T* w_ = nullptr;
   Index rows_ = 0, depth_ = 0, stride_ = 0;
-  bool col_major_ = false, packed_now_ = false;
-  AlignedVector<T> packed_, rhs_;  // W's blocks; the step's h, packed
+  bool col_major_ = false, packed_now_ = false, transposed_now_ = false;
+  AlignedVector<T> packed_, rhs_, row_major_;  // W's blocks; the step's h, packed; a column-major W by rows
 };
 
 }  // namespace bppsa::detail
