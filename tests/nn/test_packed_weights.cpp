@@ -183,7 +183,7 @@ class ToySteps final : public bppsa::detail::RecurrenceStep<T> {
   void init(Index t, Index r0, Index rows) override {
     for (Index j = 0; j < width(t); ++j)
       for (Index r = r0; r < r0 + rows; ++r)
-        a_[static_cast<std::size_t>(j * a_stride() + r)] = c_[static_cast<std::size_t>(r)] + static_cast<T>(t) / T(100);
+        a_[static_cast<std::size_t>(j * a_stride() + r)] = c_[static_cast<std::size_t>(r)] + static_cast<T>(t % 100) / T(100);
   }
   void pointwise(Index t, Index j0, Index cols) override {
     for (Index j = j0; j < j0 + cols; ++j)
@@ -224,7 +224,7 @@ void expect_recurrence(Index depth, const std::vector<Index>& widths, bool col_m
     std::vector<long double> h(h0.begin() + j * (depth + 3), h0.begin() + j * (depth + 3) + depth), a(rows);
     for (Index t = 1; t <= steps && j < widths[static_cast<std::size_t>(t - 1)]; ++t) {
       for (Index r = 0; r < rows; ++r) {
-        a[r] = static_cast<long double>(c[r]) + static_cast<long double>(static_cast<T>(t) / T(100));
+        a[r] = static_cast<long double>(c[r]) + static_cast<long double>(static_cast<T>(t % 100) / T(100));
         for (Index k = 0; k < depth; ++k) a[r] += static_cast<long double>(w[at(r, k)]) * h[k];
       }
       for (Index i = 0; i < depth; ++i) h[i] = std::tanh(a[i] + a[depth + i] / 2);
@@ -258,8 +258,9 @@ void expect_recurrence(Index depth, const std::vector<Index>& widths, bool col_m
 }
 
 // PackedWeights::recurrence (the cells' forward; BP's, W by columns) against a long-double loop:
-// steps on every product path (packed columns from 2, not whole panels; 1 column, on W or its
-// row-major copy; wide steps by columns), widths that shrink, and 1, 2 or 3 threads giving the same bits.
+// steps on every product path (packed columns from 2, not whole panels; 1 column, on W or, over
+// many steps, its row-major copy; wide steps by columns), widths that shrink, and 1, 2 or 3 threads
+// giving the same bits.
 TEST(PackedWeights, RecurrenceMatchesALoopAndTheThreadCount) {
   const std::vector<std::vector<Index>> schedules = {
       {13, 13, 9, 9, 6, 5, 5, 3, 1, 1}, {16, 16, 16, 16, 12, 12}, {4, 4, 3, 2, 2}, {1, 1, 1, 1}, {3, 3}};
@@ -274,6 +275,11 @@ TEST(PackedWeights, RecurrenceMatchesALoopAndTheThreadCount) {
   expect_recurrence<float>(20, std::vector<Index>(3, 600));  // wide steps: step by step, by columns
   expect_recurrence<double>(20, {600, 600, 7, 1});
   expect_recurrence<float>(20, std::vector<Index>(3, 600), /*col_major=*/true);
+  // Enough steps × depth that 1 column reads W's row-major copy (kTransposeMinWork), and 2 packed.
+  for (Index n : {1, 2}) {
+    expect_recurrence<float>(64, std::vector<Index>(5000, n), /*col_major=*/true);
+    expect_recurrence<double>(64, std::vector<Index>(5000, n), /*col_major=*/true);
+  }
 }
 
 }  // namespace

@@ -17,6 +17,9 @@ namespace {
 constexpr Index kMinCols = 4;
 /// The same within a recurrence of more than one step (W packed once for all of them).
 constexpr Index kRecurrenceMinCols = 2;
+/// Steps × depth from which a recurrence of 1 column copies a column-major W by rows (its fresh
+/// pages and the copy against each step's strided reads; docs/performance.md, "Batch 1").
+constexpr Index kTransposeMinWork = 300 * 1024;
 /// Columns of a recurrence's pointwise block: whole panels of the packed h (the micro-kernel's nr
 /// columns), so that blocks packing their columns apart lay h out as one packing of the step does.
 constexpr Index kStepCols = 4;
@@ -127,11 +130,12 @@ void PackedWeights<T>::recurrence(int threads, Index steps, RecurrenceStep<T>& s
     static_assert(kStepCols % K::Traits::nr == 0, "a pointwise block must hold whole panels of packed h");
     // Steps of packed_from columns or more run on the packed W. Over many steps the packing pays for
     // itself from 2 columns (Eigen's product of 2–3 columns repacks W at each call); a step of 1 is
-    // a matrix-vector product, on W by rows. One step (a T 1 call's) takes Eigen's path below 4 columns.
+    // a matrix-vector product, on a column-major W's copy by rows once the steps repay the copy.
+    // One step (a T 1 call's) takes Eigen's path below 4 columns.
     const Index packed_from = steps > 1 ? kRecurrenceMinCols : kMinCols;
     if (n >= packed_from)
       pack_now();
-    else if (steps > 1)
+    else if (steps * depth_ >= kTransposeMinWork)
       transpose_now();
     rhs_.resize(static_cast<std::size_t>(depth_ * n));
     const auto pack_h = [&](Index t, Index j0, Index cols) {  // h(t)'s columns [j0, j0 + cols), where all of h(t) would go
