@@ -36,9 +36,9 @@ class PackedWeights {
  public:
   /// Packs w (rows × depth, row-major with rows `stride` apart; column-major with columns `stride`
   /// apart when `col_major`), which must stay alive and unchanged while product() is used (the
-  /// fallback reads it). Packing happens at the first product that uses it (none for products of
-  /// fewer than 4 columns outside a recurrence, a T 1 call's, and none for a recurrence of 1 column; a
-  /// transposed W is then copied by rows); the buffer is kept for the next pack().
+  /// fallback reads it). Packing happens at the first product that uses it: not for a T 1 call's
+  /// products of fewer than 4 columns, nor for a recurrence of 1 column, which reads a column-major W
+  /// by rows from a copy once the steps repay it. The buffers are kept for the next pack().
   void pack(const T* w, Index rows, Index depth, Index stride, bool col_major = false);
 
   /// dst = W · h: dst rows × n and h depth × n, both column-major with columns dst_stride and
@@ -71,7 +71,7 @@ class PackedWeights {
 
  private:
   void pack_now();  // W into packed_, unless it is there
-  /// A column-major W copied into rows_major_ as contiguous rows, unless it is there: a product of few
+  /// A column-major W copied into row_major_ as contiguous rows, unless it is there: a product of few
   /// columns then reads W by whole rows, where on W as it is each block of rows would read a few
   /// floats from each of depth_ columns (a page apart at H ≥ 1024).
   void transpose_now();
