@@ -3,16 +3,21 @@
 #include "bppsa/core/memory.hpp"
 
 #include <unistd.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 
 #include "bppsa/core/error.hpp"
+#include "core/huge_pages.hpp"
 
 namespace bppsa {
 namespace {
@@ -136,4 +141,20 @@ void check_memory(const std::string& op, const std::string& what, const std::vec
   detail::raise<ResourceError>(op, msg);
 }
 
+namespace detail {
+
+void advise_huge_pages(const void* p, std::size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (p == nullptr || bytes < kHugePageMinBytes) return;
+  constexpr std::uintptr_t huge = std::uintptr_t(2) << 20;
+  const auto begin = reinterpret_cast<std::uintptr_t>(p);
+  const std::uintptr_t first = (begin + huge - 1) & ~(huge - 1), last = (begin + bytes) & ~(huge - 1);
+  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);  // advice only
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
+}  // namespace detail
 }  // namespace bppsa

@@ -13,6 +13,7 @@
 #include "bppsa/nn/cost_model.hpp"
 #include "core/denormals.hpp"
 #include "core/finite.hpp"
+#include "core/huge_pages.hpp"
 #include "core/team.hpp"
 #include "nn/cell.hpp"
 #include "nn/classifier_half.hpp"
@@ -284,6 +285,7 @@ class RecurrentCpu final : public RecurrentHalf<T> {
       rec.gates.resize(G, steps * B);
       rec.aux.resize(H, steps * B);
     }
+    for (const Matrix<T>* m : {&rec.ax, &rec.h, &rec.c, &rec.gates, &rec.aux}) advise_huge_pages(*m);
   }
   /// forward_io with io.record false, sequential, every sample running every step: the steps in
   /// chunks whose buffers stay in cache, the output written straight to io.out. Nothing stays after
@@ -568,15 +570,17 @@ void RecurrentCpu<T>::backward_on(Index l, const BackwardOptions& asked, const L
   const Matrix<T>& above = (l == config_.layers - 1) ? grad_out_ : gx_;
   const bool inject = every_step_ || l < config_.layers - 1;
   const Index G = gate_count(config_.cell) * H;
-  L.g.setZero(S, (T_ + 1) * B);
+  L.g.resize(S, (T_ + 1) * B);
+  L.pg.dx.resize(G, T_ * B);  // written for the running steps only
+  if (config_.cell == CellType::gru) L.pg.dh.resize(G, T_ * B);
+  for (const Matrix<T>* m : {&L.g, &L.pg.dx, &L.pg.dh}) advise_huge_pages(*m);
+  L.g.setZero();
   // Each sample's last state (s_T, or s at its length): the gradient on its output there and
   // the next stage's gradient on it, for BP and for the scan (its g_last) alike.
   for (Index b = 0; b < B; ++b) {
     L.g.col(last_col(b)).head(P) = above.col(last_col(b) - B);
     if (final_grad) L.g.col(last_col(b)) += final_grad->col(b);
   }
-  L.pg.dx.resize(G, T_ * B);  // written for the running steps only
-  if (config_.cell == CellType::gru) L.pg.dh.resize(G, T_ * B);
   auto& dh = config_.cell == CellType::gru ? L.pg.dh : L.pg.dx;
 
   if (!scan) {
@@ -627,6 +631,7 @@ void RecurrentCpu<T>::backward_on(Index l, const BackwardOptions& asked, const L
                        /*by_columns=*/true);
     } else if (want_gx) {
       gx.resize(I, T_ * B);  // (the same size at every call of a shape: no allocation)
+      advise_huge_pages(gx);
       parallel_product(threads, gx, p.w_ih.transpose(), L.pg.dx, /*by_columns=*/true);
     }
   } else {
