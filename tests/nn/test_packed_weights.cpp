@@ -171,7 +171,10 @@ template <class T>
 class ToySteps final : public bppsa::detail::RecurrenceStep<T> {
  public:
   ToySteps(Index depth, std::vector<Index> widths, const std::vector<T>& c, const std::vector<T>& h0)
-      : depth_(depth), widths_(std::move(widths)), c_(c), a_(static_cast<std::size_t>(a_stride() * widths_[0])),
+      : depth_(depth),
+        widths_(std::move(widths)),
+        c_(c),
+        a_(static_cast<std::size_t>(a_stride() * widths_[0])),
         h_(static_cast<std::size_t>(h_stride() * widths_[0]) * (widths_.size() + 1)) {
     std::copy(h0.begin(), h0.end(), h_.begin());
   }
@@ -183,7 +186,8 @@ class ToySteps final : public bppsa::detail::RecurrenceStep<T> {
   void init(Index t, Index r0, Index rows) override {
     for (Index j = 0; j < width(t); ++j)
       for (Index r = r0; r < r0 + rows; ++r)
-        a_[static_cast<std::size_t>(j * a_stride() + r)] = c_[static_cast<std::size_t>(r)] + static_cast<T>(t % 100) / T(100);
+        a_[static_cast<std::size_t>(j * a_stride() + r)] =
+            c_[static_cast<std::size_t>(r)] + static_cast<T>(t % 100) / T(100);
   }
   void pointwise(Index t, Index j0, Index cols) override {
     for (Index j = j0; j < j0 + cols; ++j)

@@ -88,11 +88,14 @@ void PackedWeights<T>::rows_product(Index r0, Index len, T* dst, Index dst_strid
   Eigen::Map<Matrix<T>, 0, Eigen::OuterStride<>> d(dst, rows_, n, Eigen::OuterStride<>(dst_stride));
   const ColMap hm(h, depth_, n, Eigen::OuterStride<>(h_stride));
   if (transposed_now_)
-    d.middleRows(r0, len).noalias() += RowMap(row_major_.data(), rows_, depth_, Eigen::OuterStride<>(depth_)).middleRows(r0, len) * hm;
+    d.middleRows(r0, len).noalias() +=
+        RowMap(row_major_.data(), rows_, depth_, Eigen::OuterStride<>(depth_)).middleRows(r0, len) * hm;
   else if (col_major_)
-    d.middleRows(r0, len).noalias() += ColMap(w_, rows_, depth_, Eigen::OuterStride<>(stride_)).middleRows(r0, len) * hm;
+    d.middleRows(r0, len).noalias() +=
+        ColMap(w_, rows_, depth_, Eigen::OuterStride<>(stride_)).middleRows(r0, len) * hm;
   else
-    d.middleRows(r0, len).noalias() += RowMap(w_, rows_, depth_, Eigen::OuterStride<>(stride_)).middleRows(r0, len) * hm;
+    d.middleRows(r0, len).noalias() +=
+        RowMap(w_, rows_, depth_, Eigen::OuterStride<>(stride_)).middleRows(r0, len) * hm;
 }
 
 template <class T>
@@ -138,7 +141,8 @@ void PackedWeights<T>::recurrence(int threads, Index steps, RecurrenceStep<T>& s
     else if (steps * depth_ >= kTransposeMinWork)
       transpose_now();
     rhs_.resize(static_cast<std::size_t>(depth_ * n));
-    const auto pack_h = [&](Index t, Index j0, Index cols) {  // h(t)'s columns [j0, j0 + cols), where all of h(t) would go
+    const auto pack_h = [&](Index t, Index j0,
+                            Index cols) {  // h(t)'s columns [j0, j0 + cols), where all of h(t) would go
       K::pack_rhs(rhs_.data() + j0 * depth_, step.h(t), hs, /*row_major=*/false, 0, j0, depth_, cols);
     };
     if (step.width(1) >= packed_from) pack_h(1, 0, step.width(1));
