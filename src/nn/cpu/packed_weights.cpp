@@ -141,8 +141,8 @@ void PackedWeights<T>::recurrence(int threads, Index steps, RecurrenceStep<T>& s
     else if (steps * depth_ >= kTransposeMinWork)
       transpose_now();
     rhs_.resize(static_cast<std::size_t>(depth_ * n));
-    const auto pack_h = [&](Index t, Index j0,
-                            Index cols) {  // h(t)'s columns [j0, j0 + cols), where all of h(t) would go
+    // h(t)'s columns [j0, j0 + cols), packed where all of h(t) would go.
+    const auto pack_h = [&](Index t, Index j0, Index cols) {
       K::pack_rhs(rhs_.data() + j0 * depth_, step.h(t), hs, /*row_major=*/false, 0, j0, depth_, cols);
     };
     if (step.width(1) >= packed_from) pack_h(1, 0, step.width(1));

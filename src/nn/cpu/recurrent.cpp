@@ -648,7 +648,9 @@ void RecurrentCpu<T>::backward_on(Index l, const BackwardOptions& asked, const L
         dst.setZero();  // nothing flows into the padding
         scatter_running(rec, next, dst);
       } else {
-        gx.setZero(I, T_ * B);
+        gx.resize(I, T_ * B);
+        advise_huge_pages(gx);
+        gx.setZero();
         scatter_running(rec, next, gx);
       }
     }
