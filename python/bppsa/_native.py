@@ -9,6 +9,10 @@ from . import _variants
 
 LOADED = _variants.load()
 _C = LOADED.module
+# The engine's teams run on the OpenMP runtime's threads, those of torch's own ops: torch's idle
+# threads spin for milliseconds after each op, and a pool of bppsa's own beside them would compete
+# with them for the cores (docs/pytorch.md, "The threads"). $BPPSA_TEAM_THREADS=own chooses the pool.
+_C.set_team_threads(os.environ.get("BPPSA_TEAM_THREADS") or "openmp", "$BPPSA_TEAM_THREADS")
 
 SUPPORTED_FLOATS = (torch.float32, torch.float64)
 

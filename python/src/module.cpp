@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include "bppsa/core/build_info.hpp"
+#include "bppsa/core/threads.hpp"
 #include "bppsa/core/device.hpp"
 #include "bppsa/core/error.hpp"
 #include "bppsa/core/memory.hpp"
@@ -94,6 +95,15 @@ PYBIND11_MODULE(BPPSA_MODULE_NAME, m) {
         return d;
       },
       "The library copy's build: version, cpu_isa, cpu_flag, vectorization (Eigen's widest SIMD), cuda");
+  m.def(
+      "set_team_threads",
+      [](const std::string& threads, const std::string& what) {
+        bppsa::set_team_threads(bppsa::parse_team_threads(threads, what));
+      },
+      py::arg("threads"), py::arg("what") = "threads",
+      "The threads the engine's teams run on: 'own' (bppsa's pool) or 'openmp' (the OpenMP runtime's)");
+  m.def("team_threads", [] { return bppsa::to_string(bppsa::team_threads()); });
+  m.def("openmp_runtime", &bppsa::openmp_runtime, "The file of the OpenMP runtime the engine calls");
 
   // bppsa::Error → Python: shapes and arguments are ValueErrors, NaN/Inf FloatingPointError,
   // memory MemoryError, files OSError, missing features NotImplementedError.

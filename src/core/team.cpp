@@ -1,14 +1,19 @@
 #include "core/team.hpp"
 
+#include <dlfcn.h>
+#include <omp.h>
 #include <pthread.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <exception>
-#include <algorithm>
 #include <mutex>
 #include <system_error>
 #include <thread>
 #include <vector>
+
+#include "bppsa/core/error.hpp"
+#include "bppsa/core/threads.hpp"
 
 namespace bppsa::detail {
 namespace {
@@ -100,8 +105,45 @@ class Pool {
 // Never destroyed: its threads sleep through exit. A forked child (a data-loader worker, say)
 // inherits the object but not its threads, so it starts a pool of its own.
 std::atomic<Pool*> pool{nullptr};
+std::atomic<TeamThreads> mode{TeamThreads::own};
+// A child inherits the OpenMP runtime's record of its parent's threads, not the threads: libgomp
+// would wait for them forever, so a forked child's teams run on the own pool.
+std::atomic<bool> forked{false};
 // Registered when the library is loaded, before any thread of ours exists.
-[[maybe_unused]] const int at_fork = pthread_atfork(nullptr, nullptr, [] { pool.store(nullptr); });
+[[maybe_unused]] const int at_fork = pthread_atfork(nullptr, nullptr, [] {
+  pool.store(nullptr);
+  forked.store(true);
+});
+// Held by the caller of a job on OpenMP threads: a nested or concurrent call runs alone, as with
+// the own pool (an OpenMP team per calling thread would oversubscribe the cores).
+std::atomic<bool> openmp_busy{false};
+
+// body(0) on the caller, body(w) on the OpenMP team's thread w while the caller's call has not
+// returned. Unlike the own pool's, the region's end waits for every thread of the team.
+void run_openmp(int threads, void (*call)(void*, int), void* context) {
+  std::atomic<bool> open{true}, worker_failed{false};
+  std::exception_ptr error, worker_error;
+#pragma omp parallel num_threads(threads)
+  {
+    const int worker = omp_get_thread_num();
+    if (worker == 0) {
+      try {
+        call(context, 0);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      open.store(false, std::memory_order_release);
+    } else if (open.load(std::memory_order_acquire)) {
+      try {
+        call(context, worker);
+      } catch (...) {
+        if (!worker_failed.exchange(true)) worker_error = std::current_exception();
+      }
+    }
+  }
+  if (!error) error = worker_error;
+  if (error) std::rethrow_exception(error);
+}
 
 Pool& the_pool() {
   Pool* p = pool.load(std::memory_order_acquire);
@@ -119,7 +161,42 @@ void run_team(int threads, void (*call)(void* context, int worker), void* contex
     call(context, 0);
     return;
   }
+  if (mode.load(std::memory_order_relaxed) == TeamThreads::openmp && !forked.load(std::memory_order_relaxed)) {
+    if (openmp_busy.exchange(true, std::memory_order_acquire)) {
+      call(context, 0);
+      return;
+    }
+    struct Release {
+      ~Release() { openmp_busy.store(false, std::memory_order_release); }
+    } release;
+    run_openmp(threads, call, context);
+    return;
+  }
   the_pool().run(threads, call, context);
 }
 
 }  // namespace bppsa::detail
+
+namespace bppsa {
+
+void set_team_threads(TeamThreads threads) { detail::mode.store(threads); }
+
+TeamThreads team_threads() { return detail::mode.load(); }
+
+std::string to_string(TeamThreads threads) { return threads == TeamThreads::openmp ? "openmp" : "own"; }
+
+TeamThreads parse_team_threads(std::string_view text, std::string_view what) {
+  if (text == "own") return TeamThreads::own;
+  if (text == "openmp") return TeamThreads::openmp;
+  detail::raise<InvalidArgument>("team threads", std::string(what) + " is '" + std::string(text) +
+                                                     "'; expected 'own' (bppsa's own pool) or 'openmp' (the OpenMP "
+                                                     "runtime's threads, shared with PyTorch's ops)");
+}
+
+std::string openmp_runtime() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&omp_get_max_threads), &info) != 0 && info.dli_fname) return info.dli_fname;
+  return "unknown";
+}
+
+}  // namespace bppsa

@@ -1,11 +1,14 @@
 // The team runner and the executor's stages (src/core/team.hpp): every unit runs once and in
 // stage order, an absent thread holds nothing back, and the pool survives exceptions, nesting,
-// concurrent callers, fork and a thread limit.
+// concurrent callers, fork and a thread limit; each on the own pool and on OpenMP's threads
+// (bppsa/core/threads.hpp).
 #include <gtest/gtest.h>
+#include <omp.h>
 #include <pthread.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -14,16 +17,25 @@
 #include <thread>
 #include <vector>
 
+#include "bppsa/core/error.hpp"
+#include "bppsa/core/threads.hpp"
 #include "core/team.hpp"
 
 namespace {
 
 using namespace bppsa;
 
+// Every test of the team below runs on both kinds of threads.
+class Team : public testing::TestWithParam<TeamThreads> {
+ protected:
+  void SetUp() override { set_team_threads(GetParam()); }
+  void TearDown() override { set_team_threads(TeamThreads::own); }
+};
+
 // ---------------------------------------------------------------------------------------
 // The executor's stages: units claimed by whichever thread is free.
 
-TEST(Stages, EveryUnitRunsOnceAndAfterThePreviousStage) {
+TEST_P(Team, StagesEveryUnitRunsOnceAndAfterThePreviousStage) {
   const std::vector<std::int64_t> units{1, 7, 64, 3, 0, 200, 1, 33};
   for (int threads : {1, 2, 3, 8}) {
     std::vector<std::atomic<int>> runs(units.size() * 256);
@@ -45,7 +57,7 @@ TEST(Stages, EveryUnitRunsOnceAndAfterThePreviousStage) {
   }
 }
 
-TEST(Stages, AThreadThatNeverArrivesHoldsNothingBack) {
+TEST_P(Team, StagesAThreadThatNeverArrivesHoldsNothingBack) {
   // Worker 1 stands for a thread the OS has descheduled: it claims nothing until every unit is
   // done, or 30 s have passed. With a barrier per stage the caller would wait for it.
   const std::vector<std::int64_t> units{4, 9, 2, 16, 5};
@@ -73,7 +85,7 @@ TEST(Stages, AThreadThatNeverArrivesHoldsNothingBack) {
 // ---------------------------------------------------------------------------------------
 // The team runner: the caller is worker 0; pool threads join while the job is open.
 
-TEST(RunTeam, TheCallerRunsOnceAndEveryOtherWorkerAtMostOnce) {
+TEST_P(Team, RunTeamTheCallerRunsOnceAndEveryOtherWorkerAtMostOnce) {
   for (int threads : {1, 2, 3, 8})
     for (int rep = 0; rep < 50; ++rep) {
       std::vector<std::atomic<int>> calls(16);
@@ -89,12 +101,13 @@ TEST(RunTeam, TheCallerRunsOnceAndEveryOtherWorkerAtMostOnce) {
     }
 }
 
-TEST(RunTeam, AnExceptionReachesTheCallerAndThePoolStaysUsable) {
+TEST_P(Team, RunTeamAnExceptionReachesTheCallerAndThePoolStaysUsable) {
   for (int rep = 0; rep < 20; ++rep) {
-    EXPECT_THROW(detail::run_team(2, [](int worker) {
-                   if (worker == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
-                   throw std::runtime_error("unit " + std::to_string(worker));
-                 }),
+    EXPECT_THROW(detail::run_team(2,
+                                  [](int worker) {
+                                    if (worker == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+                                    throw std::runtime_error("unit " + std::to_string(worker));
+                                  }),
                  std::runtime_error);
     std::atomic<int> ran{0};
     detail::Stages stages({10});
@@ -103,7 +116,7 @@ TEST(RunTeam, AnExceptionReachesTheCallerAndThePoolStaysUsable) {
   }
 }
 
-TEST(RunTeam, NestedAndConcurrentCallersEachFinishTheirOwnWork) {
+TEST_P(Team, RunTeamNestedAndConcurrentCallersEachFinishTheirOwnWork) {
   // A call from inside a body, or while another caller holds the pool, runs on its caller alone.
   std::atomic<int> inner_workers{0};
   detail::run_team(2, [&](int worker) {
@@ -126,7 +139,7 @@ TEST(RunTeam, NestedAndConcurrentCallersEachFinishTheirOwnWork) {
   EXPECT_EQ(wrong.load(), 0);
 }
 
-TEST(RunTeam, AForkedChildStartsAPoolOfItsOwn) {
+TEST_P(Team, RunTeamAForkedChildStartsAPoolOfItsOwn) {
   // The child inherits the pool, busy or not, but not its threads (PyTorch forks data-loader
   // workers from a process that is training): its teams must still get real workers. The busy
   // loop does not allocate: GCC 12's AddressSanitizer allocator is not fork-safe, and a child
@@ -164,7 +177,7 @@ TEST(RunTeam, AForkedChildStartsAPoolOfItsOwn) {
       << "the child's teams got no worker (status " << status << ")";
 }
 
-TEST(RunTeam, NoMoreThreadsMeansFewerWorkersNotAnError) {
+TEST_P(Team, RunTeamNoMoreThreadsMeansFewerWorkersNotAnError) {
   // In a child (a new pool) whose threads cannot be created (a 1 TiB default stack cannot be
   // mapped: what a process or container thread limit looks like), the work still gets done, by
   // the caller, call after call.
@@ -197,6 +210,86 @@ TEST(RunTeam, NoMoreThreadsMeansFewerWorkersNotAnError) {
   ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
   if (WEXITSTATUS(status) == 3) GTEST_SKIP() << "pthread_setattr_default_np refused the stack size";
   EXPECT_EQ(WEXITSTATUS(status), 0) << (WEXITSTATUS(status) == 2 ? "run_team threw" : "work missing");
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, Team, testing::Values(TeamThreads::own, TeamThreads::openmp),
+                         [](const testing::TestParamInfo<TeamThreads>& info) { return to_string(info.param); });
+
+// ---------------------------------------------------------------------------------------
+// Whose threads: OpenMP's are the ones the process's other OpenMP regions ran on.
+
+TEST(TeamThreads, OpenMpTeamsRunOnTheThreadsOfTheProcesssOpenMpRegions) {
+  std::vector<pthread_t> region(2);
+  int region_threads = 0;
+#pragma omp parallel num_threads(2)
+  {
+    region[static_cast<std::size_t>(omp_get_thread_num())] = pthread_self();
+#pragma omp single
+    region_threads = omp_get_num_threads();
+  }
+  if (region_threads < 2) GTEST_SKIP() << "the OpenMP runtime gave one thread";
+
+  for (TeamThreads mode : {TeamThreads::openmp, TeamThreads::own}) {
+    set_team_threads(mode);
+    std::atomic<bool> worker_ran{false}, in_region{false}, same_thread{false};
+    detail::run_team(2, [&](int worker) {
+      if (worker != 1) {  // the caller waits (10 s at most) for worker 1 to have run
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (!worker_ran && std::chrono::steady_clock::now() < until)
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+        return;
+      }
+      in_region = omp_in_parallel() != 0 && omp_get_thread_num() == 1;
+      same_thread = pthread_equal(pthread_self(), region[1]) != 0;
+      worker_ran = true;
+    });
+    ASSERT_TRUE(worker_ran.load()) << to_string(mode);
+    EXPECT_EQ(in_region.load(), mode == TeamThreads::openmp) << to_string(mode);
+    EXPECT_EQ(same_thread.load(), mode == TeamThreads::openmp) << to_string(mode);
+  }
+  set_team_threads(TeamThreads::own);
+}
+
+TEST(TeamThreads, AForkedChildRunsOpenMpTeamsOnItsOwnPool) {
+  // The parent has used OpenMP threads; the child inherits libgomp's record of them but not the
+  // threads, so its teams must not go to OpenMP (they would wait forever), and still get workers.
+  set_team_threads(TeamThreads::openmp);
+  detail::run_team(2, [](int) {});
+  const pid_t pid = fork();
+  if (pid == 0) {
+    alarm(60);
+    std::atomic<bool> worker_ran{false}, in_region{false};
+    detail::run_team(2, [&](int worker) {
+      if (worker == 1) {
+        in_region = omp_in_parallel() != 0;
+        worker_ran = true;
+      }
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (worker == 0 && !worker_ran && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+    _exit(worker_ran && !in_region ? 0 : 1);
+  }
+  set_team_threads(TeamThreads::own);
+  ASSERT_GT(pid, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+}
+
+TEST(TeamThreads, ParsesItsTwoNamesAndRefusesOthersNamingTheSource) {
+  EXPECT_EQ(parse_team_threads("own", "x"), TeamThreads::own);
+  EXPECT_EQ(parse_team_threads("openmp", "x"), TeamThreads::openmp);
+  EXPECT_EQ(to_string(TeamThreads::openmp), "openmp");
+  try {
+    parse_team_threads("omp", "$BPPSA_TEAM_THREADS");
+    FAIL() << "accepted 'omp'";
+  } catch (const InvalidArgument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("$BPPSA_TEAM_THREADS is 'omp'"), std::string::npos) << what;
+    EXPECT_NE(what.find("'own'"), std::string::npos) << what;
+  }
+  EXPECT_NE(openmp_runtime().find("gomp"), std::string::npos) << openmp_runtime();
 }
 
 }  // namespace
