@@ -46,6 +46,17 @@ def worker(run, cell, hidden, steps, batch, method, threads, seconds):
     print(json.dumps({"ms": 1e3 * statistics.median(times[2:]), "steps": len(times) - 2, "ran": ran}))
 
 
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def parse_shapes(text):
     shapes = []
     for item in text.split(","):
@@ -76,7 +87,7 @@ def main():
     import bppsa
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "unknown"
-    lines = [f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {a.threads} threads; "
+    lines = [f"{cpu_model()}, {os.cpu_count()} cores, {a.threads} threads; "
              f"torch {torch.__version__}, bppsa {bppsa.__version__} ({bppsa.build_info()['variant']}), "
              f"OpenMP runtime {bppsa.build_info()['openmp_runtime']}; commit {commit}; "
              f"median of {a.rounds} fresh processes each, alternating, {a.seconds:g} s of steps per process.", "",
