@@ -9,10 +9,23 @@ from . import _variants
 
 LOADED = _variants.load()
 _C = LOADED.module
+
+
+def _forked_child():
+    """This process is a child multiprocessing forked: its OpenMP runtime may hold the parent's record
+    of threads it does not have (libgomp waits for them forever). A child forked after bppsa was
+    loaded is known to the library itself (pthread_atfork)."""
+    import multiprocessing
+    return multiprocessing.parent_process() is not None and multiprocessing.get_start_method(allow_none=True) == "fork"
+
+
 # The engine's teams run on the OpenMP runtime's threads, those of torch's own ops: torch's idle
 # threads spin for milliseconds after each op, and a pool of bppsa's own beside them would compete
-# with them for the cores (docs/pytorch.md, "The threads"). $BPPSA_TEAM_THREADS=own chooses the pool.
+# with them for the cores (docs/pytorch.md, "The threads"). $BPPSA_TEAM_THREADS=own chooses the pool,
+# as does a forked child whatever the variable says.
 _C.set_team_threads(os.environ.get("BPPSA_TEAM_THREADS") or "openmp", "$BPPSA_TEAM_THREADS")
+if _forked_child():
+    _C.set_team_threads("own")
 
 SUPPORTED_FLOATS = (torch.float32, torch.float64)
 

@@ -109,14 +109,15 @@ std::atomic<TeamThreads> mode{TeamThreads::own};
 // A child inherits the OpenMP runtime's record of its parent's threads, not the threads: libgomp
 // would wait for them forever, so a forked child's teams run on the own pool.
 std::atomic<bool> forked{false};
+// Held by the caller of a job on either kind of threads: a nested or concurrent call runs alone (an
+// OpenMP team per calling thread would oversubscribe the cores), whatever the mode was or is.
+std::atomic<bool> busy{false};
 // Registered when the library is loaded, before any thread of ours exists.
 [[maybe_unused]] const int at_fork = pthread_atfork(nullptr, nullptr, [] {
   pool.store(nullptr);
   forked.store(true);
+  busy.store(false);  // a job another thread of the parent was running is not the child's
 });
-// Held by the caller of a job on OpenMP threads: a nested or concurrent call runs alone, as with
-// the own pool (an OpenMP team per calling thread would oversubscribe the cores).
-std::atomic<bool> openmp_busy{false};
 
 // body(0) on the caller, body(w) on the OpenMP team's thread w while the caller's call has not
 // returned. Unlike the own pool's, the region's end waits for every thread of the team.
@@ -161,18 +162,17 @@ void run_team(int threads, void (*call)(void* context, int worker), void* contex
     call(context, 0);
     return;
   }
-  if (mode.load(std::memory_order_relaxed) == TeamThreads::openmp && !forked.load(std::memory_order_relaxed)) {
-    if (openmp_busy.exchange(true, std::memory_order_acquire)) {
-      call(context, 0);
-      return;
-    }
-    struct Release {
-      ~Release() { openmp_busy.store(false, std::memory_order_release); }
-    } release;
-    run_openmp(threads, call, context);
+  if (busy.exchange(true, std::memory_order_acquire)) {
+    call(context, 0);
     return;
   }
-  the_pool().run(threads, call, context);
+  struct Release {
+    ~Release() { busy.store(false, std::memory_order_release); }
+  } release;
+  if (mode.load(std::memory_order_relaxed) == TeamThreads::openmp && !forked.load(std::memory_order_relaxed))
+    run_openmp(threads, call, context);
+  else
+    the_pool().run(threads, call, context);
 }
 
 }  // namespace bppsa::detail

@@ -49,22 +49,25 @@ inline void cpu_relax() {
 #endif
 }
 
-/// Runs body(worker) on the calling thread (worker 0) and on up to `threads` − 1 threads of a
-/// process-wide pool (workers 1 … threads − 1, each at most once), and returns when the caller's
-/// call has returned and every pool thread that joined has left body. A pool thread joins only
-/// while the job is open, which ends when the caller's call returns: the caller waits for work and
-/// for threads that joined, never for one the OS has not yet run. body must share its work by
-/// claiming (Stages, atomic counters), since any worker but 0 may be missing. When the pool is in
-/// use (another caller, or a call from inside body) the caller runs body(0) alone; when no more
-/// threads can be made, the pool runs with those it has. An exception from body(0), else the first
-/// from a worker, is rethrown. Forking from inside a body is not supported.
+/// Runs body(worker) on the calling thread (worker 0) and on up to `threads` − 1 other threads
+/// (workers 1 … threads − 1, each at most once): those of bppsa's process-wide pool, or with
+/// set_team_threads(TeamThreads::openmp) the OpenMP runtime's (not in a forked child). A helper
+/// joins only while the job is open, which ends when the caller's call returns. On the own pool the
+/// caller then waits for the threads that joined, never for one the OS has not yet run, and when no
+/// more threads can be made the pool runs with those it has; an OpenMP region's end waits for every
+/// thread of its team, and libgomp ends the process when it cannot make one. body must share its
+/// work by claiming (Stages, atomic counters), since any worker but 0 may be missing. While a job
+/// runs (another caller's, or a call from inside body) the caller runs body(0) alone. An exception
+/// from body(0), else the first from a worker, is rethrown. Forking from inside a body is not
+/// supported.
 void run_team(int threads, void (*call)(void* context, int worker), void* context);
 
 template <class F>
 void run_team(int threads, F&& body) {
   using Body = std::remove_reference_t<F>;
-  run_team(threads, [](void* context, int worker) { (*static_cast<Body*>(context))(worker); },
-           const_cast<void*>(static_cast<const void*>(std::addressof(body))));
+  run_team(
+      threads, [](void* context, int worker) { (*static_cast<Body*>(context))(worker); },
+      const_cast<void*>(static_cast<const void*>(std::addressof(body))));
 }
 
 /// A sequence of stages, each of `units` independent units; stage s starts only when every
@@ -104,7 +107,8 @@ class Stages {
       if (c.done.load(std::memory_order_acquire) >= c.units) return;
       cpu_relax();
     }
-    for (std::int64_t v; (v = c.done.load(std::memory_order_acquire)) < c.units;) c.done.wait(v, std::memory_order_acquire);
+    for (std::int64_t v; (v = c.done.load(std::memory_order_acquire)) < c.units;)
+      c.done.wait(v, std::memory_order_acquire);
   }
 
   std::vector<Counter> counters_;

@@ -103,12 +103,15 @@ TEST_P(Team, RunTeamTheCallerRunsOnceAndEveryOtherWorkerAtMostOnce) {
 
 TEST_P(Team, RunTeamAnExceptionReachesTheCallerAndThePoolStaysUsable) {
   for (int rep = 0; rep < 20; ++rep) {
-    EXPECT_THROW(detail::run_team(2,
-                                  [](int worker) {
-                                    if (worker == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
-                                    throw std::runtime_error("unit " + std::to_string(worker));
-                                  }),
-                 std::runtime_error);
+    try {
+      detail::run_team(2, [](int worker) {
+        if (worker == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+        throw std::runtime_error("unit " + std::to_string(worker));
+      });
+      FAIL() << "nothing thrown";
+    } catch (const std::runtime_error& e) {
+      EXPECT_STREQ(e.what(), "unit 0") << "the caller's exception wins over a worker's";
+    }
     std::atomic<int> ran{0};
     detail::Stages stages({10});
     detail::run_team(2, [&](int) { stages.run([&](std::size_t, std::int64_t) { ++ran; }); });
@@ -137,6 +140,35 @@ TEST_P(Team, RunTeamNestedAndConcurrentCallersEachFinishTheirOwnWork) {
     });
   for (auto& t : callers) t.join();
   EXPECT_EQ(wrong.load(), 0);
+}
+
+TEST_P(Team, RunTeamACallWhileAJobRunsRunsAloneOnItsCaller) {
+  // Another thread's call while a team is running gets no helper and starts no OpenMP region, and
+  // neither does one made after the mode changed under the running job.
+  std::atomic<bool> inside{false}, release{false};
+  std::thread holder([&] {
+    detail::run_team(2, [&](int worker) {
+      if (worker != 0) return;
+      inside = true;
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (!release && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+    });
+  });
+  while (!inside) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  for (TeamThreads now : {GetParam(), GetParam() == TeamThreads::own ? TeamThreads::openmp : TeamThreads::own}) {
+    set_team_threads(now);
+    std::atomic<int> helpers{0}, in_region{0};
+    detail::run_team(2, [&](int worker) {
+      if (worker != 0) ++helpers;
+      if (omp_in_parallel()) ++in_region;
+    });
+    EXPECT_EQ(helpers.load(), 0) << to_string(now);
+    EXPECT_EQ(in_region.load(), 0) << to_string(now);
+  }
+  set_team_threads(GetParam());
+  release = true;
+  holder.join();
 }
 
 TEST_P(Team, RunTeamAForkedChildStartsAPoolOfItsOwn) {

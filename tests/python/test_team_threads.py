@@ -73,3 +73,40 @@ def test_the_same_bits_on_either_threads(cell, restore_team_threads):
     for other in results[1:]:
         for a, b in zip(results[0], other):
             assert torch.equal(a, b)
+
+
+FORK_SCRIPT = r"""
+import multiprocessing as mp, sys, torch
+torch.set_num_threads(2)
+torch.add(torch.ones(1 << 22), 1)  # the parent's main thread now has OpenMP threads, the child a record of them
+
+def child(q):
+    torch.set_num_threads(1)  # torch's own parallel ops would hang here (as a DataLoader worker, which does this)
+    import bppsa, bppsa.nn as bnn                   # first imported here, after the fork
+    torch.manual_seed(0)
+    m = bnn.LSTM(5, 160, backward="bp", threads=2)  # teams of 2
+    y, _ = m(torch.randn(30, 16, 5))
+    y.sum().backward()
+    q.put(bppsa.team_threads())
+
+if __name__ == "__main__":
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=child, args=(q,))
+    p.start()
+    p.join(120)
+    if p.is_alive():
+        p.kill()
+        sys.exit("the forked child hung")
+    print(q.get(timeout=5))
+"""
+
+
+def test_a_child_forked_before_bppsa_was_imported_runs_its_teams_on_the_own_pool(tmp_path):
+    # libgomp in a forked child waits forever for its parent's threads; the child must not enter it.
+    script = tmp_path / "fork_first.py"
+    script.write_text(FORK_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k != "BPPSA_TEAM_THREADS"}
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-1] == "own"

@@ -13,7 +13,9 @@ enum class TeamThreads {
   /// The OpenMP runtime's threads, those that also run the process's other OpenMP work (PyTorch's
   /// ops, where torch uses the same runtime; bppsa's Python package's default). Its idle threads
   /// spin for milliseconds after each parallel region, so beside them a pool of its own competes
-  /// for the cores; on these threads nothing does. In a forked child the own pool is used.
+  /// for the cores; on these threads nothing does. A region's end waits for every thread of its
+  /// team, and libgomp ends the process when it cannot start a thread (as torch's ops would). In a
+  /// child forked after this library was loaded the own pool is used (libgomp hangs there).
   openmp,
 };
 
