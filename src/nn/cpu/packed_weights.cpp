@@ -140,10 +140,20 @@ void PackedWeights<T>::recurrence(int threads, Index steps, RecurrenceStep<T>& s
       pack_now();
     else if (steps * depth_ >= kTransposeMinWork)
       transpose_now();
-    rhs_.resize(static_cast<std::size_t>(depth_ * n));
-    // h(t)'s columns [j0, j0 + cols), packed where all of h(t) would go.
+    // A step's last 2–3 columns (a partial panel of the micro-kernel's nr) go through it as a whole
+    // panel padded with zero columns: one pass over W where Eigen's kernel would make one per column.
+    constexpr Index nr = K::Traits::nr;
+    const auto padded = [](Index w) { return w % nr >= 2; };
+    rhs_.resize(static_cast<std::size_t>(depth_ * ((n + nr - 1) / nr) * nr));
+    // h(t)'s columns [j0, j0 + cols) (j0 on a panel), packed where all of h(t) would go.
     const auto pack_h = [&](Index t, Index j0, Index cols) {
-      K::pack_rhs(rhs_.data() + j0 * depth_, step.h(t), hs, /*row_major=*/false, 0, j0, depth_, cols);
+      const Index end = j0 + cols, w = step.width(t), full = padded(w) && end == w ? cols - w % nr : cols;
+      if (full > 0) K::pack_rhs(rhs_.data() + j0 * depth_, step.h(t), hs, /*row_major=*/false, 0, j0, depth_, full);
+      if (full == cols) return;
+      T* panel = rhs_.data() + (j0 + full) * depth_;  // the micro-kernel's layout: nr values per depth
+      const T* h = step.h(t) + (j0 + full) * hs;
+      for (Index k = 0; k < depth_; ++k)
+        for (Index j = 0; j < nr; ++j) panel[k * nr + j] = j < cols - full ? h[j * hs + k] : T(0);
     };
     if (step.width(1) >= packed_from) pack_h(1, 0, step.width(1));
     const Index row_blocks = (rows_ + kProductRows - 1) / kProductRows;
@@ -158,10 +168,19 @@ void PackedWeights<T>::recurrence(int threads, Index steps, RecurrenceStep<T>& s
       if (s % 2 == 0) {
         const Index r0 = u * kProductRows, len = std::min(kProductRows, rows_ - r0);
         step.init(t, r0, len);
-        if (w >= packed_from)
+        if (w >= packed_from && padded(w)) {
+          const Index full = w - w % nr;
+          T* dst = step.dst(t) + r0;
+          if (full > 0) K::gebp(dst, ld, packed_.data() + r0 * depth_, rhs_.data(), len, depth_, full);
+          alignas(64) T tail[kProductRows * nr] = {};
+          K::gebp(tail, kProductRows, packed_.data() + r0 * depth_, rhs_.data() + full * depth_, len, depth_, nr);
+          for (Index j = full; j < w; ++j)
+            for (Index r = 0; r < len; ++r) dst[j * ld + r] += tail[(j - full) * kProductRows + r];
+        } else if (w >= packed_from) {
           K::gebp(step.dst(t) + r0, ld, packed_.data() + r0 * depth_, rhs_.data(), len, depth_, w);
-        else
+        } else {
           rows_product(r0, len, step.dst(t), ld, step.h(t), hs, w);
+        }
         return;
       }
       const Index j0 = u * kStepCols, cols = std::min(kStepCols, step.pointwise_width(t) - j0);
