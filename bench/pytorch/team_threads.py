@@ -19,6 +19,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))  # bench/common
+from cpuinfo import cpu_model  # noqa: E402
+
 DEFAULT_SHAPES = ("LSTM:512:28:16:bp,LSTM:512:28:64:bp,RNN:512:28:64:bp,RNN:1024:100:16:bp,GRU:256:100:16:bp,"
                   "LSTM:64:100:16:bp,LSTM:1024:100:1:bp,GRU:256:1:1:bp,RNN:20:1000:16:auto,GRU:16:1000:64:auto")
 RUNS = ("openmp", "own", "torch.nn")
@@ -44,17 +47,6 @@ def worker(run, cell, hidden, steps, batch, method, threads, seconds):
         times.append(time.perf_counter() - t0)
     ran = getattr(m, "last_backward", None) if run != "torch.nn" else None
     print(json.dumps({"ms": 1e3 * statistics.median(times[2:]), "steps": len(times) - 2, "ran": ran}))
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def parse_shapes(text):
@@ -87,7 +79,7 @@ def main():
     import bppsa
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "unknown"
-    lines = [f"{cpu_model()}, {os.cpu_count()} cores, {a.threads} threads; "
+    lines = [f"{cpu_model(platform.processor() or platform.machine())}, {os.cpu_count()} cores, {a.threads} threads; "
              f"torch {torch.__version__}, bppsa {bppsa.__version__} ({bppsa.build_info()['variant']}), "
              f"OpenMP runtime {bppsa.build_info()['openmp_runtime']}; commit {commit}; "
              f"median of {a.rounds} fresh processes each, alternating, {a.seconds:g} s of steps per process.", "",

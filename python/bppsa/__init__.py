@@ -44,7 +44,8 @@ def set_team_threads(threads):
     OpenMP runtime's threads, shared with torch's ops, whose idle threads otherwise spin beside
     bppsa's for milliseconds after each op) or ``"own"`` (bppsa's pool, whose caller never waits for
     a thread the OS has not started: better when another process holds a core). The environment
-    variable ``BPPSA_TEAM_THREADS`` sets it at import. Anything else raises ValueError."""
+    variable ``BPPSA_TEAM_THREADS`` sets it at import. Any other string raises ValueError, anything
+    but a string TypeError."""
     if not isinstance(threads, str):
         raise TypeError(f"bppsa.set_team_threads: threads is {type(threads).__name__}; pass 'openmp' or 'own'")
     _C.set_team_threads(threads, "bppsa.set_team_threads(threads)")

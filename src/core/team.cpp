@@ -19,17 +19,12 @@ namespace bppsa::detail {
 namespace {
 
 /// The pool's threads wait for a job: a short spin (back-to-back jobs, such as Jacobian generation
-/// then the scan, find them awake), then a sleep that leaves the core to whoever needs it.
+/// then the scan, find them awake), then a sleep that leaves the core to whoever needs it. One job
+/// at a time: run_team's busy flag keeps every other caller out.
 class Pool {
  public:
   void run(int threads, void (*call)(void*, int), void* context) {
     std::unique_lock lock(mutex_);
-    if (busy_) {  // another caller's job, or a call from inside a body: run alone
-      lock.unlock();
-      call(context, 0);
-      return;
-    }
-    busy_ = true;
     try {
       for (; workers_ < threads - 1; ++workers_) std::thread([this, id = workers_ + 1] { work(id); }).detach();
     } catch (const std::system_error&) {  // no more threads (a process or container limit): use those there are
@@ -51,7 +46,6 @@ class Pool {
     left_.wait(lock, [&] { return job_.active == 0; });
     if (!error) error = job_.error;
     job_ = Job{};
-    busy_ = false;
     lock.unlock();
     if (error) std::rethrow_exception(error);
   }
@@ -98,7 +92,6 @@ class Pool {
   std::condition_variable wake_, left_;
   alignas(64) std::atomic<std::uint64_t> epoch_{0};  // spun on: a cache line of its own
   alignas(64) Job job_;
-  bool busy_ = false;
   int workers_ = 0;
 };
 
