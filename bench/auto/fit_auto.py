@@ -2,7 +2,7 @@
 """Fits the step cost model behind `auto` (bppsa/nn/cost_model.hpp) to measured training steps.
 
     bench/auto/fit_auto.py SWEEP.json [SWEEP.json …] --out DIR [--write-builtin FILE] [--max-regret 1.10]
-                           [--newton NEWTON.jsonl …]
+                           [--newton NEWTON.jsonl …] [--compare MODEL]
 
 SWEEP.json: what bench/peers/peers.py writes (bench/auto/run.sh runs it on the cost model's grid
 at every thread count): per shape and thread count the median training step of torch.nn and of
@@ -10,7 +10,9 @@ bppsa.nn with backward bp, blelloch and hybrid. For every (cell, candidate, thre
 model is a non-negative combination of the features below, fitted by non-negative least squares
 on relative errors. Writes DIR/model.json (load it with BPPSA_COST_MODEL=DIR/model.json or
 bppsa::load_cost_model), DIR/fit.md (the fit's errors, in-sample and leave-one-shape-out, and at
-every shape what auto picks against the best measured method) and, with --write-builtin, the
+every shape what auto picks against the best measured method, and what a bppsa.nn module with
+backward='auto' runs, torch.nn's kernels included, against the fastest measured; with --compare MODEL
+also what another model runs on the same sweeps) and, with --write-builtin, the
 model as the library's built-in fit (src/nn/cost_model_fit.inc). Exit 3 when auto's pick at some
 shape of the sweep is slower than the best bppsa method measured there by more than --max-regret
 (in-sample), 2 on bad arguments or files.
@@ -38,6 +40,7 @@ FEATURES = ["1", "T", "T*B*S", "T*B*S^2", "T*B*S^3", "T*B*S*I", "T*S^2"]
 CANDIDATES = {"bppsa.nn bp": "bp", "bppsa.nn blelloch": "blelloch", "bppsa.nn hybrid": "hybrid",
               "torch.nn": "torch.nn"}
 METHODS = ["bp", "hybrid", "blelloch"]  # auto's choices, in the library's order of preference on a tie
+HANDOFF_MARGIN = 1.10  # bppsa.nn runs torch.nn unless bppsa is predicted this much faster (bppsa/_auto.py)
 
 
 def auto_methods(steps):
@@ -231,6 +234,77 @@ def rel_errors(groups, points, predictions=None):
     return errs
 
 
+def in_span(spans, g, key):
+    """Whether group g was fitted on T, B and H spanning the shape (no span recorded: every shape)."""
+    s = (spans or {}).get(g)
+    if not s:
+        return True
+    return all(lo <= v <= hi for v, (lo, hi) in ((key[2], s["steps"]), (key[3], s["batch"]), (key[1], s["hidden"])))
+
+
+def what_auto_runs(groups, spans, key):
+    """What a one-layer bppsa.nn module with backward='auto' runs at a shape: its pick among bppsa's
+    methods, or "torch.nn" where torch.nn's group spans the shape and the pick is not predicted at
+    least HANDOFF_MARGIN faster (as bppsa.nn decides); None without a fit."""
+    pick = choose(groups, key, auto_methods(key[2]))
+    if pick is None:
+        return None
+    g, row = (key[0], "torch.nn", key[5]), features(*key[:5])
+    if (g in groups and in_span(spans, g, key)
+            and predict(groups[g], row) < HANDOFF_MARGIN * predict(groups[(key[0], pick, key[5])], row)):
+        return "torch.nn"
+    return pick
+
+
+def load_model(path):
+    """The step groups and spans of a model.json or of a built-in fit (src/nn/cost_model_fit.inc)."""
+    try:
+        with open(path) as f:
+            text = f.read()
+        if 'R"json(' in text:
+            text = text[text.index('R"json(') + len('R"json('):text.rindex(')json"')]
+        model = json.loads(text)
+        step = [g for g in model["groups"] if g["candidate"] in CANDIDATES.values()]
+        groups = {(g["cell"], g["candidate"], int(g["threads"])): g["coef"] for g in step}
+        spans = {(g["cell"], g["candidate"], int(g["threads"])): g.get("span") for g in step}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        sys.exit(f"fit_auto: --compare {path}: not a cost model written by fit_auto.py ({e})")
+    return groups, spans
+
+
+def runs_summary(groups, spans, shapes):
+    """Per part of the sweep (T 1 calls, T >= 2): what auto runs against the fastest of the four
+    measured (geometric mean), the shapes it hands to torch.nn, and those where it runs more than
+    10 % slower than the fastest and than torch.nn. Also {shape: what it runs}."""
+    runs, parts = {}, {}
+    for key in sorted(shapes):
+        by = shapes[key]
+        ran = what_auto_runs(groups, spans, key)
+        runs[key] = ran
+        measured = [v for v in by.values() if math.isfinite(v)]
+        if ran is None or ran not in by or not math.isfinite(by[ran]) or not measured:
+            continue
+        part = parts.setdefault("T 1" if key[2] <= 1 else "T ≥ 2", {"n": 0, "log": 0.0, "torch": 0, "slow": 0,
+                                                                    "behind_torch": 0})
+        best = min(measured)
+        part["n"] += 1
+        part["log"] += math.log(by[ran] / best)
+        part["torch"] += ran == "torch.nn"
+        part["slow"] += by[ran] > 1.10 * best
+        part["behind_torch"] += "torch.nn" in by and by[ran] > 1.10 * by["torch.nn"]
+    return parts, runs
+
+
+def runs_lines(label, parts):
+    lines = [f"{label}:", "", "| shapes | n | what auto runs / fastest of the four (geometric mean) | handed to torch.nn | "
+             "> 1.10× the fastest | > 1.10× torch.nn |", "|---|---|---|---|---|---|"]
+    for name in sorted(parts):
+        p = parts[name]
+        lines.append(f"| {name} | {p['n']} | {math.exp(p['log'] / p['n']):.4f} | {p['torch']} | {p['slow']} | "
+                     f"{p['behind_torch']} |")
+    return lines + [""]
+
+
 def forward_report(groups, points, expected, records):
     """fit.md's section on the forward model: its errors, and auto's pick at every measured shape."""
     ins = rel_errors(groups, points)
@@ -278,6 +352,8 @@ def main():
     ap.add_argument("--write-builtin", help="also write the model as the library's built-in fit (a .inc file)")
     ap.add_argument("--max-regret", type=float, default=1.10,
                     help="exit 3 when auto's pick is slower than the best bppsa method by more than this (in-sample)")
+    ap.add_argument("--compare", metavar="MODEL",
+                    help="also report what another model (a model.json or a built-in .inc) runs on the same sweeps")
     ap.add_argument("--newton", nargs="+", default=[],
                     help="bench_newton's JSON lines (bench/newton/run.sh): fit the forward model too")
     a = ap.parse_args()
@@ -331,9 +407,11 @@ def main():
         lines.append(f"| {g[0]} | {g[1]} | {g[2]} | {len(points[g])} | {statistics.median(e):.1%} | {max(e):.1%} | "
                      + (f"{statistics.median(lo):.1%} | {max(lo):.1%} |" if lo else "– | – |"))
     lines += ["", "At every shape: auto's pick among bppsa's methods (in-sample; leave-one-out) against the best "
-              "measured, and whether torch.nn is predicted faster (bppsa.nn's fallback).", "",
+              "measured, and whether bppsa.nn runs torch.nn's kernels there instead (its fallback: torch.nn's fit spans the "
+              f"shape and the pick is not predicted {HANDOFF_MARGIN:.2f}× faster).", "",
               "| cell | H | I | T | B | threads | " + " | ".join(METHODS) + " | torch.nn | auto | regret | LOO auto | "
-              "LOO regret | torch.nn predicted faster |", "|---|---|---|---|---|---|" + "---|" * (len(METHODS) + 6)]
+              "LOO regret | runs torch.nn |", "|---|---|---|---|---|---|" + "---|" * (len(METHODS) + 6)]
+    spans = {g: span(points[g]) for g in groups}
     worst, worst_loo, failures = 1.0, 1.0, []
     for key in sorted(shapes):
         by = shapes[key]
@@ -346,14 +424,42 @@ def main():
                 failures.append(f"{key}: auto picks {pick} at {r:.2f}× the best")
         if rl is not None:
             worst_loo = max(worst_loo, rl)
-        torch_wins = choose(groups, key, [pick, "torch.nn"]) == "torch.nn" if pick else None
+        torch_wins = what_auto_runs(groups, spans, key) == "torch.nn" if pick else None
         cell, hidden, steps, batch, inputs, threads = key
         lines.append(f"| {cell} | {hidden} | {inputs} | {steps} | {batch} | {threads} | "
                      + " | ".join(fmt_ms(by.get(m)) for m in METHODS) + f" | {fmt_ms(by.get('torch.nn'))} | "
                      f"{pick} | {'–' if r is None else f'{r:.2f}'} | {pick_loo} | {'–' if rl is None else f'{rl:.2f}'} | "
                      f"{'–' if torch_wins is None else ('yes' if torch_wins else 'no')} |")
     lines += ["", f"Worst regret: {worst:.2f} in-sample, {worst_loo:.2f} leave-one-out (limit {a.max_regret:.2f}, "
-              "in-sample)."]
+              "in-sample).", "", "## What auto runs", "",
+              "What a one-layer bppsa.nn module with backward='auto' runs at each shape of the sweeps (its pick, or "
+              "torch.nn's kernels where torch.nn's fit spans the shape and the pick is not predicted "
+              f"{HANDOFF_MARGIN:.2f}× faster), against the fastest of the four measured there and against torch.nn.", ""]
+    parts, runs = runs_summary(groups, spans, shapes)
+    lines += runs_lines("This fit", parts)
+    behind = [k for k in sorted(shapes) if runs[k] in shapes[k] and "torch.nn" in shapes[k]
+              and shapes[k][runs[k]] > 1.10 * shapes[k]["torch.nn"]]
+    lines += [f"Where what it runs measured more than 1.10× torch.nn's step ({len(behind)} shapes):", "",
+              "| cell | H | I | T | B | threads | runs | ms | torch.nn ms | ratio |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for k in behind:
+        cell, hidden, steps, batch, inputs, threads = k
+        ms, tms = shapes[k][runs[k]], shapes[k]["torch.nn"]
+        lines.append(f"| {cell} | {hidden} | {inputs} | {steps} | {batch} | {threads} | {runs[k]} | {fmt_ms(ms)} | "
+                     f"{fmt_ms(tms)} | {ms / tms:.2f} |")
+    lines.append("")
+    if a.compare:
+        ogroups, ospans = load_model(a.compare)
+        oparts, oruns = runs_summary(ogroups, ospans, shapes)
+        lines += runs_lines(f"The model in {a.compare}, on the same measurements", oparts)
+        differ = [k for k in sorted(shapes) if runs[k] != oruns[k]]
+        lines += [f"Where the two run different things ({len(differ)} shapes; ms measured):", "",
+                  "| cell | H | I | T | B | threads | this fit runs | ms | the other runs | ms |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for k in differ:
+            cell, hidden, steps, batch, inputs, threads = k
+            lines.append(f"| {cell} | {hidden} | {inputs} | {steps} | {batch} | {threads} | {runs[k]} | "
+                         f"{fmt_ms(shapes[k].get(runs[k]))} | {oruns[k]} | {fmt_ms(shapes[k].get(oruns[k]))} |")
+        lines.append("")
     if fgroups:
         lines += forward_report(fgroups, fpoints, expected, forward)
     with open(os.path.join(a.out, "fit.md"), "w") as f:

@@ -16,6 +16,8 @@
 #   bench/auto/run.sh --fit            no measurement: the fit of the sweeps already in threads-N/
 #   --with SWEEP.json                  (repeatable) one more sweep for the fit, of this machine: the large
 #                                      states' peers sweep (bench/results/cpu/peers_large/peers.json, 2 threads)
+#   --compare MODEL                    fit.md also says what another model (a model.json, or the built-in
+#                                      src/nn/cost_model_fit.inc as committed) runs on the same sweeps
 # The fit reads the sweeps of the thread counts measured in this run only; a whole run first removes
 # those counts' partial sweeps (threads-N/steps-*/), which it measures again.
 # Other arguments: --out DIR, --threads "1 2" (the counts to measure). Use the fit elsewhere with
@@ -25,7 +27,7 @@ cd "$(dirname "$0")/../.."
 # shellcheck source=scripts/lib/bench.sh
 . scripts/lib/bench.sh
 bench_out bench/results/cpu/auto auto-quick "$@"
-quick=() builtin=() threads="" steps="" forward_only=0 fit_only=0 extra=()
+quick=() builtin=() threads="" steps="" forward_only=0 fit_only=0 extra=() compare=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=(--quick) ;;
@@ -35,6 +37,11 @@ while [ $# -gt 0 ]; do
     --with)
       extra+=("${2:?--with needs a peers.json}")
       [ -f "$2" ] || { echo "bench/auto/run.sh: --with $2: no such file (a peers.json of bench/peers/peers.py or merge.py)" >&2; exit 2; }
+      shift
+      ;;
+    --compare)
+      [ -f "${2:-}" ] || { echo "bench/auto/run.sh: --compare ${2:-}: no such file (a model.json or cost_model_fit.inc)" >&2; exit 2; }
+      compare=(--compare "$2")
       shift
       ;;
     --out) shift ;;
@@ -47,7 +54,7 @@ while [ $# -gt 0 ]; do
       shift
       ;;
     *)
-      echo "bench/auto/run.sh: unknown argument '$1' (use --quick, --builtin, --forward, --fit, --with SWEEP.json, --out DIR, --threads \"1 2\", --steps 1)" >&2
+      echo "bench/auto/run.sh: unknown argument '$1' (use --quick, --builtin, --forward, --fit, --with SWEEP.json, --compare MODEL, --out DIR, --threads \"1 2\", --steps 1)" >&2
       exit 2
       ;;
   esac
@@ -127,5 +134,5 @@ newton=()
 for t in $threads; do
   [ ! -f "$out/threads-$t/newton.jsonl" ] || newton+=("$out/threads-$t/newton.jsonl")
 done
-"$py" bench/auto/fit_auto.py "${sweeps[@]}" --out "$out" "${builtin[@]}" "${limit[@]}" \
+"$py" bench/auto/fit_auto.py "${sweeps[@]}" --out "$out" "${builtin[@]}" "${limit[@]}" ${compare[@]+"${compare[@]}"} \
   ${newton[@]:+--newton "${newton[@]}"}
