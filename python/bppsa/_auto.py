@@ -6,9 +6,9 @@ import math
 
 from . import _native
 
-# bppsa's engine runs only where its predicted step is at least 10 % shorter than torch.nn's: the fit's
-# leave-one-out errors are 15-25 %, a smaller predicted gain is not one it tells apart, and torch.nn's
-# kernels are what the module stands in for (docs/cost_model.md). bench/auto/fit_auto.py uses the same.
+# bppsa's engine runs only where its predicted step is at least 10 % shorter than torch.nn's: a smaller
+# predicted gain is within the fit's errors, and torch.nn's kernels are what the module stands in for
+# (docs/cost_model.md). bench/auto/fit_auto.py reports with the same margin.
 HANDOFF_MARGIN = 1.10
 _CACHE_SIZE = 64  # decisions kept per module, by (steps, batch, threads, model generation)
 BPPSA_METHODS = ("bp", "hybrid", "blelloch")
