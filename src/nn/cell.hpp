@@ -113,11 +113,10 @@ class InputDrivenSteps : public CellSteps<T> {
  public:
   T* dst(Index t) final { return out_.data() + (t - 1 + shift_) * this->rec_.batch * out_.rows(); }
   Index dst_stride() const final { return out_.rows(); }
-  void init(Index t, Index r0, Index rows) final {
-    const LayerRecord<T>& rec = this->rec_;
-    const Index B = rec.batch, w = rec.width(t);
-    out_.block(r0, (t - 1 + shift_) * B, rows, w) =
-        rec.ax.block(r0, (t - 1) * B, rows, w).colwise() + this->p_.b_hh.segment(r0, rows);
+  void init(Index t, Index r0, Index rows, Index j0, Index cols) final {
+    const Index B = this->rec_.batch;
+    out_.block(r0, (t - 1 + shift_) * B + j0, rows, cols) =
+        this->rec_.ax.block(r0, (t - 1) * B + j0, rows, cols).colwise() + this->p_.b_hh.segment(r0, rows);
   }
 
  protected:

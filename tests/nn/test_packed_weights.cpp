@@ -183,8 +183,8 @@ class ToySteps final : public bppsa::detail::RecurrenceStep<T> {
   Index dst_stride() const override { return a_stride(); }
   const T* h(Index t) const override { return h_.data() + (t - 1) * widths_[0] * h_stride(); }
   Index h_stride() const override { return depth_ + 3; }
-  void init(Index t, Index r0, Index rows) override {
-    for (Index j = 0; j < width(t); ++j)
+  void init(Index t, Index r0, Index rows, Index j0, Index cols) override {
+    for (Index j = j0; j < j0 + cols; ++j)
       for (Index r = r0; r < r0 + rows; ++r)
         a_[static_cast<std::size_t>(j * a_stride() + r)] =
             c_[static_cast<std::size_t>(r)] + static_cast<T>(t % 100) / T(100);
@@ -264,10 +264,12 @@ void expect_recurrence(Index depth, const std::vector<Index>& widths, bool col_m
 // PackedWeights::recurrence (the cells' forward; BP's, W by columns) against a long-double loop:
 // steps on every product path (packed columns from 2, not whole panels; 1 column, on W or, over
 // many steps, its row-major copy; wide steps by columns), widths that shrink, and 1, 2 or 3 threads
-// giving the same bits.
+// giving the same bits, W in blocks of rows shared per step (depth 37, 64) and in one block (depth 5:
+// slices of columns, each running every step; their last one with a padded panel at widths 23, 22, 18).
 TEST(PackedWeights, RecurrenceMatchesALoopAndTheThreadCount) {
   const std::vector<std::vector<Index>> schedules = {
-      {13, 13, 9, 9, 6, 5, 5, 3, 1, 1}, {16, 16, 16, 16, 12, 12}, {4, 4, 3, 2, 2}, {1, 1, 1, 1}, {3, 3}};
+      {13, 13, 9, 9, 6, 5, 5, 3, 1, 1}, {16, 16, 16, 16, 12, 12}, {4, 4, 3, 2, 2}, {1, 1, 1, 1}, {3, 3},
+      {23, 23, 22, 18, 18, 7, 6}};
   for (Index depth : {37, 64, 5}) {
     for (const auto& widths : schedules) {
       for (bool col_major : {false, true}) {

@@ -16,9 +16,8 @@ class GruSteps final : public CellSteps<T> {
   GruSteps(const LayerWeights<T>& p, LayerRecord<T>& rec) : CellSteps<T>(p, rec), ah_(3 * rec.hidden, rec.batch) {}
   T* dst(Index) override { return ah_.data(); }
   Index dst_stride() const override { return ah_.rows(); }
-  void init(Index t, Index r0, Index rows) override {
-    const Index w = this->rec_.width(t);
-    ah_.block(r0, 0, rows, w) = this->p_.b_hh.segment(r0, rows).rowwise().replicate(w);
+  void init(Index, Index r0, Index rows, Index j0, Index cols) override {
+    ah_.block(r0, j0, rows, cols) = this->p_.b_hh.segment(r0, rows).rowwise().replicate(cols);
   }
   void pointwise(Index t, Index j0, Index cols) override {
     LayerRecord<T>& rec = this->rec_;

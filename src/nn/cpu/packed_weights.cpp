@@ -163,24 +163,29 @@ void PackedWeights<T>::recurrence(int threads, Index steps, RecurrenceStep<T>& s
       units.push_back(step.width(t) > 0 ? row_blocks : 0);
       units.push_back((step.pointwise_width(t) + kStepCols - 1) / kStepCols);
     }
+    // Step t's packed product on rows [r0, r0 + len) of columns [c0, end) (c0 on a panel; end a panel's
+    // start or the step's width): each column through the same kernel path whatever the range.
+    const auto packed_product = [&](Index t, Index r0, Index len, Index c0, Index end) {
+      const Index w = step.width(t), full = end == w && padded(w) ? w - w % nr - c0 : end - c0;
+      T* dst = step.dst(t) + c0 * ld + r0;
+      const T* lhs = packed_.data() + r0 * depth_;
+      const T* rhs = rhs_.data() + c0 * depth_;
+      if (full > 0) K::gebp(dst, ld, lhs, rhs, len, depth_, full);
+      if (full == end - c0) return;
+      alignas(64) T tail[kProductRows * nr] = {};
+      K::gebp(tail, kProductRows, lhs, rhs + full * depth_, len, depth_, nr);
+      for (Index j = full; j < end - c0; ++j)
+        for (Index r = 0; r < len; ++r) dst[j * ld + r] += tail[(j - full) * kProductRows + r];
+    };
     const auto unit = [&](std::size_t s, std::int64_t u) {
       const Index t = static_cast<Index>(s / 2) + 1, w = step.width(t);
       if (s % 2 == 0) {
         const Index r0 = u * kProductRows, len = std::min(kProductRows, rows_ - r0);
-        step.init(t, r0, len);
-        if (w >= packed_from && padded(w)) {
-          const Index full = w - w % nr;
-          T* dst = step.dst(t) + r0;
-          if (full > 0) K::gebp(dst, ld, packed_.data() + r0 * depth_, rhs_.data(), len, depth_, full);
-          alignas(64) T tail[kProductRows * nr] = {};
-          K::gebp(tail, kProductRows, packed_.data() + r0 * depth_, rhs_.data() + full * depth_, len, depth_, nr);
-          for (Index j = full; j < w; ++j)
-            for (Index r = 0; r < len; ++r) dst[j * ld + r] += tail[(j - full) * kProductRows + r];
-        } else if (w >= packed_from) {
-          K::gebp(step.dst(t) + r0, ld, packed_.data() + r0 * depth_, rhs_.data(), len, depth_, w);
-        } else {
+        step.init(t, r0, len, 0, w);
+        if (w >= packed_from)
+          packed_product(t, r0, len, 0, w);
+        else
           rows_product(r0, len, step.dst(t), ld, step.h(t), hs, w);
-        }
         return;
       }
       const Index j0 = u * kStepCols, cols = std::min(kStepCols, step.pointwise_width(t) - j0);
@@ -192,6 +197,29 @@ void PackedWeights<T>::recurrence(int threads, Index steps, RecurrenceStep<T>& s
     };
     const double flops = 2.0 * static_cast<double>(rows_) * static_cast<double>(depth_) * static_cast<double>(n);
     const int team = team_for(flops, threads);
+    // W in one block of rows: a step's product has nothing to share but its columns. The samples are
+    // shared instead, each slice of columns (whole pointwise blocks) running every step on its own,
+    // with no wait between steps: the calls of a team of one on the same columns, the same bits.
+    Index min_width = n;
+    for (Index t = 1; t <= steps; ++t) min_width = std::min(min_width, step.width(t));
+    // (The team sized by the whole recurrence's work: its slices never wait for one another.)
+    const Index blocks = (n + kStepCols - 1) / kStepCols,
+                slices = std::min<Index>(team_for(flops * static_cast<double>(steps), threads), blocks);
+    if (row_blocks == 1 && min_width >= packed_from && slices > 1) {
+      claimed_blocks(static_cast<int>(slices), slices, [&](Index k) {
+        const Index c0 = blocks * k / slices * kStepCols, c1 = std::min(n, blocks * (k + 1) / slices * kStepCols);
+        for (Index t = 1; t <= steps; ++t) {
+          const Index end = std::min(c1, step.width(t));
+          if (end > c0) {
+            step.init(t, 0, rows_, c0, end - c0);
+            packed_product(t, 0, rows_, c0, end);
+          }
+          for (Index j0 = c0; j0 < std::min(c1, step.pointwise_width(t)); j0 += kStepCols)
+            unit(2 * static_cast<std::size_t>(t - 1) + 1, j0 / kStepCols);
+        }
+      });
+      return;
+    }
     if (team <= 1) {  // the same units in the same order, without the team's counters
       for (std::size_t s = 0; s < units.size(); ++s)
         for (std::int64_t u = 0; u < units[s]; ++u) unit(s, u);
@@ -208,7 +236,7 @@ void PackedWeights<T>::recurrence(int threads, Index steps, RecurrenceStep<T>& s
   for (Index t = 1; t <= steps; ++t) {  // wide steps: each product on the whole team, by columns
     const Index w = step.width(t);
     if (w > 0) {
-      step.init(t, 0, rows_);
+      step.init(t, 0, rows_, 0, w);
       product(threads, step.dst(t), ld, step.h(t), hs, w, /*accumulate=*/true);
     }
     const Index pw = step.pointwise_width(t);  // in the team's blocks

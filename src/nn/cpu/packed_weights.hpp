@@ -24,8 +24,9 @@ class RecurrenceStep {
   virtual Index dst_stride() const = 0;
   virtual const T* h(Index t) const = 0;
   virtual Index h_stride() const = 0;
-  /// Sets rows [r0, r0 + rows) of dst(t), before the product accumulates onto them.
-  virtual void init(Index t, Index r0, Index rows) = 0;
+  /// Sets rows [r0, r0 + rows) of dst(t)'s columns [j0, j0 + cols), before the product accumulates
+  /// onto them.
+  virtual void init(Index t, Index r0, Index rows, Index j0, Index cols) = 0;
   /// Step t's columns [j0, j0 + cols) (of pointwise_width(t)) after its product; writes those of
   /// h(t + 1), the next product's input.
   virtual void pointwise(Index t, Index j0, Index cols) = 0;
@@ -55,8 +56,10 @@ class PackedWeights {
   /// Runs steps 1..steps of a recurrence on one team of up to `threads` threads, forked once for
   /// all steps instead of once per step's product: per step, init and W · h in blocks of
   /// kProductRows rows, then pointwise in blocks of a few columns, each packing its columns of
-  /// h_t for the next step's product. The blocks are those of a team of one (no thread count
-  /// changes a bit); wide steps (kWideColumns) and small ones (one thread's work) run step by step.
+  /// h_t for the next step's product. A W of one block of rows (kProductRows or fewer) shares its
+  /// samples instead: slices of whole pointwise blocks of columns, each running every step, with no
+  /// wait between steps. The blocks are those of a team of one (no thread count changes a bit);
+  /// wide steps (kWideColumns) and small ones (one thread's work) run step by step.
   void recurrence(int threads, Index steps, RecurrenceStep<T>& step);
   /// Packs a layer weight's map (row-major, contiguous rows).
   template <class W>

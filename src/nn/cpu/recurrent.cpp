@@ -68,10 +68,9 @@ class BpSteps final : public RecurrenceStep<T> {
   Index dst_stride() const override { return g_.rows(); }
   const T* h(Index s) const override { return dh_.data() + (time(s) - 1) * rec_.batch * dh_.rows(); }
   Index h_stride() const override { return dh_.rows(); }
-  void init(Index s, Index r0, Index rows) override {
+  void init(Index s, Index r0, Index rows, Index j0, Index cols) override {
     const Index t = time(s), B = rec_.batch;
-    if (inject_ && t >= 2)
-      g_.block(r0, (t - 1) * B, rows, rec_.width(t)) = above_.block(r0, (t - 2) * B, rows, rec_.width(t));
+    if (inject_ && t >= 2) g_.block(r0, (t - 1) * B + j0, rows, cols) = above_.block(r0, (t - 2) * B + j0, rows, cols);
   }
   void pointwise(Index s, Index j0, Index cols) override {
     const Index t = time(s), B = rec_.batch, w = rec_.width(t);
