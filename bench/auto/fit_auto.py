@@ -196,13 +196,25 @@ def loo_predictions(points):
     return out
 
 
+def group_for(groups, cell, cand, threads):
+    """The group serving a request at `threads`, as the library picks it: that thread count's, else the
+    nearest fitted one (the largest below, else the smallest above); None without one."""
+    counts = sorted(t for c, k, t in groups if (c, k) == (cell, cand))
+    if not counts:
+        return None
+    below = [t for t in counts if t <= threads]
+    return (cell, cand, below[-1] if below else counts[0])
+
+
 def choose(groups, key, cands, predictions=None):
     """The candidate of `cands` with the least prediction at a shape (None: no fit)."""
     cell, hidden, steps, batch, inputs, threads = key
     row = features(cell, hidden, steps, batch, inputs)
     best, least = None, math.inf
     for c in cands:
-        g = (cell, c, threads)
+        g = group_for(groups, cell, c, threads)
+        if g is None:
+            continue
         if predictions is not None and (g, key) in predictions:
             ms = predictions[(g, key)]
         elif g in groups:
@@ -239,7 +251,9 @@ def in_span(spans, g, key):
     s = (spans or {}).get(g)
     if not s:
         return True
-    return all(lo <= v <= hi for v, (lo, hi) in ((key[2], s["steps"]), (key[3], s["batch"]), (key[1], s["hidden"])))
+    return all(lo <= v <= hi for v, (lo, hi) in ((key[2], s.get("steps", [1, math.inf])),
+                                                 (key[3], s.get("batch", [1, math.inf])),
+                                                 (key[1], s.get("hidden", [1, math.inf]))))
 
 
 def what_auto_runs(groups, spans, key):
@@ -249,9 +263,9 @@ def what_auto_runs(groups, spans, key):
     pick = choose(groups, key, auto_methods(key[2]))
     if pick is None:
         return None
-    g, row = (key[0], "torch.nn", key[5]), features(*key[:5])
-    if (g in groups and in_span(spans, g, key)
-            and predict(groups[g], row) < HANDOFF_MARGIN * predict(groups[(key[0], pick, key[5])], row)):
+    g, row = group_for(groups, key[0], "torch.nn", key[5]), features(*key[:5])
+    if (g is not None and in_span(spans, g, key)
+            and predict(groups[g], row) < HANDOFF_MARGIN * predict(groups[group_for(groups, key[0], pick, key[5])], row)):
         return "torch.nn"
     return pick
 

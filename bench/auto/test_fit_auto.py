@@ -98,7 +98,14 @@ def main():
                 assert fit_auto.what_auto_runs(groups, spans_of, key) == want, (key, ratio, want)
                 handed += [key] if want == "torch.nn" else []
         assert 0 < len(handed) < len(train), "the synthetic truth hands some shapes to torch.nn, not all"
-        assert fit_auto.what_auto_runs(groups, spans_of, ("rnn", 8, 5000, 1, 1, 2)) != "torch.nn"  # outside
+        # at a thread count the fit lacks, the nearest fitted one's groups (as the library): 2 for 1 and 4
+        for key in handed[:2]:
+            for threads in (1, 4):
+                assert fit_auto.what_auto_runs(groups, spans_of, key[:5] + (threads,)) == "torch.nn", (key, threads)
+        # H 4, below the span, where torch.nn is predicted 0.93× the pick: bppsa's engine, as outside any span
+        inside = {k: None for k in spans_of}  # no span recorded: every shape
+        assert fit_auto.what_auto_runs(groups, inside, ("rnn", 4, 2000, 1, 1, 2)) == "torch.nn"
+        assert fit_auto.what_auto_runs(groups, spans_of, ("rnn", 4, 2000, 1, 1, 2)) != "torch.nn"
         assert fit_auto.what_auto_runs(groups, spans_of, ("gru", 8, 20, 1, 1, 2)) in fit_auto.METHODS  # no torch fit
         assert "## What auto runs" in fit_md and "| T ≥ 2 |" in fit_md, fit_md[-800:]
         # --compare: the same model differs nowhere; one whose torch.nn is 100× slower runs bppsa's pick

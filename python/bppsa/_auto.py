@@ -6,7 +6,7 @@ import math
 
 from . import _native
 
-# bppsa's engine runs only where its predicted step is at least 10 % shorter than torch.nn's: a smaller
+# bppsa's engine runs only where it is predicted at least 1.10× faster than torch.nn: a smaller
 # predicted gain is within the fit's errors, and torch.nn's kernels are what the module stands in for
 # (docs/cost_model.md). bench/auto/fit_auto.py reports with the same margin.
 HANDOFF_MARGIN = 1.10

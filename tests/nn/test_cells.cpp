@@ -692,6 +692,55 @@ TEST(RecurrentThreads, ForwardBitIdenticalAcrossThreadCounts) {
     expect_forward_thread_independent<double>({cell, 8, 12, 1}, ForwardMethod::newton, false);
 }
 
+// BP through time on 1, 2 or 3 threads, every team full: the gradients (parameters, input, initial
+// states) are the same bits. H 16: W_hh^T has 16 rows, one block, so the backward's recurrence shares
+// its samples in slices of columns (batch 24: 6 blocks); with lengths the samples join as BP goes
+// back (widths that grow; the two longest equal, so every step keeps 2 samples or more), and the
+// LSTM's δc is kept between its preact and direct.
+template <class T>
+void expect_bp_thread_independent(CellType cell, bool lengths) {
+  const Index steps = 40, batch = 24;
+  RecurrentConfig c{cell, 5, 16, 2};
+  Rng rng(11);
+  const Matrix<T> x = random_matrix(c.input, steps * batch, rng).template cast<T>();
+  const Matrix<T> grad_out = random_matrix(c.hidden, steps * batch, rng).template cast<T>();
+  std::vector<Index> lens;
+  if (lengths)
+    for (Index b = 0; b < batch; ++b) lens.push_back(std::max<Index>(2, steps - std::max<Index>(0, b - 1)));
+  const detail::FlopsPerThread full_teams(0);
+  std::vector<Matrix<T>> first;
+  for (int threads : {1, 2, 3}) {
+    Recurrent<T> rnn(c);
+    rnn.reset_parameters(5);
+    rnn.set_forward_options({.method = ForwardMethod::sequential, .threads = threads});
+    rnn.forward(x, steps, batch, lens);
+    rnn.backward(grad_out, true, {BackwardMethod::bp, threads});
+    std::vector<Matrix<T>> got{rnn.input_grad()};
+    for (Index l = 0; l < c.layers; ++l) {
+      const auto& g = rnn.grads(l);
+      got.insert(got.end(), {g.w_ih, g.w_hh, g.b_ih, g.b_hh, rnn.state0_grad(l)});
+    }
+    if (threads == 1) {
+      first = got;
+      continue;
+    }
+    for (std::size_t k = 0; k < got.size(); ++k) {
+      ASSERT_EQ(got[k].size(), first[k].size());
+      EXPECT_EQ(std::memcmp(got[k].data(), first[k].data(), sizeof(T) * static_cast<std::size_t>(got[k].size())), 0)
+          << to_string(cell) << (lengths ? ", lengths" : "") << ": gradient " << k << " differs with " << threads
+          << " threads";
+    }
+  }
+}
+
+TEST(RecurrentThreads, BpBitIdenticalAcrossThreadCounts) {
+  for (CellType cell : kCells)
+    for (bool lengths : {false, true}) {
+      expect_bp_thread_independent<float>(cell, lengths);
+      expect_bp_thread_independent<double>(cell, lengths);
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // 4b. Subnormals are flushed while the engine computes, on its own threads only.
 

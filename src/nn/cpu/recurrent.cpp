@@ -669,6 +669,7 @@ template <class T>
 std::pair<Jacobian<T>, Matrix<T>> RecurrentCpu<T>::layer_transfer(Index l, const BackwardOptions& options,
                                                                   const LayerParamsList<T>& params) {
   const char* op = "Recurrent::layer_transfer";
+  FlushDenormals flush;  // as backward_on: the same bits on one thread as on a team's
   const Index T_ = steps_, B = batch_, H = config_.hidden, P = output_size(config_), S = state_size(config_);
   const auto& ops = cell_ops<T>(config_.cell, config_.nonlinearity);
   auto& L = layer_[static_cast<std::size_t>(l)];
