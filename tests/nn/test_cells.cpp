@@ -641,6 +641,17 @@ TEST(RecurrentThreads, BlellochBitIdenticalAcrossThreadCounts) {
   }
 }
 
+/// Each of got the same bits as first's; `what` names the run in a failure, then the result's index.
+template <class T>
+void expect_same_bits(const std::vector<Matrix<T>>& got, const std::vector<Matrix<T>>& first, const std::string& what) {
+  ASSERT_EQ(got.size(), first.size()) << what;
+  for (std::size_t k = 0; k < got.size(); ++k) {
+    ASSERT_EQ(got[k].size(), first[k].size()) << what << " " << k;
+    EXPECT_EQ(std::memcmp(got[k].data(), first[k].data(), sizeof(T) * static_cast<std::size_t>(got[k].size())), 0)
+        << what << " " << k << " differs";
+  }
+}
+
 // The forward's GEMMs (the input projection in blocks of columns, each step's W_hh product in
 // blocks of rows, Newton's wide step in blocks of columns) shared among 1, 2 or 3 threads, with
 // every team full however small the product: the outputs and final states are the same bits,
@@ -663,17 +674,13 @@ void expect_forward_thread_independent(const RecurrentConfig& c, ForwardMethod m
     rnn.forward(x, steps, batch, lens);
     std::vector<Matrix<T>> got{rnn.output()};
     for (Index l = 0; l < c.layers; ++l) got.push_back(rnn.final_state(l));
-    if (threads == 1) {
+    if (threads == 1)
       first = got;
-      continue;
-    }
-    for (std::size_t k = 0; k < got.size(); ++k) {
-      ASSERT_EQ(got[k].size(), first[k].size());
-      EXPECT_EQ(std::memcmp(got[k].data(), first[k].data(), sizeof(T) * static_cast<std::size_t>(got[k].size())), 0)
-          << to_string(c.cell) << (c.proj ? " with a projection" : "") << (lengths ? ", lengths" : "")
-          << (method == ForwardMethod::newton ? ", newton" : "") << ": result " << k << " differs with " << threads
-          << " threads";
-    }
+    else
+      expect_same_bits(got, first,
+                       std::string(to_string(c.cell)) + (c.proj ? " with a projection" : "") +
+                           (lengths ? ", lengths" : "") + (method == ForwardMethod::newton ? ", newton" : "") + ", " +
+                           std::to_string(threads) + " threads: result");
   }
 }
 
@@ -720,16 +727,12 @@ void expect_bp_thread_independent(CellType cell, bool lengths) {
       const auto& g = rnn.grads(l);
       got.insert(got.end(), {g.w_ih, g.w_hh, g.b_ih, g.b_hh, rnn.state0_grad(l)});
     }
-    if (threads == 1) {
+    if (threads == 1)
       first = got;
-      continue;
-    }
-    for (std::size_t k = 0; k < got.size(); ++k) {
-      ASSERT_EQ(got[k].size(), first[k].size());
-      EXPECT_EQ(std::memcmp(got[k].data(), first[k].data(), sizeof(T) * static_cast<std::size_t>(got[k].size())), 0)
-          << to_string(cell) << (lengths ? ", lengths" : "") << ": gradient " << k << " differs with " << threads
-          << " threads";
-    }
+    else
+      expect_same_bits(got, first,
+                       std::string(to_string(cell)) + (lengths ? ", lengths" : "") + ", " + std::to_string(threads) +
+                           " threads: gradient");
   }
 }
 
