@@ -289,8 +289,9 @@ def load_model(path):
 def runs_summary(groups, spans, shapes):
     """Per part of the sweep (T 1 calls, T >= 2): what auto runs against the fastest of the four
     measured (geometric mean), the shapes it hands to torch.nn, and those where it runs more than
-    10 % slower than the fastest and than torch.nn. Also {shape: what it runs}."""
-    runs, parts = {}, {}
+    10 % slower than the fastest and than torch.nn. Also {shape: what it runs}, and the shapes where what
+    it runs measured more than 1.10× torch.nn's step."""
+    runs, parts, behind = {}, {}, []
     for key in sorted(shapes):
         by = shapes[key]
         ran = what_auto_runs(groups, spans, key)
@@ -305,8 +306,10 @@ def runs_summary(groups, spans, shapes):
         part["log"] += math.log(by[ran] / best)
         part["torch"] += ran == "torch.nn"
         part["slow"] += by[ran] > 1.10 * best
-        part["behind_torch"] += "torch.nn" in by and by[ran] > 1.10 * by["torch.nn"]
-    return parts, runs
+        if "torch.nn" in by and by[ran] > 1.10 * by["torch.nn"]:
+            part["behind_torch"] += 1
+            behind.append(key)
+    return parts, runs, behind
 
 
 def runs_lines(label, parts):
@@ -426,6 +429,7 @@ def main():
               "| cell | H | I | T | B | threads | " + " | ".join(METHODS) + " | torch.nn | auto | regret | LOO auto | "
               "LOO regret | runs torch.nn |", "|---|---|---|---|---|---|" + "---|" * (len(METHODS) + 6)]
     spans = {g: span(points[g]) for g in groups}
+    parts, runs, behind = runs_summary(groups, spans, shapes)
     worst, worst_loo, failures = 1.0, 1.0, []
     for key in sorted(shapes):
         by = shapes[key]
@@ -438,7 +442,7 @@ def main():
                 failures.append(f"{key}: auto picks {pick} at {r:.2f}× the best")
         if rl is not None:
             worst_loo = max(worst_loo, rl)
-        torch_wins = what_auto_runs(groups, spans, key) == "torch.nn" if pick else None
+        torch_wins = runs[key] == "torch.nn" if pick else None
         cell, hidden, steps, batch, inputs, threads = key
         lines.append(f"| {cell} | {hidden} | {inputs} | {steps} | {batch} | {threads} | "
                      + " | ".join(fmt_ms(by.get(m)) for m in METHODS) + f" | {fmt_ms(by.get('torch.nn'))} | "
@@ -449,10 +453,7 @@ def main():
               "What a one-layer bppsa.nn module with backward='auto' runs at each shape of the sweeps (its pick, or "
               "torch.nn's kernels where torch.nn's fit spans the shape and the pick is not predicted "
               f"{HANDOFF_MARGIN:.2f}× faster), against the fastest of the four measured there and against torch.nn.", ""]
-    parts, runs = runs_summary(groups, spans, shapes)
     lines += runs_lines("This fit", parts)
-    behind = [k for k in sorted(shapes) if runs[k] in shapes[k] and "torch.nn" in shapes[k]
-              and shapes[k][runs[k]] > 1.10 * shapes[k]["torch.nn"]]
     lines += [f"Where what it runs measured more than 1.10× torch.nn's step ({len(behind)} shapes):", "",
               "| cell | H | I | T | B | threads | runs | ms | torch.nn ms | ratio |", "|---|---|---|---|---|---|---|---|---|---|"]
     for k in behind:
@@ -463,7 +464,7 @@ def main():
     lines.append("")
     if a.compare:
         ogroups, ospans = load_model(a.compare)
-        oparts, oruns = runs_summary(ogroups, ospans, shapes)
+        oparts, oruns, _ = runs_summary(ogroups, ospans, shapes)
         lines += runs_lines(f"The model in {a.compare}, on the same measurements", oparts)
         differ = [k for k in sorted(shapes) if runs[k] != oruns[k]]
         lines += [f"Where the two run different things ({len(differ)} shapes; ms measured):", "",
