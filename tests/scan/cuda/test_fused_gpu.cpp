@@ -4,6 +4,7 @@
 // issue's sizes (T up to 30000, H 1…256, batch 1…64). GpuSmall.* stays small for compute-sanitizer (memcheck,
 // racecheck); GpuFused.* is the rest.
 #include <cstdlib>
+#include <cstring>
 
 #include "cuda/gpu_compare.hpp"
 #include "core/cuda/buffer.hpp"
@@ -169,6 +170,24 @@ TEST(GpuSmall, FusedScanEveryCompiledKernelMatchesBp) {
             ASSERT_TRUE(matches_bp(Ld, options(true, 4, tile, nc, tile, w_shared)));
           }
         }
+}
+
+TEST(GpuSmall, FusedCarrysRingGivesTheBitsOfGlobalReads) {
+  // The carry's ring of totals (cp.async, 4 stages) against global reads: the same arithmetic,
+  // so the same bits.
+  for (const std::int32_t cell : kCells)
+    for (const bool inject : {false, true}) {
+      const auto L = make_layer<float>(cell, 20, pick<Index>(203, 61), 3, inject, true, 12);
+      FusedScanOptions ring = options(inject, 4, 20, 4, 20), global = ring;
+      global.carry_ring = 0;
+      ring.carry_ring = 1;
+      FusedScanStats with{}, without{};
+      const std::vector<float> a = run_fused(L, ring, &with), b = run_fused(L, global, &without);
+      EXPECT_EQ(with.carry_stages, gpu::kFusedCarryStages);
+      EXPECT_EQ(without.carry_stages, 0);
+      ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << L.describe() << describe(with);
+      ASSERT_TRUE(matches_bp(L, ring));
+    }
 }
 
 TEST(GpuSmall, FusedScanIsExactOnSmallIntegersForEveryChunking) {

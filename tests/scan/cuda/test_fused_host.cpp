@@ -6,6 +6,7 @@
 // device array and shared memory starts as NaN, so a read of a value nobody wrote shows.
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -109,17 +110,38 @@ void replay_columns(const FusedArgs<T>& a, const DeviceVector<T>& wp, Order orde
   }
 }
 
+/// Runs the carry. With a ring (a.carry.stages > 0) its asynchronous copies land as late as the
+/// kernel allows, at the wait of the step that reads them, and their slots hold NaN from the issue
+/// on; `late` lands each stage one step after that (a kernel that does not wait: the replay's own test).
 template <class T>
-void replay_carry(const FusedArgs<T>& a, Order order, std::mt19937_64& rng) {
+void replay_carry(const FusedArgs<T>& a, Order order, std::mt19937_64& rng, bool late = false) {
+  const Idx stages = a.carry.stages;
   for (Idx block = 0; block < a.carry.blocks; ++block) {
     DeviceVector<T> sm(static_cast<std::size_t>(a.carry.smem), kNaN<T>);
     std::vector<Idx> ids(static_cast<std::size_t>(a.carry.threads));
     std::iota(ids.begin(), ids.end(), 0);
     if (order == Order::reverse) std::reverse(ids.begin(), ids.end());
+    std::map<Idx, std::vector<std::pair<T*, const T*>>> in_flight;  // stage → its copies
+    auto issue = [&](Idx t, Idx n) {
+      gpu::carry_stage_copies(a, sm.data(), block, t, n, [&](T* dst, const T* src) {
+        *dst = kNaN<T>;
+        in_flight[n].emplace_back(dst, src);
+      });
+    };
+    auto land = [&](Idx n) {
+      for (const auto& [dst, src] : in_flight[n]) *dst = *src;
+      in_flight.erase(n);
+    };
     for (Idx t : ids) gpu::carry_load(a, sm.data(), block, t);
+    for (Idx n = 0; stages > 0 && n < stages - 1; ++n)
+      for (Idx t : ids) issue(t, n);
     for (Idx n = 0; n < a.shape.C - 1; ++n) {
+      if (stages > 0) land(late ? n - 1 : n);  // the wait and the barrier at the top of step n
       if (order == Order::shuffled || order == Order::thread_major) std::shuffle(ids.begin(), ids.end(), rng);
-      for (Idx t : ids) gpu::carry_step(a, sm.data(), block, t, n);
+      for (Idx t : ids) {
+        gpu::carry_step(a, sm.data(), block, t, n);
+        if (stages > 0) issue(t, n + stages - 1);
+      }
     }
   }
 }
@@ -128,7 +150,7 @@ void replay_carry(const FusedArgs<T>& a, Order order, std::mt19937_64& rng) {
 /// lengths `len` (B values) unless empty.
 template <class T>
 Replayed<T> replay(const FusedLayer<T>& L, const FusedChoice& plan, Order order = Order::forward,
-                   std::uint64_t seed = 1, const std::vector<Idx>& len = {}) {
+                   std::uint64_t seed = 1, const std::vector<Idx>& len = {}, bool late_ring = false) {
   std::mt19937_64 rng(seed);
   const FusedShape& s = plan.shape;
   Replayed<T> r;
@@ -156,7 +178,7 @@ Replayed<T> replay(const FusedLayer<T>& L, const FusedChoice& plan, Order order 
     a.launch = plan.reduce;
     replay_columns(a, r.wp, plan.reduce.ntile == 1 || order != Order::thread_major ? columns_order : Order::shuffled,
                    rng);
-    replay_carry(a, order, rng);
+    replay_carry(a, order, rng, late_ring);
   }
   a.launch = plan.push;
   replay_columns(a, r.wp, plan.push.ntile == 1 || order != Order::thread_major ? columns_order : Order::shuffled, rng);
@@ -321,6 +343,14 @@ TEST(FusedChoice, TheIssueSizesGetValidPlansThatFitTheDevice) {
               ASSERT_EQ(p.carry.blocks, B);
               ASSERT_GE(p.carry.threads, 1);
               ASSERT_LE(p.carry.threads, gpu::kFusedCarryThreads);
+              // The ring of totals wherever it fits half a multiprocessor's shared memory.
+              const Idx ring = gpu::kFusedCarryStages * s.S * s.ncols;
+              const bool fits = (2 * s.S + ring) * scalar <= std::min(lim.smem_block, lim.smem_sm / 2);
+              ASSERT_EQ(p.carry.stages, fits ? gpu::kFusedCarryStages : 0) << what;
+              ASSERT_EQ(p.carry.smem, 2 * s.S + (fits ? ring : 0)) << what;
+              if (s.S <= 32) {  // ≤ 34 KB of double
+                ASSERT_GT(p.carry.stages, 0) << what;
+              }
             }
           }
 }
@@ -382,6 +412,12 @@ TEST(FusedChoice, OverridesAreFollowedAndInvalidOnesRefused) {
   ASSERT_EQ(p.error, gpu::kPlanOk);
   EXPECT_FALSE(p.push.w_shared);
   EXPECT_FALSE(p.reduce.w_shared);
+  EXPECT_EQ(p.carry.stages, gpu::kFusedCarryStages);  // the model's: it fits
+  q.carry_ring = 0;
+  p = gpu::fused_plan(q, gpu::FusedLimits{});
+  ASSERT_EQ(p.error, gpu::kPlanOk);
+  EXPECT_EQ(p.carry.stages, 0);
+  EXPECT_EQ(p.carry.smem, 2 * p.shape.S);
 
   auto error = [](auto edit) {
     FusedRequest r;
@@ -419,6 +455,20 @@ TEST(FusedChoice, OverridesAreFollowedAndInvalidOnesRefused) {
   big.B = 1;
   big.w_shared = 1;
   EXPECT_EQ(gpu::fused_plan(big, gpu::FusedLimits{}).error, gpu::kPlanTooLarge);
+  // The carry's ring forced where four totals of 512 × 513 cannot fit: the model keeps to plans
+  // without a carry (one chunk), and with chunks forced too nothing is left.
+  big.w_shared = -1;
+  big.carry_ring = 1;
+  FusedChoice forced = gpu::fused_plan(big, gpu::FusedLimits{});
+  ASSERT_EQ(forced.error, gpu::kPlanOk);
+  EXPECT_EQ(forced.shape.C, 1);
+  big.chunk_length = 2;
+  EXPECT_EQ(gpu::fused_plan(big, gpu::FusedLimits{}).error, gpu::kPlanTooLarge);
+  big.carry_ring = -1;
+  forced = gpu::fused_plan(big, gpu::FusedLimits{});
+  ASSERT_EQ(forced.error, gpu::kPlanOk);
+  EXPECT_EQ(forced.shape.C, 5);
+  EXPECT_EQ(forced.carry.stages, 0);
 }
 
 TEST(FusedChoice, LargeHiddenSizesReadWhhFromGlobalMemoryAndStayWithinLimits) {
@@ -569,6 +619,36 @@ TEST(FusedHost, NoThreadOrderChangesABit) {
               << L.describe() << plan_string(p) << " order " << static_cast<int>(o);
         }
       }
+      // Four columns a thread (float).
+      const auto Lf = make_layer<float>(cell, 13, 40, 3, inject, true, 22);
+      for (const FusedChoice& p : {plan_for(Lf, 6, 4, 4, 4), plan_for(Lf, 5, 16, 4, 16)}) {
+        ASSERT_EQ(p.reduce.nc, 4);
+        const Replayed<float> base = replay(Lf, p, Order::forward);
+        for (const Order o : {Order::reverse, Order::shuffled, Order::thread_major}) {
+          const Replayed<float> other = replay(Lf, p, o, 78);
+          ASSERT_EQ(0, std::memcmp(base.g.data(), other.g.data(), base.g.size() * sizeof(float)))
+              << Lf.describe() << plan_string(p) << " order " << static_cast<int>(o);
+        }
+      }
+    }
+}
+
+TEST(FusedHost, TheCarrysRingGivesTheBitsOfGlobalReadsAndIsWaitedFor) {
+  for (const std::int32_t cell : kCells)
+    for (const bool inject : {false, true}) {
+      const auto L = make_layer<double>(cell, 6, 61, 3, inject, true, 23);
+      const FusedChoice ring = plan_for(L, 4, 8, 1, 8);  // 16 chunks: 15 carry steps over a ring of 4
+      ASSERT_EQ(ring.carry.stages, gpu::kFusedCarryStages);
+      FusedChoice global = ring;
+      global.carry.stages = 0;
+      global.carry.smem = 2 * ring.shape.S;
+      const Replayed<double> a = replay(L, ring), b = replay(L, global, Order::shuffled, 5);
+      ASSERT_TRUE(close_to_oracle(a.g.data(), oracle_bp(L), L.B, kTol<double>)) << L.describe() << plan_string(ring);
+      ASSERT_EQ(0, std::memcmp(a.g.data(), b.g.data(), a.g.size() * sizeof(double))) << L.describe();
+      // A copy read before its stage has landed (a kernel without the wait) shows: its slot is NaN.
+      const Replayed<double> late = replay(L, ring, Order::forward, 1, {}, true);
+      const auto nan = std::count_if(late.g.begin(), late.g.end(), [](double v) { return std::isnan(v); });
+      ASSERT_GT(nan, 0) << L.describe();
     }
 }
 

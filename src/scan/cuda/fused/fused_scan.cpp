@@ -70,6 +70,7 @@ FusedChoice plan_or_raise(const FusedStepInfo& step, std::int32_t variant, const
       raise<ResourceError>(kOp, "no mapping of " + what + " fits this GPU (" + std::to_string(lim.smem_block) +
                                     " bytes of shared memory per block" +
                                     (o.w_shared == 1 ? ", W forced into shared memory" : "") +
+                                    (o.carry_ring == 1 ? ", the carry's ring of totals forced" : "") +
                                     " and the chunk totals within half the free memory); use a smaller hidden size" +
                                     (o.chunk_length > 0 ? " or let the cost model choose the chunk length" : ""));
   }
@@ -98,6 +99,7 @@ FusedScanStats stats_of(const FusedChoice& p, const FusedStepInfo& step) {
     st.reduce_tile = static_cast<int>(p.reduce.tile);
     st.reduce_columns = static_cast<int>(p.reduce.nc);
     st.reduce_threads_per_column = static_cast<int>(p.reduce.ntile);
+    st.carry_stages = static_cast<int>(p.carry.stages);
   }
   st.push_tile = static_cast<int>(p.push.tile);
   st.push_threads_per_column = static_cast<int>(p.push.ntile);

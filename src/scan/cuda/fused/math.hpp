@@ -211,9 +211,15 @@ BPPSA_HD inline FusedGroup fused_group(const FusedShape& s, const FusedLaunch& l
   return g;
 }
 
-/// The carry: one block per sample, `threads` threads over the S rows, two S-vectors of shared memory.
+/// Stages of the carry's ring of chunk totals in shared memory (FusedCarry::stages when it fits):
+/// step n reads stage n while the copies of stages n + 1 … n + kFusedCarryStages − 1 are in flight.
+inline constexpr Idx kFusedCarryStages = 4;
+
+/// The carry: one block per sample, `threads` threads over the S rows, two S-vectors of shared
+/// memory, then (stages > 0) a ring of `stages` chunk totals of S × ncols values each.
 struct FusedCarry {
   Idx threads = 32, blocks = 0, smem = 0;
+  Idx stages = 0;  ///< 0: the totals are read from global memory (prefetched to L1); else kFusedCarryStages
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -465,7 +471,26 @@ BPPSA_HD inline const T* fused_prefetch_line(const FusedArgs<T>& a, const FusedG
 
 // ---------------------------------------------------------------------------------------------
 // The carry: one block per sample, rows over threads; g_T, then for n = 0 … C−2 the boundary
-// g_{begin(c)} = M_c g_{end(c)} + v_c of chunk c = C−1−n, a barrier after each step.
+// g_{begin(c)} = M_c g_{end(c)} + v_c of chunk c = C−1−n, one barrier a step. With a ring
+// (a.carry.stages > 0) the total of step n is read from shared memory: before the loop each
+// thread issues its copies of stages 0 … stages − 2 (carry_stage_copies, asynchronous), and step n
+// waits for its own stage's copies, meets the barrier, runs carry_step, then issues stage
+// n + stages − 1 into the slot step n − 1 read.
+
+/// Shared-memory offset of the ring slot holding stage n's total.
+BPPSA_HD inline Idx carry_slot(const FusedShape& s, const FusedCarry& c, Idx n) {
+  return 2 * s.S + (n % c.stages) * s.S * s.ncols;
+}
+/// The copies thread `thread` issues for stage n (none past the last): copy(dst, src) for its
+/// values i = thread, thread + threads, … of the total of chunk C−1−n, into its ring slot.
+template <class T, class Copy>
+BPPSA_HD inline void carry_stage_copies(const FusedArgs<T>& a, T* sm, Idx block, Idx thread, Idx n, Copy&& copy) {
+  const FusedShape& s = a.shape;
+  if (n > s.C - 2) return;
+  const T* src = a.totals + total_offset(s, s.C - 1 - n, block);
+  T* dst = sm + carry_slot(s, a.carry, n);
+  for (Idx i = thread; i < s.S * s.ncols; i += a.carry.threads) copy(dst + i, src + i);
+}
 
 /// Phase 0: g_T (block T of g, from prepare) into shared buffer 0.
 template <class T>
@@ -473,12 +498,13 @@ BPPSA_HD inline void carry_load(const FusedArgs<T>& a, T* sm, Idx block, Idx thr
   const FusedShape& s = a.shape;
   for (Idx r = thread; r < s.S; r += a.carry.threads) sm[r] = a.g[(s.steps * s.B + block) * s.S + r];
 }
-/// Step n: chunk c = C−1−n, from buffer n % 2 into the other and into g's block chunk_begin(c).
+/// Step n: chunk c = C−1−n, from buffer n % 2 into the other and into g's block chunk_begin(c);
+/// the total from the ring (stages > 0) or from global memory.
 template <class T>
 BPPSA_HD inline void carry_step(const FusedArgs<T>& a, T* sm, Idx block, Idx thread, Idx n) {
   const FusedShape& s = a.shape;
   const Idx c = s.C - 1 - n, b = block;
-  const T* m = a.totals + total_offset(s, c, b);
+  const T* m = a.carry.stages > 0 ? sm + carry_slot(s, a.carry, n) : a.totals + total_offset(s, c, b);
   const T* cur = sm + (n % 2) * s.S;
   T* nxt = sm + ((n + 1) % 2) * s.S;
   T* out = a.g + (chunk_begin(s, c) * s.B + b) * s.S;

@@ -49,6 +49,9 @@ struct FusedScanOptions {
   int reduce_columns = 0;  ///< columns per reduce thread: 1, or 4 (float; tile ≤ the Step's max_tile4) (0: model)
   int push_tile = 0;       ///< rows per push thread, as reduce_tile (0: model)
   int w_shared = -1;       ///< 1: W in shared memory; 0: read from global memory (L1/L2); −1: model
+  /// The carry's chunk totals through a ring in shared memory: 1 always (plans whose ring does not
+  /// fit are skipped); 0 never (read from global memory); −1 wherever it fits.
+  int carry_ring = -1;
   FusedModel model;        ///< the cost model's constants
 };
 
@@ -59,6 +62,7 @@ struct FusedScanStats {
   Idx first_chunk_length = 0;  ///< len0 = T − (C−1)·L
   int reduce_tile = 0, reduce_columns = 0, reduce_threads_per_column = 0;
   int push_tile = 0, push_threads_per_column = 0;
+  int carry_stages = 0;  ///< the carry's ring of chunk totals in shared memory (0: read from global memory)
   bool w_shared = true;          ///< W in shared memory (reduce and push)
   int launches = 0;              ///< kernel launches per run
   bool graph = false;            ///< the last run replayed a CUDA Graph

@@ -44,6 +44,7 @@ struct FusedRequest {
   Idx scalar = 4;  ///< sizeof(T)
   Idx chunk_length = 0, reduce_tile = 0, reduce_nc = 0, push_tile = 0;
   int w_shared = -1;
+  int carry_ring = -1;
 };
 
 /// The request for a Step (with `variant`) and a problem, with the overrides of `options`.
@@ -62,6 +63,7 @@ inline FusedRequest fused_request(const FusedStepInfo& step, std::int32_t varian
   q.reduce_nc = options.reduce_columns;
   q.push_tile = options.push_tile;
   q.w_shared = options.w_shared;
+  q.carry_ring = options.carry_ring;
   return q;
 }
 
@@ -252,7 +254,14 @@ BPPSA_HD inline FusedChoice fused_plan(const FusedRequest& q, const FusedLimits&
                              lim, q.scalar);
       p.carry.threads = fused_min(fused_ceil_div(s.S, 32) * 32, kFusedCarryThreads);
       p.carry.blocks = s.B;
-      p.carry.smem = 2 * s.S;
+      // The ring of totals where it fits half a multiprocessor's shared memory (two samples a
+      // multiprocessor when B exceeds the SMs).
+      const Idx ring = kFusedCarryStages * s.S * s.ncols;
+      const bool fits = (2 * s.S + ring) * q.scalar <= fused_min(lim.smem_block, lim.smem_sm / 2);
+      const bool use = fits && q.carry_ring != 0;
+      ok = ok && (fits || q.carry_ring != 1);
+      p.carry.stages = use ? kFusedCarryStages : 0;
+      p.carry.smem = 2 * s.S + (use ? ring : 0);
       p.carry_cycles = fused_carry_cycles(s, p.carry, lim.model, q.scalar);
       ok = ok && p.carry.smem * q.scalar <= lim.smem_block;
     }
