@@ -190,6 +190,26 @@ TEST(GpuSmall, FusedCarrysRingGivesTheBitsOfGlobalReads) {
     }
 }
 
+TEST(GpuSmall, FusedVColumnApartGivesTheBitsOfOneLaunch) {
+  // v_c in a launch of its own on a second stream (event fork and join), plain and captured in
+  // the plan's graph (run 3 replays it, after poisoned outputs): the bits of v_c among four
+  // columns a thread.
+  for (const std::int32_t cell : kCells)
+    for (const FusedGraphs graphs : {FusedGraphs::never, FusedGraphs::always}) {
+      const auto L = make_layer<float>(cell, 20, pick<Index>(203, 61), 3, true, true, 14);
+      FusedScanOptions apart = options(true, 4, 20, 4, 20, -1, graphs), one = apart;
+      apart.v_apart = 1;
+      one.v_apart = 0;
+      FusedScanStats with{}, without{};
+      const std::vector<float> a = run_fused(L, apart, &with, 3), b = run_fused(L, one, &without);
+      EXPECT_GT(with.v_tile, 0);
+      EXPECT_EQ(with.launches, 5);
+      EXPECT_EQ(without.v_tile, 0);
+      ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << L.describe() << describe(with);
+      ASSERT_TRUE(matches_bp(L, apart));
+    }
+}
+
 TEST(GpuSmall, FusedScanIsExactOnSmallIntegersForEveryChunking) {
   // Exact arithmetic: equal to BP bit for bit, so the order of the products is proven.
   for (const std::int32_t cell : kCells)

@@ -178,6 +178,11 @@ Replayed<T> replay(const FusedLayer<T>& L, const FusedChoice& plan, Order order 
     a.launch = plan.reduce;
     replay_columns(a, r.wp, plan.reduce.ntile == 1 || order != Order::thread_major ? columns_order : Order::shuffled,
                    rng);
+    if (plan.reduce_v.groups > 0) {  // the v column's launch, concurrent with the reduce's: other columns
+      a.launch = plan.reduce_v;
+      replay_columns(a, r.wp,
+                     plan.reduce_v.ntile == 1 || order != Order::thread_major ? columns_order : Order::shuffled, rng);
+    }
     replay_carry(a, order, rng, late_ring);
   }
   a.launch = plan.push;
@@ -199,13 +204,14 @@ FusedRequest request(const FusedLayer<T>& L) {
 /// A plan for the layer (the cost model's, or with overrides); fails the test when refused.
 template <class T>
 FusedChoice plan_for(const FusedLayer<T>& L, Idx chunk = 0, Idx reduce_tile = 0, Idx reduce_nc = 0, Idx push_tile = 0,
-                     int w_shared = -1) {
+                     int w_shared = -1, int v_apart = -1) {
   FusedRequest q = request(L);
   q.chunk_length = chunk;
   q.reduce_tile = reduce_tile;
   q.reduce_nc = reduce_nc;
   q.push_tile = push_tile;
   q.w_shared = w_shared;
+  q.v_apart = v_apart;
   const FusedChoice p = gpu::fused_plan(q, gpu::FusedLimits{});
   EXPECT_EQ(p.error, gpu::kPlanOk) << L.describe() << " chunk " << chunk << " tiles " << reduce_tile << "/"
                                    << push_tile;
@@ -216,6 +222,9 @@ std::string plan_string(const FusedChoice& p) {
   const FusedShape& s = p.shape;
   return " [L " + std::to_string(s.L) + ", C " + std::to_string(s.C) + ", reduce " + std::to_string(p.reduce.tile) +
          "×" + std::to_string(p.reduce.nc) + "/" + std::to_string(p.reduce.ntile) + (p.reduce.w_shared ? "" : " gW") +
+         (p.reduce_v.groups > 0
+              ? ", v apart " + std::to_string(p.reduce_v.tile) + "/" + std::to_string(p.reduce_v.ntile)
+              : std::string()) +
          ", push " + std::to_string(p.push.tile) + "/" + std::to_string(p.push.ntile) + (p.push.w_shared ? "" : " gW") +
          "]";
 }
@@ -266,32 +275,43 @@ TEST(FusedChunks, EveryColumnOfEveryProblemHasOneThreadPerTile) {
             for (const Idx nc : {1, 4}) {
               const Idx tile = gpu::kFusedTiles[ti];
               if (!gpu::fused_combo_compiled(tile, nc, 4, gpu::fused_cell_info(cell).max_tile4)) continue;
-              for (const std::int32_t mode : {gpu::kFusedReduce, gpu::kFusedPush}) {
-                if (mode == gpu::kFusedPush && nc != 1) continue;
-                FusedLaunch l;
-                ASSERT_TRUE(gpu::fused_configure(l, s, mode, tile, nc, -1, gpu::FusedLimits{}, 4));
-                ASSERT_GE(l.ntile * l.tile, H);
-                ASSERT_LT((l.ntile - 1) * l.tile, H);
-                ASSERT_LE(l.threads, gpu::kFusedMaxThreads);
-                std::map<std::array<Idx, 4>, int> seen;  // (chunk, sample, column, tile)
-                for (Idx b = 0; b < l.blocks; ++b)
-                  for (Idx t = 0; t < l.threads; ++t) {
-                    const gpu::FusedGroup g = gpu::fused_group(s, l, b, t);
-                    if (!g.valid) continue;
-                    for (Idx n = 0; n < l.nc; ++n)
-                      if (mode == gpu::kFusedPush || g.col0 + n < s.ncols)
-                        ++seen[{g.chunk, g.sample, g.col0 + n, g.tile}];
+              for (const std::int32_t mode : {gpu::kFusedReduce, gpu::kFusedPush})
+                for (const bool apart : {false, true}) {
+                  if (mode == gpu::kFusedPush && nc != 1) continue;
+                  if (apart && (mode == gpu::kFusedPush || !inject)) continue;
+                  // Apart: the identity columns [0, S) with nc a thread, and v_c with one.
+                  std::vector<FusedLaunch> launches(apart ? 2 : 1);
+                  ASSERT_TRUE(gpu::fused_configure(launches[0], s, mode, tile, nc, -1, gpu::FusedLimits{}, 4, 0,
+                                                   apart ? s.S : 0));
+                  if (apart) {
+                    ASSERT_TRUE(
+                        gpu::fused_configure(launches[1], s, mode, tile, 1, -1, gpu::FusedLimits{}, 4, s.S, s.S + 1));
                   }
-                const Idx chunks = mode == gpu::kFusedReduce ? s.C - 1 : s.C;
-                const Idx cols = mode == gpu::kFusedReduce ? s.ncols : 1;
-                ASSERT_EQ(static_cast<Idx>(seen.size()), chunks * B * cols * l.ntile)
-                    << cell_name(cell) << " H " << H << " tile " << tile << "×" << nc;
-                for (const auto& [key, count] : seen) {
-                  ASSERT_EQ(count, 1);
-                  ASSERT_GE(key[0], mode == gpu::kFusedReduce ? 1 : 0);
-                  ASSERT_LT(key[0], s.C);
+                  const FusedLaunch& l = launches[0];
+                  ASSERT_GE(l.ntile * l.tile, H);
+                  ASSERT_LT((l.ntile - 1) * l.tile, H);
+                  ASSERT_LE(l.threads, gpu::kFusedMaxThreads);
+                  std::map<std::array<Idx, 4>, int> seen;  // (chunk, sample, column, tile)
+                  for (const FusedLaunch& one : launches)
+                    for (Idx b = 0; b < one.blocks; ++b)
+                      for (Idx t = 0; t < one.threads; ++t) {
+                        const gpu::FusedGroup g = gpu::fused_group(s, one, b, t);
+                        if (!g.valid) continue;
+                        for (Idx n = 0; n < one.nc; ++n)
+                          if (mode == gpu::kFusedPush || g.col0 + n < one.col_end)
+                            ++seen[{g.chunk, g.sample, g.col0 + n, g.tile}];
+                      }
+                  const Idx chunks = mode == gpu::kFusedReduce ? s.C - 1 : s.C;
+                  const Idx cols = mode == gpu::kFusedReduce ? s.ncols : 1;
+                  ASSERT_EQ(static_cast<Idx>(seen.size()), chunks * B * cols * l.ntile)
+                      << cell_name(cell) << " H " << H << " tile " << tile << "×" << nc;
+                  for (const auto& [key, count] : seen) {
+                    ASSERT_EQ(count, 1);
+                    ASSERT_GE(key[0], mode == gpu::kFusedReduce ? 1 : 0);
+                    ASSERT_LT(key[0], s.C);
+                    ASSERT_LT(key[2], cols);
+                  }
                 }
-              }
             }
         }
 }
@@ -321,7 +341,8 @@ TEST(FusedChoice, TheIssueSizesGetValidPlansThatFitTheDevice) {
             ASSERT_EQ(s.steps, T_);
             ASSERT_EQ((s.C - 1) * s.L + s.len0, T_) << what;
             ASSERT_GT(p.cycles, 0) << what;
-            for (const FusedLaunch* l : {&p.push, s.C > 1 ? &p.reduce : &p.push}) {
+            const bool apart = p.reduce_v.groups > 0;
+            for (const FusedLaunch* l : {&p.push, s.C > 1 ? &p.reduce : &p.push, apart ? &p.reduce_v : &p.push}) {
               ASSERT_TRUE(gpu::fused_combo_compiled(l->tile, l->nc, scalar, gpu::fused_cell_info(cell).max_tile4))
                   << what;
               ASSERT_GE(l->ntile * l->tile, H) << what;
@@ -338,6 +359,18 @@ TEST(FusedChoice, TheIssueSizesGetValidPlansThatFitTheDevice) {
             const double gradient = static_cast<double>(s.S * (T_ + 1) * B * scalar);
             ASSERT_LE(gpu::fused_totals_bytes(s, scalar), std::max(2 * gradient, 16.0 * 1024 * 1024))
                 << what << " L " << s.L;
+            if (apart) {  // only with injections and chunks: [0, S) in reduce, v_c one column a thread
+              ASSERT_TRUE(s.inject && s.C > 1) << what;
+              ASSERT_EQ(p.reduce.col_first, 0) << what;
+              ASSERT_EQ(p.reduce.col_end, s.S) << what;
+              ASSERT_EQ(p.reduce_v.col_first, s.S) << what;
+              ASSERT_EQ(p.reduce_v.col_end, s.S + 1) << what;
+              ASSERT_EQ(p.reduce_v.nc, 1) << what;
+              ASSERT_EQ(p.reduce_v.groups, (s.C - 1) * B) << what;
+              ASSERT_EQ(p.reduce.groups, (s.C - 1) * B * ((s.S + p.reduce.nc - 1) / p.reduce.nc)) << what;
+            } else if (s.C > 1) {
+              ASSERT_EQ(p.reduce.col_end, s.ncols) << what;
+            }
             if (s.C > 1) {
               ASSERT_EQ(p.reduce.steps, s.L);
               ASSERT_EQ(p.carry.blocks, B);
@@ -418,6 +451,35 @@ TEST(FusedChoice, OverridesAreFollowedAndInvalidOnesRefused) {
   ASSERT_EQ(p.error, gpu::kPlanOk);
   EXPECT_EQ(p.carry.stages, 0);
   EXPECT_EQ(p.carry.smem, 2 * p.shape.S);
+  // The v column apart: forced, refused, or without injections nothing to set apart.
+  q = FusedRequest{};
+  set_cell(q, gpu::kGru);
+  q.H = 20;
+  q.steps = 100;
+  q.B = 3;
+  q.inject = true;
+  q.reduce_nc = 4;
+  q.v_apart = 1;
+  p = gpu::fused_plan(q, gpu::FusedLimits{});
+  ASSERT_EQ(p.error, gpu::kPlanOk);
+  ASSERT_GT(p.shape.C, 1);
+  EXPECT_EQ(p.reduce.nc, 4);
+  EXPECT_EQ(p.reduce.col_end, 20);
+  EXPECT_EQ(p.reduce.groups, (p.shape.C - 1) * 3 * 5);  // 20 columns in 5 groups of 4, none padded
+  EXPECT_EQ(p.reduce_v.groups, (p.shape.C - 1) * 3);
+  EXPECT_EQ(p.reduce_v.nc, 1);
+  EXPECT_GE(p.shape.ldw, gpu::launch_hpad(p.reduce_v));
+  q.v_apart = 0;
+  p = gpu::fused_plan(q, gpu::FusedLimits{});
+  ASSERT_EQ(p.error, gpu::kPlanOk);
+  EXPECT_EQ(p.reduce_v.groups, 0);
+  EXPECT_EQ(p.reduce.col_end, 21);
+  EXPECT_EQ(p.reduce.groups, (p.shape.C - 1) * 3 * 6);  // 21 columns: 24 with padding
+  q.v_apart = 1;
+  q.inject = false;
+  p = gpu::fused_plan(q, gpu::FusedLimits{});
+  ASSERT_EQ(p.error, gpu::kPlanOk);
+  EXPECT_EQ(p.reduce_v.groups, 0);
 
   auto error = [](auto edit) {
     FusedRequest r;
@@ -650,6 +712,46 @@ TEST(FusedHost, TheCarrysRingGivesTheBitsOfGlobalReadsAndIsWaitedFor) {
       const auto nan = std::count_if(late.g.begin(), late.g.end(), [](double v) { return std::isnan(v); });
       ASSERT_GT(nan, 0) << L.describe();
     }
+}
+
+TEST(FusedHost, TheVColumnApartGivesTheBitsOfOneLaunch) {
+  // Its launch computes v_c by the same arithmetic in the same order (one column a thread, any
+  // tile): the same bits as v_c among four columns a thread, and every column written once.
+  for (const std::int32_t cell : kCells) {
+    const auto L = make_layer<float>(cell, 13, 41, 3, true, true, 31);
+    const Matrix<double> want = oracle_bp(L);
+    for (const Idx v_tile : {4, 16}) {
+      const FusedChoice one = plan_for(L, 5, 8, 4, 8, -1, 0), apart = plan_for(L, 5, 8, 4, 8, -1, 1);
+      ASSERT_EQ(one.reduce_v.groups, 0);
+      ASSERT_GT(apart.reduce_v.groups, 0);
+      FusedChoice p = apart;  // the v launch with another tile than the identity columns'
+      ASSERT_TRUE(gpu::fused_configure(p.reduce_v, p.shape, gpu::kFusedReduce, v_tile, 1, -1, gpu::FusedLimits{}, 4,
+                                       p.shape.S, p.shape.S + 1));
+      p.shape.ldw = std::max(p.shape.ldw, gpu::launch_hpad(p.reduce_v));
+      const Replayed<float> a = replay(L, one), b = replay(L, p, Order::shuffled, 9);
+      ASSERT_TRUE(close_to_oracle(b.g.data(), want, L.B, kTol<float>, kFloor)) << L.describe() << plan_string(p);
+      ASSERT_EQ(0, std::memcmp(a.g.data(), b.g.data(), a.g.size() * sizeof(float))) << L.describe() << plan_string(p);
+      ASSERT_EQ(0, std::memcmp(a.totals.data(), b.totals.data(), a.totals.size() * sizeof(float)))
+          << L.describe() << plan_string(p);
+    }
+    // Without its launch, v_c is never written (the totals start NaN): the replay sees it.
+    FusedChoice missing = plan_for(L, 5, 8, 4, 8, -1, 1);
+    missing.reduce_v.groups = 0;
+    const Replayed<float> m = replay(L, missing);
+    ASSERT_TRUE(std::any_of(m.g.begin(), m.g.end(), [](float v) { return std::isnan(v); })) << L.describe();
+  }
+  // Double (one column a thread) and per-sample lengths.
+  for (const std::int32_t cell : kCells) {
+    const std::vector<Idx> len{23, 11, 2};
+    const auto L = make_layer<double>(cell, 7, 23, 3, true, true, 33);
+    const FusedLayer<double> packed = packed_layer(L, len);
+    const FusedChoice one = plan_for(L, 4, 4, 1, 4, -1, 0), apart = plan_for(L, 4, 4, 1, 4, -1, 1);
+    ASSERT_GT(apart.reduce_v.groups, 0);
+    const Replayed<double> a = replay(packed, one, Order::forward, 1, len),
+                           b = replay(packed, apart, Order::reverse, 3, len);
+    ASSERT_TRUE(matches_per_sample(b.g.data(), L, len, kTol<double>, 0)) << L.describe() << plan_string(apart);
+    ASSERT_EQ(0, std::memcmp(a.g.data(), b.g.data(), a.g.size() * sizeof(double))) << L.describe();
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -100,11 +100,12 @@ FusedScanStats stats_of(const FusedChoice& p, const FusedStepInfo& step) {
     st.reduce_columns = static_cast<int>(p.reduce.nc);
     st.reduce_threads_per_column = static_cast<int>(p.reduce.ntile);
     st.carry_stages = static_cast<int>(p.carry.stages);
+    st.v_tile = p.reduce_v.groups > 0 ? static_cast<int>(p.reduce_v.tile) : 0;
   }
   st.push_tile = static_cast<int>(p.push.tile);
   st.push_threads_per_column = static_cast<int>(p.push.ntile);
-  st.w_shared = p.push.w_shared && (!scan || p.reduce.w_shared);
-  st.launches = scan ? 4 : 2;
+  st.w_shared = p.push.w_shared && (!scan || (p.reduce.w_shared && (st.v_tile == 0 || p.reduce_v.w_shared)));
+  st.launches = scan ? (st.v_tile > 0 ? 5 : 4) : 2;
   const double Sz = static_cast<double>(sizeof(T)), S = static_cast<double>(s.S), B = static_cast<double>(s.B),
                H = static_cast<double>(s.H), GH = static_cast<double>(s.GH);
   const double totals = fused_totals_bytes(s, 1);  // values
@@ -146,6 +147,10 @@ struct FusedScan<T>::Impl {
   };
   std::unique_ptr<cuda::Stream> capture_stream;
   Graph graphs[2];
+  // The v column's launch apart (plan.reduce_v): forked onto `aux` and joined back by events,
+  // which a capture (ours or the caller's) records as a fork and a join of its graph.
+  std::unique_ptr<cuda::Stream> aux;
+  std::unique_ptr<cuda::Event> fork, join;
 
   ~Impl() {
     for (Graph& g : graphs)
@@ -171,8 +176,16 @@ struct FusedScan<T>::Impl {
     FusedArgs<T> a = args(p);
     launch_fused_prepare(a, stream);
     if (plan.shape.C > 1) {
+      if (aux) {
+        BPPSA_CUDA_CHECK(cudaEventRecord(*fork, stream));
+        BPPSA_CUDA_CHECK(cudaStreamWaitEvent(aux->get(), *fork, 0));
+        a.launch = plan.reduce_v;
+        step.columns(a, aux->get(), 0);
+        BPPSA_CUDA_CHECK(cudaEventRecord(*join, aux->get()));
+      }
       a.launch = plan.reduce;
       step.columns(a, stream, 0);
+      if (aux) BPPSA_CUDA_CHECK(cudaStreamWaitEvent(stream, *join, 0));
       launch_fused_carry(a, stream);
     }
     a.launch = plan.push;
@@ -253,6 +266,13 @@ FusedScan<T> FusedScan<T>::plan(const FusedStep<T>& step, std::int32_t variant, 
   if (s.C > 1) {
     a.launch = impl->plan.reduce;
     allow_fused_smem(step, a, static_cast<int>(lim.smem_block));
+  }
+  if (s.C > 1 && impl->plan.reduce_v.groups > 0) {
+    a.launch = impl->plan.reduce_v;
+    allow_fused_smem(step, a, static_cast<int>(lim.smem_block));
+    impl->aux = std::make_unique<cuda::Stream>();
+    impl->fork = std::make_unique<cuda::Event>(false);
+    impl->join = std::make_unique<cuda::Event>(false);
   }
   return FusedScan(std::move(impl));
 }

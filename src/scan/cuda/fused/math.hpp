@@ -152,10 +152,13 @@ BPPSA_HD inline Idx push_steps_max(const FusedShape& s) {
 
 /// One column launch (reduce or push). Groups of `nc` columns of one (chunk, sample) share a
 /// thread's registers; `ntile` threads split the group's rows in tiles of `tile`; a block holds
-/// `gpb` groups (threads = gpb·ntile).
+/// `gpb` groups (threads = gpb·ntile). A reduce launch covers the columns [col_first, col_end) of
+/// every problem: all of [M_c | v_c], or, with the v column apart, the S identity columns in one
+/// launch and v_c in another.
 struct FusedLaunch {
   std::int32_t mode = kFusedPush;
   Idx tile = 4, nc = 1, ntile = 1, gpb = 1;
+  Idx col_first = 0, col_end = 1;  ///< reduce: the columns of [M_c | v_c] it covers
   Idx groups = 0, blocks = 0, threads = 0;
   Idx steps = 0;  ///< loop trips: every column's steps ≤ this
   Idx nbuf = 1;   ///< x buffers: 2 when ntile > 1 (the threads of a group exchange rows)
@@ -163,11 +166,13 @@ struct FusedLaunch {
   Idx smem = 0;  ///< dynamic shared memory in values
 };
 BPPSA_HD inline Idx launch_hpad(const FusedLaunch& l) { return l.ntile * l.tile; }
-/// Column groups per reduce problem.
-BPPSA_HD inline Idx reduce_groups_per_problem(const FusedShape& s, Idx nc) { return (s.ncols + nc - 1) / nc; }
+/// Column groups per reduce problem: the launch's columns in groups of nc (the last padded).
+BPPSA_HD inline Idx reduce_groups_per_problem(const FusedLaunch& l) {
+  return (l.col_end - l.col_first + l.nc - 1) / l.nc;
+}
 /// Groups of a launch: reduce (C−1)·B problems × groups each; push C·B single columns.
-BPPSA_HD inline Idx launch_groups(const FusedShape& s, std::int32_t mode, Idx nc) {
-  return mode == kFusedReduce ? (s.C - 1) * s.B * reduce_groups_per_problem(s, nc) : s.C * s.B;
+BPPSA_HD inline Idx launch_groups(const FusedShape& s, const FusedLaunch& l) {
+  return l.mode == kFusedReduce ? (s.C - 1) * s.B * reduce_groups_per_problem(l) : s.C * s.B;
 }
 
 /// Shared memory of a column launch, in values: [W: GH × hpad, when shared][x: nbuf × S ×
@@ -196,9 +201,9 @@ BPPSA_HD inline FusedGroup fused_group(const FusedShape& s, const FusedLaunch& l
   g.valid = gi < l.groups && g.tile < l.ntile;
   if (!g.valid) return g;
   if (l.mode == kFusedReduce) {
-    const Idx per = reduce_groups_per_problem(s, l.nc);
+    const Idx per = reduce_groups_per_problem(l);
     g.problem = gi / per;
-    g.col0 = (gi - g.problem * per) * l.nc;
+    g.col0 = l.col_first + (gi - g.problem * per) * l.nc;
     g.chunk = 1 + g.problem / s.B;
     g.sample = g.problem % s.B;
     g.steps = s.L;
@@ -334,8 +339,8 @@ BPPSA_HD inline void fused_identity_step(const FusedArgs<T>& a, const T* xc, T* 
     const Idx i = gr.tile * TW + ii;
     if (i >= H) break;
     for (Idx n = 0; n < NC; ++n) {
-      const Idx col = gr.col0 + n;  // reduce: column of [M_c | v_c] (≥ ncols: padding)
-      const bool store = out != nullptr && (push || col < s.ncols);
+      const Idx col = gr.col0 + n;  // reduce: column of [M_c | v_c] (≥ col_end: padding)
+      const bool store = out != nullptr && (push || col < l.col_end);
       for (Idx part = 0; part < (Two ? 2 : 1); ++part) {
         const Idx r = part * H + i;
         const T v = xc[r * xs + n];  // each thread reads and writes its own rows only (nbuf may be 1)
@@ -412,7 +417,7 @@ BPPSA_HD inline void fused_step(const FusedArgs<T>& a, T* sm, const T* w, Idx ld
     const FusedDirect<T> d = Step::fused_direct(rec, H, i);
     fused_unroll<NC>([&](auto nn) {
       constexpr int n = decltype(nn)::value;
-      const Idx col = gr.col0 + n;  // reduce: column of [M_c | v_c] (≥ ncols: padding)
+      const Idx col = gr.col0 + n;  // reduce: column of [M_c | v_c] (≥ col_end: padding)
       const bool takes_e = e != nullptr && (push || col == s.S);
       T vh = takes_e ? e[i] : T(0);
       vh += acc[n][ii];
@@ -420,10 +425,10 @@ BPPSA_HD inline void fused_step(const FusedArgs<T>& a, T* sm, const T* w, Idx ld
       Step::fused_rows(d, xc[i * xs + n], two ? xc[(H + i) * xs + n] : T(0), vh, vc);
       if constexpr (two) {
         xn[(H + i) * xs + n] = vc;
-        if (out != nullptr && (push || col < s.ncols)) (push ? out : out + col * s.S)[H + i] = vc;
+        if (out != nullptr && (push || col < l.col_end)) (push ? out : out + col * s.S)[H + i] = vc;
       }
       xn[i * xs + n] = vh;
-      if (out != nullptr && (push || col < s.ncols)) (push ? out : out + col * s.S)[i] = vh;
+      if (out != nullptr && (push || col < l.col_end)) (push ? out : out + col * s.S)[i] = vh;
     });
   });
 }

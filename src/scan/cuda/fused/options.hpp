@@ -52,6 +52,10 @@ struct FusedScanOptions {
   /// The carry's chunk totals through a ring in shared memory: 1 always (plans whose ring does not
   /// fit are skipped); 0 never (read from global memory); −1 wherever it fits.
   int carry_ring = -1;
+  /// With injections: the v column in a reduce launch of its own (one column a thread), run at
+  /// once with the S identity columns' on a second stream, so that 4 columns a thread pad S
+  /// columns and not S + 1: 1 always, 0 never, −1 where the cost model finds it faster.
+  int v_apart = -1;
   FusedModel model;        ///< the cost model's constants
 };
 
@@ -63,6 +67,7 @@ struct FusedScanStats {
   int reduce_tile = 0, reduce_columns = 0, reduce_threads_per_column = 0;
   int push_tile = 0, push_threads_per_column = 0;
   int carry_stages = 0;  ///< the carry's ring of chunk totals in shared memory (0: read from global memory)
+  int v_tile = 0;        ///< the v column's launch apart: its tile (0: v in the reduce launch, or none)
   bool w_shared = true;          ///< W in shared memory (reduce and push)
   int launches = 0;              ///< kernel launches per run
   bool graph = false;            ///< the last run replayed a CUDA Graph

@@ -45,6 +45,7 @@ struct FusedRequest {
   Idx chunk_length = 0, reduce_tile = 0, reduce_nc = 0, push_tile = 0;
   int w_shared = -1;
   int carry_ring = -1;
+  int v_apart = -1;
 };
 
 /// The request for a Step (with `variant`) and a problem, with the overrides of `options`.
@@ -64,6 +65,7 @@ inline FusedRequest fused_request(const FusedStepInfo& step, std::int32_t varian
   q.push_tile = options.push_tile;
   q.w_shared = options.w_shared;
   q.carry_ring = options.carry_ring;
+  q.v_apart = options.v_apart;
   return q;
 }
 
@@ -79,7 +81,10 @@ enum FusedPlanError : std::int32_t {
 struct FusedChoice {
   FusedShape shape;
   FusedLaunch reduce, push;  ///< reduce unused when shape.C == 1
-  FusedCarry carry;          ///< unused when shape.C == 1
+  /// The v column's reduce launch when it runs apart from the identity columns' (`reduce`
+  /// then covers columns 0 … S−1), concurrently; groups 0 when v is in `reduce` or there is none.
+  FusedLaunch reduce_v;
+  FusedCarry carry;  ///< unused when shape.C == 1
   double reduce_cycles = 0, carry_cycles = 0, push_cycles = 0, cycles = 0;
   std::int32_t error = kPlanOk;
 };
@@ -95,18 +100,23 @@ BPPSA_HD inline Idx fused_max(Idx a, Idx b) { return a > b ? a : b; }
 
 /// Maps one column launch of `s` with `tile` rows × `nc` columns per thread: threads per group,
 /// groups per block (enough blocks for every SM when the groups allow, ≤ kFusedMaxThreads
-/// threads, within shared memory), W shared or global (w_pref −1: shared when it fits).
+/// threads, within shared memory), W shared or global (w_pref −1: shared when it fits). A reduce
+/// launch covers columns [col_first, col_end) of each problem (col_end 0: all ncols).
 /// False when nothing fits.
 BPPSA_HD inline bool fused_configure(FusedLaunch& l, const FusedShape& s, std::int32_t mode, Idx tile, Idx nc,
-                                     int w_pref, const FusedLimits& lim, Idx scalar) {
+                                     int w_pref, const FusedLimits& lim, Idx scalar, Idx col_first = 0,
+                                     Idx col_end = 0) {
   l = FusedLaunch{};
   l.mode = mode;
   l.tile = tile;
   l.nc = nc;
+  l.col_first = mode == kFusedReduce ? col_first : 0;
+  l.col_end = mode == kFusedReduce ? (col_end > 0 ? col_end : s.ncols) : 1;
+  if (l.col_end <= l.col_first) return false;
   l.ntile = fused_ceil_div(s.H, tile);
   if (l.ntile > kFusedMaxThreads) return false;
   l.nbuf = l.ntile > 1 ? 2 : 1;
-  l.groups = launch_groups(s, mode, nc);
+  l.groups = launch_groups(s, l);
   l.steps = mode == kFusedReduce ? s.L : push_steps_max(s);
   if (l.groups < 1) return false;
   const Idx gpb_max = kFusedMaxThreads / l.ntile;
@@ -133,11 +143,30 @@ BPPSA_HD inline bool fused_configure(FusedLaunch& l, const FusedShape& s, std::i
   return true;
 }
 
-/// Estimated cycles of a configured column launch: the largest of the issue-rate bound (all the
-/// warps' instructions over the schedulers in use), the latency bound (one warp's steps one
-/// after the other, per wave of resident blocks) and, with W in global memory, its L2 traffic.
-BPPSA_HD inline double fused_launch_cycles(const FusedLaunch& l, const FusedShape& s, const FusedStepCost& cost,
-                                           const FusedLimits& lim, Idx scalar) {
+/// The bounds of a launch's estimate (cycles): issue rate, latency, L2 traffic, W's load.
+struct FusedBounds {
+  double throughput = 0, latency = 0, l2 = 0, w_load = 0;
+};
+/// The estimate of launches running at once: their issue and L2 bounds add up, the latency is
+/// the longest one's.
+BPPSA_HD inline double fused_cycles(const FusedBounds* b, int n) {
+  double thr = 0, lat = 0, l2 = 0, w = 0;
+  for (int i = 0; i < n; ++i) {
+    thr += b[i].throughput;
+    l2 += b[i].l2;
+    lat = b[i].latency > lat ? b[i].latency : lat;
+    w = b[i].w_load > w ? b[i].w_load : w;
+  }
+  double cycles = thr > lat ? thr : lat;
+  if (l2 > cycles) cycles = l2;
+  return cycles + w;
+}
+
+/// The bounds of a configured column launch: the issue-rate bound (all the warps' instructions
+/// over the schedulers in use), the latency bound (one warp's steps one after the other, per wave
+/// of resident blocks) and, with W in global memory, its L2 traffic.
+BPPSA_HD inline FusedBounds fused_launch_bounds(const FusedLaunch& l, const FusedShape& s, const FusedStepCost& cost,
+                                                const FusedLimits& lim, Idx scalar) {
   const double G = static_cast<double>(s.G), tile = static_cast<double>(l.tile), nc = static_cast<double>(l.nc);
   const double parts = static_cast<double>(s.S / s.H);
   const double fma = scalar == 8 ? 2 : 1;  // FP64 at half the FP32 rate (sm_90)
@@ -168,9 +197,18 @@ BPPSA_HD inline double fused_launch_cycles(const FusedLaunch& l, const FusedShap
   const double l2 = l.w_shared ? 0
                                : static_cast<double>(per_sm * l.gpb) * steps * G * static_cast<double>(s.H) *
                                      static_cast<double>(launch_hpad(l) * scalar) / m.l2_bytes;
-  double cycles = throughput > latency ? throughput : latency;
-  if (l2 > cycles) cycles = l2;
-  return cycles + w_load;
+  FusedBounds b;
+  b.throughput = throughput;
+  b.latency = latency;
+  b.l2 = l2;
+  b.w_load = w_load;
+  return b;
+}
+/// Estimated cycles of a configured column launch running alone: its largest bound, plus W's load.
+BPPSA_HD inline double fused_launch_cycles(const FusedLaunch& l, const FusedShape& s, const FusedStepCost& cost,
+                                           const FusedLimits& lim, Idx scalar) {
+  const FusedBounds b = fused_launch_bounds(l, s, cost, lim, scalar);
+  return fused_cycles(&b, 1);
 }
 
 /// The carry's cycles: C − 1 sequential mat-vecs of S × S per sample (one block each).
@@ -180,10 +218,12 @@ BPPSA_HD inline double fused_carry_cycles(const FusedShape& s, const FusedCarry&
   return static_cast<double>(s.C - 1) * step;
 }
 
-/// The best launch of one mode over the compiled (tile, columns) pairs (or the forced ones).
+/// The best launch of one mode over the compiled (tile, columns) pairs (or the forced ones); a
+/// reduce launch over columns [col_first, col_end) (col_end 0: all).
 BPPSA_HD inline bool fused_best_launch(FusedLaunch& best, double& best_cycles, const FusedShape& s,
                                        const FusedStepInfo& step, std::int32_t mode, Idx force_tile, Idx force_nc,
-                                       int w_pref, const FusedLimits& lim, Idx scalar) {
+                                       int w_pref, const FusedLimits& lim, Idx scalar, Idx col_first = 0,
+                                       Idx col_end = 0) {
   bool found = false;
   for (int ti = 0; ti < kFusedTileCount; ++ti) {
     const Idx tile = kFusedTiles[ti];
@@ -193,7 +233,7 @@ BPPSA_HD inline bool fused_best_launch(FusedLaunch& best, double& best_cycles, c
       if (force_nc != 0 && nc != force_nc) continue;
       if (!fused_combo_compiled(tile, nc, scalar, step.max_tile4)) continue;
       FusedLaunch l;
-      if (!fused_configure(l, s, mode, tile, nc, w_pref, lim, scalar)) continue;
+      if (!fused_configure(l, s, mode, tile, nc, w_pref, lim, scalar, col_first, col_end)) continue;
       const double cycles = fused_launch_cycles(l, s, step.cost, lim, scalar);
       if (!found || cycles < best_cycles) {
         best = l;
@@ -252,6 +292,24 @@ BPPSA_HD inline FusedChoice fused_plan(const FusedRequest& q, const FusedLimits&
     if (ok && s.C > 1) {
       ok = fused_best_launch(p.reduce, p.reduce_cycles, s, q.step, kFusedReduce, q.reduce_tile, q.reduce_nc, q.w_shared,
                              lim, q.scalar);
+      // The v column apart (with injections): the S identity columns in one launch and v_c in a
+      // second, one column a thread, both at once; where the model finds it faster, or forced.
+      FusedLaunch ident, v;
+      double ident_cycles = 0, v_cycles = 0;
+      if (ok && s.inject && q.v_apart != 0 &&
+          fused_best_launch(ident, ident_cycles, s, q.step, kFusedReduce, q.reduce_tile, q.reduce_nc, q.w_shared, lim,
+                            q.scalar, 0, s.S) &&
+          fused_best_launch(v, v_cycles, s, q.step, kFusedReduce, q.reduce_tile, 1, q.w_shared, lim, q.scalar, s.S,
+                            s.S + 1)) {
+        const FusedBounds both[2] = {fused_launch_bounds(ident, s, q.step.cost, lim, q.scalar),
+                                     fused_launch_bounds(v, s, q.step.cost, lim, q.scalar)};
+        const double apart = fused_cycles(both, 2) + lim.model.launch;
+        if (q.v_apart == 1 || apart < p.reduce_cycles) {
+          p.reduce = ident;
+          p.reduce_v = v;
+          p.reduce_cycles = apart;
+        }
+      }
       p.carry.threads = fused_min(fused_ceil_div(s.S, 32) * 32, kFusedCarryThreads);
       p.carry.blocks = s.B;
       // The ring of totals where it fits half a multiprocessor's shared memory (two samples a
@@ -266,9 +324,10 @@ BPPSA_HD inline FusedChoice fused_plan(const FusedRequest& q, const FusedLimits&
       ok = ok && p.carry.smem * q.scalar <= lim.smem_block;
     }
     if (ok) {
-      const Idx launches = s.C > 1 ? 4 : 2;
+      const Idx launches = s.C > 1 ? 4 : 2;  // the v column's launch is in reduce_cycles
       p.cycles = p.reduce_cycles + p.carry_cycles + p.push_cycles + static_cast<double>(launches) * lim.model.launch;
       p.shape.ldw = fused_max(launch_hpad(p.push), s.C > 1 ? launch_hpad(p.reduce) : 0);
+      if (p.reduce_v.groups > 0) p.shape.ldw = fused_max(p.shape.ldw, launch_hpad(p.reduce_v));
       if (!found || p.cycles < best.cycles) {
         best = p;
         found = true;
