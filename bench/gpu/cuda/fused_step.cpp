@@ -85,6 +85,12 @@ std::vector<std::pair<json, FusedScanOptions>> sweep_options(long steps, const F
   g.chunk_length = model.chunk_length;
   g.w_shared = 0;
   v.push_back({{{"chunk_length", g.chunk_length}, {"w_shared", 0}}, g});
+  if (model.chunks > 1) {  // the carry's totals from global memory instead of the ring (or the reverse)
+    FusedScanOptions r;
+    r.chunk_length = model.chunk_length;
+    r.carry_ring = model.carry_stages > 0 ? 0 : 1;
+    v.push_back({{{"chunk_length", r.chunk_length}, {"carry_ring", r.carry_ring}}, r});
+  }
   return v;
 }
 
@@ -102,6 +108,8 @@ json stats_json(const FusedScanStats& s) {
           {"push_tile", s.push_tile},
           {"push_threads_per_column", s.push_threads_per_column},
           {"w_shared", s.w_shared},
+          {"carry_stages", s.carry_stages},
+          {"v_tile", s.v_tile},
           {"device_bytes", s.device_bytes},
           {"estimate_us", s.estimate_us}};
 }
