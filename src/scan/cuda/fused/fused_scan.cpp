@@ -267,7 +267,7 @@ FusedScan<T> FusedScan<T>::plan(const FusedStep<T>& step, std::int32_t variant, 
     a.launch = impl->plan.reduce;
     allow_fused_smem(step, a, static_cast<int>(lim.smem_block));
   }
-  if (s.C > 1 && impl->plan.reduce_v.groups > 0) {
+  if (impl->plan.reduce_v.groups > 0) {  // only planned with chunks (C > 1)
     a.launch = impl->plan.reduce_v;
     allow_fused_smem(step, a, static_cast<int>(lim.smem_block));
     impl->aux = std::make_unique<cuda::Stream>();

@@ -310,6 +310,7 @@ BPPSA_HD inline FusedChoice fused_plan(const FusedRequest& q, const FusedLimits&
           p.reduce_cycles = apart;
         }
       }
+      ok = ok && (p.reduce_v.groups > 0 || !s.inject || q.v_apart != 1);  // forced apart: no fallback
       p.carry.threads = fused_min(fused_ceil_div(s.S, 32) * 32, kFusedCarryThreads);
       p.carry.blocks = s.B;
       // The ring of totals where it fits half a multiprocessor's shared memory (two samples a
