@@ -5,10 +5,10 @@
 //   bench_fused_model --sweep SWEEP.jsonl
 //
 // Each timed record is planned again with every choice it ran forced (chunk length, reduce tile
-// and columns, push tile, W in shared memory or not) on the device it ran on (its multiprocessor
-// count; the H100's shared memory). A record the planner no longer makes (a pair no longer
-// compiled, or a mapping that differs from the one that ran) is listed with the reason and gets
-// no estimate.
+// and columns, push tile, W in shared memory or not, the record's ring or not) on the device it
+// ran on (its multiprocessor count; the H100's shared memory). A record the planner no longer
+// makes (a pair no longer compiled, or a mapping that differs from the one that ran) is listed
+// with the reason and gets no estimate.
 // Output: one JSON line describing the records ({"records": [{id, cell, measured_us, recorded_us,
 // constants, model, plan, used, why}]}: `recorded_us` the estimate bench_fused_scan recorded with
 // `constants` (its model_constants, or "defaults" for records before it wrote them), `model` true
@@ -59,6 +59,8 @@ std::string rebuild(const json& r, Record& out) {
     q.reduce_nc = r.at("reduce_columns").get<Idx>();
   }
   q.w_shared = r.at("w_shared").get<bool>() ? 1 : 0;
+  // The record's ring as it ran (records from before the ring read the record from global memory).
+  q.record_ring = r.value("reduce_stages", 0) > 0 || r.value("push_stages", 0) > 0 ? -1 : 0;
   FusedLimits lim;
   lim.sms = r.at("device").at("multiprocessors").get<Idx>();
   const FusedChoice p = fused_plan(q, lim);

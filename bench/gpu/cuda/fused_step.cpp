@@ -91,6 +91,10 @@ std::vector<std::pair<json, FusedScanOptions>> sweep_options(long steps, const F
     r.carry_ring = model.carry_stages > 0 ? 0 : 1;
     v.push_back({{{"chunk_length", r.chunk_length}, {"carry_ring", r.carry_ring}}, r});
   }
+  FusedScanOptions rec;  // the record from global memory instead of the ring (or the reverse)
+  rec.chunk_length = model.chunk_length;
+  rec.record_ring = model.push_stages > 0 || model.reduce_stages > 0 ? 0 : 1;
+  v.push_back({{{"chunk_length", rec.chunk_length}, {"record_ring", rec.record_ring}}, rec});
   return v;
 }
 
@@ -110,6 +114,8 @@ json stats_json(const FusedScanStats& s) {
           {"w_shared", s.w_shared},
           {"carry_stages", s.carry_stages},
           {"v_tile", s.v_tile},
+          {"reduce_stages", s.reduce_stages},
+          {"push_stages", s.push_stages},
           {"device_bytes", s.device_bytes},
           {"estimate_us", s.estimate_us}};
 }

@@ -1,15 +1,15 @@
 // The fused chunked scan (src/scan/cuda/fused/, a layer through src/nn/cuda/fused_scan.hpp) on the GPU against the CPU
-// engine's BP (tests/common/cuda/fused_record.hpp): every cell, every compiled kernel (tile × columns, W_hh on chip or not),
-// exact operand order on small integers, CUDA Graph replays and pointer changes, errors, and a covering set of the
-// issue's sizes (T up to 30000, H 1…256, batch 1…64). GpuSmall.* stays small for compute-sanitizer (memcheck,
+// engine's BP (tests/common/cuda/fused_record.hpp): every cell, every compiled kernel (tile × columns, W_hh on chip or
+// not), exact operand order on small integers, CUDA Graph replays and pointer changes, errors, and a covering set of
+// the sizes (T up to 30000, H 1…256, batch 1…64). GpuSmall.* stays small for compute-sanitizer (memcheck,
 // racecheck); GpuFused.* is the rest.
 #include <cstdlib>
 #include <cstring>
 
-#include "cuda/gpu_compare.hpp"
 #include "core/cuda/buffer.hpp"
-#include "expect_error.hpp"
 #include "cuda/fused_record.hpp"
+#include "cuda/gpu_compare.hpp"
+#include "expect_error.hpp"
 #include "nn/cuda/fused_cells.hpp"
 #include "nn/cuda/fused_scan.hpp"
 
@@ -188,6 +188,28 @@ TEST(GpuSmall, FusedCarrysRingGivesTheBitsOfGlobalReads) {
       ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << L.describe() << describe(with);
       ASSERT_TRUE(matches_bp(L, ring));
     }
+}
+
+TEST(GpuSmall, FusedRecordsRingGivesTheBitsOfGlobalReads) {
+  // The record staged into shared memory by cp.async (3 slots a group) against the steps' own
+  // global reads: the same arithmetic, so the same bits; one thread a column (20 rows) and several
+  // (4 rows, the group's barrier), 16-byte copies (H 20) and one-value copies (H 13).
+  for (const std::int32_t cell : kCells)
+    for (const Index H : {20, 13})
+      for (const Index tile : {20, 4}) {
+        const auto L = make_layer<float>(cell, H, pick<Index>(203, 61), 3, true, true, 16);
+        const Index nc = tile == 20 && cell != gpu::kLstm ? 4 : 1;
+        FusedScanOptions ring = options(true, 4, tile, nc, tile), global = ring;
+        ring.record_ring = 1;
+        global.record_ring = 0;
+        FusedScanStats with{}, without{};
+        const std::vector<float> a = run_fused(L, ring, &with), b = run_fused(L, global, &without);
+        EXPECT_EQ(with.reduce_stages, gpu::kFusedRecordStages);
+        EXPECT_EQ(with.push_stages, gpu::kFusedRecordStages);
+        EXPECT_EQ(without.reduce_stages + without.push_stages, 0);
+        ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << L.describe() << describe(with);
+        ASSERT_TRUE(matches_bp(L, ring));
+      }
 }
 
 TEST(GpuSmall, FusedVColumnApartGivesTheBitsOfOneLaunch) {

@@ -65,8 +65,13 @@ struct Replayed {
 };
 
 /// Runs the column launch a.launch: the load phase of every thread, a barrier, then every step.
+/// With the record's ring (l.stages > 0) the asynchronous copies land as late as the kernel
+/// allows, at the wait of the step that reads them (with a barrier after it: every thread's of
+/// that step), and their slot values hold NaN from the issue on; `late` lands them one step after
+/// that (a kernel that does not wait: the replay's own test).
 template <class T>
-void replay_columns(const FusedArgs<T>& a, const DeviceVector<T>& wp, Order order, std::mt19937_64& rng) {
+void replay_columns(const FusedArgs<T>& a, const DeviceVector<T>& wp, Order order, std::mt19937_64& rng,
+                    bool late = false) {
   const FusedLaunch& l = a.launch;
   for (Idx block = 0; block < l.blocks; ++block) {
     DeviceVector<T> sm(static_cast<std::size_t>(l.smem), kNaN<T>);
@@ -78,7 +83,37 @@ void replay_columns(const FusedArgs<T>& a, const DeviceVector<T>& wp, Order orde
       if (order == Order::reverse) std::reverse(ids.begin(), ids.end());
       if (order == Order::shuffled) std::shuffle(ids.begin(), ids.end(), rng);
     };
+    // The ring's copies in flight: (thread, step) → (destination, source) values.
+    std::map<std::pair<Idx, Idx>, std::vector<std::pair<T*, const T*>>> in_flight;
+    auto issue = [&](Idx t, Idx j) {
+      const gpu::FusedGroup& g = gr[static_cast<std::size_t>(t)];
+      const T* ring = sm.data() + gpu::ring_offset(a.shape, l);
+      gpu::visit_cell(a.shape.variant, [&](auto cell) {
+        gpu::fused_stage_copies<T, decltype(cell)>(a, sm.data(), g, j, [&](T* dst, const T* src, auto n) {
+          constexpr int N = decltype(n)::value;
+          const Idx at = static_cast<Idx>(dst - ring);  // inside the group's slot of step j
+          ASSERT_EQ(at / l.stage_len, g.slot * l.stages + j % l.stages) << "step " << j << " thread " << t;
+          ASSERT_EQ((at + N - 1) / l.stage_len, at / l.stage_len) << "step " << j << " thread " << t;
+          if (N > 1) {
+            ASSERT_EQ(reinterpret_cast<std::uintptr_t>(dst) % 16, 0u);
+            ASSERT_EQ(reinterpret_cast<std::uintptr_t>(src) % 16, 0u);
+          }
+          for (int i = 0; i < N; ++i) {
+            dst[i] = kNaN<T>;
+            in_flight[{t, j}].emplace_back(dst + i, src + i);
+          }
+        });
+      });
+    };
+    auto land = [&](Idx t, Idx j) {
+      const auto it = in_flight.find({t, j});
+      if (it == in_flight.end()) return;
+      for (const auto& [dst, src] : it->second) *dst = *src;
+      in_flight.erase(it);
+    };
     arrange();
+    for (Idx j = 0; l.stages > 0 && j < l.stages - 1; ++j)
+      for (Idx t : ids) issue(t, j);
     for (Idx t : ids) gpu::fused_load(a, sm.data(), gr[static_cast<std::size_t>(t)], t);
     const T* w = l.w_shared ? sm.data() : wp.data();
     const Idx ldw = l.w_shared ? gpu::launch_hpad(l) : a.shape.ldw;
@@ -96,15 +131,25 @@ void replay_columns(const FusedArgs<T>& a, const DeviceVector<T>& wp, Order orde
       });
       ASSERT_TRUE(ok) << "tile " << l.tile << " × " << l.nc << " not compiled";
     };
+    const Idx ahead = l.stages - 1, landing = late ? 1 : 0;
     if (order == Order::thread_major) {
       ASSERT_EQ(l.ntile, 1) << "thread-major replay is only valid without step barriers";
       std::shuffle(ids.begin(), ids.end(), rng);
       for (Idx t : ids)
-        for (Idx j = 0; j < l.steps; ++j) step(t, j);
+        for (Idx j = 0; j < l.steps; ++j) {
+          if (l.stages > 0) land(t, j - landing);  // the thread's own wait (no barrier)
+          step(t, j);
+          if (l.stages > 0) issue(t, j + ahead);
+        }
     } else {
       for (Idx j = 0; j < l.steps; ++j) {
+        if (l.stages > 0)
+          for (Idx t : ids) land(t, j - landing);
         arrange();
-        for (Idx t : ids) step(t, j);
+        for (Idx t : ids) {
+          step(t, j);
+          if (l.stages > 0) issue(t, j + ahead);
+        }
       }
     }
   }
@@ -150,7 +195,8 @@ void replay_carry(const FusedArgs<T>& a, Order order, std::mt19937_64& rng, bool
 /// lengths `len` (B values) unless empty.
 template <class T>
 Replayed<T> replay(const FusedLayer<T>& L, const FusedChoice& plan, Order order = Order::forward,
-                   std::uint64_t seed = 1, const std::vector<Idx>& len = {}, bool late_ring = false) {
+                   std::uint64_t seed = 1, const std::vector<Idx>& len = {}, bool late_ring = false,
+                   bool late_record = false) {
   std::mt19937_64 rng(seed);
   const FusedShape& s = plan.shape;
   Replayed<T> r;
@@ -177,16 +223,18 @@ Replayed<T> replay(const FusedLayer<T>& L, const FusedChoice& plan, Order order 
   if (s.C > 1) {
     a.launch = plan.reduce;
     replay_columns(a, r.wp, plan.reduce.ntile == 1 || order != Order::thread_major ? columns_order : Order::shuffled,
-                   rng);
+                   rng, late_record);
     if (plan.reduce_v.groups > 0) {  // the v column's launch, concurrent with the reduce's: other columns
       a.launch = plan.reduce_v;
       replay_columns(a, r.wp,
-                     plan.reduce_v.ntile == 1 || order != Order::thread_major ? columns_order : Order::shuffled, rng);
+                     plan.reduce_v.ntile == 1 || order != Order::thread_major ? columns_order : Order::shuffled, rng,
+                     late_record);
     }
     replay_carry(a, order, rng, late_ring);
   }
   a.launch = plan.push;
-  replay_columns(a, r.wp, plan.push.ntile == 1 || order != Order::thread_major ? columns_order : Order::shuffled, rng);
+  replay_columns(a, r.wp, plan.push.ntile == 1 || order != Order::thread_major ? columns_order : Order::shuffled, rng,
+                 late_record);
   return r;
 }
 
@@ -204,8 +252,9 @@ FusedRequest request(const FusedLayer<T>& L) {
 /// A plan for the layer (the cost model's, or with overrides); fails the test when refused.
 template <class T>
 FusedChoice plan_for(const FusedLayer<T>& L, Idx chunk = 0, Idx reduce_tile = 0, Idx reduce_nc = 0, Idx push_tile = 0,
-                     int w_shared = -1, int v_apart = -1) {
+                     int w_shared = -1, int v_apart = -1, int record_ring = -1) {
   FusedRequest q = request(L);
+  q.record_ring = record_ring;
   q.chunk_length = chunk;
   q.reduce_tile = reduce_tile;
   q.reduce_nc = reduce_nc;
@@ -226,6 +275,9 @@ std::string plan_string(const FusedChoice& p) {
               ? ", v apart " + std::to_string(p.reduce_v.tile) + "/" + std::to_string(p.reduce_v.ntile)
               : std::string()) +
          ", push " + std::to_string(p.push.tile) + "/" + std::to_string(p.push.ntile) + (p.push.w_shared ? "" : " gW") +
+         (p.reduce.stages > 0 || p.push.stages > 0
+              ? ", ring " + std::to_string(p.reduce.stages) + "/" + std::to_string(p.push.stages)
+              : std::string()) +
          "]";
 }
 
@@ -351,6 +403,12 @@ TEST(FusedChoice, TheIssueSizesGetValidPlansThatFitTheDevice) {
               ASSERT_LE(l->threads, gpu::kFusedMaxThreads) << what;
               ASSERT_LE(l->smem * scalar, lim.smem_block) << what;
               ASSERT_EQ(l->smem, gpu::launch_smem(s, *l)) << what;
+              if (l->stages > 0) {  // the record's ring: a slot holds a step's spans (and the injection it takes)
+                const Idx values = static_cast<Idx>(gpu::fused_cell_info(cell).record_per_unit) * H;
+                ASSERT_EQ(l->stages, gpu::kFusedRecordStages) << what;
+                ASSERT_EQ(l->stage_len, gpu::stage_values(s, *l, values)) << what;
+                ASSERT_GE(l->stage_len, values + (gpu::launch_takes_e(s, *l) ? H : 0)) << what;
+              }
               ASSERT_GE(l->blocks * l->gpb, l->groups) << what;
               ASSERT_LT((l->blocks - 1) * l->gpb, l->groups) << what;
             }
@@ -712,6 +770,131 @@ TEST(FusedHost, TheCarrysRingGivesTheBitsOfGlobalReadsAndIsWaitedFor) {
       const auto nan = std::count_if(late.g.begin(), late.g.end(), [](double v) { return std::isnan(v); });
       ASSERT_GT(nan, 0) << L.describe();
     }
+}
+
+TEST(FusedHost, TheRecordsRingGivesTheBitsOfGlobalReadsAndIsWaitedFor) {
+  // The ring changes where a step reads its record and injection from, not what it computes: the
+  // bits of the global reads, with one thread (no barrier) and several (the group's barrier) a
+  // column, 16-byte copies (float, H 8) and one-value copies (double, H 7), per-sample lengths.
+  for (const std::int32_t cell : kCells)
+    for (const bool inject : {false, true}) {
+      const auto L = make_layer<float>(cell, 8, 37, 3, inject, true, 41);
+      const Matrix<double> want = oracle_bp(L);
+      // reduce 4 rows a thread (2 threads a column), push 8 (one); then 8 × 4 columns (one thread).
+      for (const Idx reduce_tile : {4, 8}) {
+        const Idx nc = reduce_tile == 8 && cell != gpu::kLstm ? 4 : 1;
+        const FusedChoice ring = plan_for(L, 5, reduce_tile, nc, 8, -1, 0, 1);
+        const FusedChoice global = plan_for(L, 5, reduce_tile, nc, 8, -1, 0, 0);
+        ASSERT_EQ(ring.reduce.stages, gpu::kFusedRecordStages) << plan_string(ring);
+        ASSERT_EQ(ring.push.stages, gpu::kFusedRecordStages) << plan_string(ring);
+        ASSERT_EQ(global.reduce.stages + global.push.stages, 0) << plan_string(global);
+        const Order order = reduce_tile == 8 ? Order::thread_major : Order::shuffled;
+        const Replayed<float> a = replay(L, ring, order, 3), b = replay(L, global);
+        ASSERT_TRUE(close_to_oracle(a.g.data(), want, L.B, kTol<float>, kFloor)) << L.describe() << plan_string(ring);
+        ASSERT_EQ(0, std::memcmp(a.g.data(), b.g.data(), a.g.size() * sizeof(float)))
+            << L.describe() << plan_string(ring);
+        // A step that reads its slot before the copies have landed (a kernel without the wait) shows:
+        // NaN, or (relu's 1[h > 0] of a NaN is 0) other values.
+        const Replayed<float> late = replay(L, ring, order, 3, {}, false, true);
+        ASSERT_NE(0, std::memcmp(late.g.data(), b.g.data(), b.g.size() * sizeof(float)))
+            << L.describe() << plan_string(ring);
+      }
+      const std::vector<Idx> len{29, 12, 1};
+      const auto D = make_layer<double>(cell, 7, 29, 3, inject, true, 43);
+      const FusedLayer<double> packed = packed_layer(D, len);
+      const FusedChoice ring = plan_for(D, 4, 4, 1, 4, -1, -1, 1), global = plan_for(D, 4, 4, 1, 4, -1, -1, 0);
+      ASSERT_GT(ring.reduce.stages, 0);
+      const Replayed<double> a = replay(packed, ring, Order::reverse, 2, len),
+                             b = replay(packed, global, Order::forward, 1, len);
+      ASSERT_TRUE(matches_per_sample(a.g.data(), D, len, kTol<double>, 0)) << D.describe() << plan_string(ring);
+      ASSERT_EQ(0, std::memcmp(a.g.data(), b.g.data(), a.g.size() * sizeof(double)))
+          << D.describe() << plan_string(ring);
+    }
+}
+
+TEST(FusedHost, TheRecordsCopiesAreWideWhereAlignedAndCoverEverySpan) {
+  // Every value of a step's spans is copied exactly once by the group's threads, into the slot's
+  // layout the step reads; 16 bytes at a time exactly where every span allows it.
+  for (const std::int32_t cell : kCells)
+    for (const Idx H : {8, 7}) {
+      const auto L = make_layer<float>(cell, H, 12, 2, true, true, 5);
+      const FusedChoice p = plan_for(L, 4, 4, 1, 4, -1, -1, 1);
+      Replayed<float> r = replay(L, p);
+      r.a.launch = p.push;
+      const FusedLaunch& l = p.push;
+      ASSERT_EQ(l.ntile, 2);
+      DeviceVector<float> sm(static_cast<std::size_t>(l.smem), kNaN<float>);
+      for (Idx t = 0; t < l.threads; ++t) {
+        const gpu::FusedGroup g = gpu::fused_group(p.shape, l, 0, t);
+        if (!g.valid || g.tile != 0) continue;
+        for (Idx j = 0; j < g.steps; ++j) {
+          std::map<const float*, int> copied;
+          int wide = 0, narrow = 0;
+          for (Idx tile = 0; tile < l.ntile; ++tile) {
+            gpu::FusedGroup mate = g;
+            mate.tile = tile;
+            gpu::visit_cell(cell, [&](auto c) {
+              gpu::fused_stage_copies<float, decltype(c)>(r.a, sm.data(), mate, j,
+                                                          [&](float* dst, const float* src, auto n) {
+                                                            constexpr int N = decltype(n)::value;
+                                                            (N > 1 ? wide : narrow) += 1;
+                                                            for (int i = 0; i < N; ++i) {
+                                                              dst[i] = src[i];
+                                                              ++copied[src + i];
+                                                            }
+                                                          });
+            });
+          }
+          const float* span[4];
+          Idx len[4];
+          gpu::visit_cell(cell, [&](auto c) { gpu::fused_spans<float, decltype(c)>(r.a, g, j, span, len); });
+          Idx values = 0;
+          const float* slot = gpu::fused_stage_slot(r.a, sm.data(), g, j);
+          for (int q = 0; q < 4; ++q) {
+            for (Idx i = 0; i < len[q]; ++i) {
+              ASSERT_EQ(copied[span[q] + i], 1) << cell_name(cell) << " H " << H << " step " << j << " span " << q;
+              ASSERT_EQ(std::memcmp(slot + values + i, span[q] + i, sizeof(float)), 0);
+            }
+            values += len[q];
+          }
+          ASSERT_EQ(static_cast<Idx>(copied.size()), values);
+          ASSERT_LE(values, l.stage_len);
+          ASSERT_GE(values, (cell == gpu::kGru ? 5 : cell == gpu::kLstm ? 6 : 1) * H);
+          // H 8: every span is whole 16-byte pieces of aligned memory; H 7: h (7 values) is not.
+          ASSERT_EQ(narrow == 0, H == 8) << cell_name(cell) << " step " << j;
+          ASSERT_EQ(wide > 0, H == 8 || cell == gpu::kLstm) << cell_name(cell) << " step " << j;  // LSTM's 4H gates
+        }
+      }
+    }
+}
+
+TEST(FusedChoice, TheRecordsRingIsPlannedWhereItFitsAndAsForced) {
+  const gpu::FusedLimits lim;
+  for (const std::int32_t cell : kCells) {
+    // The paper's shape: a ring on every launch by default, none when refused.
+    FusedRequest q = gpu::fused_cell_request(cell, 20, 30000, 16, true, 4);
+    const FusedChoice p = gpu::fused_plan(q, lim);
+    ASSERT_EQ(p.error, gpu::kPlanOk);
+    ASSERT_GT(p.reduce.stages, 0) << cell_name(cell) << plan_string(p);
+    ASSERT_GT(p.push.stages, 0) << cell_name(cell) << plan_string(p);
+    if (p.reduce_v.groups > 0) {
+      ASSERT_GT(p.reduce_v.stages, 0) << cell_name(cell) << plan_string(p);
+      ASSERT_FALSE(gpu::launch_takes_e(p.shape, p.reduce));  // the identity columns stage no injection
+      ASSERT_TRUE(gpu::launch_takes_e(p.shape, p.reduce_v));
+    }
+    q.record_ring = 0;
+    const FusedChoice none = gpu::fused_plan(q, lim);
+    ASSERT_EQ(none.error, gpu::kPlanOk);
+    ASSERT_EQ(none.reduce.stages + none.push.stages + none.reduce_v.stages, 0);
+    // Four slots of a 4096-unit LSTM step (7 · 4096 values) cannot fit: forced, no plan; else none.
+    FusedRequest big = gpu::fused_cell_request(gpu::kLstm, 4096, 100, 2, true, 4);
+    big.record_ring = 1;
+    ASSERT_EQ(gpu::fused_plan(big, lim).error, gpu::kPlanTooLarge);
+    big.record_ring = -1;
+    const FusedChoice fallback = gpu::fused_plan(big, lim);
+    ASSERT_EQ(fallback.error, gpu::kPlanOk);
+    ASSERT_EQ(fallback.push.stages, 0);
+  }
 }
 
 TEST(FusedHost, TheVColumnApartGivesTheBitsOfOneLaunch) {

@@ -71,6 +71,7 @@ FusedChoice plan_or_raise(const FusedStepInfo& step, std::int32_t variant, const
                                     " bytes of shared memory per block" +
                                     (o.w_shared == 1 ? ", W forced into shared memory" : "") +
                                     (o.carry_ring == 1 ? ", the carry's ring of totals forced" : "") +
+                                    (o.record_ring == 1 ? ", the record's ring forced" : "") +
                                     " and the chunk totals within half the free memory); use a smaller hidden size" +
                                     (o.chunk_length > 0 ? " or let the cost model choose the chunk length" : ""));
   }
@@ -101,7 +102,9 @@ FusedScanStats stats_of(const FusedChoice& p, const FusedStepInfo& step) {
     st.reduce_threads_per_column = static_cast<int>(p.reduce.ntile);
     st.carry_stages = static_cast<int>(p.carry.stages);
     st.v_tile = p.reduce_v.groups > 0 ? static_cast<int>(p.reduce_v.tile) : 0;
+    st.reduce_stages = static_cast<int>(p.reduce.stages);
   }
+  st.push_stages = static_cast<int>(p.push.stages);
   st.push_tile = static_cast<int>(p.push.tile);
   st.push_threads_per_column = static_cast<int>(p.push.ntile);
   st.w_shared = p.push.w_shared && (!scan || (p.reduce.w_shared && (st.v_tile == 0 || p.reduce_v.w_shared)));

@@ -1,9 +1,14 @@
 // The column kernel of the fused scan (reduce and push), a template over the Step, the row tile
-// and the columns per thread: the phases of math.hpp between barriers, plus L1 prefetches of the
-// record a few steps ahead (the steps' loads are what a push waits on). Included by the .cu files
+// and the columns per thread: the phases of math.hpp between barriers, with the record staged
+// into shared memory steps ahead by asynchronous copies (the ring, where it fits) or prefetched
+// to L1 (the steps' loads are what the columns wait on). Included by the .cu files
 // that instantiate make_fused_step<T, Step>() (for the recurrent cells nn/cuda/fused_kernels_<cell>.cu,
 // one cell each, so that they compile in parallel).
 #pragma once
+
+#include <cuda_pipeline_primitives.h>
+
+#include <type_traits>
 
 #include "core/cuda/check.hpp"
 #include "scan/cuda/fused/kernels.hpp"
@@ -19,18 +24,41 @@ __device__ __forceinline__ void fused_prefetch_l1(const T* p) {
   asm volatile("prefetch.L1 [%0];" ::"l"(p));
 }
 
+/// The asynchronous copy (cp.async) of N values into shared memory, for fused_stage_copies.
+template <class T>
+struct FusedAsyncCopy {
+  template <int N>
+  __device__ __forceinline__ void operator()(T* dst, const T* src, std::integral_constant<int, N>) const {
+    __pipeline_memcpy_async(dst, src, N * sizeof(T));
+  }
+};
+
+/// With the record's ring (a.launch.stages > 0), step j waits for its own copies of slot j, meets
+/// the group's barrier (ntile > 1: every thread's copies have landed, step j − 1 is done), runs,
+/// then issues the copies of step j + stages − 1 into the slot step j − 1 read. Without it, the
+/// record is prefetched to L1 and the barrier follows the step.
 template <class T, class Step, int TW, int NC, bool Len>
 __device__ __forceinline__ void fused_column_loop(const FusedArgs<T>& a, T* sm, const T* w, Idx ldw,
                                                   const FusedGroup& gr) {
-  const bool sync = a.launch.ntile > 1;
+  const bool sync = a.launch.ntile > 1, ring = a.launch.stages > 0;
   for (Idx j = 0; j < a.launch.steps; ++j) {
-    for (Idx which = gr.tile;; which += a.launch.ntile) {
-      const T* line = fused_prefetch_line<T, Step>(a, gr, j + kFusedPrefetchAhead, which);
-      if (line == nullptr) break;
-      fused_prefetch_l1(line);
+    if (ring) {
+      __pipeline_wait_prior(kFusedRecordStages - 2);
+      if (sync) __syncthreads();
+    } else {
+      for (Idx which = gr.tile;; which += a.launch.ntile) {
+        const T* line = fused_prefetch_line<T, Step>(a, gr, j + kFusedPrefetchAhead, which);
+        if (line == nullptr) break;
+        fused_prefetch_l1(line);
+      }
     }
     fused_step<T, Step, TW, NC, Len>(a, sm, w, ldw, gr, j);
-    if (sync) __syncthreads();
+    if (ring) {
+      fused_stage_copies<T, Step>(a, sm, gr, j + kFusedRecordStages - 1, FusedAsyncCopy<T>{});
+      __pipeline_commit();
+    } else if (sync) {
+      __syncthreads();
+    }
   }
 }
 
@@ -40,12 +68,19 @@ __global__ void __launch_bounds__(kFusedMaxThreads) fused_columns_kernel(FusedAr
   extern __shared__ __align__(32) unsigned char fused_smem[];
   T* sm = reinterpret_cast<T*>(fused_smem);
   const FusedGroup gr = fused_group(a.shape, a.launch, blockIdx.x, threadIdx.x);
-  for (Idx j = 0; j < kFusedPrefetchAhead; ++j)  // the loop prefetches from step kFusedPrefetchAhead on
-    for (Idx which = gr.tile;; which += a.launch.ntile) {
-      const T* line = fused_prefetch_line<T, Step>(a, gr, j, which);
-      if (line == nullptr) break;
-      fused_prefetch_l1(line);
+  if (a.launch.stages > 0) {
+    for (Idx j = 0; j < kFusedRecordStages - 1; ++j) {  // the loop issues from step stages − 1 on
+      fused_stage_copies<T, Step>(a, sm, gr, j, FusedAsyncCopy<T>{});
+      __pipeline_commit();  // one group a step, empty where it copies nothing: the wait counts groups
     }
+  } else {
+    for (Idx j = 0; j < kFusedPrefetchAhead; ++j)  // the loop prefetches from step kFusedPrefetchAhead on
+      for (Idx which = gr.tile;; which += a.launch.ntile) {
+        const T* line = fused_prefetch_line<T, Step>(a, gr, j, which);
+        if (line == nullptr) break;
+        fused_prefetch_l1(line);
+      }
+  }
   fused_load(a, sm, gr, threadIdx.x);
   __syncthreads();
   // Two copies of the loop, so that each reads W with its own memory's instructions.

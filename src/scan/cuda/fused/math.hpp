@@ -163,6 +163,9 @@ struct FusedLaunch {
   Idx steps = 0;  ///< loop trips: every column's steps ≤ this
   Idx nbuf = 1;   ///< x buffers: 2 when ntile > 1 (the threads of a group exchange rows)
   bool w_shared = true;
+  /// The record's ring (fused_stage_copies): kFusedRecordStages slots a group, each of stage_len
+  /// values, or 0 (the steps read the record from global memory, prefetched to L1).
+  Idx stages = 0, stage_len = 0;
   Idx smem = 0;  ///< dynamic shared memory in values
 };
 BPPSA_HD inline Idx launch_hpad(const FusedLaunch& l) { return l.ntile * l.tile; }
@@ -176,13 +179,31 @@ BPPSA_HD inline Idx launch_groups(const FusedShape& s, const FusedLaunch& l) {
 }
 
 /// Shared memory of a column launch, in values: [W: GH × hpad, when shared][x: nbuf × S ×
-/// (gpb·nc)], x row r of buffer b at ((b·S + r)·gpb + group)·nc + column.
+/// (gpb·nc)][the record's ring: gpb × stages slots of stage_len, from a multiple of 4 values],
+/// x row r of buffer b at ((b·S + r)·gpb + group)·nc + column.
 BPPSA_HD inline Idx x_offset(const FusedShape& s, const FusedLaunch& l) {
   return l.w_shared ? s.GH * launch_hpad(l) : 0;
 }
 BPPSA_HD inline Idx x_stride(const FusedLaunch& l) { return l.gpb * l.nc; }
+BPPSA_HD inline Idx ring_offset(const FusedShape& s, const FusedLaunch& l) {
+  return (x_offset(s, l) + l.nbuf * s.S * x_stride(l) + 3) / 4 * 4;
+}
 BPPSA_HD inline Idx launch_smem(const FusedShape& s, const FusedLaunch& l) {
-  return x_offset(s, l) + l.nbuf * s.S * x_stride(l);
+  return l.stages > 0 ? ring_offset(s, l) + l.gpb * l.stages * l.stage_len
+                      : x_offset(s, l) + l.nbuf * s.S * x_stride(l);
+}
+
+/// Slots of the record's ring a group: step j reads slot j % stages while the copies of steps
+/// j + 1 … j + stages − 1 are in flight.
+inline constexpr Idx kFusedRecordStages = 3;
+/// Whether a launch's columns take the injection (push; a reduce launch holding the v column).
+BPPSA_HD inline bool launch_takes_e(const FusedShape& s, const FusedLaunch& l) {
+  return s.inject && (l.mode == kFusedPush || l.col_end > s.S);
+}
+/// Values of one ring slot: a step's record (`record_values`, the Step's spans) and, where the
+/// launch takes it, the injection (H), rounded up to 4 values (16-byte copies stay aligned).
+BPPSA_HD inline Idx stage_values(const FusedShape& s, const FusedLaunch& l, Idx record_values) {
+  return (record_values + (launch_takes_e(s, l) ? s.H : 0) + 3) / 4 * 4;
 }
 
 /// What a thread works on: group (chunk, sample) and its first column; `valid` false for the
@@ -324,6 +345,61 @@ BPPSA_HD inline void fused_load(const FusedArgs<T>& a, T* sm, const FusedGroup& 
   }
 }
 
+/// The spans step j of a thread's group reads: the Step's record (fused_record) in spans 0–2, and
+/// in span 3 the injection e_{t−1} where the launch takes it (launch_takes_e, t ≥ 2); null spans
+/// have length 0. False (and no spans) past the group's steps.
+template <class T, class Step>
+BPPSA_HD inline bool fused_spans(const FusedArgs<T>& a, const FusedGroup& gr, Idx j, const T* (&span)[4],
+                                 Idx (&len)[4]) {
+  const FusedShape& s = a.shape;
+  if (!gr.valid || j >= gr.steps) return false;
+  const Idx t = chunk_end(s, gr.chunk) - j, b = gr.sample;
+  const FusedStepRecord<T> rec = Step::template fused_record<T>(a, t, b);
+  span[0] = rec.p0, span[1] = rec.p1, span[2] = rec.p2, span[3] = nullptr;
+  len[0] = rec.n0, len[1] = rec.n1, len[2] = rec.n2, len[3] = 0;
+  if (launch_takes_e(s, a.launch) && a.above != nullptr && t >= 2) {
+    span[3] = a.above + ((t - 2) * s.B + b) * s.H;
+    len[3] = s.H;
+  }
+  for (int q = 0; q < 4; ++q)
+    if (span[q] == nullptr) len[q] = 0;
+  return true;
+}
+
+/// The ring slot of step j of a thread's group (a.launch.stages > 0): its spans one after the other.
+template <class T>
+BPPSA_HD inline T* fused_stage_slot(const FusedArgs<T>& a, T* sm, const FusedGroup& gr, Idx j) {
+  const FusedLaunch& l = a.launch;
+  return sm + ring_offset(a.shape, l) + (gr.slot * l.stages + j % l.stages) * l.stage_len;
+}
+
+/// The copies a thread issues to stage step j's spans into its group's ring slot (none without a
+/// ring, past the group's steps or at a padded step): copy(dst, src, std::integral_constant<int, n>)
+/// of n values, 16 bytes' worth where the span and its place in the slot are 16-byte aligned and
+/// the span is whole pieces, else one value; the group's ntile threads take every ntile-th piece.
+template <class T, class Step, class Copy>
+BPPSA_HD inline void fused_stage_copies(const FusedArgs<T>& a, T* sm, const FusedGroup& gr, Idx j, Copy&& copy) {
+  const T* span[4];
+  Idx len[4];
+  if (a.launch.stages == 0 || !fused_spans<T, Step>(a, gr, j, span, len)) return;
+  if (fused_padded(a, chunk_end(a.shape, gr.chunk) - j, gr.sample)) return;
+  constexpr Idx Q = static_cast<Idx>(16 / sizeof(T));
+  const Idx nt = a.launch.ntile;
+  T* dst = fused_stage_slot(a, sm, gr, j);
+  for (int q = 0; q < 4; ++q) {
+    const T* src = span[q];
+    const Idx n = len[q];
+    const bool wide = n % Q == 0 && reinterpret_cast<std::uintptr_t>(src) % 16 == 0 &&
+                      reinterpret_cast<std::uintptr_t>(dst) % 16 == 0;
+    if (wide) {
+      for (Idx i = gr.tile * Q; i < n; i += nt * Q) copy(dst + i, src + i, std::integral_constant<int, Q>{});
+    } else {
+      for (Idx i = gr.tile; i < n; i += nt) copy(dst + i, src + i, std::integral_constant<int, 1>{});
+    }
+    dst += n;
+  }
+}
+
 /// A padded step (fused_padded) of the thread's columns: x ← x, no injection, neither record nor
 /// W read; the same stores as fused_step's.
 template <class T, int TW, int NC, bool Two>
@@ -373,7 +449,21 @@ BPPSA_HD inline void fused_step(const FusedArgs<T>& a, T* sm, const T* w, Idx ld
       return;
     }
   }
-  const FusedStepRecord<T> rec = Step::template fused_record<T>(a, t, b);
+  // The step's spans: from the group's ring slot when the launch stages them, else global memory.
+  const T* span[4];
+  Idx len[4];
+  fused_spans<T, Step>(a, gr, j, span, len);
+  if (l.stages > 0) {
+    const T* at = fused_stage_slot(a, sm, gr, j);
+    for (int q = 0; q < 4; ++q) {
+      span[q] = span[q] != nullptr ? at : nullptr;
+      at += len[q];
+    }
+  }
+  FusedStepRecord<T> rec;
+  rec.p0 = span[0], rec.p1 = span[1], rec.p2 = span[2];
+  rec.n0 = len[0], rec.n1 = len[1], rec.n2 = len[2];
+  const T* e = span[3];             // the injection's rows (null where the step takes none)
   const Idx gate_stride = H * ldw;  // from W's rows of gate q to those of gate q + 1
 
   T acc[NC][TW];
@@ -408,7 +498,6 @@ BPPSA_HD inline void fused_step(const FusedArgs<T>& a, T* sm, const T* w, Idx ld
   // The thread's rows of the new columns: injection, W^T y, direct terms; then the stores.
   const bool push = l.mode == kFusedPush;
   const bool last = !push && j == gr.steps - 1;
-  const T* e = (s.inject && a.above != nullptr && t >= 2) ? a.above + ((t - 2) * s.B + b) * H : nullptr;
   T* out = push ? a.g + ((t - 1) * s.B + b) * s.S : (last ? a.totals + total_offset(s, gr.chunk, b) : nullptr);
   fused_unroll<TW>([&](auto iic) {
     constexpr int ii = decltype(iic)::value;
@@ -451,20 +540,13 @@ BPPSA_HD inline const T* fused_line(const T* p, Idx n, Idx which) {
 
 /// The record lines step j of a thread's group reads, for the kernel's prefetch some steps ahead:
 /// line `which` (the thread takes which = tile, tile + ntile, …) of the step's spans, or null
-/// past the last. Spans: the Step's record (fused_record), then the injection. Lines are 128
+/// past the last. Spans: fused_spans'. Lines are 128
 /// bytes; every address returned lies inside its array.
 template <class T, class Step>
 BPPSA_HD inline const T* fused_prefetch_line(const FusedArgs<T>& a, const FusedGroup& gr, Idx j, Idx which) {
-  const FusedShape& s = a.shape;
-  if (!gr.valid || j >= gr.steps) return nullptr;
-  const Idx t = chunk_end(s, gr.chunk) - j, b = gr.sample;
-  const FusedStepRecord<T> rec = Step::template fused_record<T>(a, t, b);
-  const T* span[4] = {rec.p0, rec.p1, rec.p2, nullptr};
-  Idx len[4] = {rec.n0, rec.n1, rec.n2, 0};
-  if (s.inject && a.above != nullptr && t >= 2) {
-    span[3] = a.above + ((t - 2) * s.B + b) * s.H;
-    len[3] = s.H;
-  }
+  const T* span[4];
+  Idx len[4];
+  if (!fused_spans<T, Step>(a, gr, j, span, len)) return nullptr;
   for (int q = 0; q < 4; ++q) {
     if (span[q] == nullptr) continue;
     const T* line = fused_line(span[q], len[q], which);

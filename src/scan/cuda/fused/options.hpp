@@ -21,9 +21,9 @@ inline constexpr double kFusedGraphMaxMicros = 1000.0;
 /// The cost model's timing constants (plan.hpp's fused_launch_cycles), in cycles at plan.hpp's
 /// kFusedCyclesPerMicro. The defaults are guesses made without a GPU: on the H100 sweep their
 /// estimates are 4.6× too low (median) and their first-ranked plan runs 1.00–1.44× the fastest
-/// (docs/cost_model.md, "The fused scan on the GPU"). A fit (bench/gpu/fit_fused_model.py) brings the median error to 1.17×
-/// (90th percentile 1.57×) but chooses plans the sweep did not time; bench/gpu/run.sh times
-/// them against the defaults' before a fit replaces these.
+/// (docs/cost_model.md, "The fused scan on the GPU"). A fit (bench/gpu/fit_fused_model.py) brings the median error
+/// to 1.17× (90th percentile 1.57×) but chooses plans the sweep did not time; bench/gpu/run.sh times them against the
+/// defaults' before a fit replaces these.
 struct FusedModel {
   double launch = 2500;      ///< one kernel launch inside a stream or graph
   double issue = 0.7;        ///< instructions issued per cycle by each scheduler in use
@@ -56,7 +56,12 @@ struct FusedScanOptions {
   /// once with the S identity columns' on a second stream, so that 4 columns a thread pad S
   /// columns and not S + 1: 1 always, 0 never, −1 where the cost model finds it faster.
   int v_apart = -1;
-  FusedModel model;        ///< the cost model's constants
+  /// Each column launch's record (and injection) staged into a ring in shared memory by
+  /// asynchronous copies steps ahead (kFusedRecordStages slots a group), instead of read from
+  /// global memory with L1 prefetches: 1 always (launches whose ring does not fit are skipped),
+  /// 0 never, −1 wherever it fits (with fewer groups a block if need be).
+  int record_ring = -1;
+  FusedModel model;  ///< the cost model's constants
 };
 
 /// What a plan does per run, for benchmarks and memory checks.
@@ -68,13 +73,14 @@ struct FusedScanStats {
   int push_tile = 0, push_threads_per_column = 0;
   int carry_stages = 0;  ///< the carry's ring of chunk totals in shared memory (0: read from global memory)
   int v_tile = 0;        ///< the v column's launch apart: its tile (0: v in the reduce launch, or none)
-  bool w_shared = true;          ///< W in shared memory (reduce and push)
-  int launches = 0;              ///< kernel launches per run
-  bool graph = false;            ///< the last run replayed a CUDA Graph
-  std::size_t device_bytes = 0;  ///< what the plan allocated (totals, padded W)
-  double flops = 0;              ///< per run: 2·(multiply-adds of W^T y and of the carry)
-  double bytes = 0;              ///< per run: DRAM traffic estimate (record read by reduce and push, g, totals)
-  double estimate_us = 0;        ///< the cost model's run time (H100-class constants)
+  int reduce_stages = 0, push_stages = 0;  ///< the record's ring of each (0: read from global memory)
+  bool w_shared = true;                    ///< W in shared memory (reduce and push)
+  int launches = 0;                        ///< kernel launches per run
+  bool graph = false;                      ///< the last run replayed a CUDA Graph
+  std::size_t device_bytes = 0;            ///< what the plan allocated (totals, padded W)
+  double flops = 0;                        ///< per run: 2·(multiply-adds of W^T y and of the carry)
+  double bytes = 0;        ///< per run: DRAM traffic estimate (record read by reduce and push, g, totals)
+  double estimate_us = 0;  ///< the cost model's run time (H100-class constants)
 };
 
 }  // namespace bppsa::detail::gpu

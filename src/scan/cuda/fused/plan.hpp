@@ -46,6 +46,7 @@ struct FusedRequest {
   int w_shared = -1;
   int carry_ring = -1;
   int v_apart = -1;
+  int record_ring = -1;
 };
 
 /// The request for a Step (with `variant`) and a problem, with the overrides of `options`.
@@ -66,6 +67,7 @@ inline FusedRequest fused_request(const FusedStepInfo& step, std::int32_t varian
   q.w_shared = options.w_shared;
   q.carry_ring = options.carry_ring;
   q.v_apart = options.v_apart;
+  q.record_ring = options.record_ring;
   return q;
 }
 
@@ -100,12 +102,13 @@ BPPSA_HD inline Idx fused_max(Idx a, Idx b) { return a > b ? a : b; }
 
 /// Maps one column launch of `s` with `tile` rows × `nc` columns per thread: threads per group,
 /// groups per block (enough blocks for every SM when the groups allow, ≤ kFusedMaxThreads
-/// threads, within shared memory), W shared or global (w_pref −1: shared when it fits). A reduce
-/// launch covers columns [col_first, col_end) of each problem (col_end 0: all ncols).
-/// False when nothing fits.
+/// threads, within shared memory), W shared or global (w_pref −1: shared when it fits), the
+/// record's ring of a step's `record_values` (stage_pref −1: where it fits beside W, with fewer
+/// groups a block if need be; 1: always; 0: never). A reduce launch covers columns
+/// [col_first, col_end) of each problem (col_end 0: all ncols). False when nothing fits.
 BPPSA_HD inline bool fused_configure(FusedLaunch& l, const FusedShape& s, std::int32_t mode, Idx tile, Idx nc,
-                                     int w_pref, const FusedLimits& lim, Idx scalar, Idx col_first = 0,
-                                     Idx col_end = 0) {
+                                     int w_pref, const FusedLimits& lim, Idx scalar, Idx col_first = 0, Idx col_end = 0,
+                                     int stage_pref = 0, Idx record_values = 0) {
   l = FusedLaunch{};
   l.mode = mode;
   l.tile = tile;
@@ -133,8 +136,17 @@ BPPSA_HD inline bool fused_configure(FusedLaunch& l, const FusedShape& s, std::i
   const Idx budget = lim.smem_block / scalar, per_group = l.nbuf * s.S * nc, w_values = s.GH * l.ntile * tile;
   bool shared = w_pref != 0 && budget - w_values >= per_group;
   if (w_pref == 1 && !shared) return false;
-  const Idx fit = (budget - (shared ? w_values : 0)) / per_group;
+  Idx fit = (budget - (shared ? w_values : 0)) / per_group;
   if (fit < 1) return false;
+  const Idx slot = stage_values(s, l, record_values);
+  const Idx fit_ring = (budget - (shared ? w_values : 0) - 3) / (per_group + kFusedRecordStages * slot);
+  const bool ring = stage_pref != 0 && record_values > 0 && fit_ring >= 1;
+  if (stage_pref == 1 && !ring) return false;
+  if (ring) {
+    fit = fit_ring;
+    l.stages = kFusedRecordStages;
+    l.stage_len = slot;
+  }
   l.w_shared = shared;
   l.gpb = fused_min(gpb, fit);
   l.threads = l.gpb * l.ntile;
@@ -219,11 +231,13 @@ BPPSA_HD inline double fused_carry_cycles(const FusedShape& s, const FusedCarry&
 }
 
 /// The best launch of one mode over the compiled (tile, columns) pairs (or the forced ones); a
-/// reduce launch over columns [col_first, col_end) (col_end 0: all).
+/// reduce launch over columns [col_first, col_end) (col_end 0: all); the record's ring as
+/// fused_configure's stage_pref.
 BPPSA_HD inline bool fused_best_launch(FusedLaunch& best, double& best_cycles, const FusedShape& s,
                                        const FusedStepInfo& step, std::int32_t mode, Idx force_tile, Idx force_nc,
                                        int w_pref, const FusedLimits& lim, Idx scalar, Idx col_first = 0,
-                                       Idx col_end = 0) {
+                                       Idx col_end = 0, int stage_pref = 0) {
+  const Idx record_values = static_cast<Idx>(step.record_per_unit * static_cast<double>(s.H) + 0.5);
   bool found = false;
   for (int ti = 0; ti < kFusedTileCount; ++ti) {
     const Idx tile = kFusedTiles[ti];
@@ -233,7 +247,8 @@ BPPSA_HD inline bool fused_best_launch(FusedLaunch& best, double& best_cycles, c
       if (force_nc != 0 && nc != force_nc) continue;
       if (!fused_combo_compiled(tile, nc, scalar, step.max_tile4)) continue;
       FusedLaunch l;
-      if (!fused_configure(l, s, mode, tile, nc, w_pref, lim, scalar, col_first, col_end)) continue;
+      if (!fused_configure(l, s, mode, tile, nc, w_pref, lim, scalar, col_first, col_end, stage_pref, record_values))
+        continue;
       const double cycles = fused_launch_cycles(l, s, step.cost, lim, scalar);
       if (!found || cycles < best_cycles) {
         best = l;
@@ -288,19 +303,19 @@ BPPSA_HD inline FusedChoice fused_plan(const FusedRequest& q, const FusedLimits&
     p.shape = s;
     const double totals = fused_totals_bytes(s, q.scalar);
     bool ok = totals <= max_totals && fused_best_launch(p.push, p.push_cycles, s, q.step, kFusedPush, q.push_tile, 0,
-                                                        q.w_shared, lim, q.scalar);
+                                                        q.w_shared, lim, q.scalar, 0, 0, q.record_ring);
     if (ok && s.C > 1) {
       ok = fused_best_launch(p.reduce, p.reduce_cycles, s, q.step, kFusedReduce, q.reduce_tile, q.reduce_nc, q.w_shared,
-                             lim, q.scalar);
+                             lim, q.scalar, 0, 0, q.record_ring);
       // The v column apart (with injections): the S identity columns in one launch and v_c in a
       // second, one column a thread, both at once; where the model finds it faster, or forced.
       FusedLaunch ident, v;
       double ident_cycles = 0, v_cycles = 0;
       if (ok && s.inject && q.v_apart != 0 &&
           fused_best_launch(ident, ident_cycles, s, q.step, kFusedReduce, q.reduce_tile, q.reduce_nc, q.w_shared, lim,
-                            q.scalar, 0, s.S) &&
+                            q.scalar, 0, s.S, q.record_ring) &&
           fused_best_launch(v, v_cycles, s, q.step, kFusedReduce, q.reduce_tile, 1, q.w_shared, lim, q.scalar, s.S,
-                            s.S + 1)) {
+                            s.S + 1, q.record_ring)) {
         const FusedBounds both[2] = {fused_launch_bounds(ident, s, q.step.cost, lim, q.scalar),
                                      fused_launch_bounds(v, s, q.step.cost, lim, q.scalar)};
         const double apart = fused_cycles(both, 2) + lim.model.launch;
