@@ -69,11 +69,20 @@ void FusedRecurrentScan<T>::run(cudaStream_t stream, const FusedDevicePtrs<T>& p
     if ((needed >> i & 1u) != 0 && !q.record[i]) missing += names[i];
   if (!p.g_last) missing += " g_last";
   if (!p.g) missing += " g";
+  const bool gru = cell_ == kGru;
+  if (p.dx && gru && !p.dh) missing += " dh (with dx: the GRU's recurrent side)";
   if (!missing.empty()) raise<InvalidArgument>("FusedRecurrentScan::run", "null device pointers:" + missing);
+  if (p.dh && (!gru || !p.dx))
+    raise<InvalidArgument>("FusedRecurrentScan::run",
+                           std::string("dh given ") + (p.dx ? "for a cell that uses dx for both sides" : "without dx") +
+                               "; give dx alone, or dx and dh for a GRU");
   q.g_last = p.g_last;
   q.above = p.above;
   q.g = p.g;
   q.len = p.len;
+  // The pre-activation gradients: the Step's y is the recurrent side (dh for a GRU, else dx).
+  q.y_out = gru ? p.dh : p.dx;
+  q.yi_out = gru ? p.dx : nullptr;
   scan_.run(stream, q);
 }
 

@@ -38,6 +38,11 @@ struct FusedDevicePtrs {
   /// injection, their record and `above` never read; g_last then holds the TOTAL gradient on
   /// s_{len[b]} (above on h_{len[b]} + the final-state gradient), and g_t = g_last for t ≥ len[b].
   const Idx* len = nullptr;
+  /// Out, where set: the pre-activation gradients, G·H × TB as the layer's preact kernel writes
+  /// them (zeros at padded steps): dx the input side, and for a GRU dh the recurrent side (both
+  /// required then); the caller then needs no preact launch.
+  T* dx = nullptr;
+  T* dh = nullptr;
 };
 
 /// The cell codes of recurrent_math.hpp: kRnnTanh, kRnnRelu, kGru, kLstm.

@@ -75,6 +75,7 @@ struct GruCell {
   static constexpr unsigned kFusedRecordNeeded = 1u << kRecordH | 1u << kRecordGates | 1u << kRecordAux;
   static constexpr double kFusedRecordPerUnit = 5;  // the 3 gates, M, h_{t−1}
   static constexpr FusedStepCost kFusedCost{12, 4, 1, 1};
+  static constexpr bool kFusedInputSide = true;  ///< y is dh (preact's); dx differs in the n gate
   /// The record it reads at (t, b): the gates, M and h_{t−1}. `a`: FusedArgs.
   template <class T, class Args>
   BPPSA_HD static FusedStepRecord<T> fused_record(const Args& a, Idx t, Idx b) {
@@ -106,6 +107,14 @@ struct GruCell {
     y[0] = q[1] * dn;        // ∇R
     y[1] = q[2] * xh;        // ∇Z
     y[2] = q[3] * dn;        // ∇M = r ⊙ ∇N
+  }
+  /// The input side (preact's dx) of the same column: y but ∇N in place of ∇M.
+  template <class T>
+  BPPSA_HD static void fused_yi(const T* q, T xh, T xc, const T* y, T* yi) {
+    (void)xc;
+    yi[0] = y[0];
+    yi[1] = y[1];
+    yi[2] = q[0] * xh;
   }
   /// Row i's direct part: z_t[i].
   template <class T>

@@ -81,6 +81,7 @@ struct LstmCell {
   static constexpr const char* kFusedName = "lstm";
   static constexpr unsigned kFusedRecordNeeded = 1u << kRecordC | 1u << kRecordGates | 1u << kRecordAux;
   static constexpr double kFusedRecordPerUnit = 6;  // the 4 gates, tanh c_t, c_{t−1}
+  static constexpr bool kFusedInputSide = false;    ///< y is dx (preact's)
   static constexpr FusedStepCost kFusedCost{14, 5, 4, 4};
   /// The record it reads at (t, b): the gates, tanh c_t and c_{t−1}. `a`: FusedArgs.
   template <class T, class Args>

@@ -654,11 +654,10 @@ void RecurrentCuda<T>::backward_from(Index l, const BackwardOptions& options, bo
       BPPSA_CUDA_CHECK(cudaEventRecord(ev.e[2], s));
       break;
     }
-    case StateGrads::fused: {
+    case StateGrads::fused: {  // its push writes the pre-activation gradients (dx, dh) too
       BPPSA_CUDA_CHECK(cudaEventRecord(ev.e[1], s));
       run_fused(l, a, s);
       BPPSA_CUDA_CHECK(cudaEventRecord(ev.e[2], s));
-      launch_preact(a, s);
       break;
     }
     case StateGrads::generic: {
@@ -720,6 +719,8 @@ void RecurrentCuda<T>::run_fused(Index l, const LayerArgs<T>& a, cudaStream_t s)
   p.above = a.above;
   p.g = a.g;
   p.len = a.len;
+  p.dx = a.dx;
+  p.dh = cell_ == kGru ? a.dh : nullptr;
   plan.scan->run(s, p);
 }
 

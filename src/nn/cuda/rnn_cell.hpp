@@ -41,6 +41,7 @@ struct RnnCell {
   static constexpr unsigned kFusedRecordNeeded = 1u << kRecordH;
   static constexpr double kFusedRecordPerUnit = 1;  // h_t
   static constexpr FusedStepCost kFusedCost{3, 1, 0, 0};
+  static constexpr bool kFusedInputSide = false;  ///< y is dx (preact's)
   /// The record it reads at (t, b): h_t. `a`: the fused scan's arguments (FusedArgs).
   template <class T, class Args>
   BPPSA_HD static FusedStepRecord<T> fused_record(const Args& a, Idx t, Idx b) {

@@ -212,6 +212,68 @@ TEST(GpuSmall, FusedRecordsRingGivesTheBitsOfGlobalReads) {
       }
 }
 
+TEST(GpuSmall, FusedPushWritesThePreactGradients) {
+  // dx (and the GRU's dh) written by the push against the scan path's preact (preact_item) run on
+  // the host over the g_t the same run wrote: every value written (the buffers start NaN), within
+  // float rounding (the device may fuse a product and a sum), chunked (a chunk's first step from
+  // the push's tail) and not, with the record's ring and without.
+  for (const std::int32_t cell : kCells)
+    for (const bool inject : {false, true})
+      for (const int ring : {1, 0}) {
+        const Index T_ = pick<Index>(203, 61);
+        const auto L = make_layer<float>(cell, 20, T_, 3, inject, true, 18);
+        const bool gru = cell == kGru;
+        const Index GH = (cell == kLstm ? 4 : gru ? 3 : 1) * L.H, n = GH * T_ * L.B;
+        DeviceLayer<float> d(L);
+        cuda::DeviceBuffer<float> dx(static_cast<std::size_t>(n)), dh(static_cast<std::size_t>(n));
+        dx.fill_bytes(0xFF);
+        dh.fill_bytes(0xFF);
+        for (const Idx chunk : {Idx(4), T_}) {
+          FusedScanOptions o = options(inject, chunk, 20, 1, 4);
+          o.record_ring = ring;
+          auto scan = FusedRecurrentScan<float>::plan(L.code, L.H, L.steps, L.B, o);
+          FusedDevicePtrs<float> p = d.ptrs();
+          p.dx = dx.data();
+          p.dh = gru ? dh.data() : nullptr;
+          cuda::Stream stream;
+          scan.run(stream.get(), p);
+          stream.synchronize();
+          std::vector<float> g = d.download(), got_x(static_cast<std::size_t>(n)), got_h(static_cast<std::size_t>(n));
+          BPPSA_CUDA_CHECK(cudaMemcpy(got_x.data(), dx.data(), dx.bytes(), cudaMemcpyDeviceToHost));
+          BPPSA_CUDA_CHECK(cudaMemcpy(got_h.data(), dh.data(), dh.bytes(), cudaMemcpyDeviceToHost));
+          FusedLayer<float> host = L;  // the host's preact over the device's g
+          std::vector<float> want_x(got_x.size()), want_h(got_h.size());
+          gpu::LayerArgs<float> la;
+          la.cell = cell;
+          la.H = L.H;
+          la.GH = GH;
+          la.S = L.S;
+          la.B = L.B;
+          la.steps = T_;
+          la.h = host.rec.h.data();
+          la.c = host.rec.c.size() ? host.rec.c.data() : nullptr;
+          la.gates = host.rec.gates.size() ? host.rec.gates.data() : nullptr;
+          la.aux = host.rec.aux.size() ? host.rec.aux.data() : nullptr;
+          la.g = g.data();
+          la.dx = want_x.data();
+          la.dh = want_h.data();
+          for (Idx item = 0; item < T_ * L.B * L.H; ++item) gpu::preact_item(la, item);
+          double scale = 0;
+          for (const float v : want_x) scale = std::max(scale, static_cast<double>(std::abs(v)));
+          for (Index i = 0; i < n; ++i) {
+            const auto at = static_cast<std::size_t>(i);
+            ASSERT_LE(std::abs(got_x[at] - want_x[at]), 1e-5 * scale)
+                << L.describe() << " dx " << i << " chunk " << chunk;
+            if (gru) {
+              ASSERT_LE(std::abs(got_h[at] - want_h[at]), 1e-5 * scale) << L.describe() << " dh " << i;
+            }
+          }
+          dx.fill_bytes(0xFF);
+          dh.fill_bytes(0xFF);
+        }
+      }
+}
+
 TEST(GpuSmall, FusedVColumnApartGivesTheBitsOfOneLaunch) {
   // v_c in a launch of its own on a second stream (event fork and join), plain and captured in
   // the plan's graph (run 3 replays it, after poisoned outputs): the bits of v_c among four
@@ -310,6 +372,19 @@ TEST(GpuSmall, FusedScanErrorsNameTheProblem) {
   p.above = nullptr;
   expect_error<InvalidArgument>([&] { with.run(nullptr, p); }, {"above (planned with injections)"});
   expect_error<InvalidArgument>([&] { without.run(nullptr, d.ptrs()); }, {"injections = true"});
+  // The pre-activation outputs: dh only for a GRU, and then with dx.
+  cuda::DeviceBuffer<float> dx(static_cast<std::size_t>(4 * 4 * 5 * 2)), dh(dx.size());
+  p = d.ptrs();
+  p.dh = dh.data();
+  expect_error<InvalidArgument>([&] { with.run(nullptr, p); }, {"dh given without dx"});
+  p.dx = dx.data();
+  expect_error<InvalidArgument>([&] { with.run(nullptr, p); }, {"dh given for a cell that uses dx for both sides"});
+  const auto G = make_layer<float>(kGru, 4, 5, 2, false, false, 1);
+  DeviceLayer<float> dg(G);
+  auto gru = FusedRecurrentScan<float>::plan(kGru, 4, 5, 2, options(false));
+  FusedDevicePtrs<float> q = dg.ptrs();
+  q.dx = dx.data();
+  expect_error<InvalidArgument>([&] { gru.run(nullptr, q); }, {"null device pointers", "dh (with dx"});
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 

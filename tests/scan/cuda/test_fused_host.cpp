@@ -61,7 +61,8 @@ template <class T>
 struct Replayed {
   FusedArgs<T> a;
   DeviceVector<T> wp, totals, g;
-  std::vector<Idx> len;  ///< the per-sample lengths a.len points to (empty: null)
+  DeviceVector<T> y, yi;  ///< the push's outputs (replay with outputs; yi for a Step with an input side)
+  std::vector<Idx> len;   ///< the per-sample lengths a.len points to (empty: null)
 };
 
 /// Runs the column launch a.launch: the load phase of every thread, a barrier, then every step.
@@ -131,16 +132,24 @@ void replay_columns(const FusedArgs<T>& a, const DeviceVector<T>& wp, Order orde
       });
       ASSERT_TRUE(ok) << "tile " << l.tile << " × " << l.nc << " not compiled";
     };
+    // The push's outputs of a chunk's first step, after the loop (and a barrier).
+    auto tail = [&](Idx t) {
+      gpu::visit_cell(a.shape.variant, [&](auto cell) {
+        gpu::fused_push_tail<T, decltype(cell)>(a, sm.data(), gr[static_cast<std::size_t>(t)]);
+      });
+    };
     const Idx ahead = l.stages - 1, landing = late ? 1 : 0;
     if (order == Order::thread_major) {
       ASSERT_EQ(l.ntile, 1) << "thread-major replay is only valid without step barriers";
       std::shuffle(ids.begin(), ids.end(), rng);
-      for (Idx t : ids)
+      for (Idx t : ids) {
         for (Idx j = 0; j < l.steps; ++j) {
           if (l.stages > 0) land(t, j - landing);  // the thread's own wait (no barrier)
           step(t, j);
           if (l.stages > 0) issue(t, j + ahead);
         }
+        tail(t);
+      }
     } else {
       for (Idx j = 0; j < l.steps; ++j) {
         if (l.stages > 0)
@@ -151,6 +160,8 @@ void replay_columns(const FusedArgs<T>& a, const DeviceVector<T>& wp, Order orde
           if (l.stages > 0) issue(t, j + ahead);
         }
       }
+      arrange();
+      for (Idx t : ids) tail(t);
     }
   }
 }
@@ -196,7 +207,7 @@ void replay_carry(const FusedArgs<T>& a, Order order, std::mt19937_64& rng, bool
 template <class T>
 Replayed<T> replay(const FusedLayer<T>& L, const FusedChoice& plan, Order order = Order::forward,
                    std::uint64_t seed = 1, const std::vector<Idx>& len = {}, bool late_ring = false,
-                   bool late_record = false) {
+                   bool late_record = false, bool outputs = false) {
   std::mt19937_64 rng(seed);
   const FusedShape& s = plan.shape;
   Replayed<T> r;
@@ -218,6 +229,14 @@ Replayed<T> replay(const FusedLayer<T>& L, const FusedChoice& plan, Order order 
   a.totals = r.totals.data();
   r.len = len;
   a.len = r.len.empty() ? nullptr : r.len.data();
+  if (outputs) {  // NaN until written: a value the push never writes shows
+    r.y.assign(static_cast<std::size_t>(s.GH * s.steps * s.B), kNaN<T>);
+    a.y_out = r.y.data();
+    if (gpu::fused_cell_info(L.code).input_side) {
+      r.yi.assign(r.y.size(), kNaN<T>);
+      a.yi_out = r.yi.data();
+    }
+  }
   for (Idx i = 0; i < gpu::prepare_items(s); ++i) gpu::prepare_item(a, i);
   const Order columns_order = order;
   if (s.C > 1) {
@@ -935,6 +954,57 @@ TEST(FusedHost, TheVColumnApartGivesTheBitsOfOneLaunch) {
     ASSERT_TRUE(matches_per_sample(b.g.data(), L, len, kTol<double>, 0)) << L.describe() << plan_string(apart);
     ASSERT_EQ(0, std::memcmp(a.g.data(), b.g.data(), a.g.size() * sizeof(double))) << L.describe();
   }
+}
+
+TEST(FusedHost, ThePushWritesThePreactKernelsGradientsBitForBit) {
+  // The push's outputs against the scan path's preact kernel (preact_item) run over the replayed
+  // g: the same bits, every value written (zeros at padding), for every cell, with and without
+  // injections and lengths, in chunks (a chunk's first step from the push's tail) and not, with
+  // and without the record's ring, one and two threads a column.
+  struct Case {
+    Idx chunk, tile;
+    int ring;
+    Order order;
+  };
+  const Case cases[] = {{5, 4, 1, Order::shuffled},
+                        {4, 8, 0, Order::thread_major},
+                        {1, 8, -1, Order::reverse},
+                        {29, 4, 1, Order::forward}};
+  for (const std::int32_t cell : kCells)
+    for (const bool inject : {false, true})
+      for (const bool lengths : {false, true})
+        for (const Case& c : cases) {
+          const auto L = make_layer<double>(cell, 8, 29, 3, inject, true, 51);
+          const std::vector<Idx> len = lengths ? std::vector<Idx>{29, 12, 1} : std::vector<Idx>{};
+          FusedLayer<double> P = lengths ? packed_layer(L, len) : L;
+          const FusedChoice p = plan_for(L, c.chunk, c.tile, 1, c.tile, -1, -1, c.ring);
+          const Replayed<double> r = replay(P, p, c.order, 7, len, false, false, true);
+          gpu::LayerArgs<double> la;
+          la.cell = cell;
+          la.H = L.H;
+          la.GH = p.shape.GH;
+          la.S = L.S;
+          la.B = L.B;
+          la.steps = L.steps;
+          la.h = P.rec.h.data();
+          la.c = P.rec.c.size() ? P.rec.c.data() : nullptr;
+          la.gates = P.rec.gates.size() ? P.rec.gates.data() : nullptr;
+          la.aux = P.rec.aux.size() ? P.rec.aux.data() : nullptr;
+          std::vector<double> g(r.g.begin(), r.g.end()), dx(r.y.size(), kNaN<double>), dh(r.y.size(), kNaN<double>);
+          la.g = g.data();
+          la.dx = dx.data();
+          la.dh = dh.data();
+          la.len = r.len.empty() ? nullptr : r.len.data();
+          for (Idx item = 0; item < L.steps * L.B * L.H; ++item) gpu::preact_item(la, item);
+          const bool gru = cell == gpu::kGru;
+          const std::string what = L.describe() + (lengths ? " lengths" : "") + plan_string(p);
+          ASSERT_TRUE(std::none_of(r.y.begin(), r.y.end(), [](double v) { return std::isnan(v); })) << what;
+          ASSERT_EQ(0, std::memcmp(r.y.data(), (gru ? dh : dx).data(), r.y.size() * sizeof(double))) << what;
+          ASSERT_EQ(r.yi.size(), gru ? r.y.size() : 0u) << what;
+          if (gru) {
+            ASSERT_EQ(0, std::memcmp(r.yi.data(), dx.data(), dx.size() * sizeof(double))) << what;
+          }
+        }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -172,6 +172,8 @@ struct FusedScan<T>::Impl {
     a.g = p.g;
     a.totals = totals.data();
     a.len = p.len;
+    a.y_out = p.y_out;
+    a.yi_out = p.yi_out;
     return a;
   }
 
@@ -236,7 +238,8 @@ template <class T>
 bool same(const FusedChainPtrs<T>& a, const FusedChainPtrs<T>& b) {
   for (int i = 0; i < kFusedRecordArrays; ++i)
     if (a.record[i] != b.record[i]) return false;
-  return a.w == b.w && a.g_last == b.g_last && a.above == b.above && a.g == b.g && a.len == b.len;
+  return a.w == b.w && a.g_last == b.g_last && a.above == b.above && a.g == b.g && a.len == b.len &&
+         a.y_out == b.y_out && a.yi_out == b.yi_out;
 }
 }  // namespace
 
@@ -319,7 +322,12 @@ void FusedScan<T>::run(cudaStream_t stream, const FusedChainPtrs<T>& p) {
   if (!p.g_last) missing += " g_last";
   if (!p.g) missing += " g";
   if (s.inject && !p.above) missing += " above (planned with injections)";
+  if (p.y_out && m.step.info.input_side && !p.yi_out) missing += " yi_out (with y_out: the step has an input side)";
   if (!missing.empty()) raise<InvalidArgument>("FusedScan::run", "null device pointers:" + missing);
+  if (p.yi_out && (!p.y_out || !m.step.info.input_side))
+    raise<InvalidArgument>("FusedScan::run", std::string("yi_out given ") +
+                                                 (p.y_out ? "to a step without an input side" : "without y_out") +
+                                                 "; give y_out alone, or both for a step with an input side");
   if (!s.inject && p.above)
     raise<InvalidArgument>("FusedScan::run",
                            "injections (above) given to a plan made without them; plan with "

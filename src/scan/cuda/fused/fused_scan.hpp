@@ -57,6 +57,10 @@ struct FusedChainPtrs {
   /// g_last then holds the total gradient on the sample's last real state s_{len[b]} (the
   /// injection on h_{len[b]} included), and g_t = g_last for len[b] ≤ t ≤ T.
   const Idx* len = nullptr;
+  /// Out, where set: the Step's y of every step (G·H × TB, column (t−1)·B + b), and its input
+  /// side where it has one (FusedArgs::y_out, yi_out; yi required then), zeros at padded steps.
+  T* y_out = nullptr;
+  T* yi_out = nullptr;
 };
 
 template <class T>

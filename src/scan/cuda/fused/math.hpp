@@ -269,6 +269,11 @@ struct FusedArgs {
   /// injection, whose record and injection are never read; g_last then holds the gradient on
   /// s_{len[b]}, and g_t = g_last for len[b] ≤ t ≤ T.
   const Idx* len = nullptr;
+  /// Out, where set: the push writes the Step's y of every step t (the G·H values W^T multiplies,
+  /// from g_t) at column (t−1)·B + b (gate q's unit k at q·H + k), and the input side's
+  /// (fused_yi) to yi_out where the Step has one (kFusedInputSide); zeros at padded steps.
+  T* y_out = nullptr;
+  T* yi_out = nullptr;
 };
 
 /// Whether step t of sample b is padding (past the sample's length): x passes it unchanged.
@@ -400,6 +405,40 @@ BPPSA_HD inline void fused_stage_copies(const FusedArgs<T>& a, T* sm, const Fuse
   }
 }
 
+/// The push's outputs (a.y_out) of step t from the column x (rows xc, stride xs): the Step's y of
+/// the thread's units k ≡ tile (mod ntile), and the input side's where it has one.
+template <class T, class Step>
+BPPSA_HD inline void fused_outputs(const FusedArgs<T>& a, const FusedStepRecord<T>& rec, const T* xc, Idx xs,
+                                   const FusedGroup& gr, Idx t) {
+  constexpr int G = Step::kGates;
+  constexpr bool two = Step::kStateParts == 2;
+  const FusedShape& s = a.shape;
+  const Idx H = s.H, col = (t - 1) * s.B + gr.sample;
+  for (Idx k = gr.tile; k < H; k += a.launch.ntile) {
+    const FusedUnit<T, Step> u = fused_unit<T, Step>(rec, H, s.variant, k);
+    const T xh = xc[k * xs], xcv = two ? xc[(H + k) * xs] : T(0);
+    T y[G];
+    Step::fused_y(u.q, xh, xcv, y);
+    for (int q = 0; q < G; ++q) a.y_out[col * s.GH + q * H + k] = y[q];
+    if constexpr (Step::kFusedInputSide) {
+      T yi[G];
+      Step::fused_yi(u.q, xh, xcv, y, yi);
+      for (int q = 0; q < G; ++q) a.yi_out[col * s.GH + q * H + k] = yi[q];
+    }
+  }
+}
+/// The push's outputs of a padded step t: zeros.
+template <class T>
+BPPSA_HD inline void fused_zero_outputs(const FusedArgs<T>& a, const FusedGroup& gr, Idx t) {
+  const FusedShape& s = a.shape;
+  const Idx col = (t - 1) * s.B + gr.sample;
+  for (Idx k = gr.tile; k < s.H; k += a.launch.ntile)
+    for (Idx q = 0; q < s.G; ++q) {
+      a.y_out[col * s.GH + q * s.H + k] = T(0);
+      if (a.yi_out != nullptr) a.yi_out[col * s.GH + q * s.H + k] = T(0);
+    }
+}
+
 /// A padded step (fused_padded) of the thread's columns: x ← x, no injection, neither record nor
 /// W read; the same stores as fused_step's.
 template <class T, int TW, int NC, bool Two>
@@ -443,8 +482,10 @@ BPPSA_HD inline void fused_step(const FusedArgs<T>& a, T* sm, const T* w, Idx ld
   const Idx H = s.H, t = chunk_end(s, gr.chunk) - j, b = gr.sample, xs = x_stride(l);
   const T* xc = sm + x_offset(s, l) + (j % l.nbuf) * s.S * xs + gr.slot * NC;
   T* xn = sm + x_offset(s, l) + ((j + 1) % l.nbuf) * s.S * xs + gr.slot * NC;
+  const bool push = l.mode == kFusedPush;
   if constexpr (Len) {
     if (fused_padded(a, t, b)) {  // past the sample's length: x passes unchanged
+      if (push && a.y_out != nullptr) fused_zero_outputs(a, gr, t);
       fused_identity_step<T, TW, NC, two>(a, xc, xn, gr, j, t);
       return;
     }
@@ -495,8 +536,10 @@ BPPSA_HD inline void fused_step(const FusedArgs<T>& a, T* sm, const T* w, Idx ld
     });
   }
 
+  // The outputs (push: one column), from the old rows before this thread writes them (nbuf may be 1).
+  if (push && a.y_out != nullptr) fused_outputs<T, Step>(a, rec, xc, xs, gr, t);
+
   // The thread's rows of the new columns: injection, W^T y, direct terms; then the stores.
-  const bool push = l.mode == kFusedPush;
   const bool last = !push && j == gr.steps - 1;
   T* out = push ? a.g + ((t - 1) * s.B + b) * s.S : (last ? a.totals + total_offset(s, gr.chunk, b) : nullptr);
   fused_unroll<TW>([&](auto iic) {
@@ -520,6 +563,23 @@ BPPSA_HD inline void fused_step(const FusedArgs<T>& a, T* sm, const T* w, Idx ld
       if (out != nullptr && (push || col < l.col_end)) (push ? out : out + col * s.S)[i] = vh;
     });
   });
+}
+
+/// The push's outputs of step chunk_begin + 1 of a chunk c ≥ 1, whose g_t its last step wrote (a
+/// push there stops one step short of the carry's g_begin): after the loop, behind a barrier
+/// when ntile > 1; the record read from global memory.
+template <class T, class Step>
+BPPSA_HD inline void fused_push_tail(const FusedArgs<T>& a, const T* sm, const FusedGroup& gr) {
+  const FusedShape& s = a.shape;
+  const FusedLaunch& l = a.launch;
+  if (l.mode != kFusedPush || a.y_out == nullptr || !gr.valid || gr.chunk == 0) return;
+  const Idx t = chunk_begin(s, gr.chunk) + 1;
+  if (fused_padded(a, t, gr.sample)) {
+    fused_zero_outputs(a, gr, t);
+    return;
+  }
+  const T* xc = sm + x_offset(s, l) + (gr.steps % l.nbuf) * s.S * x_stride(l) + gr.slot * l.nc;
+  fused_outputs<T, Step>(a, Step::template fused_record<T>(a, t, gr.sample), xc, x_stride(l), gr, t);
 }
 
 /// The 128-byte lines n values from p touch, and the address of the `which`-th (inside the

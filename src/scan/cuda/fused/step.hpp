@@ -17,7 +17,9 @@
 //   fused_y(q, xh, xc, y): y's G values of one column from its unit-k rows x_h (and x_c);
 //   fused_direct(rec, H, i) → FusedDirect<T>: row i's direct coefficients;
 //   fused_rows(d, xh, xc, vh, vc): adds row i's direct part to vh (which holds W^T y plus any
-//     injection) and, with two parts, sets the c row vc, from the old rows x_h, x_c.
+//     injection) and, with two parts, sets the c row vc, from the old rows x_h, x_c;
+//   kFusedInputSide, and where true fused_yi(q, xh, xc, y, yi): a second set of G values per unit
+//     (e.g. the GRU's input-side pre-activation gradients) the push writes beside y (FusedArgs::y_out).
 // nn/cuda/{rnn,gru,lstm}_cell.hpp are the Steps of the recurrent cells. No CUDA headers.
 #pragma once
 
@@ -61,6 +63,7 @@ struct FusedStepInfo {
   int max_tile4 = 0;
   unsigned record_needed = 0;
   double record_per_unit = 0;
+  bool input_side = false;  ///< kFusedInputSide
   FusedStepCost cost;
 };
 
@@ -73,6 +76,7 @@ constexpr FusedStepInfo fused_step_info() {
   i.max_tile4 = Step::kFusedMaxTile4;
   i.record_needed = Step::kFusedRecordNeeded;
   i.record_per_unit = Step::kFusedRecordPerUnit;
+  i.input_side = Step::kFusedInputSide;
   i.cost = Step::kFusedCost;
   return i;
 }
