@@ -41,7 +41,8 @@ FusedBenchResult bench_fused(std::int32_t cell, Idx hidden, Idx steps, Idx batch
       {{"states", sz * H * T1B * (cell == kLstm ? 2 : 1)},
        {"gates and aux", gated ? sz * (G + 1) * H * TB : 0},
        {"injections", options.injections ? sz * H * TB : 0},
-       {"gradients", sz * S * T1B}},
+       {"gradients", sz * S * T1B},
+       {"pre-activation gradients", sz * G * H * TB * (cell == kGru ? 2 : 1)}},
       "use fewer steps or a smaller batch");
 
   std::mt19937_64 rng(4202);
@@ -58,6 +59,10 @@ FusedBenchResult bench_fused(std::int32_t cell, Idx hidden, Idx steps, Idx batch
   if (options.injections) above = random_buffer<T>(static_cast<std::size_t>(H) * TB, -1.0, 1.0, rng);
   auto g_last = random_buffer<T>(static_cast<std::size_t>(S * B), -1.0, 1.0, rng);
   cuda::DeviceBuffer<T> g(static_cast<std::size_t>(S) * T1B);
+  // The pre-activation gradients too, as a layer's backward has the push write them.
+  cuda::DeviceBuffer<T> dx(static_cast<std::size_t>(G * H) * TB), dh(cell == kGru ? dx.size() : 0);
+  p.dx = dx.data();
+  p.dh = cell == kGru ? dh.data() : nullptr;
   p.w_hh = w.data();
   p.h = h.data();
   p.c = c.data();
@@ -95,8 +100,8 @@ FusedBenchResult bench_fused(std::int32_t cell, Idx hidden, Idx steps, Idx batch
         r.stats.bytes > 0 && !r.device.empty()))
     raise<DeviceError>("bench_fused", "an inconsistent timing (median " + std::to_string(r.median_ms) + " ms, min " +
                                           std::to_string(r.min_ms) + ", max " + std::to_string(r.max_ms) + ", " +
-                                          std::to_string(r.stats.flops) + " flops, " +
-                                          std::to_string(r.stats.bytes) + " bytes, device '" + r.device + "')");
+                                          std::to_string(r.stats.flops) + " flops, " + std::to_string(r.stats.bytes) +
+                                          " bytes, device '" + r.device + "')");
   return r;
 }
 

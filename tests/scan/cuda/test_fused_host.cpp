@@ -61,8 +61,9 @@ template <class T>
 struct Replayed {
   FusedArgs<T> a;
   DeviceVector<T> wp, totals, g;
-  DeviceVector<T> y, yi;  ///< the push's outputs (replay with outputs; yi for a Step with an input side)
-  std::vector<Idx> len;   ///< the per-sample lengths a.len points to (empty: null)
+  DeviceVector<T> y, yi;           ///< the push's outputs (replay with outputs; yi for a Step with an input side)
+  bool in_flight_at_exit = false;  ///< an interleaved replay's kernel exited with copies in flight
+  std::vector<Idx> len;            ///< the per-sample lengths a.len points to (empty: null)
 };
 
 /// Runs the column launch a.launch: the load phase of every thread, a barrier, then every step.
@@ -166,6 +167,148 @@ void replay_columns(const FusedArgs<T>& a, const DeviceVector<T>& wp, Order orde
   }
 }
 
+/// The order of a column kernel's operations per thread as kernels.cuh issues them (the ring's
+/// prologue, then per step: wait, barrier, step, copies; the push's tail behind a barrier), with
+/// knobs that break it, for replay_interleaved. The defaults are the kernel's.
+struct KernelOrder {
+  Idx prologue = gpu::kFusedRecordStages - 1;  ///< steps whose copies are issued before the loop
+  Idx wait = gpu::kFusedRecordStages - 2;      ///< __pipeline_wait_prior's argument
+  bool top_barrier = true;                     ///< the ring's barrier after the wait (ntile > 1)
+  bool tail_barrier = true;                    ///< the barrier before the push's tail (ring, ntile > 1)
+};
+
+/// Runs the column launch a.launch as the GPU may: every thread runs KernelOrder's operations in
+/// program order, the threads interleaved at random between barriers, and every asynchronous copy
+/// lands at a random moment between its issue and the wait that completes its group (its
+/// destination NaN until then). Returns false if a thread exits with copies still in flight.
+template <class T>
+bool replay_interleaved(const FusedArgs<T>& a, const DeviceVector<T>& wp, std::mt19937_64& rng,
+                        const KernelOrder& k = {}) {
+  const FusedLaunch& l = a.launch;
+  const bool ring = l.stages > 0, sync = l.ntile > 1;
+  enum Kind { kIssue, kLoad, kBarrier, kWait, kStep, kTail };
+  struct Op {
+    Kind kind;
+    Idx j;
+  };
+  std::vector<Op> program;
+  if (ring)
+    for (Idx j = 0; j < k.prologue; ++j) program.push_back({kIssue, j});
+  program.push_back({kLoad, 0});
+  program.push_back({kBarrier, 0});
+  for (Idx j = 0; j < l.steps; ++j) {
+    if (ring) {
+      program.push_back({kWait, k.wait});
+      if (sync && k.top_barrier) program.push_back({kBarrier, 0});
+    }
+    program.push_back({kStep, j});
+    if (ring) {
+      program.push_back({kIssue, j + k.prologue});
+    } else if (sync) {
+      program.push_back({kBarrier, 0});
+    }
+  }
+  if (l.mode == gpu::kFusedPush && a.y_out != nullptr && l.nc == 1) {
+    if (ring && sync && k.tail_barrier) program.push_back({kBarrier, 0});
+    program.push_back({kTail, 0});
+  }
+  const T* w = nullptr;
+  bool clean = true;
+  for (Idx block = 0; block < l.blocks; ++block) {
+    DeviceVector<T> sm(static_cast<std::size_t>(l.smem), kNaN<T>);
+    w = l.w_shared ? sm.data() : wp.data();
+    const Idx ldw = l.w_shared ? gpu::launch_hpad(l) : a.shape.ldw;
+    const auto n = static_cast<std::size_t>(l.threads);
+    std::vector<gpu::FusedGroup> gr;
+    for (Idx t = 0; t < l.threads; ++t) gr.push_back(gpu::fused_group(a.shape, l, block, t));
+    using Copies = std::vector<std::pair<T*, const T*>>;
+    std::vector<std::vector<Copies>> groups(n);  // per thread, its committed groups in order
+    std::vector<std::size_t> pc(n, 0);
+    std::vector<bool> waiting(n, false);  // at a barrier
+    auto run = [&](std::size_t t, const Op& op) {
+      const gpu::FusedGroup& g = gr[t];
+      gpu::visit_cell(a.shape.variant, [&](auto cell) {
+        using Step = decltype(cell);
+        switch (op.kind) {
+          case kIssue: {
+            Copies cs;
+            gpu::fused_stage_copies<T, Step>(a, sm.data(), g, op.j, [&](T* dst, const T* src, auto m) {
+              for (int i = 0; i < decltype(m)::value; ++i) {
+                dst[i] = kNaN<T>;
+                cs.emplace_back(dst + i, src + i);
+              }
+            });
+            groups[t].push_back(std::move(cs));  // one commit a step, empty or not
+            break;
+          }
+          case kLoad:
+            gpu::fused_load(a, sm.data(), g, static_cast<Idx>(t));
+            break;
+          case kWait:  // all but the newest `wait` groups complete
+            while (groups[t].size() > static_cast<std::size_t>(op.j)) {
+              for (const auto& [dst, src] : groups[t].front()) *dst = *src;
+              groups[t].erase(groups[t].begin());
+            }
+            break;
+          case kStep:
+            gpu::fused_with_combo<T, Step>(l.tile, l.nc, [&](auto tw, auto nc) {
+              constexpr int TW = decltype(tw)::value, NC = decltype(nc)::value;
+              if (a.len != nullptr)
+                gpu::fused_step<T, Step, TW, NC, true>(a, sm.data(), w, ldw, g, op.j);
+              else
+                gpu::fused_step<T, Step, TW, NC, false>(a, sm.data(), w, ldw, g, op.j);
+            });
+            break;
+          case kTail:
+            gpu::fused_push_tail<T, Step>(a, sm.data(), g);
+            break;
+          case kBarrier:
+            break;
+        }
+      });
+    };
+    std::uniform_int_distribution<int> coin(0, 3);
+    while (true) {
+      std::vector<std::size_t> ready;
+      bool done = true;
+      for (std::size_t t = 0; t < n; ++t) {
+        done = done && pc[t] >= program.size();
+        if (pc[t] < program.size() && !waiting[t]) ready.push_back(t);
+      }
+      if (done) break;
+      if (coin(rng) == 0) {  // one copy in flight lands early
+        std::vector<std::pair<std::size_t, std::size_t>> flying;
+        for (std::size_t t = 0; t < n; ++t)
+          for (std::size_t q = 0; q < groups[t].size(); ++q)
+            if (!groups[t][q].empty()) flying.emplace_back(t, q);
+        if (!flying.empty()) {
+          const auto [t, q] = flying[std::uniform_int_distribution<std::size_t>(0, flying.size() - 1)(rng)];
+          Copies& cs = groups[t][q];
+          const auto i = std::uniform_int_distribution<std::size_t>(0, cs.size() - 1)(rng);
+          *cs[i].first = *cs[i].second;
+          cs.erase(cs.begin() + static_cast<std::ptrdiff_t>(i));  // the group stays, empty: the wait counts groups
+        }
+      }
+      if (ready.empty()) {  // every thread at the barrier: all pass it
+        for (std::size_t t = 0; t < n; ++t)
+          if (waiting[t]) waiting[t] = false, ++pc[t];
+        continue;
+      }
+      const std::size_t t = ready[std::uniform_int_distribution<std::size_t>(0, ready.size() - 1)(rng)];
+      const Op& op = program[pc[t]];
+      if (op.kind == kBarrier) {
+        waiting[t] = true;
+        continue;
+      }
+      run(t, op);
+      ++pc[t];
+    }
+    for (std::size_t t = 0; t < n; ++t)
+      for (const Copies& cs : groups[t]) clean = clean && cs.empty();
+  }
+  return clean;
+}
+
 /// Runs the carry. With a ring (a.carry.stages > 0) its asynchronous copies land as late as the
 /// kernel allows, at the wait of the step that reads them, and their slots hold NaN from the issue
 /// on; `late` lands each stage one step after that (a kernel that does not wait: the replay's own test).
@@ -207,7 +350,7 @@ void replay_carry(const FusedArgs<T>& a, Order order, std::mt19937_64& rng, bool
 template <class T>
 Replayed<T> replay(const FusedLayer<T>& L, const FusedChoice& plan, Order order = Order::forward,
                    std::uint64_t seed = 1, const std::vector<Idx>& len = {}, bool late_ring = false,
-                   bool late_record = false, bool outputs = false) {
+                   bool late_record = false, bool outputs = false, const KernelOrder* interleaved = nullptr) {
   std::mt19937_64 rng(seed);
   const FusedShape& s = plan.shape;
   Replayed<T> r;
@@ -239,21 +382,23 @@ Replayed<T> replay(const FusedLayer<T>& L, const FusedChoice& plan, Order order 
   }
   for (Idx i = 0; i < gpu::prepare_items(s); ++i) gpu::prepare_item(a, i);
   const Order columns_order = order;
+  auto columns = [&](Order o) {
+    if (interleaved != nullptr)
+      r.in_flight_at_exit = !replay_interleaved(a, r.wp, rng, *interleaved) || r.in_flight_at_exit;
+    else
+      replay_columns(a, r.wp, o, rng, late_record);
+  };
   if (s.C > 1) {
     a.launch = plan.reduce;
-    replay_columns(a, r.wp, plan.reduce.ntile == 1 || order != Order::thread_major ? columns_order : Order::shuffled,
-                   rng, late_record);
+    columns(plan.reduce.ntile == 1 || order != Order::thread_major ? columns_order : Order::shuffled);
     if (plan.reduce_v.groups > 0) {  // the v column's launch, concurrent with the reduce's: other columns
       a.launch = plan.reduce_v;
-      replay_columns(a, r.wp,
-                     plan.reduce_v.ntile == 1 || order != Order::thread_major ? columns_order : Order::shuffled, rng,
-                     late_record);
+      columns(plan.reduce_v.ntile == 1 || order != Order::thread_major ? columns_order : Order::shuffled);
     }
     replay_carry(a, order, rng, late_ring);
   }
   a.launch = plan.push;
-  replay_columns(a, r.wp, plan.push.ntile == 1 || order != Order::thread_major ? columns_order : Order::shuffled, rng,
-                 late_record);
+  columns(plan.push.ntile == 1 || order != Order::thread_major ? columns_order : Order::shuffled);
   return r;
 }
 
@@ -905,7 +1050,7 @@ TEST(FusedChoice, TheRecordsRingIsPlannedWhereItFitsAndAsForced) {
     const FusedChoice none = gpu::fused_plan(q, lim);
     ASSERT_EQ(none.error, gpu::kPlanOk);
     ASSERT_EQ(none.reduce.stages + none.push.stages + none.reduce_v.stages, 0);
-    // Four slots of a 4096-unit LSTM step (7 · 4096 values) cannot fit: forced, no plan; else none.
+    // Three slots of a 4096-unit LSTM step (7 · 4096 values) cannot fit: forced, no plan; else none.
     FusedRequest big = gpu::fused_cell_request(gpu::kLstm, 4096, 100, 2, true, 4);
     big.record_ring = 1;
     ASSERT_EQ(gpu::fused_plan(big, lim).error, gpu::kPlanTooLarge);
@@ -1005,6 +1150,73 @@ TEST(FusedHost, ThePushWritesThePreactKernelsGradientsBitForBit) {
             ASSERT_EQ(0, std::memcmp(r.yi.data(), dx.data(), dx.size() * sizeof(double))) << what;
           }
         }
+}
+
+TEST(FusedHost, TheKernelsOrderHoldsUnderAnyInterleavingAndCopyLanding) {
+  // The column kernels' operations in their order (KernelOrder), the threads interleaved at random
+  // between barriers and every asynchronous copy landing at a random moment before its wait: the
+  // bits of the phase-by-phase replay, outputs included, for every cell, float and double, with
+  // and without injections and lengths, ring or not, one and two threads a column, L 1 and C 1.
+  struct Case {
+    Idx chunk, reduce_tile, reduce_nc, push_tile;
+    int ring;
+  };
+  const Case cases[] = {{5, 4, 1, 4, 1}, {5, 8, 4, 8, 1}, {1, 4, 1, 4, 1}, {4, 4, 1, 8, 0}, {29, 4, 1, 4, 1}};
+  auto check = [&](auto zero, std::int32_t cell, bool inject, bool lengths, const Case& c) {
+    using T = decltype(zero);
+    const auto L = make_layer<T>(cell, 8, 29, 3, inject, true, 51);
+    const std::vector<Idx> len = lengths ? std::vector<Idx>{29, 12, 1} : std::vector<Idx>{};
+    const FusedLayer<T> P = lengths ? packed_layer(L, len) : L;
+    const Idx nc = sizeof(T) == 8 || cell == gpu::kLstm ? 1 : c.reduce_nc;
+    const FusedChoice p = plan_for(L, c.chunk, c.reduce_tile, nc, c.push_tile, -1, -1, c.ring);
+    const Replayed<T> want = replay(P, p, Order::forward, 7, len, false, false, true);
+    const KernelOrder kernel;
+    for (const std::uint64_t seed : {101, 102}) {
+      const Replayed<T> got = replay(P, p, Order::forward, seed, len, false, false, true, &kernel);
+      const std::string what = L.describe() + (lengths ? " lengths" : "") + plan_string(p);
+      ASSERT_FALSE(got.in_flight_at_exit) << what;
+      ASSERT_EQ(0, std::memcmp(got.g.data(), want.g.data(), want.g.size() * sizeof(T))) << what;
+      ASSERT_EQ(0, std::memcmp(got.y.data(), want.y.data(), want.y.size() * sizeof(T))) << what;
+      ASSERT_EQ(0, std::memcmp(got.yi.data(), want.yi.data(), want.yi.size() * sizeof(T))) << what;
+    }
+  };
+  for (const std::int32_t cell : kCells)
+    for (const bool inject : {false, true})
+      for (const bool lengths : {false, true})
+        for (const Case& c : cases) {
+          check(float{}, cell, inject, lengths, c);
+          check(double{}, cell, inject, lengths, c);
+        }
+}
+
+TEST(FusedHost, AKernelOrderWithoutItsWaitOrBarriersIsCaught) {
+  // The interleaved replay is not vacuous: a wait that leaves a step's copies in flight, a missing
+  // barrier after the wait or before the push's tail, each changes some run (or leaves copies in
+  // flight at the exit); a stricter wait does not.
+  auto differs = [](const KernelOrder& k) {
+    const auto L = make_layer<float>(gpu::kGru, 8, 29, 3, true, true, 51);
+    const FusedChoice p = plan_for(L, 5, 4, 1, 4, -1, -1, 1);  // two threads a column: the barriers
+    const Replayed<float> want = replay(L, p, Order::forward, 7, {}, false, false, true);
+    for (std::uint64_t seed = 0; seed < 20; ++seed) {
+      const Replayed<float> got = replay(L, p, Order::forward, 100 + seed, {}, false, false, true, &k);
+      if (got.in_flight_at_exit || std::memcmp(got.g.data(), want.g.data(), want.g.size() * sizeof(float)) != 0 ||
+          std::memcmp(got.y.data(), want.y.data(), want.y.size() * sizeof(float)) != 0)
+        return true;
+    }
+    return false;
+  };
+  KernelOrder k;
+  k.wait = gpu::kFusedRecordStages - 1;
+  EXPECT_TRUE(differs(k)) << "a wait one group short";
+  k = KernelOrder{};
+  k.top_barrier = false;
+  EXPECT_TRUE(differs(k)) << "no barrier after the wait";
+  k = KernelOrder{};
+  k.tail_barrier = false;
+  EXPECT_TRUE(differs(k)) << "no barrier before the tail";
+  k = KernelOrder{};
+  k.wait = 0;
+  EXPECT_FALSE(differs(k)) << "waiting for every group is only stricter";
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -60,9 +60,11 @@ __device__ __forceinline__ void fused_column_loop(const FusedArgs<T>& a, T* sm, 
       __syncthreads();
     }
   }
-  if (a.launch.mode == kFusedPush && a.y_out != nullptr) {  // the outputs of a chunk's first step
-    if (ring && sync) __syncthreads();
-    fused_push_tail<T, Step>(a, sm, gr);
+  if constexpr (NC == 1) {                                    // a push runs one column a thread
+    if (a.launch.mode == kFusedPush && a.y_out != nullptr) {  // the outputs of a chunk's first step
+      if (ring && sync) __syncthreads();
+      fused_push_tail<T, Step>(a, sm, gr);
+    }
   }
 }
 

@@ -485,7 +485,8 @@ BPPSA_HD inline void fused_step(const FusedArgs<T>& a, T* sm, const T* w, Idx ld
   const bool push = l.mode == kFusedPush;
   if constexpr (Len) {
     if (fused_padded(a, t, b)) {  // past the sample's length: x passes unchanged
-      if (push && a.y_out != nullptr) fused_zero_outputs(a, gr, t);
+      if constexpr (NC == 1)      // a push runs one column a thread
+        if (push && a.y_out != nullptr) fused_zero_outputs(a, gr, t);
       fused_identity_step<T, TW, NC, two>(a, xc, xn, gr, j, t);
       return;
     }
@@ -504,7 +505,11 @@ BPPSA_HD inline void fused_step(const FusedArgs<T>& a, T* sm, const T* w, Idx ld
   FusedStepRecord<T> rec;
   rec.p0 = span[0], rec.p1 = span[1], rec.p2 = span[2];
   rec.n0 = len[0], rec.n1 = len[1], rec.n2 = len[2];
-  const T* e = span[3];             // the injection's rows (null where the step takes none)
+  const T* e = span[3];  // the injection's rows (null where the step takes none)
+  // The push's outputs, from the old rows, before the accumulators below are live (registers);
+  // compiled for one column a thread only, as a push runs.
+  if constexpr (NC == 1)
+    if (push && a.y_out != nullptr) fused_outputs<T, Step>(a, rec, xc, xs, gr, t);
   const Idx gate_stride = H * ldw;  // from W's rows of gate q to those of gate q + 1
 
   T acc[NC][TW];
@@ -535,9 +540,6 @@ BPPSA_HD inline void fused_step(const FusedArgs<T>& a, T* sm, const T* w, Idx ld
       });
     });
   }
-
-  // The outputs (push: one column), from the old rows before this thread writes them (nbuf may be 1).
-  if (push && a.y_out != nullptr) fused_outputs<T, Step>(a, rec, xc, xs, gr, t);
 
   // The thread's rows of the new columns: injection, W^T y, direct terms; then the stores.
   const bool last = !push && j == gr.steps - 1;

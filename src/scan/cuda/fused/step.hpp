@@ -9,7 +9,8 @@
 //   kGates, kStateParts (1, or 2: rows h over rows c), kFusedCoefficients (per unit k),
 //   kFusedMaxTile4 (largest row tile with 4 columns per thread that does not spill), kFusedName,
 //   kFusedRecordNeeded (bit i: FusedArgs::record[i] must be set), kFusedRecordPerUnit (values of
-//   the record one step reads per unit, for the traffic estimate), kFusedCost (the model's issue
+//   the record one step reads per unit: fused_record's spans must total exactly this times H, as
+//   it sizes the record's ring slots and the traffic estimate), kFusedCost (the model's issue
 //   slots, FusedStepCost);
 //   fused_record(a, t, b) → FusedStepRecord<T>: the spans of the record step t of sample b reads;
 //   fused_unit(rec, H, variant, k, q): unit k's coefficients q[kFusedCoefficients] (shared by the
