@@ -1177,7 +1177,10 @@ TEST(FusedHost, TheKernelsOrderHoldsUnderAnyInterleavingAndCopyLanding) {
       ASSERT_FALSE(got.in_flight_at_exit) << what;
       ASSERT_EQ(0, std::memcmp(got.g.data(), want.g.data(), want.g.size() * sizeof(T))) << what;
       ASSERT_EQ(0, std::memcmp(got.y.data(), want.y.data(), want.y.size() * sizeof(T))) << what;
-      ASSERT_EQ(0, std::memcmp(got.yi.data(), want.yi.data(), want.yi.size() * sizeof(T))) << what;
+      ASSERT_EQ(got.yi.size(), want.yi.size()) << what;
+      if (!want.yi.empty()) {  // (memcmp of an empty vector's null data is undefined)
+        ASSERT_EQ(0, std::memcmp(got.yi.data(), want.yi.data(), want.yi.size() * sizeof(T))) << what;
+      }
     }
   };
   for (const std::int32_t cell : kCells)
