@@ -185,12 +185,12 @@ BPPSA_HD inline Idx x_offset(const FusedShape& s, const FusedLaunch& l) {
   return l.w_shared ? s.GH * launch_hpad(l) : 0;
 }
 BPPSA_HD inline Idx x_stride(const FusedLaunch& l) { return l.gpb * l.nc; }
-BPPSA_HD inline Idx ring_offset(const FusedShape& s, const FusedLaunch& l) {
-  return (x_offset(s, l) + l.nbuf * s.S * x_stride(l) + 3) / 4 * 4;
+BPPSA_HD inline Idx x_end(const FusedShape& s, const FusedLaunch& l) {
+  return x_offset(s, l) + l.nbuf * s.S * x_stride(l);
 }
+BPPSA_HD inline Idx ring_offset(const FusedShape& s, const FusedLaunch& l) { return (x_end(s, l) + 3) / 4 * 4; }
 BPPSA_HD inline Idx launch_smem(const FusedShape& s, const FusedLaunch& l) {
-  return l.stages > 0 ? ring_offset(s, l) + l.gpb * l.stages * l.stage_len
-                      : x_offset(s, l) + l.nbuf * s.S * x_stride(l);
+  return l.stages > 0 ? ring_offset(s, l) + l.gpb * l.stages * l.stage_len : x_end(s, l);
 }
 
 /// Slots of the record's ring a group: step j reads slot j % stages while the copies of steps
