@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "nn/cuda/cluster_forward.hpp"
 #include "nn/cuda/head_math.hpp"
 #include "nn/cuda/recurrent_math.hpp"
 
@@ -16,8 +17,8 @@ namespace bppsa::detail::gpu {
 /// Threads of the persistent kernels' blocks at most (their __launch_bounds__).
 inline constexpr int kPersistentThreads = 512;
 
-/// Enables dynamic shared memory beyond 48 KiB for the persistent kernels of T (once per
-/// process; `bytes` is the device's opt-in limit).
+/// Enables dynamic shared memory beyond 48 KiB for the persistent and cluster kernels of T (once
+/// per process; `bytes` is the device's opt-in limit).
 template <class T>
 void allow_persistent_smem(int bytes);
 
@@ -33,6 +34,14 @@ void launch_forward(const LayerArgs<T>& a, unsigned threads, std::size_t smem, c
 /// block: warp_forward_spb): persistent_blocks(B, spb) blocks of 32·spb threads.
 template <class T>
 void launch_forward_warp(const LayerArgs<T>& a, cudaStream_t s);
+/// The cluster forward of one layer (cluster_forward.hpp; a.w column-major as launch_forward's):
+/// cluster_count(B, l.spb) clusters of l.ctas blocks.
+template <class T>
+void launch_forward_cluster(const LayerArgs<T>& a, const ClusterLaunch& l, cudaStream_t s);
+/// How many clusters of launch l the cluster forward of `cell` can hold at once on the current
+/// device (cudaOccupancyMaxActiveClusters; 0: it cannot launch them).
+template <class T>
+int cluster_forward_capacity(std::int32_t cell, const ClusterLaunch& l);
 /// The warp-per-sample BP of one layer (as launch_forward_warp; g_T already in a.g).
 template <class T>
 void launch_backward_warp(const LayerArgs<T>& a, cudaStream_t s);

@@ -40,19 +40,27 @@ int device_attribute(cudaDeviceAttr attr) {
   return value;
 }
 
+/// BPPSA_CUDA_RECURRENCE: which persistent kernels a layer runs (auto, warp, block or cluster;
+/// unset is auto), for comparisons.
+std::string recurrence_choice() {
+  const char* env = std::getenv("BPPSA_CUDA_RECURRENCE");
+  const std::string v = env != nullptr ? env : "auto";
+  if (v.empty()) return "auto";
+  if (v != "auto" && v != "warp" && v != "block" && v != "cluster")
+    raise<InvalidArgument>("Recurrent",
+                           "BPPSA_CUDA_RECURRENCE is '" + v + "'; expected auto, warp, block or cluster (or unset it)");
+  return v;
+}
+
 /// Whether a layer's persistent kernels (forward, BP) are the warp-per-sample ones: where its H
 /// fits (warp_forward_max_hidden), unless BPPSA_CUDA_RECURRENCE says otherwise (auto: where it
-/// fits; warp: everywhere, UnsupportedError where it does not fit; block: never; for comparisons).
+/// fits; warp: everywhere, UnsupportedError where it does not fit; block, cluster: never).
 template <class T>
 bool use_warp_kernels(std::int32_t cell, Idx H) {
   const bool fits = H <= warp_forward_max_hidden<T>(cell);
-  const char* env = std::getenv("BPPSA_CUDA_RECURRENCE");
-  const std::string v = env != nullptr ? env : "";
-  if (v.empty() || v == "auto") return fits;
-  if (v == "block") return false;
-  if (v != "warp")
-    raise<InvalidArgument>("Recurrent",
-                           "BPPSA_CUDA_RECURRENCE is '" + v + "'; expected auto, warp or block (or unset it)");
+  const std::string v = recurrence_choice();
+  if (v == "auto") return fits;
+  if (v != "warp") return false;
   if (!fits)
     raise<UnsupportedError>("Recurrent",
                             "BPPSA_CUDA_RECURRENCE=warp: the warp-per-sample kernels take a hidden size up "
@@ -401,10 +409,39 @@ void RecurrentCuda<T>::forward_from(Init&& init) {
       continue;
     }
     const PersistentLaunch p = launch_for(H_, false);
+    ClusterLaunch cl;
+    if (cluster_forward(p, cl)) {
+      launch_forward_cluster(a, cl, s);
+      continue;
+    }
     a.spb = p.spb;
     a.w_shared = p.w_shared;
     launch_forward(a, forward_threads(H_, p.spb, kPersistentThreads), p.smem_bytes, s);
   }
+}
+
+template <class T>
+bool RecurrentCuda<T>::cluster_forward(const PersistentLaunch& block, ClusterLaunch& out) const {
+  const std::string v = recurrence_choice();
+  const bool forced = v == "cluster";
+  if (v == "block" || (!forced && block.w_shared)) return false;  // W_hh fits one block: the block kernel
+  if (cluster_batch_ != batch_) {                                 // planned and asked of the device once per batch size
+    cluster_ =
+        cluster_launch(GH_ / H_, H_, batch_, sizeof(T), sms_, static_cast<std::size_t>(smem_optin_), kClusterMaxBlocks);
+    cluster_.fits = cluster_.fits && cluster_forward_capacity<T>(cell_, cluster_) >= 1;
+    cluster_batch_ = batch_;
+  }
+  if (cluster_.fits) {
+    out = cluster_;
+    return true;
+  }
+  if (forced)
+    raise<UnsupportedError>("Recurrent", "BPPSA_CUDA_RECURRENCE=cluster: no cluster of up to " +
+                                             std::to_string(kClusterMaxBlocks) + " blocks holds W_hh of hidden size " +
+                                             std::to_string(H_) +
+                                             " on this GPU (clusters need sm_90); unset it "
+                                             "or set it to auto");
+  return false;
 }
 
 template <class T>

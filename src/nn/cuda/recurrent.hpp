@@ -276,6 +276,11 @@ class RecurrentCuda final : public RecurrentHalf<T> {
   /// The persistent kernels' launch for `rows` state rows per sample: forward H without the gate
   /// vector, backward S with it.
   PersistentLaunch launch_for(Idx rows, bool gate_vector) const;
+  /// Whether the forward runs the cluster kernel (out: its launch) rather than the block kernel
+  /// of launch `block`: where W_hh does not fit one block's shared memory and a cluster of up to
+  /// kClusterMaxBlocks holds it (BPPSA_CUDA_RECURRENCE=cluster: wherever a cluster can, else
+  /// UnsupportedError; block: never).
+  bool cluster_forward(const PersistentLaunch& block, ClusterLaunch& out) const;
   /// Layer l's fused-scan plan for the current shape (planned once, kept with the layer).
   FusedPlan<T>& fused_plan(Index l, bool inject);
   /// The fused chunked scan's state gradients of layer l (a.g's block T set).
@@ -301,6 +306,8 @@ class RecurrentCuda final : public RecurrentHalf<T> {
   cuda::Event switch_event_{false};          ///< orders a new stream after the old one (use_stream)
   std::unique_ptr<BlasHandle> blas_;
   int sms_, smem_optin_;
+  mutable ClusterLaunch cluster_;  ///< cluster_forward's launch for batch cluster_batch_ (fits: it runs)
+  mutable Idx cluster_batch_ = -1;
   cuda::DeviceBuffer<T> params_, grads_;
   cuda::DeviceBuffer<T> x_, ones_, grad_out_;
   cuda::DeviceBuffer<T> zeros_;   ///< GH zeros: the biases a caller's forward leaves out

@@ -1,11 +1,15 @@
 // The recurrent layer kernels: persistent forward and BP-through-time kernels (one block per
 // group of samples for all T steps, one __syncthreads() per forward step and two per BP step,
 // W_hh on chip when it fits),
+// a cluster forward for a W_hh larger than one block's shared memory (cluster_forward.hpp),
 // and flat grid-stride kernels (pre-activation gradients, Jacobian generation, copies). Bodies
 // are the __host__ __device__ phases of recurrent_math.hpp, tested on the host.
+#include <cooperative_groups.h>
+
 #include <algorithm>
 
 #include "core/cuda/check.hpp"
+#include "nn/cuda/cluster_forward.hpp"
 #include "nn/cuda/kernels.hpp"
 
 namespace bppsa::detail::gpu {
@@ -38,6 +42,54 @@ struct ThisThread {
     return {};
   }
 };
+
+// Clusters exist from sm_90: below it the cluster kernel is a trap, never launched
+// (cluster_forward_capacity is 0 there).
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+#define BPPSA_HAS_CLUSTERS 1
+#else
+#define BPPSA_HAS_CLUSTERS 0
+#endif
+#if BPPSA_HAS_CLUSTERS
+/// The cluster program's context in the kernel (forward_cluster_program): this thread of block
+/// `rank` of its cluster, the blocks' shared memories through distributed shared memory.
+template <class T>
+struct ThisClusterThread {
+  cooperative_groups::cluster_group cluster;
+  T* sm;
+  Idx thread, rank;
+  template <class U>
+  struct Local {
+    U u;
+    __device__ U& operator()(Idx, Idx) { return u; }
+  };
+  template <class F>
+  __device__ void each(F&& f) {
+    f(rank, thread);
+  }
+  __device__ T* smem(Idx r) { return r == rank ? sm : cluster.map_shared_rank(sm, static_cast<unsigned>(r)); }
+  __device__ void block_barrier() { __syncthreads(); }
+  __device__ void cluster_barrier() { cluster.sync(); }
+  template <class U>
+  __device__ Local<U> per_thread() {
+    return {};
+  }
+};
+#endif
+
+/// The cluster forward (forward_cluster_program), one kernel per cell; cluster c is blocks
+/// c·l.ctas … c·l.ctas + l.ctas − 1 (launched with that cluster dimension).
+template <class T, bool Len, class Cell>
+__global__ void __launch_bounds__(kClusterMaxThreads) forward_kernel_cluster(LayerArgs<T> a, ClusterLaunch l) {
+#if BPPSA_HAS_CLUSTERS
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  ThisClusterThread<T> ctx{cluster, persistent_smem<T>(), static_cast<Idx>(threadIdx.x),
+                           static_cast<Idx>(cluster.block_rank())};
+  forward_cluster_program<Cell, Len>(a, l, static_cast<Idx>(blockIdx.x) / l.ctas, ctx);
+#else
+  __trap();
+#endif
+}
 
 /// Len: the batch has per-sample lengths (a.len); each persistent kernel is compiled with and without.
 template <class T, bool Len>
@@ -155,6 +207,33 @@ __global__ void __launch_bounds__(kBlock) fill_kernel(T* x, Idx n, T value) {
   BPPSA_FLAT_LOOP(n, i) x[i] = value;
 }
 
+/// The cluster forward's kernel for a cell, with or without lengths.
+template <class T>
+auto cluster_kernel(std::int32_t cell, bool len) -> void (*)(LayerArgs<T>, ClusterLaunch) {
+  if (cell == kGru) return len ? forward_kernel_cluster<T, true, GruCell> : forward_kernel_cluster<T, false, GruCell>;
+  if (cell == kLstm)
+    return len ? forward_kernel_cluster<T, true, LstmCell> : forward_kernel_cluster<T, false, LstmCell>;
+  return len ? forward_kernel_cluster<T, true, RnnCell> : forward_kernel_cluster<T, false, RnnCell>;
+}
+
+/// A launch configuration of the cluster forward (attr: its one attribute, the cluster dimension).
+template <class T>
+cudaLaunchConfig_t cluster_config(const LayerArgs<T>& a, const ClusterLaunch& l, cudaLaunchAttribute* attr,
+                                  cudaStream_t s) {
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = static_cast<unsigned>(l.ctas);
+  attr->val.clusterDim.y = 1;
+  attr->val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(cluster_count(a.B, l.spb) * l.ctas));
+  cfg.blockDim = dim3(l.threads);
+  cfg.dynamicSmemBytes = l.smem_bytes;
+  cfg.stream = s;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
 }  // namespace
 
 template <class T>
@@ -165,6 +244,37 @@ void allow_persistent_smem(int bytes) {
         reinterpret_cast<const void*>(backward_kernel<T, false>),
         reinterpret_cast<const void*>(backward_kernel<T, true>)})
     BPPSA_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  for (const std::int32_t cell : {kRnnTanh, kGru, kLstm})
+    for (const bool len : {false, true})
+      BPPSA_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(cluster_kernel<T>(cell, len)),
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
+template <class T>
+int cluster_forward_capacity(std::int32_t cell, const ClusterLaunch& l) {
+  LayerArgs<T> a;
+  a.B = l.spb;  // one cluster
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t cfg = cluster_config(a, l, &attr, nullptr);
+  int least = -1;
+  for (const bool len : {false, true}) {  // the two kernels' registers may differ
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, reinterpret_cast<const void*>(cluster_kernel<T>(cell, len)), &cfg) !=
+        cudaSuccess) {
+      (void)cudaGetLastError();  // not sticky: a configuration this device refuses
+      n = 0;
+    }
+    least = least < 0 || n < least ? n : least;
+  }
+  return least;
+}
+
+template <class T>
+void launch_forward_cluster(const LayerArgs<T>& a, const ClusterLaunch& l, cudaStream_t s) {
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t cfg = cluster_config(a, l, &attr, s);
+  BPPSA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, cluster_kernel<T>(a.cell, a.len != nullptr), a, l));
+  BPPSA_CUDA_CHECK_LAUNCH();
 }
 
 template <class T>
@@ -317,6 +427,8 @@ void launch_fill(T* x, Idx n, T value, cudaStream_t s) {
   template void launch_transpose<T>(const T*, Idx, Idx, T*, cudaStream_t);                                        \
   template void launch_forward<T>(const LayerArgs<T>&, unsigned, std::size_t, cudaStream_t);                      \
   template void launch_forward_warp<T>(const LayerArgs<T>&, cudaStream_t);                                        \
+  template int cluster_forward_capacity<T>(std::int32_t, const ClusterLaunch&);                                   \
+  template void launch_forward_cluster<T>(const LayerArgs<T>&, const ClusterLaunch&, cudaStream_t);               \
   template void launch_backward_warp<T>(const LayerArgs<T>&, cudaStream_t);                                       \
   template void launch_backward_bp<T>(const LayerArgs<T>&, unsigned, std::size_t, cudaStream_t);                  \
   template void launch_final_grad<T>(Idx, Idx, Idx, Idx, const T*, const Idx*, const T*, T*, cudaStream_t);       \

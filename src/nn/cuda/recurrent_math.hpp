@@ -316,6 +316,12 @@ struct UnitRegisters {
     ax_next = a.ax + b * a.GH + j;
     h_out = a.h + (a.B + b) * a.H + j;
   }
+  /// The input projection of step t into `slot` (nothing past T); the next call reads step t + 1's.
+  BPPSA_HD_FORCEINLINE void load(const LayerArgs<T>& a, Idx t, T* slot) {
+    if (t > a.steps) return;
+    for (int q = 0; q < Cell::kGates; ++q) slot[q] = ax_next[q * a.H];
+    ax_next += a.B * a.GH;
+  }
 };
 
 /// The forward kernel's path when every unit has a thread of its own: thread `thread` owns unit
@@ -341,12 +347,8 @@ struct ForwardUnit : UnitRegisters<Cell, T> {
     this->start(a);
     load(a, 1);
   }
-  /// The input projection of step t (nothing past T); the next call reads step t + 1's.
-  BPPSA_HD void load(const LayerArgs<T>& a, Idx t) {
-    if (t > a.steps) return;
-    for (int q = 0; q < G; ++q) next[q] = ax_next[q * a.H];
-    ax_next += a.B * a.GH;
-  }
+  /// The input projection of step t into next (nothing past T).
+  BPPSA_HD void load(const LayerArgs<T>& a, Idx t) { R::load(a, t, next); }
   BPPSA_HD void step(const LayerArgs<T>& a, T* sm, Idx t) {
     if (!active) return;
     const SmemLayout L = forward_smem(a);
@@ -489,12 +491,7 @@ struct ForwardWarp : UnitRegisters<Cell, T> {
     this->start(a);
     hd_unrolled<kDepth>([&](auto d) { load(a, 1 + decltype(d)::value, ring[decltype(d)::value]); });
   }
-  /// The input projection of step t into `slot` (nothing past T); the next call reads step t + 1's.
-  BPPSA_HD_FORCEINLINE void load(const LayerArgs<T>& a, Idx t, T* slot) {
-    if (t > a.steps) return;
-    for (int q = 0; q < G; ++q) slot[q] = ax_next[q * a.H];
-    ax_next += a.B * a.GH;
-  }
+  using R::load;
   /// Step t = t0 + D of the warp's sample (t0 ≡ 1 mod kDepth): its input projection is ring[D].
   template <int D>
   BPPSA_HD void step(const LayerArgs<T>& a, Idx t) {

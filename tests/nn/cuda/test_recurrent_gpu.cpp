@@ -378,13 +378,54 @@ std::vector<std::vector<T>> warp_or_block_run(const char* kernels, const Recurre
   return r;
 }
 
+/// A two-layer stack of `cell` (hidden H, batch B, T_ steps, lengths or not) on random weights,
+/// states and data, run with the persistent kernels `base` and then `other` (warp_or_block_run):
+/// the same bits in every tensor; and `other`'s outputs and input gradient against the CPU engine.
+template <class T>
+void expect_the_same_bits(const char* base, const char* other, CellType cell, Index H, Index B, Index T_,
+                          bool by_length) {
+  const double tol = std::is_same_v<T, float> ? 1e-4 : 1e-10;
+  const Index I = 3, L = 2, S = state_size(cell, H);
+  Recurrent<T> cpu(RecurrentConfig{cell, I, H, L});
+  cpu.reset_parameters(6);
+  std::mt19937_64 rng(8);
+  std::normal_distribution<double> nd;
+  const auto random = [&](Index r, Index cols) {
+    Matrix<T> m(r, cols);
+    for (Index i = 0; i < m.size(); ++i) m.data()[i] = static_cast<T>(nd(rng));
+    return m;
+  };
+  const Matrix<T> x = random(I, T_ * B), up = random(H, T_ * B);
+  std::vector<Matrix<T>> s0, gf;
+  for (Index l = 0; l < L; ++l) {
+    s0.push_back(random(S, B) * T(0.5));
+    gf.push_back(random(S, B));
+    cpu.set_initial_state(l, s0.back());
+    cpu.set_final_state_grad(l, gf.back());
+  }
+  std::vector<Index> len;
+  for (Index b = 0; by_length && b < B; ++b) len.push_back(std::max<Index>(1, T_ - (b * T_) / B));
+  const auto want = warp_or_block_run<T>(base, cpu, x, up, s0, gf, T_, B, len);
+  const auto got = warp_or_block_run<T>(other, cpu, x, up, s0, gf, T_, B, len);
+  ASSERT_EQ(want.size(), got.size());
+  for (std::size_t i = 0; i < want.size(); ++i)
+    EXPECT_TRUE(want[i].size() == got[i].size() &&
+                std::memcmp(want[i].data(), got[i].data(), want[i].size() * sizeof(T)) == 0)
+        << other << " against " << base << ": tensor " << i
+        << " (outputs, final states, then per layer g_0, w_ih, w_hh, b_ih, b_hh; input)";
+  cpu.forward(x, T_, B, len);
+  cpu.backward(up, true, BackwardOptions{.method = BackwardMethod::bp});
+  const Matrix<T> out = cpu.output(), gx = cpu.input_grad();
+  EXPECT_LE(max_rel_error(got.front().data(), out.data(), out.size()), tol) << "outputs against the CPU";
+  EXPECT_LE(max_rel_error(got.back().data(), gx.data(), gx.size()), tol) << "input gradient against the CPU";
+}
+
 /// The warp-per-sample forward and BP against the block kernels they replace (BPPSA_CUDA_RECURRENCE
 /// =block), each on a fresh stack: the same arithmetic in the same order, so the same bits in every
 /// tensor; and against the CPU engine (its outputs and input gradient). H around the vector width
 /// and the partial sums, B above twice the SMs (several warps a block, a short last block).
 template <class T>
 void warp_kernels_give_the_block_kernels_bits() {
-  const double tol = std::is_same_v<T, float> ? 1e-4 : 1e-10;
   for (const CellType cell : cells())
     for (const Index H : pick<std::vector<Index>>({5, 13, 16, 20, 31, 32}, {13}))  // reduced: under the sanitizers
       for (const Index B : {Index{5}, Index{301}}) {
@@ -393,38 +434,7 @@ void warp_kernels_give_the_block_kernels_bits() {
         if (B > 5 && H != 13 && H != 32) continue;
         SCOPED_TRACE(std::string(to_string(cell)) + " H " + std::to_string(H) + " B " + std::to_string(B) +
                      (by_length ? " lengths" : "") + (std::is_same_v<T, float> ? " float" : " double"));
-        const Index I = 3, L = 2, T_ = 37, S = state_size(cell, H);
-        Recurrent<T> cpu(RecurrentConfig{cell, I, H, L});
-        cpu.reset_parameters(6);
-        std::mt19937_64 rng(8);
-        std::normal_distribution<double> nd;
-        const auto random = [&](Index r, Index cols) {
-          Matrix<T> m(r, cols);
-          for (Index i = 0; i < m.size(); ++i) m.data()[i] = static_cast<T>(nd(rng));
-          return m;
-        };
-        const Matrix<T> x = random(I, T_ * B), up = random(H, T_ * B);
-        std::vector<Matrix<T>> s0, gf;
-        for (Index l = 0; l < L; ++l) {
-          s0.push_back(random(S, B) * T(0.5));
-          gf.push_back(random(S, B));
-          cpu.set_initial_state(l, s0.back());
-          cpu.set_final_state_grad(l, gf.back());
-        }
-        std::vector<Index> len;
-        for (Index b = 0; by_length && b < B; ++b) len.push_back(std::max<Index>(1, T_ - (b * T_) / B));
-        const auto block = warp_or_block_run<T>("block", cpu, x, up, s0, gf, T_, B, len);
-        const auto warp = warp_or_block_run<T>("warp", cpu, x, up, s0, gf, T_, B, len);
-        ASSERT_EQ(block.size(), warp.size());
-        for (std::size_t i = 0; i < block.size(); ++i)
-          EXPECT_TRUE(block[i].size() == warp[i].size() &&
-                      std::memcmp(block[i].data(), warp[i].data(), block[i].size() * sizeof(T)) == 0)
-              << "tensor " << i << " (outputs, final states, then per layer g_0, w_ih, w_hh, b_ih, b_hh; input)";
-        cpu.forward(x, T_, B, len);
-        cpu.backward(up, true, BackwardOptions{.method = BackwardMethod::bp});
-        const Matrix<T> out = cpu.output(), gx = cpu.input_grad();
-        EXPECT_LE(max_rel_error(warp.front().data(), out.data(), out.size()), tol) << "outputs against the CPU";
-        EXPECT_LE(max_rel_error(warp.back().data(), gx.data(), gx.size()), tol) << "input gradient against the CPU";
+        expect_the_same_bits<T>("block", "warp", cell, H, B, 37, by_length);
       }
 }
 
@@ -440,7 +450,36 @@ TEST(GpuSmall, WarpKernelsGiveTheBlockKernelsBits) {
                                            {"BPPSA_CUDA_RECURRENCE=warp", "up to 32", "not 64"});
   var.set("fast");
   testutil::expect_error<InvalidArgument>([&] { wide.forward(x, 3, 1); },
-                                          {"BPPSA_CUDA_RECURRENCE", "'fast'", "auto, warp or block"});
+                                          {"BPPSA_CUDA_RECURRENCE", "'fast'", "auto, warp, block or cluster"});
+}
+
+/// The cluster forward (BPPSA_CUDA_RECURRENCE=cluster: wherever a cluster of up to eight blocks
+/// holds W_hh, from two blocks) against the block kernel it replaces: the same dot-product slices
+/// added in the same order, so the same bits in every tensor (the backward is the block BP in
+/// both); and against the CPU engine. H where W_hh fits one block (64) and where it does not
+/// (RNN 256, GRU 160, LSTM 128: what auto gives the cluster), a short last cluster.
+template <class T>
+void cluster_forward_gives_the_block_kernels_bits() {
+  for (const CellType cell : cells())
+    for (const Index H : pick<std::vector<Index>>({64, 0}, {64})) {  // 0: the cell's large size
+      const Index h = H > 0 ? H : cell == CellType::rnn ? 256 : cell == CellType::gru ? 160 : 128;
+      const Index B = pick<Index>(37, 5);
+      SCOPED_TRACE(std::string(to_string(cell)) + " H " + std::to_string(h) + " B " + std::to_string(B) +
+                   (std::is_same_v<T, float> ? " float" : " double"));
+      expect_the_same_bits<T>("block", "cluster", cell, h, B, 23, h == 64);
+    }
+}
+
+TEST(GpuSmall, ClusterForwardGivesTheBlockKernelsBits) {
+  cluster_forward_gives_the_block_kernels_bits<float>();
+  if (!gpu_test::reduced()) cluster_forward_gives_the_block_kernels_bits<double>();
+  // Where no cluster of eight blocks holds W_hh (LSTM H 512 float: 4 MiB), =cluster is refused.
+  RecurrenceVariable var;
+  var.set("cluster");
+  Recurrent<float> huge(RecurrentConfig{CellType::lstm, 2, 512, 1, Nonlinearity::tanh, Device::cuda});
+  const Matrix<float> x = Matrix<float>::Zero(2, 3);
+  testutil::expect_error<UnsupportedError>([&] { huge.forward(x, 3, 1); },
+                                           {"BPPSA_CUDA_RECURRENCE=cluster", "hidden size 512"});
 }
 
 TEST(GpuSmall, RerunsAreBitIdentical) {

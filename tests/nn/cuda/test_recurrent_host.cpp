@@ -28,6 +28,7 @@
 #include "expect_error.hpp"
 #include "jacobian/cuda/items.hpp"
 #include "nn/cell.hpp"
+#include "nn/cuda/cluster_forward.hpp"
 #include "nn/cuda/head_math.hpp"
 #include "nn/cuda/layer_gemms.hpp"
 #include "nn/cuda/recurrent_math.hpp"
@@ -170,13 +171,61 @@ void replay(const gpu::LayerArgs<T>& a, const gpu::SmemLayout& L, unsigned threa
   }
 }
 
+/// forward_cluster_program's context in the replay: the blocks of one cluster, each with its own
+/// shared memory. each() queues a phase for every (block, thread), block_barrier() ends a phase,
+/// cluster_barrier() runs what was queued: in step (every block's first phase, then every block's
+/// second, …) or, `skewed`, block after block, each running all its phases before the next block
+/// starts (as far ahead of the others as the cluster barrier lets it), so that a block reading
+/// what another writes between the same two cluster barriers changes the result. Blocks and
+/// threads in forward or reverse order.
+template <class T>
+struct ReplayCluster {
+  Idx ctas;
+  unsigned threads;
+  bool reverse, skewed;
+  std::vector<std::vector<T>> smems;
+  std::vector<std::vector<std::function<void(Idx, Idx)>>> phases{1};
+  template <class U>
+  struct PerThread {
+    std::shared_ptr<std::vector<U>> u;
+    unsigned threads;
+    U& operator()(Idx rank, Idx th) { return (*u)[static_cast<std::size_t>(rank * threads + th)]; }
+  };
+  void each(std::function<void(Idx, Idx)> f) { phases.back().push_back(std::move(f)); }
+  void block_barrier() { phases.emplace_back(); }
+  T* smem(Idx rank) { return smems[static_cast<std::size_t>(rank)].data(); }
+  void run(Idx rank, const std::vector<std::function<void(Idx, Idx)>>& phase) {
+    for (unsigned i = 0; i < threads; ++i)
+      for (auto& f : phase) f(rank, static_cast<Idx>(reverse ? threads - 1 - i : i));
+  }
+  void cluster_barrier() {
+    const auto rank = [&](Idx i) { return reverse ? ctas - 1 - i : i; };
+    if (skewed) {
+      for (Idx i = 0; i < ctas; ++i)
+        for (const auto& phase : phases) run(rank(i), phase);
+    } else {
+      for (const auto& phase : phases)
+        for (Idx i = 0; i < ctas; ++i) run(rank(i), phase);
+    }
+    phases.assign(1, {});
+  }
+  bool idle() const { return phases.size() == 1 && phases[0].empty(); }
+  template <class U>
+  PerThread<U> per_thread() {
+    return {std::make_shared<std::vector<U>>(static_cast<std::size_t>(ctas) * threads), threads};
+  }
+};
+
 /// How a persistent kernel is launched in a test: samples per block, W_hh on chip, threads; warp:
-/// the forward runs the warp-per-sample kernel (spb warps a block; w_shared and threads unused).
+/// the forward runs the warp-per-sample kernel (spb warps a block; w_shared and threads unused);
+/// cluster > 0: the forward runs the cluster kernel with that many blocks a cluster and spb
+/// samples a cluster (w_shared and threads unused).
 struct Launch {
   Idx spb;
   bool w_shared;
   unsigned threads;
   bool warp = false;
+  Idx cluster = 0;
 };
 const std::vector<Launch>& launches() {
   static const std::vector<Launch> l{
@@ -260,8 +309,9 @@ struct LayerSim {
     return s;
   }
 
-  /// x: I × TB (the layer's input); s0: S × B or empty.
-  void forward(const T* x, const Matrix<T>& s0, const Launch& l, bool reverse = false) {
+  /// x: I × TB (the layer's input); s0: S × B or empty. skewed: the cluster kernel's replay runs
+  /// its blocks one after the other between cluster barriers (ReplayCluster).
+  void forward(const T* x, const Matrix<T>& s0, const Launch& l, bool reverse = false, bool skewed = false) {
     reference(gpu::input_projection(GH, I, steps * B, p->w_ih.data(), x, a.ax.data()));
     for (Idx b = 0; b < B; ++b)
       for (Idx j = 0; j < H; ++j) {
@@ -272,6 +322,10 @@ struct LayerSim {
       a.w_col[static_cast<std::size_t>(i)] = p->w_hh.data()[gpu::transpose_source(GH, H, i)];
     gpu::LayerArgs<T> r = args(l);
     r.w = a.w_col.data();
+    if (l.cluster > 0) {
+      forward_cluster(r, l, reverse, skewed);
+      return;
+    }
     if (l.warp && H <= gpu::warp_forward_max_hidden<T>(cell)) {  // else the block kernel, as the stack picks
       gpu::SmemLayout L;
       L.total = gpu::warp_forward_smem<T>(cell, l.spb);
@@ -284,6 +338,32 @@ struct LayerSim {
     else
       replay(r, gpu::forward_smem(r), l.threads, reverse,
              [](auto&&... p) { gpu::forward_program<true>(std::forward<decltype(p)>(p)...); });
+  }
+
+  /// The cluster forward (forward_cluster_program, the kernel launch_forward_cluster picks) with
+  /// l.cluster blocks a cluster and l.spb samples, each cluster in turn (clusters share nothing)
+  /// on poisoned shared memory.
+  void forward_cluster(const gpu::LayerArgs<T>& r, const Launch& l, bool reverse, bool skewed) {
+    gpu::ClusterLaunch cl;
+    const Idx G = GH / H;
+    cl.ctas = l.cluster;
+    cl.units = (H + l.cluster - 1) / l.cluster;
+    cl.spb = l.spb;
+    cl.threads = static_cast<unsigned>(gpu::cluster_threads(G, cl.units, cl.spb));
+    cl.fits = true;
+    const Idx values = gpu::cluster_smem(G, H, cl.units, cl.spb).total;
+    for (Idx c = 0; c < gpu::cluster_count(B, l.spb); ++c) {
+      ReplayCluster<T> ctx{l.cluster, cl.threads, reverse, skewed, {}};
+      ctx.smems.assign(static_cast<std::size_t>(l.cluster),
+                       std::vector<T>(static_cast<std::size_t>(values), kPoison<T>));
+      gpu::visit_cell(r.cell, [&](auto cell) {
+        if (r.len != nullptr)
+          gpu::forward_cluster_program<decltype(cell), true>(r, cl, c, ctx);
+        else
+          gpu::forward_cluster_program<decltype(cell), false>(r, cl, c, ctx);
+      });
+      EXPECT_TRUE(ctx.idle()) << "cluster " << c << ": the program's last phase is not followed by a cluster barrier";
+    }
   }
 
   /// forward_warp_program for the layer's cell and lengths (the kernel launch_forward_warp picks).
@@ -607,6 +687,100 @@ void warp_kernels_match_the_block_kernels() {
 
 TEST(CudaRecurrentHost, WarpKernelsGiveTheBlockKernelsBitsDouble) { warp_kernels_match_the_block_kernels<double>(); }
 TEST(CudaRecurrentHost, WarpKernelsGiveTheBlockKernelsBitsFloat) { warp_kernels_match_the_block_kernels<float>(); }
+
+/// The cluster forward against the block kernel (itself checked against the CPU engine): the same
+/// record bit for bit (the block kernel's dot-product slices, added in its order), under every
+/// schedule the replay has (blocks in step or skewed, either order), for clusters of 1–4 blocks
+/// whose last blocks have fewer units or none, samples a cluster that leave the last cluster
+/// short, H around the slices' tails, with and without lengths and s0.
+template <class T>
+void cluster_forward_matches_the_block_kernel() {
+  std::mt19937_64 rng(23);
+  int n = 0;
+  for (const CellCase& c : every_cell())
+    for (const Idx H : {Idx{1}, Idx{3}, Idx{5}, Idx{8}, Idx{13}, Idx{33}})
+      for (const Idx ctas : {Idx{1}, Idx{2}, Idx{3}, Idx{4}}) {
+        ++n;
+        const auto coin = [&] { return (rng() >> 7) % 2 == 0; };
+        const bool by_length = coin(), with_s0 = coin();
+        const Idx B = 1 + static_cast<Idx>(rng() % 5), I = 2, spb = 1 + static_cast<Idx>(rng() % 3);
+        const Idx steps = std::array<Idx, 3>{1, 4, 9}[rng() % 3];
+        SCOPED_TRACE(std::string(c.name) + " H " + std::to_string(H) + " blocks " + std::to_string(ctas) + " B " +
+                     std::to_string(B) + " spb " + std::to_string(spb) + " T " + std::to_string(steps) +
+                     (by_length ? " lengths" : "") + (with_s0 ? " s0" : ""));
+        Recurrent<T> cpu = random_stack<T>(c, I, H, 1, 90 + static_cast<std::uint64_t>(n));
+        const auto& p = cpu.params(0);
+        const Matrix<T> x = random_matrix<T>(I, steps * B, rng);
+        const Matrix<T> s0 = with_s0 ? random_matrix<T>(gpu::cell_state(c.code, H), B, rng, 0.5) : Matrix<T>();
+        std::vector<Idx> len;
+        if (by_length)  // non-increasing, 1 … T
+          for (Idx b = 0; b < B; ++b) len.push_back(std::max<Idx>(1, steps - b * (steps / 3 + 1)));
+        LayerSim<T> block(c.code, I, H, B, steps, p);
+        block.len = len;
+        const std::vector<T> xd = block.device_input(x.data());
+        block.forward(xd.data(), s0, Launch{1, true, 64});
+        const auto same = [](const std::vector<T>& u, const std::vector<T>& v) {
+          return u.size() == v.size() && std::memcmp(u.data(), v.data(), u.size() * sizeof(T)) == 0;
+        };
+        for (int schedule = 0; schedule < 4; ++schedule) {
+          const bool reverse = (schedule & 1) != 0, skewed = (schedule & 2) != 0;
+          SCOPED_TRACE(std::string(skewed ? "skewed" : "in step") + (reverse ? ", reversed" : ""));
+          LayerSim<T> sim(c.code, I, H, B, steps, p);
+          sim.len = len;
+          sim.forward(xd.data(), s0, Launch{spb, false, 0, false, ctas}, reverse, skewed);
+          EXPECT_TRUE(same(sim.a.h, block.a.h)) << "h differs from the block kernel's";
+          if (c.cell == CellType::lstm) {
+            EXPECT_TRUE(same(sim.a.c, block.a.c)) << "c";
+          }
+          if (c.cell != CellType::rnn) {
+            EXPECT_TRUE(same(sim.a.gates, block.a.gates) && same(sim.a.aux, block.a.aux)) << "gates, aux";
+          }
+        }
+      }
+  EXPECT_EQ(n, 96);
+}
+
+TEST(CudaRecurrentHost, ClusterForwardGivesTheBlockKernelsBitsDouble) {
+  cluster_forward_matches_the_block_kernel<double>();
+}
+TEST(CudaRecurrentHost, ClusterForwardGivesTheBlockKernelsBitsFloat) {
+  cluster_forward_matches_the_block_kernel<float>();
+}
+
+TEST(CudaRecurrentLaunch, ClusterForwardSplitsWOverTheFewestBlocksThatHoldIt) {
+  const std::size_t smem = 227 * 1024;
+  // RNN H 256 float: W_hh is 256 KiB, over one block's 227; two blocks hold 128 KiB each. 66
+  // clusters for 132 SMs: one sample a cluster at B 16; 4 threads a unit (unit_dots' P for one gate).
+  auto l = gpu::cluster_launch(1, 256, 16, 4, 132, smem, gpu::kClusterMaxBlocks);
+  EXPECT_TRUE(l.fits);
+  EXPECT_EQ(l.ctas, 2);
+  EXPECT_EQ(l.units, 128);
+  EXPECT_EQ(l.spb, 1);
+  EXPECT_EQ(l.threads, 512u);
+  EXPECT_EQ(l.smem_bytes, static_cast<std::size_t>(128 * 256 + 2 * 256 + 3 * 128) * 4);
+  // GRU H 256 (768 KiB): four blocks of 192 KiB; LSTM H 256 (1 MiB): eight of 128 KiB, 16
+  // clusters, one sample each at B 16, two at B 32, 2 threads a unit.
+  l = gpu::cluster_launch(3, 256, 16, 4, 132, smem, gpu::kClusterMaxBlocks);
+  EXPECT_TRUE(l.fits);
+  EXPECT_EQ(l.ctas, 4);
+  l = gpu::cluster_launch(4, 256, 16, 4, 132, smem, gpu::kClusterMaxBlocks);
+  EXPECT_TRUE(l.fits);
+  EXPECT_EQ(l.ctas, 8);
+  EXPECT_EQ(l.units, 32);
+  EXPECT_EQ(l.spb, 1);
+  EXPECT_EQ(l.threads, 64u);
+  EXPECT_EQ(gpu::cluster_launch(4, 256, 32, 4, 132, smem, gpu::kClusterMaxBlocks).spb, 2);
+  // Samples a cluster shrink to what fits: 1000 samples would be 63 a cluster; the buffers and
+  // threads allow fewer.
+  l = gpu::cluster_launch(4, 256, 1000, 4, 132, smem, gpu::kClusterMaxBlocks);
+  EXPECT_TRUE(l.fits);
+  EXPECT_LT(l.spb, 63);
+  EXPECT_LE(static_cast<Idx>(l.threads), gpu::kClusterMaxThreads);
+  EXPECT_LE(l.smem_bytes, smem);
+  // What no cluster of eight holds: LSTM H 512 float (4 MiB), LSTM H 256 double (2 MiB).
+  EXPECT_FALSE(gpu::cluster_launch(4, 512, 16, 4, 132, smem, gpu::kClusterMaxBlocks).fits);
+  EXPECT_FALSE(gpu::cluster_launch(4, 256, 16, 8, 132, smem, gpu::kClusterMaxBlocks).fits);
+}
 
 TEST(CudaRecurrentLaunch, WarpForwardTakesHiddenSizesItsRegistersHold) {
   // 128 float or 64 double registers of W_hh a lane: float every cell to 32; double the plain RNN to 32, GRU and LSTM
