@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "nn/cuda/cluster_forward.hpp"
+#include "nn/cuda/cluster_recurrence.hpp"
 #include "nn/cuda/head_math.hpp"
 #include "nn/cuda/recurrent_math.hpp"
 
@@ -34,14 +34,15 @@ void launch_forward(const LayerArgs<T>& a, unsigned threads, std::size_t smem, c
 /// block: warp_forward_spb): persistent_blocks(B, spb) blocks of 32·spb threads.
 template <class T>
 void launch_forward_warp(const LayerArgs<T>& a, cudaStream_t s);
-/// The cluster forward of one layer (cluster_forward.hpp; a.w column-major as launch_forward's):
-/// cluster_count(B, l.spb) clusters of l.ctas blocks.
+/// The cluster forward (backward false; a.w column-major as launch_forward's) or BP (a.w row-major
+/// as launch_backward_bp's; g_T already in a.g) of one layer (cluster_recurrence.hpp):
+/// cluster_count(B, l.spb) clusters of l.ctas blocks, l planned by cluster_launch for that direction.
 template <class T>
-void launch_forward_cluster(const LayerArgs<T>& a, const ClusterLaunch& l, cudaStream_t s);
-/// How many clusters of launch l the cluster forward of `cell` can hold at once on the current
-/// device (cudaOccupancyMaxActiveClusters; 0: it cannot launch them).
+void launch_cluster(const LayerArgs<T>& a, const ClusterLaunch& l, bool backward, cudaStream_t s);
+/// How many clusters of launch l the cluster kernel of `cell` and direction can hold at once on the
+/// current device (cudaOccupancyMaxActiveClusters; 0: it cannot launch them).
 template <class T>
-int cluster_forward_capacity(std::int32_t cell, const ClusterLaunch& l);
+int cluster_capacity(std::int32_t cell, const ClusterLaunch& l, bool backward);
 /// The warp-per-sample BP of one layer (as launch_forward_warp; g_T already in a.g).
 template <class T>
 void launch_backward_warp(const LayerArgs<T>& a, cudaStream_t s);

@@ -403,6 +403,7 @@ void RecurrentCuda<T>::forward_from(Init&& init) {
     LayerArgs<T> a = args(l);
     a.w = L.w_col.data();
     L.warp = use_warp_kernels<T>(cell_, H_);
+    L.cluster = false;
     if (L.warp) {
       a.spb = warp_forward_spb(B, sms_);
       launch_forward_warp(a, s);
@@ -410,8 +411,9 @@ void RecurrentCuda<T>::forward_from(Init&& init) {
     }
     const PersistentLaunch p = launch_for(H_, false);
     ClusterLaunch cl;
-    if (cluster_forward(p, cl)) {
-      launch_forward_cluster(a, cl, s);
+    L.cluster = cluster_plan(false, p.w_shared, cl);
+    if (L.cluster) {
+      launch_cluster(a, cl, false, s);
       continue;
     }
     a.spb = p.spb;
@@ -421,26 +423,26 @@ void RecurrentCuda<T>::forward_from(Init&& init) {
 }
 
 template <class T>
-bool RecurrentCuda<T>::cluster_forward(const PersistentLaunch& block, ClusterLaunch& out) const {
+bool RecurrentCuda<T>::cluster_plan(bool backward, bool w_shared, ClusterLaunch& out) const {
   const std::string v = recurrence_choice();
   const bool forced = v == "cluster";
-  if (v == "block" || (!forced && block.w_shared)) return false;  // W_hh fits one block: the block kernel
-  if (cluster_batch_ != batch_) {                                 // planned and asked of the device once per batch size
-    cluster_ =
-        cluster_launch(GH_ / H_, H_, batch_, sizeof(T), sms_, static_cast<std::size_t>(smem_optin_), kClusterMaxBlocks);
-    cluster_.fits = cluster_.fits && cluster_forward_capacity<T>(cell_, cluster_) >= 1;
-    cluster_batch_ = batch_;
+  if (v == "block" || (!forced && w_shared)) return false;  // W_hh fits one block: the block kernel
+  ClusterPlan& c = cluster_[backward ? 1 : 0];
+  if (c.batch != batch_) {  // planned and asked of the device once per batch size
+    c.launch = cluster_launch(GH_ / H_, H_, batch_, sizeof(T), sms_, static_cast<std::size_t>(smem_optin_),
+                              kClusterMaxBlocks, backward);
+    c.launch.fits = c.launch.fits && cluster_capacity<T>(cell_, c.launch, backward) >= 1;
+    c.batch = batch_;
   }
-  if (cluster_.fits) {
-    out = cluster_;
+  if (c.launch.fits) {
+    out = c.launch;
     return true;
   }
   if (forced)
-    raise<UnsupportedError>("Recurrent", "BPPSA_CUDA_RECURRENCE=cluster: no cluster of up to " +
-                                             std::to_string(kClusterMaxBlocks) + " blocks holds W_hh of hidden size " +
-                                             std::to_string(H_) +
-                                             " on this GPU (clusters need sm_90); unset it "
-                                             "or set it to auto");
+    raise<UnsupportedError>(
+        "Recurrent", "BPPSA_CUDA_RECURRENCE=cluster: no cluster of up to " + std::to_string(kClusterMaxBlocks) +
+                         " blocks holds W_hh of hidden size " + std::to_string(H_) + " on this GPU for the " +
+                         (backward ? "backward" : "forward") + " (clusters need sm_90); unset it or set it to auto");
   return false;
 }
 
@@ -684,9 +686,14 @@ void RecurrentCuda<T>::backward_from(Index l, const BackwardOptions& options, bo
         launch_backward_warp(a, s);  // g_{T−1} … g_0, dx (and dh)
       } else {
         const PersistentLaunch p = launch_for(S_, true);
-        a.spb = p.spb;
-        a.w_shared = p.w_shared;
-        launch_backward_bp(a, p.threads, p.smem_bytes, s);
+        ClusterLaunch cl;
+        if (L.cluster && cluster_plan(true, p.w_shared, cl)) {  // the forward ran a cluster: so does BP
+          launch_cluster(a, cl, true, s);
+        } else {
+          a.spb = p.spb;
+          a.w_shared = p.w_shared;
+          launch_backward_bp(a, p.threads, p.smem_bytes, s);
+        }
       }
       BPPSA_CUDA_CHECK(cudaEventRecord(ev.e[2], s));
       break;

@@ -243,7 +243,8 @@ class RecurrentCuda final : public RecurrentHalf<T> {
     std::array<LayerEvents, kSlots> events;
     StateGrads how = StateGrads::bp;             ///< how its last backward computed the state gradients
     BackwardMethod method = BackwardMethod::bp;  ///< the method of its last backward
-    bool warp = false;  ///< its last forward ran the warp-per-sample kernel (so does its bp backward)
+    bool warp = false;     ///< its last forward ran the warp-per-sample kernel (so does its bp backward)
+    bool cluster = false;  ///< its last forward ran the cluster kernel (so does its bp backward, where it fits)
   };
 
   // Host memory crosses here only: a queued copy of n values, then a wait (the host buffer may
@@ -276,11 +277,11 @@ class RecurrentCuda final : public RecurrentHalf<T> {
   /// The persistent kernels' launch for `rows` state rows per sample: forward H without the gate
   /// vector, backward S with it.
   PersistentLaunch launch_for(Idx rows, bool gate_vector) const;
-  /// Whether the forward runs the cluster kernel (out: its launch) rather than the block kernel
-  /// of launch `block`: where W_hh does not fit one block's shared memory and a cluster of up to
-  /// kClusterMaxBlocks holds it (BPPSA_CUDA_RECURRENCE=cluster: wherever a cluster can, else
-  /// UnsupportedError; block: never).
-  bool cluster_forward(const PersistentLaunch& block, ClusterLaunch& out) const;
+  /// Whether the forward (backward false) or the bp backward runs the cluster kernel (out: its
+  /// launch) rather than the block kernel, whose W_hh fits in one block (`w_shared`) or not: where
+  /// it does not and a cluster of up to kClusterMaxBlocks holds it (BPPSA_CUDA_RECURRENCE=cluster:
+  /// wherever a cluster can, else UnsupportedError; block: never).
+  bool cluster_plan(bool backward, bool w_shared, ClusterLaunch& out) const;
   /// Layer l's fused-scan plan for the current shape (planned once, kept with the layer).
   FusedPlan<T>& fused_plan(Index l, bool inject);
   /// The fused chunked scan's state gradients of layer l (a.g's block T set).
@@ -306,8 +307,11 @@ class RecurrentCuda final : public RecurrentHalf<T> {
   cuda::Event switch_event_{false};          ///< orders a new stream after the old one (use_stream)
   std::unique_ptr<BlasHandle> blas_;
   int sms_, smem_optin_;
-  mutable ClusterLaunch cluster_;  ///< cluster_forward's launch for batch cluster_batch_ (fits: it runs)
-  mutable Idx cluster_batch_ = -1;
+  struct ClusterPlan {
+    ClusterLaunch launch;  ///< for batch `batch` (fits: it runs)
+    Idx batch = -1;
+  };
+  mutable std::array<ClusterPlan, 2> cluster_;  ///< cluster_plan's, forward and backward
   cuda::DeviceBuffer<T> params_, grads_;
   cuda::DeviceBuffer<T> x_, ones_, grad_out_;
   cuda::DeviceBuffer<T> zeros_;   ///< GH zeros: the biases a caller's forward leaves out

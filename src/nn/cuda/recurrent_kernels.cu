@@ -1,7 +1,7 @@
 // The recurrent layer kernels: persistent forward and BP-through-time kernels (one block per
 // group of samples for all T steps, one __syncthreads() per forward step and two per BP step,
 // W_hh on chip when it fits),
-// a cluster forward for a W_hh larger than one block's shared memory (cluster_forward.hpp),
+// cluster forward and BP kernels for a W_hh larger than one block's shared memory (cluster_recurrence.hpp),
 // and flat grid-stride kernels (pre-activation gradients, Jacobian generation, copies). Bodies
 // are the __host__ __device__ phases of recurrent_math.hpp, tested on the host.
 #include <cooperative_groups.h>
@@ -9,7 +9,7 @@
 #include <algorithm>
 
 #include "core/cuda/check.hpp"
-#include "nn/cuda/cluster_forward.hpp"
+#include "nn/cuda/cluster_recurrence.hpp"
 #include "nn/cuda/kernels.hpp"
 
 namespace bppsa::detail::gpu {
@@ -43,16 +43,16 @@ struct ThisThread {
   }
 };
 
-// Clusters exist from sm_90: below it the cluster kernel is a trap, never launched
-// (cluster_forward_capacity is 0 there).
+// Clusters exist from sm_90: below it the cluster kernels are a trap, never launched
+// (cluster_capacity is 0 there).
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 #define BPPSA_HAS_CLUSTERS 1
 #else
 #define BPPSA_HAS_CLUSTERS 0
 #endif
 #if BPPSA_HAS_CLUSTERS
-/// The cluster program's context in the kernel (forward_cluster_program): this thread of block
-/// `rank` of its cluster, the blocks' shared memories through distributed shared memory.
+/// The cluster programs' context in the kernel (forward_cluster_program, backward_cluster_program): this thread of
+/// block `rank` of its cluster, the blocks' shared memories through distributed shared memory.
 template <class T>
 struct ThisClusterThread {
   cooperative_groups::cluster_group cluster;
@@ -77,15 +77,20 @@ struct ThisClusterThread {
 };
 #endif
 
-/// The cluster forward (forward_cluster_program), one kernel per cell; cluster c is blocks
-/// c·l.ctas … c·l.ctas + l.ctas − 1 (launched with that cluster dimension).
-template <class T, bool Len, class Cell>
-__global__ void __launch_bounds__(kClusterMaxThreads) forward_kernel_cluster(LayerArgs<T> a, ClusterLaunch l) {
+/// The cluster forward (forward_cluster_program) and BP (backward_cluster_program), one kernel per
+/// cell and direction; cluster c is blocks c·l.ctas … c·l.ctas + l.ctas − 1 (launched with that
+/// cluster dimension).
+template <class T, bool Len, class Cell, bool Backward>
+__global__ void __launch_bounds__(kClusterMaxThreads) cluster_kernel(LayerArgs<T> a, ClusterLaunch l) {
 #if BPPSA_HAS_CLUSTERS
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   ThisClusterThread<T> ctx{cluster, persistent_smem<T>(), static_cast<Idx>(threadIdx.x),
                            static_cast<Idx>(cluster.block_rank())};
-  forward_cluster_program<Cell, Len>(a, l, static_cast<Idx>(blockIdx.x) / l.ctas, ctx);
+  const Idx c = static_cast<Idx>(blockIdx.x) / l.ctas;
+  if constexpr (Backward)
+    backward_cluster_program<Cell, Len>(a, l, c, ctx);
+  else
+    forward_cluster_program<Cell, Len>(a, l, c, ctx);
 #else
   __trap();
 #endif
@@ -207,16 +212,21 @@ __global__ void __launch_bounds__(kBlock) fill_kernel(T* x, Idx n, T value) {
   BPPSA_FLAT_LOOP(n, i) x[i] = value;
 }
 
-/// The cluster forward's kernel for a cell, with or without lengths.
-template <class T>
-auto cluster_kernel(std::int32_t cell, bool len) -> void (*)(LayerArgs<T>, ClusterLaunch) {
-  if (cell == kGru) return len ? forward_kernel_cluster<T, true, GruCell> : forward_kernel_cluster<T, false, GruCell>;
+/// The cluster kernel for a cell and direction, with or without lengths.
+template <class T, bool Backward>
+auto cluster_kernel_for(std::int32_t cell, bool len) -> void (*)(LayerArgs<T>, ClusterLaunch) {
+  if (cell == kGru)
+    return len ? cluster_kernel<T, true, GruCell, Backward> : cluster_kernel<T, false, GruCell, Backward>;
   if (cell == kLstm)
-    return len ? forward_kernel_cluster<T, true, LstmCell> : forward_kernel_cluster<T, false, LstmCell>;
-  return len ? forward_kernel_cluster<T, true, RnnCell> : forward_kernel_cluster<T, false, RnnCell>;
+    return len ? cluster_kernel<T, true, LstmCell, Backward> : cluster_kernel<T, false, LstmCell, Backward>;
+  return len ? cluster_kernel<T, true, RnnCell, Backward> : cluster_kernel<T, false, RnnCell, Backward>;
+}
+template <class T>
+auto cluster_kernel_for(std::int32_t cell, bool len, bool backward) -> void (*)(LayerArgs<T>, ClusterLaunch) {
+  return backward ? cluster_kernel_for<T, true>(cell, len) : cluster_kernel_for<T, false>(cell, len);
 }
 
-/// A launch configuration of the cluster forward (attr: its one attribute, the cluster dimension).
+/// A launch configuration of a cluster kernel (attr: its one attribute, the cluster dimension).
 template <class T>
 cudaLaunchConfig_t cluster_config(const LayerArgs<T>& a, const ClusterLaunch& l, cudaLaunchAttribute* attr,
                                   cudaStream_t s) {
@@ -246,12 +256,13 @@ void allow_persistent_smem(int bytes) {
     BPPSA_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   for (const std::int32_t cell : {kRnnTanh, kGru, kLstm})
     for (const bool len : {false, true})
-      BPPSA_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(cluster_kernel<T>(cell, len)),
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+      for (const bool backward : {false, true})
+        BPPSA_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(cluster_kernel_for<T>(cell, len, backward)),
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
 template <class T>
-int cluster_forward_capacity(std::int32_t cell, const ClusterLaunch& l) {
+int cluster_capacity(std::int32_t cell, const ClusterLaunch& l, bool backward) {
   LayerArgs<T> a;
   a.B = l.spb;  // one cluster
   cudaLaunchAttribute attr;
@@ -259,8 +270,8 @@ int cluster_forward_capacity(std::int32_t cell, const ClusterLaunch& l) {
   int least = -1;
   for (const bool len : {false, true}) {  // the two kernels' registers may differ
     int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, reinterpret_cast<const void*>(cluster_kernel<T>(cell, len)), &cfg) !=
-        cudaSuccess) {
+    const void* k = reinterpret_cast<const void*>(cluster_kernel_for<T>(cell, len, backward));
+    if (cudaOccupancyMaxActiveClusters(&n, k, &cfg) != cudaSuccess) {
       (void)cudaGetLastError();  // not sticky: a configuration this device refuses
       n = 0;
     }
@@ -270,10 +281,10 @@ int cluster_forward_capacity(std::int32_t cell, const ClusterLaunch& l) {
 }
 
 template <class T>
-void launch_forward_cluster(const LayerArgs<T>& a, const ClusterLaunch& l, cudaStream_t s) {
+void launch_cluster(const LayerArgs<T>& a, const ClusterLaunch& l, bool backward, cudaStream_t s) {
   cudaLaunchAttribute attr;
   const cudaLaunchConfig_t cfg = cluster_config(a, l, &attr, s);
-  BPPSA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, cluster_kernel<T>(a.cell, a.len != nullptr), a, l));
+  BPPSA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, cluster_kernel_for<T>(a.cell, a.len != nullptr, backward), a, l));
   BPPSA_CUDA_CHECK_LAUNCH();
 }
 
@@ -427,8 +438,8 @@ void launch_fill(T* x, Idx n, T value, cudaStream_t s) {
   template void launch_transpose<T>(const T*, Idx, Idx, T*, cudaStream_t);                                        \
   template void launch_forward<T>(const LayerArgs<T>&, unsigned, std::size_t, cudaStream_t);                      \
   template void launch_forward_warp<T>(const LayerArgs<T>&, cudaStream_t);                                        \
-  template int cluster_forward_capacity<T>(std::int32_t, const ClusterLaunch&);                                   \
-  template void launch_forward_cluster<T>(const LayerArgs<T>&, const ClusterLaunch&, cudaStream_t);               \
+  template int cluster_capacity<T>(std::int32_t, const ClusterLaunch&, bool);                                     \
+  template void launch_cluster<T>(const LayerArgs<T>&, const ClusterLaunch&, bool, cudaStream_t);                 \
   template void launch_backward_warp<T>(const LayerArgs<T>&, cudaStream_t);                                       \
   template void launch_backward_bp<T>(const LayerArgs<T>&, unsigned, std::size_t, cudaStream_t);                  \
   template void launch_final_grad<T>(Idx, Idx, Idx, Idx, const T*, const Idx*, const T*, T*, cudaStream_t);       \

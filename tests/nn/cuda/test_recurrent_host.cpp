@@ -28,7 +28,7 @@
 #include "expect_error.hpp"
 #include "jacobian/cuda/items.hpp"
 #include "nn/cell.hpp"
-#include "nn/cuda/cluster_forward.hpp"
+#include "nn/cuda/cluster_recurrence.hpp"
 #include "nn/cuda/head_math.hpp"
 #include "nn/cuda/layer_gemms.hpp"
 #include "nn/cuda/recurrent_math.hpp"
@@ -218,14 +218,15 @@ struct ReplayCluster {
 
 /// How a persistent kernel is launched in a test: samples per block, W_hh on chip, threads; warp:
 /// the forward runs the warp-per-sample kernel (spb warps a block; w_shared and threads unused);
-/// cluster > 0: the forward runs the cluster kernel with that many blocks a cluster and spb
-/// samples a cluster (w_shared and threads unused).
+/// cluster > 0: the forward and BP run the cluster kernels with that many blocks a cluster, spb
+/// samples a cluster and (BP) `slices` threads a row (w_shared and threads unused).
 struct Launch {
   Idx spb;
   bool w_shared;
   unsigned threads;
   bool warp = false;
   Idx cluster = 0;
+  Idx slices = 1;
 };
 const std::vector<Launch>& launches() {
   static const std::vector<Launch> l{
@@ -323,7 +324,7 @@ struct LayerSim {
     gpu::LayerArgs<T> r = args(l);
     r.w = a.w_col.data();
     if (l.cluster > 0) {
-      forward_cluster(r, l, reverse, skewed);
+      run_cluster(r, l, false, reverse, skewed);
       return;
     }
     if (l.warp && H <= gpu::warp_forward_max_hidden<T>(cell)) {  // else the block kernel, as the stack picks
@@ -340,27 +341,34 @@ struct LayerSim {
              [](auto&&... p) { gpu::forward_program<true>(std::forward<decltype(p)>(p)...); });
   }
 
-  /// The cluster forward (forward_cluster_program, the kernel launch_forward_cluster picks) with
-  /// l.cluster blocks a cluster and l.spb samples, each cluster in turn (clusters share nothing)
-  /// on poisoned shared memory.
-  void forward_cluster(const gpu::LayerArgs<T>& r, const Launch& l, bool reverse, bool skewed) {
+  /// A cluster kernel (forward_cluster_program or backward_cluster_program, as launch_cluster runs
+  /// them) with l.cluster blocks a cluster, l.spb samples and (BP) l.slices threads a row, each
+  /// cluster in turn (clusters share nothing) on poisoned shared memory.
+  void run_cluster(const gpu::LayerArgs<T>& r, const Launch& l, bool backward, bool reverse, bool skewed) {
     gpu::ClusterLaunch cl;
     const Idx G = GH / H;
     cl.ctas = l.cluster;
     cl.units = (H + l.cluster - 1) / l.cluster;
     cl.spb = l.spb;
-    cl.threads = static_cast<unsigned>(gpu::cluster_threads(G, cl.units, cl.spb));
+    cl.slices = backward ? l.slices : gpu::cluster_slices(G);
+    cl.threads = static_cast<unsigned>(gpu::cluster_threads(cl.slices, cl.units, cl.spb));
     cl.fits = true;
-    const Idx values = gpu::cluster_smem(G, H, cl.units, cl.spb).total;
+    const Idx values = backward ? gpu::cluster_bp_smem(GH, cl.units, cl.spb, cl.slices).total
+                                : gpu::cluster_smem(G, H, cl.units, cl.spb).total;
     for (Idx c = 0; c < gpu::cluster_count(B, l.spb); ++c) {
       ReplayCluster<T> ctx{l.cluster, cl.threads, reverse, skewed, {}};
       ctx.smems.assign(static_cast<std::size_t>(l.cluster),
                        std::vector<T>(static_cast<std::size_t>(values), kPoison<T>));
       gpu::visit_cell(r.cell, [&](auto cell) {
-        if (r.len != nullptr)
-          gpu::forward_cluster_program<decltype(cell), true>(r, cl, c, ctx);
+        using Cell = decltype(cell);
+        if (backward && r.len != nullptr)
+          gpu::backward_cluster_program<Cell, true>(r, cl, c, ctx);
+        else if (backward)
+          gpu::backward_cluster_program<Cell, false>(r, cl, c, ctx);
+        else if (r.len != nullptr)
+          gpu::forward_cluster_program<Cell, true>(r, cl, c, ctx);
         else
-          gpu::forward_cluster_program<decltype(cell), false>(r, cl, c, ctx);
+          gpu::forward_cluster_program<Cell, false>(r, cl, c, ctx);
       });
       EXPECT_TRUE(ctx.idle()) << "cluster " << c << ": the program's last phase is not followed by a cluster barrier";
     }
@@ -397,11 +405,16 @@ struct LayerSim {
   }
 
   /// BP: above (H × TB) injected when `inject`, else `above` is the H × B gradient on h_T.
-  void backward_bp(const T* above, bool inject, const Matrix<T>& final_grad, const Launch& l, bool reverse = false) {
+  void backward_bp(const T* above, bool inject, const Matrix<T>& final_grad, const Launch& l, bool reverse = false,
+                   bool skewed = false) {
     set_final(inject ? above + (steps - 1) * B * H : above, inject, final_grad, a.g.data() + steps * B * S);
     gpu::LayerArgs<T> r = args(l);
     r.w = p->w_hh.data();
     r.above = inject ? above : nullptr;
+    if (l.cluster > 0) {
+      run_cluster(r, l, true, reverse, skewed);
+      return;
+    }
     if (l.warp && H <= gpu::warp_forward_max_hidden<T>(cell)) {  // else the block kernel, as the stack picks
       gpu::SmemLayout L;
       L.total = gpu::warp_backward_smem<T>(cell, l.spb);
@@ -747,6 +760,73 @@ TEST(CudaRecurrentHost, ClusterForwardGivesTheBlockKernelsBitsFloat) {
   cluster_forward_matches_the_block_kernel<float>();
 }
 
+/// The cluster BP against the block BP on the same record (itself checked against the CPU engine):
+/// with one thread a row the same sum in the same order, so the same g, dx and dh bit for bit; with
+/// 2, 3 or 8 (the sums split), the same within the tolerance against the CPU. Every schedule of the
+/// replay gives the same bits. Clusters of 1–4 blocks, injections at every step or only g_T, a
+/// final-state gradient or not, lengths or not.
+template <class T>
+void cluster_bp_matches_the_block_bp() {
+  std::mt19937_64 rng(29);
+  int n = 0;
+  for (const CellCase& c : every_cell())
+    for (const Idx H : {Idx{1}, Idx{5}, Idx{13}, Idx{33}})
+      for (const Idx ctas : {Idx{1}, Idx{2}, Idx{3}, Idx{4}})
+        for (const Idx slices : {Idx{1}, Idx{2}, Idx{3}, Idx{8}}) {
+          ++n;
+          const auto coin = [&] { return (rng() >> 7) % 2 == 0; };
+          const bool by_length = coin(), inject = coin(), with_extra = coin();
+          const Idx B = 1 + static_cast<Idx>(rng() % 5), I = 2, spb = 1 + static_cast<Idx>(rng() % 3);
+          const Idx steps = std::array<Idx, 3>{1, 4, 9}[rng() % 3];
+          SCOPED_TRACE(std::string(c.name) + " H " + std::to_string(H) + " blocks " + std::to_string(ctas) +
+                       " slices " + std::to_string(slices) + " B " + std::to_string(B) + " spb " + std::to_string(spb) +
+                       " T " + std::to_string(steps) + (by_length ? " lengths" : "") + (inject ? " injected" : "") +
+                       (with_extra ? " final grad" : ""));
+          Recurrent<T> cpu = random_stack<T>(c, I, H, 1, 300 + static_cast<std::uint64_t>(n));
+          const auto& p = cpu.params(0);
+          const Matrix<T> x = random_matrix<T>(I, steps * B, rng);
+          std::vector<Idx> len;
+          if (by_length)  // non-increasing, 1 … T
+            for (Idx b = 0; b < B; ++b) len.push_back(std::max<Idx>(1, steps - b * (steps / 3 + 1)));
+          const Matrix<T> up = random_matrix<T>(H, steps * B, rng);
+          const Matrix<T> extra = with_extra ? random_matrix<T>(gpu::cell_state(c.code, H), B, rng) : Matrix<T>();
+          LayerSim<T> block(c.code, I, H, B, steps, p);
+          block.len = len;
+          const std::vector<T> xd = block.device_input(x.data());
+          block.forward(xd.data(), {}, Launch{1, true, 64});
+          block.backward_bp(up.data(), inject, extra, Launch{1, true, 64});
+          const auto same = [](const std::vector<T>& u, const std::vector<T>& v) {
+            return u.size() == v.size() && std::memcmp(u.data(), v.data(), u.size() * sizeof(T)) == 0;
+          };
+          std::vector<T> first_g;
+          for (int schedule = 0; schedule < 4; ++schedule) {
+            const bool reverse = (schedule & 1) != 0, skewed = (schedule & 2) != 0;
+            SCOPED_TRACE(std::string(skewed ? "skewed" : "in step") + (reverse ? ", reversed" : ""));
+            LayerSim<T> sim(c.code, I, H, B, steps, p);
+            sim.len = len;
+            sim.a.ax = block.a.ax, sim.a.h = block.a.h, sim.a.c = block.a.c;  // the block kernel's record
+            sim.a.gates = block.a.gates, sim.a.aux = block.a.aux;
+            sim.backward_bp(up.data(), inject, extra, Launch{spb, false, 0, false, ctas, slices}, reverse, skewed);
+            if (slices == 1) {
+              EXPECT_TRUE(same(sim.a.g, block.a.g)) << "g differs from the block BP's";
+              EXPECT_TRUE(same(sim.a.dx, block.a.dx)) << "dx";
+              if (c.cell == CellType::gru) {
+                EXPECT_TRUE(same(sim.a.dh, block.a.dh)) << "dh";
+              }
+            } else {
+              EXPECT_CLOSE(T, sim.a.g.data(), block.a.g.data(), block.a.g.size(), "g");
+              EXPECT_CLOSE(T, sim.a.dx.data(), block.a.dx.data(), block.a.dx.size(), "dx");
+            }
+            if (schedule == 0) first_g = sim.a.g;
+            EXPECT_TRUE(same(sim.a.g, first_g)) << "the schedule changed g: a phase reads what another block writes";
+          }
+        }
+  EXPECT_EQ(n, 256);
+}
+
+TEST(CudaRecurrentHost, ClusterBpMatchesTheBlockBpDouble) { cluster_bp_matches_the_block_bp<double>(); }
+TEST(CudaRecurrentHost, ClusterBpMatchesTheBlockBpFloat) { cluster_bp_matches_the_block_bp<float>(); }
+
 TEST(CudaRecurrentLaunch, ClusterForwardSplitsWOverTheFewestBlocksThatHoldIt) {
   const std::size_t smem = 227 * 1024;
   // RNN H 256 float: W_hh is 256 KiB, over one block's 227; two blocks hold 128 KiB each. 66
@@ -777,9 +857,25 @@ TEST(CudaRecurrentLaunch, ClusterForwardSplitsWOverTheFewestBlocksThatHoldIt) {
   EXPECT_LT(l.spb, 63);
   EXPECT_LE(static_cast<Idx>(l.threads), gpu::kClusterMaxThreads);
   EXPECT_LE(l.smem_bytes, smem);
+  // The BP: the same blocks (W_hh's columns instead of its rows), the most threads a row up to 8
+  // within 512 a block: RNN H 256 4 (128 units a block), GRU H 256 8 (64), LSTM H 256 8 (32).
+  l = gpu::cluster_launch(1, 256, 16, 4, 132, smem, gpu::kClusterMaxBlocks, true);
+  EXPECT_TRUE(l.fits);
+  EXPECT_EQ(l.ctas, 2);
+  EXPECT_EQ(l.slices, 4);
+  EXPECT_EQ(l.threads, 512u);
+  EXPECT_EQ(l.smem_bytes, static_cast<std::size_t>(256 * 128 + 2 * 256 + 3 * 128) * 4);
+  l = gpu::cluster_launch(3, 256, 16, 4, 132, smem, gpu::kClusterMaxBlocks, true);
+  EXPECT_EQ(l.ctas, 4);
+  EXPECT_EQ(l.slices, 8);
+  l = gpu::cluster_launch(4, 256, 16, 4, 132, smem, gpu::kClusterMaxBlocks, true);
+  EXPECT_EQ(l.ctas, 8);
+  EXPECT_EQ(l.slices, 8);
+  EXPECT_EQ(l.threads, 256u);
   // What no cluster of eight holds: LSTM H 512 float (4 MiB), LSTM H 256 double (2 MiB).
   EXPECT_FALSE(gpu::cluster_launch(4, 512, 16, 4, 132, smem, gpu::kClusterMaxBlocks).fits);
   EXPECT_FALSE(gpu::cluster_launch(4, 256, 16, 8, 132, smem, gpu::kClusterMaxBlocks).fits);
+  EXPECT_FALSE(gpu::cluster_launch(4, 512, 16, 4, 132, smem, gpu::kClusterMaxBlocks, true).fits);
 }
 
 TEST(CudaRecurrentLaunch, WarpForwardTakesHiddenSizesItsRegistersHold) {
