@@ -84,10 +84,11 @@ inline constexpr Idx kClusterBpMaxSlices = 8;
 /// bytes of shared memory a block and clusters of at most `max_ctas` blocks: the fewest blocks a
 /// cluster (2, 4, 8, …; `min_ctas` and up) whose share of W_hh fits, then samples per cluster so
 /// that the clusters fill the multiprocessors (spb = ⌈batch / (sms / ctas)⌉), fewer where their
-/// buffers or threads do not fit. Forward (`backward` false): cluster_slices(G) threads a unit.
-/// BP: the most threads a unit, up to kClusterBpMaxSlices (a power of two), that fit.
+/// buffers or threads do not fit; `resident` > 0: at most that many clusters at once (what the
+/// device places: a cluster lies within one GPC). Forward (`backward` false): cluster_slices(G)
+/// threads a unit. BP: the most threads a unit, up to kClusterBpMaxSlices (a power of two), that fit.
 inline ClusterLaunch cluster_launch(Idx G, Idx H, Idx batch, std::size_t scalar, Idx sms, std::size_t smem_limit,
-                                    Idx max_ctas, bool backward = false, Idx min_ctas = 2) {
+                                    Idx max_ctas, bool backward = false, Idx min_ctas = 2, Idx resident = 0) {
   ClusterLaunch c;
   const auto slices_for = [&](Idx u, Idx spb) {
     if (!backward) return cluster_slices(G);
@@ -102,7 +103,8 @@ inline ClusterLaunch cluster_launch(Idx G, Idx H, Idx batch, std::size_t scalar,
   };
   for (Idx ctas = min_ctas < 1 ? 1 : min_ctas; ctas <= max_ctas && !c.fits; ctas *= 2) {
     if (!fits(ctas, 1)) continue;
-    const Idx clusters = sms / ctas > 0 ? sms / ctas : 1;
+    Idx clusters = sms / ctas > 0 ? sms / ctas : 1;
+    if (resident > 0 && resident < clusters) clusters = resident;
     Idx spb = (batch + clusters - 1) / clusters;
     if (spb < 1) spb = 1;
     while (spb > 1 && !fits(ctas, spb)) --spb;

@@ -429,9 +429,18 @@ bool RecurrentCuda<T>::cluster_plan(bool backward, bool w_shared, ClusterLaunch&
   if (v == "block" || (!forced && w_shared)) return false;  // W_hh fits one block: the block kernel
   ClusterPlan& c = cluster_[backward ? 1 : 0];
   if (c.batch != batch_) {  // planned and asked of the device once per batch size
-    c.launch = cluster_launch(GH_ / H_, H_, batch_, sizeof(T), sms_, static_cast<std::size_t>(smem_optin_),
-                              kClusterMaxBlocks, backward);
-    c.launch.fits = c.launch.fits && cluster_capacity<T>(cell_, c.launch, backward) >= 1;
+    const auto plan = [&](Idx min_ctas, Idx resident) {
+      return cluster_launch(GH_ / H_, H_, batch_, sizeof(T), sms_, static_cast<std::size_t>(smem_optin_),
+                            kClusterMaxBlocks, backward, min_ctas, resident);
+    };
+    ClusterLaunch l = plan(2, 0);
+    const int resident = l.fits ? cluster_capacity<T>(cell_, l, backward) : 0;
+    if (resident >= 1 && resident < sms_ / l.ctas) {  // fewer clusters at once than SMs / blocks: more samples each
+      const ClusterLaunch more = plan(l.ctas, resident);
+      if (more.fits && more.ctas == l.ctas && cluster_capacity<T>(cell_, more, backward) >= 1) l = more;
+    }
+    l.fits = l.fits && resident >= 1;
+    c.launch = l;
     c.batch = batch_;
   }
   if (c.launch.fits) {

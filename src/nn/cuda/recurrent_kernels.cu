@@ -267,13 +267,27 @@ int cluster_capacity(std::int32_t cell, const ClusterLaunch& l, bool backward) {
   a.B = l.spb;  // one cluster
   cudaLaunchAttribute attr;
   const cudaLaunchConfig_t cfg = cluster_config(a, l, &attr, nullptr);
+  // A query, no stream work: relaxed for this thread while it runs, so that a forward captured
+  // into a CUDA graph may ask it (restored however it ends).
+  struct RelaxedCapture {
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    RelaxedCapture() { BPPSA_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode)); }
+    ~RelaxedCapture() { (void)cudaThreadExchangeStreamCaptureMode(&mode); }
+  } relaxed;
   int least = -1;
   for (const bool len : {false, true}) {  // the two kernels' registers may differ
-    int n = 0;
     const void* k = reinterpret_cast<const void*>(cluster_kernel_for<T>(cell, len, backward));
-    if (cudaOccupancyMaxActiveClusters(&n, k, &cfg) != cudaSuccess) {
-      (void)cudaGetLastError();  // not sticky: a configuration this device refuses
+    cudaFuncAttributes fa{};
+    BPPSA_CUDA_CHECK(cudaFuncGetAttributes(&fa, k));
+    if (fa.ptxVersion < 90) return 0;  // built for an older architecture: the trap, never launched
+    int n = 0;
+    const cudaError_t e = cudaOccupancyMaxActiveClusters(&n, k, &cfg);
+    if (e == cudaErrorInvalidValue || e == cudaErrorInvalidClusterSize || e == cudaErrorNotSupported ||
+        e == cudaErrorInvalidConfiguration) {
+      (void)cudaGetLastError();  // a configuration this device refuses (not sticky)
       n = 0;
+    } else {
+      BPPSA_CUDA_CHECK(e);  // an earlier launch's error, say: never taken for "no cluster fits"
     }
     least = least < 0 || n < least ? n : least;
   }

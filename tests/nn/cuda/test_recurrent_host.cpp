@@ -850,6 +850,10 @@ TEST(CudaRecurrentLaunch, ClusterForwardSplitsWOverTheFewestBlocksThatHoldIt) {
   EXPECT_EQ(l.spb, 1);
   EXPECT_EQ(l.threads, 64u);
   EXPECT_EQ(gpu::cluster_launch(4, 256, 32, 4, 132, smem, gpu::kClusterMaxBlocks).spb, 2);
+  // A device that places 15 such clusters at once (a cluster lies within one GPC): 3 samples each.
+  l = gpu::cluster_launch(4, 256, 32, 4, 132, smem, gpu::kClusterMaxBlocks, false, 8, 15);
+  EXPECT_EQ(l.ctas, 8);
+  EXPECT_EQ(l.spb, 3);
   // Samples a cluster shrink to what fits: 1000 samples would be 63 a cluster; the buffers and
   // threads allow fewer.
   l = gpu::cluster_launch(4, 256, 1000, 4, 132, smem, gpu::kClusterMaxBlocks);
