@@ -634,6 +634,19 @@ void forward_record_matches_cpu() {
       }
 }
 
+/// Whether two arrays hold the same bits.
+template <class T>
+bool same(const std::vector<T>& u, const std::vector<T>& v) {
+  return u.size() == v.size() && std::memcmp(u.data(), v.data(), u.size() * sizeof(T)) == 0;
+}
+
+/// Per-sample lengths for B samples of `steps`: non-increasing, 1 … T, some short.
+std::vector<Idx> falling_lengths(Idx B, Idx steps) {
+  std::vector<Idx> len;
+  for (Idx b = 0; b < B; ++b) len.push_back(std::max<Idx>(1, steps - b * (steps / 3 + 1)));
+  return len;
+}
+
 /// The warp-per-sample forward and BP against the block kernels (themselves checked against the
 /// CPU engine): the same record, state gradients and pre-activation gradients bit for bit (same
 /// arithmetic in the same order), in either thread order, for every H it takes (the vector tails of 4 and the dots'
@@ -659,18 +672,13 @@ void warp_kernels_match_the_block_kernels() {
         const auto& p = cpu.params(0);
         const Matrix<T> x = random_matrix<T>(I, steps * B, rng);
         const Matrix<T> s0 = with_s0 ? random_matrix<T>(gpu::cell_state(c.code, H), B, rng, 0.5) : Matrix<T>();
-        std::vector<Idx> len;
-        if (by_length)  // non-increasing, 1 … T
-          for (Idx b = 0; b < B; ++b) len.push_back(std::max<Idx>(1, steps - b * (steps / 3 + 1)));
+        const std::vector<Idx> len = by_length ? falling_lengths(B, steps) : std::vector<Idx>();
         LayerSim<T> block(c.code, I, H, B, steps, p), warp(c.code, I, H, B, steps, p), back(c.code, I, H, B, steps, p);
         block.len = warp.len = back.len = len;
         const std::vector<T> xd = block.device_input(x.data());
         block.forward(xd.data(), s0, Launch{spb, true, 32});
         warp.forward(xd.data(), s0, Launch{spb, false, 0, true});
         back.forward(xd.data(), s0, Launch{spb, false, 0, true}, true);
-        const auto same = [](const std::vector<T>& u, const std::vector<T>& v) {
-          return u.size() == v.size() && std::memcmp(u.data(), v.data(), u.size() * sizeof(T)) == 0;
-        };
         EXPECT_TRUE(same(warp.a.h, block.a.h)) << "h differs from the block kernel's";
         EXPECT_TRUE(same(warp.a.h, back.a.h)) << "thread order changed h: a step reads what another lane writes";
         if (c.cell == CellType::lstm) {
@@ -725,16 +733,11 @@ void cluster_forward_matches_the_block_kernel() {
         const auto& p = cpu.params(0);
         const Matrix<T> x = random_matrix<T>(I, steps * B, rng);
         const Matrix<T> s0 = with_s0 ? random_matrix<T>(gpu::cell_state(c.code, H), B, rng, 0.5) : Matrix<T>();
-        std::vector<Idx> len;
-        if (by_length)  // non-increasing, 1 … T
-          for (Idx b = 0; b < B; ++b) len.push_back(std::max<Idx>(1, steps - b * (steps / 3 + 1)));
+        const std::vector<Idx> len = by_length ? falling_lengths(B, steps) : std::vector<Idx>();
         LayerSim<T> block(c.code, I, H, B, steps, p);
         block.len = len;
         const std::vector<T> xd = block.device_input(x.data());
         block.forward(xd.data(), s0, Launch{1, true, 64});
-        const auto same = [](const std::vector<T>& u, const std::vector<T>& v) {
-          return u.size() == v.size() && std::memcmp(u.data(), v.data(), u.size() * sizeof(T)) == 0;
-        };
         for (int schedule = 0; schedule < 4; ++schedule) {
           const bool reverse = (schedule & 1) != 0, skewed = (schedule & 2) != 0;
           SCOPED_TRACE(std::string(skewed ? "skewed" : "in step") + (reverse ? ", reversed" : ""));
@@ -785,9 +788,7 @@ void cluster_bp_matches_the_block_bp() {
           Recurrent<T> cpu = random_stack<T>(c, I, H, 1, 300 + static_cast<std::uint64_t>(n));
           const auto& p = cpu.params(0);
           const Matrix<T> x = random_matrix<T>(I, steps * B, rng);
-          std::vector<Idx> len;
-          if (by_length)  // non-increasing, 1 … T
-            for (Idx b = 0; b < B; ++b) len.push_back(std::max<Idx>(1, steps - b * (steps / 3 + 1)));
+          const std::vector<Idx> len = by_length ? falling_lengths(B, steps) : std::vector<Idx>();
           const Matrix<T> up = random_matrix<T>(H, steps * B, rng);
           const Matrix<T> extra = with_extra ? random_matrix<T>(gpu::cell_state(c.code, H), B, rng) : Matrix<T>();
           LayerSim<T> block(c.code, I, H, B, steps, p);
@@ -795,9 +796,6 @@ void cluster_bp_matches_the_block_bp() {
           const std::vector<T> xd = block.device_input(x.data());
           block.forward(xd.data(), {}, Launch{1, true, 64});
           block.backward_bp(up.data(), inject, extra, Launch{1, true, 64});
-          const auto same = [](const std::vector<T>& u, const std::vector<T>& v) {
-            return u.size() == v.size() && std::memcmp(u.data(), v.data(), u.size() * sizeof(T)) == 0;
-          };
           std::vector<T> first_g;
           for (int schedule = 0; schedule < 4; ++schedule) {
             const bool reverse = (schedule & 1) != 0, skewed = (schedule & 2) != 0;
